@@ -1,0 +1,6 @@
+//! The library behind the `rebalance` command, so that its commands can be tested and reused.
+#![warn(missing_docs)]
+
+pub mod allocate;
+pub mod jsonl;
+pub mod table;

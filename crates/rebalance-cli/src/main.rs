@@ -1,0 +1,71 @@
+//! `rebalance`: plan, simulate and benchmark coordinator-free consumer groups.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use rebalance_cli::{allocate, jsonl};
+use rebalance_core::strategy::StrategyRegistry;
+
+#[derive(Parser)]
+#[command(
+    name = "rebalance",
+    version,
+    about = "Plan, simulate and benchmark coordinator-free consumer groups"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run RocketMQ allocation cases (JSON Lines, one case per line) and print every member's share.
+    Allocate {
+        /// The cases; standard input when absent or `-`.
+        file: Option<PathBuf>,
+        /// Print a table per case instead of JSON lines.
+        #[arg(long)]
+        pretty: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Allocate { file, pretty } => run_allocate(file, pretty),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("rebalance: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
+    let input = jsonl::open_input(file.as_deref())?;
+    let registry = StrategyRegistry::default();
+    let stdout = io::stdout().lock();
+    let summary = jsonl::run(input, io::BufWriter::new(stdout), |case, buf| {
+        let answer = allocate::answer(case, &registry)?;
+        if pretty {
+            answer.write_pretty(buf)?;
+        } else {
+            answer.write_json(buf)?;
+        }
+        Ok(())
+    })?;
+    io::stderr().flush()?;
+    Ok(exit_code(summary))
+}
+
+fn exit_code(summary: jsonl::Summary) -> ExitCode {
+    if summary.failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

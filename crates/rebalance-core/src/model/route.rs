@@ -1,0 +1,228 @@
+//! The route of a topic, as a name server describes it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::MessageQueue;
+use crate::java;
+
+/// Permission bits of a topic's queues on a broker (`PermName` in the Java client).
+pub mod perm {
+    /// Consumers may read.
+    pub const READ: i32 = 4;
+    /// Producers may write.
+    pub const WRITE: i32 = 2;
+    /// Inherited by auto-created topics.
+    pub const INHERIT: i32 = 1;
+
+    /// Whether `perm` lets consumers read.
+    pub fn is_readable(perm: i32) -> bool {
+        perm & READ == READ
+    }
+
+    /// Whether `perm` lets producers write.
+    pub fn is_writeable(perm: i32) -> bool {
+        perm & WRITE == WRITE
+    }
+}
+
+/// The broker id of a master in [`BrokerData::broker_addrs`].
+pub const MASTER_ID: i64 = 0;
+
+/// How one broker (a master and its slaves, under one broker name) serves a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueData {
+    /// The broker name.
+    pub broker_name: String,
+    /// How many queues consumers read (ids `0..read_queue_nums`).
+    #[serde(default)]
+    pub read_queue_nums: i32,
+    /// How many queues producers write (ids `0..write_queue_nums`).
+    #[serde(default)]
+    pub write_queue_nums: i32,
+    /// Permission bits, see [`perm`].
+    #[serde(default)]
+    pub perm: i32,
+    /// Topic system flags (unused by allocation).
+    #[serde(default)]
+    pub topic_sys_flag: i32,
+}
+
+/// Where a broker name's machines are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokerData {
+    /// The cluster the broker belongs to.
+    #[serde(default)]
+    pub cluster: String,
+    /// The broker name.
+    pub broker_name: String,
+    /// Addresses by broker id; id [`MASTER_ID`] is the master.
+    #[serde(default)]
+    pub broker_addrs: BTreeMap<i64, String>,
+}
+
+impl BrokerData {
+    /// The master's address, if the broker has a master.
+    pub fn master_addr(&self) -> Option<&str> {
+        self.broker_addrs.get(&MASTER_ID).map(String::as_str)
+    }
+
+    /// The master's address, or else the address of the lowest-numbered slave.
+    pub fn any_addr(&self) -> Option<&str> {
+        self.master_addr()
+            .or_else(|| self.broker_addrs.values().next().map(String::as_str))
+    }
+}
+
+/// A topic's route: which brokers serve it, with how many queues and which permissions.
+///
+/// ```
+/// use rebalance_core::{TopicRoute, QueueData, BrokerData};
+///
+/// let route = TopicRoute {
+///     queue_datas: vec![QueueData { broker_name: "broker-a".into(), read_queue_nums: 2,
+///                                   write_queue_nums: 2, perm: 6, topic_sys_flag: 0 }],
+///     broker_datas: vec![BrokerData { cluster: "c".into(), broker_name: "broker-a".into(),
+///                                     broker_addrs: [(0, "127.0.0.1:10911".to_string())].into() }],
+///     order_topic_conf: None,
+/// };
+/// let queues = route.subscribable_queues("T");
+/// assert_eq!(queues.len(), 2);
+/// assert_eq!(queues[1].queue_id, 1);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicRoute {
+    /// One entry per broker name serving the topic.
+    #[serde(default)]
+    pub queue_datas: Vec<QueueData>,
+    /// The brokers' addresses.
+    #[serde(default)]
+    pub broker_datas: Vec<BrokerData>,
+    /// For ordered topics: `brokerName:queueNums;brokerName:queueNums`.
+    #[serde(default)]
+    pub order_topic_conf: Option<String>,
+}
+
+impl TopicRoute {
+    /// The queues consumers may subscribe to, as the Java client computes them: ids
+    /// `0..read_queue_nums` of every readable queue data, sorted the Java way, without
+    /// duplicates. No master is required (consumers may read from slaves).
+    pub fn subscribable_queues(&self, topic: &str) -> Vec<MessageQueue> {
+        let topic: Arc<str> = topic.into();
+        let mut queues: Vec<MessageQueue> = self
+            .queue_datas
+            .iter()
+            .filter(|q| perm::is_readable(q.perm))
+            .flat_map(|q| {
+                let broker: Arc<str> = q.broker_name.as_str().into();
+                let topic = topic.clone();
+                (0..q.read_queue_nums.max(0))
+                    .map(move |id| MessageQueue::new(topic.clone(), broker.clone(), id))
+            })
+            .collect();
+        queues.sort();
+        queues.dedup();
+        queues
+    }
+
+    /// The broker data of a broker name.
+    pub fn broker(&self, broker_name: &str) -> Option<&BrokerData> {
+        self.broker_datas
+            .iter()
+            .find(|b| b.broker_name == broker_name)
+    }
+
+    /// The same route with its lists in a canonical order, so that two answers listing the same
+    /// brokers in a different order compare equal.
+    pub fn normalized(&self) -> TopicRoute {
+        let mut route = self.clone();
+        route.queue_datas.sort_by(|a, b| {
+            java::compare_str(&a.broker_name, &b.broker_name).then_with(|| a.perm.cmp(&b.perm))
+        });
+        route.broker_datas.sort_by(|a, b| {
+            java::compare_str(&a.broker_name, &b.broker_name)
+                .then_with(|| a.cluster.cmp(&b.cluster))
+        });
+        route
+    }
+
+    /// Whether two routes describe the same thing, whatever the order of their lists.
+    pub fn same_as(&self, other: &TopicRoute) -> bool {
+        self.normalized() == other.normalized()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qd(name: &str, read: i32, perm: i32) -> QueueData {
+        QueueData {
+            broker_name: name.into(),
+            read_queue_nums: read,
+            write_queue_nums: read,
+            perm,
+            topic_sys_flag: 0,
+        }
+    }
+
+    #[test]
+    fn subscribable_skips_unreadable_and_sorts() {
+        let route = TopicRoute {
+            queue_datas: vec![
+                qd("broker-2", 2, 6),
+                qd("broker-10", 1, 4),
+                qd("broker-w", 3, 2),
+            ],
+            ..Default::default()
+        };
+        let got: Vec<String> = route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| format!("{:?}", q))
+            .collect();
+        assert_eq!(got, ["T/broker-10/0", "T/broker-2/0", "T/broker-2/1"]);
+    }
+
+    #[test]
+    fn negative_counts_give_nothing() {
+        let route = TopicRoute {
+            queue_datas: vec![qd("b", -4, 6)],
+            ..Default::default()
+        };
+        assert!(route.subscribable_queues("T").is_empty());
+    }
+
+    #[test]
+    fn comparison_ignores_list_order() {
+        let a = TopicRoute {
+            queue_datas: vec![qd("a", 1, 6), qd("b", 2, 6)],
+            ..Default::default()
+        };
+        let mut b = a.clone();
+        b.queue_datas.reverse();
+        assert!(a.same_as(&b));
+        b.queue_datas[0].read_queue_nums = 3;
+        assert!(!a.same_as(&b));
+    }
+
+    #[test]
+    fn parses_standard_route_json() {
+        let json = r#"{"orderTopicConf":null,
+          "queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,"perm":6,"topicSysFlag":0}],
+          "brokerDatas":[{"cluster":"DefaultCluster","brokerName":"broker-a","brokerAddrs":{"0":"127.0.0.1:10911"},
+                          "zoneName":null,"enableActingMaster":false}],
+          "filterServerTable":{},"topicQueueMappingInfo":null}"#;
+        let route: TopicRoute = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            route.broker("broker-a").and_then(BrokerData::master_addr),
+            Some("127.0.0.1:10911")
+        );
+        assert_eq!(route.subscribable_queues("T").len(), 4);
+    }
+}

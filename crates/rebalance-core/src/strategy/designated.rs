@@ -1,0 +1,145 @@
+//! Only designated clients consume.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::plan::{Plan, distinct_members};
+use super::{AllocateError, AllocateStrategy, StrategyRef, validate, validate_group};
+use crate::{ClientId, MessageQueue};
+
+/// Lets only designated clients consume: the wrapped strategy divides the queues among the
+/// designated members present, and every other member gets nothing.
+///
+/// An entry designates a client when it equals the client id or the part of the id before the
+/// first `'@'` (the client's address in RocketMQ's `ip@instance` ids). When no designated
+/// client is present, everybody consumes (and a warning says so), so that a configuration mistake
+/// never leaves a topic unconsumed.
+///
+/// ```
+/// use std::sync::Arc;
+/// use rebalance_core::{ClientId, MessageQueue, strategy::{AllocateStrategy, Averagely, Designated}};
+///
+/// let strategy = Designated::new(Arc::new(Averagely), ["10.0.0.2"]);
+/// let queues: Vec<MessageQueue> = (0..4).map(|i| MessageQueue::new("T", "b", i)).collect();
+/// let members: Vec<ClientId> = ["10.0.0.1@1", "10.0.0.2@1"].into_iter().map(ClientId::from).collect();
+/// assert!(strategy.allocate("G", &members[0], &queues, &members).unwrap().is_empty());
+/// assert_eq!(strategy.allocate("G", &members[1], &queues, &members).unwrap().len(), 4);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Designated {
+    inner: StrategyRef,
+    designated: Arc<HashSet<String>>,
+}
+
+impl Designated {
+    /// Wraps `inner`, designating the given client addresses or ids.
+    pub fn new<I, S>(inner: StrategyRef, designated: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            inner,
+            designated: Arc::new(designated.into_iter().map(Into::into).collect()),
+        }
+    }
+
+    /// Whether `cid` is designated.
+    pub fn is_designated(&self, cid: &ClientId) -> bool {
+        self.designated.contains(cid.as_str()) || self.designated.contains(cid.prefix())
+    }
+
+    /// The members that consume: the designated ones, or everyone when none is present.
+    fn consumers(&self, group: &str, cid_all: &[ClientId]) -> Vec<ClientId> {
+        let chosen: Vec<ClientId> = cid_all
+            .iter()
+            .filter(|c| self.is_designated(c))
+            .cloned()
+            .collect();
+        if chosen.is_empty() {
+            tracing::warn!(
+                group,
+                designated = ?self.designated,
+                "no designated consumer is in the group; every member consumes"
+            );
+            return cid_all.to_vec();
+        }
+        chosen
+    }
+}
+
+impl AllocateStrategy for Designated {
+    fn name(&self) -> &str {
+        "designated"
+    }
+
+    fn allocate(
+        &self,
+        group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        if validate(current, mq_all, cid_all)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let consumers = self.consumers(group, cid_all);
+        if !consumers.contains(current) {
+            return Ok(Vec::new());
+        }
+        self.inner.allocate(group, current, mq_all, &consumers)
+    }
+
+    fn plan<'a>(
+        &'a self,
+        group: &str,
+        mq_all: &'a [MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Plan<'a>, AllocateError> {
+        validate_group(mq_all, cid_all)?;
+        let consumers = self.consumers(group, cid_all);
+        let mut inner = self.inner.plan(group, mq_all, &consumers)?;
+        let mut consuming = inner.take_shares().into_iter().peekable();
+        // Inner members are a subsequence of ours, in the same order.
+        let shares = distinct_members(cid_all, true)
+            .into_iter()
+            .map(|(_, cid)| match consuming.next_if(|(c, _)| c == cid) {
+                Some((_, share)) => (cid.clone(), share),
+                None => (cid.clone(), Vec::new()),
+            })
+            .collect();
+        Ok(inner.with_shares(shares))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::Averagely;
+    use crate::strategy::test_support::*;
+
+    #[test]
+    fn designated_members_share_everything() {
+        let s = Designated::new(Arc::new(Averagely), ["10.0.0.2", "10.0.0.4@x"]);
+        let cids = clients(&["10.0.0.1@x", "10.0.0.2@x", "10.0.0.3@x", "10.0.0.4@x"]);
+        let mqs = queues(5);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        let sizes: Vec<usize> = plan.iter().map(|(_, sh)| sh.len()).collect();
+        assert_eq!(sizes, [0, 3, 0, 2]);
+        for cid in &cids {
+            assert_eq!(
+                plan.share(cid).unwrap().to_vec(),
+                s.allocate("G", cid, &mqs, &cids).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn falls_back_to_everyone() {
+        let s = Designated::new(Arc::new(Averagely), ["nobody"]);
+        let cids = clients(&["a", "b"]);
+        let mqs = queues(4);
+        assert_eq!(s.plan("G", &mqs, &cids).unwrap().assigned_count(), 4);
+        assert_eq!(s.allocate("G", &cids[1], &mqs, &cids).unwrap().len(), 2);
+    }
+}

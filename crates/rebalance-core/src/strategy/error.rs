@@ -1,0 +1,53 @@
+//! Why a strategy refused to allocate.
+
+use crate::{ClientId, MessageQueue};
+
+/// An allocation the strategy refused, with the Java client's message.
+///
+/// The Java client throws `IllegalArgumentException` for all of these; [`AllocateError::java_name`]
+/// gives the exception name, so `format!("{}: {}", e.java_name(), e)` is exactly Java's
+/// `"<Exception>: <message>"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// The calling client's id is empty.
+    #[error("currentCID is empty")]
+    EmptyCurrentCid,
+    /// There are no queues to divide.
+    #[error("mqAll is null or mqAll empty")]
+    EmptyQueues,
+    /// There are no consumers to divide among.
+    #[error("cidAll is null or cidAll empty")]
+    EmptyConsumers,
+    /// A consistent-hash ring was configured with a negative number of virtual nodes.
+    #[error("illegal virtualNodeCnt :{0}")]
+    IllegalVirtualNodeCount(i64),
+    /// The machine-room resolver found no room for a queue's broker.
+    #[error("Machine room is null for mq {0}")]
+    NoRoomForQueue(MessageQueue),
+    /// The machine-room resolver found no room for a consumer.
+    #[error("Machine room is null for consumer id {0}")]
+    NoRoomForConsumer(ClientId),
+    /// A strategy outside this crate failed.
+    #[error("{strategy}: {message}")]
+    Other {
+        /// The strategy's name.
+        strategy: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl AllocateError {
+    /// The simple name of the exception the Java client throws for this error.
+    pub fn java_name(&self) -> &'static str {
+        match self {
+            AllocateError::Other { .. } => "RuntimeException",
+            _ => "IllegalArgumentException",
+        }
+    }
+
+    /// `"<ExceptionSimpleName>: <message>"`, the form the reference vectors record.
+    pub fn java_message(&self) -> String {
+        format!("{}: {}", self.java_name(), self)
+    }
+}

@@ -1,0 +1,124 @@
+//! `AllocateMachineRoomNearby`'s older sibling `AllocateMessageQueueByMachineRoom`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::plan::{Plan, distinct_members};
+use super::{AllocateError, AllocateStrategy, validate, validate_group};
+use crate::{ClientId, MessageQueue, java};
+
+/// Only queues of brokers named `room@broker` whose room is configured, divided among all
+/// members; the leftover queues at the end of that list go one each to the first members.
+///
+/// Broker names are split like Java's `String.split("@")` and must have exactly two fields.
+/// Consumer ids are never inspected: every member shares the filtered list.
+#[derive(Debug, Clone)]
+pub struct ByMachineRoom {
+    rooms: Arc<HashSet<String>>,
+}
+
+impl ByMachineRoom {
+    /// A strategy consuming the brokers of `rooms` (exact, case-sensitive names).
+    pub fn new<I, S>(rooms: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            rooms: Arc::new(rooms.into_iter().map(Into::into).collect()),
+        }
+    }
+
+    fn eligible(&self, mq: &MessageQueue) -> bool {
+        let fields = java::split(&mq.broker_name, '@');
+        fields.len() == 2 && self.rooms.contains(fields[0])
+    }
+
+    /// Positions (in `mq_all`) of the eligible queues.
+    fn filter(&self, mq_all: &[MessageQueue]) -> Vec<u32> {
+        (0..mq_all.len() as u32)
+            .filter(|&p| self.eligible(&mq_all[p as usize]))
+            .collect()
+    }
+}
+
+/// Positions in the filtered list for the member at position `i` of `n`.
+fn share(filtered: &[u32], n: usize, i: usize) -> impl Iterator<Item = u32> + '_ {
+    let m = filtered.len() / n;
+    let r = filtered.len() % n;
+    let tail = (i < r).then(|| filtered[m * n + i]);
+    filtered[i * m..i * m + m].iter().copied().chain(tail)
+}
+
+impl AllocateStrategy for ByMachineRoom {
+    fn name(&self) -> &str {
+        "by_machine_room"
+    }
+
+    fn allocate(
+        &self,
+        _group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        let Some(i) = validate(current, mq_all, cid_all)? else {
+            return Ok(Vec::new());
+        };
+        let filtered = self.filter(mq_all);
+        Ok(share(&filtered, cid_all.len(), i)
+            .map(|p| mq_all[p as usize].clone())
+            .collect())
+    }
+
+    fn plan<'a>(
+        &'a self,
+        _group: &str,
+        mq_all: &'a [MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Plan<'a>, AllocateError> {
+        validate_group(mq_all, cid_all)?;
+        let filtered = self.filter(mq_all);
+        let shares = distinct_members(cid_all, true)
+            .into_iter()
+            .map(|(i, cid)| (cid.clone(), share(&filtered, cid_all.len(), i).collect()))
+            .collect();
+        Ok(Plan::over_input(mq_all, shares))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::test_support::*;
+
+    #[test]
+    fn leftovers_come_from_the_tail() {
+        let mqs: Vec<MessageQueue> = (0..11)
+            .map(|i| MessageQueue::new("T", "roomA@b", i))
+            .collect();
+        let cids = clients(&["c0", "c1", "c2", "c3"]);
+        let s = ByMachineRoom::new(["roomA"]);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        let got: Vec<Vec<i32>> = plan.iter().map(|(_, sh)| ids(&sh.to_vec())).collect();
+        assert_eq!(
+            got,
+            [vec![0, 1, 8], vec![2, 3, 9], vec![4, 5, 10], vec![6, 7]]
+        );
+    }
+
+    #[test]
+    fn java_split_rules_decide_eligibility() {
+        let s = ByMachineRoom::new(["roomA", ""]);
+        let eligible = |b: &str| s.eligible(&MessageQueue::new("T", b, 0));
+        assert!(eligible("roomA@b1"));
+        assert!(eligible("roomA@b1@"));
+        assert!(eligible("@b4"));
+        assert!(!eligible("roomA@"));
+        assert!(!eligible("roomA@b@x"));
+        assert!(!eligible("roomA@@b"));
+        assert!(!eligible("@"));
+        assert!(!eligible(""));
+        assert!(!eligible("plain"));
+    }
+}

@@ -1,0 +1,259 @@
+//! `AllocateMachineRoomNearby`: consume in your own machine room first.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::plan::{Interner, Plan, distinct_members};
+use super::{AllocateError, AllocateStrategy, StrategyRef, validate, validate_group};
+use crate::{ClientId, MessageQueue, java};
+
+/// Tells which machine room a broker and a consumer are in.
+pub trait MachineRoomResolver: Send + Sync + fmt::Debug {
+    /// The room of a queue's broker; `None` or empty when unknown (an error for the strategy).
+    fn broker_room<'q>(&self, mq: &'q MessageQueue) -> Option<Cow<'q, str>>;
+    /// The room of a consumer; `None` or empty when unknown (an error for the strategy).
+    fn consumer_room<'c>(&self, cid: &'c ClientId) -> Option<Cow<'c, str>>;
+}
+
+/// The usual resolver: the text before the first `'@'` of the broker name or client id (the
+/// whole string when it has none), so `room1@broker-a` is in `room1`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PrefixResolver;
+
+fn prefix(s: &str) -> &str {
+    s.split('@').next().unwrap_or_default()
+}
+
+impl MachineRoomResolver for PrefixResolver {
+    fn broker_room<'q>(&self, mq: &'q MessageQueue) -> Option<Cow<'q, str>> {
+        Some(Cow::Borrowed(prefix(&mq.broker_name)))
+    }
+
+    fn consumer_room<'c>(&self, cid: &'c ClientId) -> Option<Cow<'c, str>> {
+        Some(Cow::Borrowed(prefix(cid)))
+    }
+}
+
+/// Queues of a room are shared by that room's consumers (with the inner strategy); queues of
+/// rooms without any consumer are shared by everyone, room by room.
+///
+/// A member's answer is its own room's part first, then its part of each consumer-less room in
+/// room-name order (Java string order).
+#[derive(Debug, Clone)]
+pub struct MachineRoomNearby {
+    inner: StrategyRef,
+    resolver: Arc<dyn MachineRoomResolver>,
+}
+
+/// Items grouped by room, rooms in Java string order, items in input order.
+struct Rooms<'s> {
+    rooms: Vec<(Cow<'s, str>, Vec<u32>)>,
+}
+
+impl<'s> Rooms<'s> {
+    fn group<T: 's>(
+        items: &'s [T],
+        room_of: impl Fn(&'s T) -> Option<Cow<'s, str>>,
+        missing: impl Fn(&T) -> AllocateError,
+    ) -> Result<Self, AllocateError> {
+        let mut index: HashMap<Cow<'s, str>, usize> = HashMap::new();
+        let mut rooms: Vec<(Cow<'s, str>, Vec<u32>)> = Vec::new();
+        for (p, item) in items.iter().enumerate() {
+            let room = room_of(item)
+                .filter(|r| !r.is_empty())
+                .ok_or_else(|| missing(item))?;
+            let slot = *index.entry(room.clone()).or_insert_with(|| {
+                rooms.push((room, Vec::new()));
+                rooms.len() - 1
+            });
+            rooms[slot].1.push(p as u32);
+        }
+        rooms.sort_by(|a, b| java::compare_str(&a.0, &b.0));
+        Ok(Self { rooms })
+    }
+
+    fn get(&self, room: &str) -> Option<&[u32]> {
+        self.rooms
+            .iter()
+            .find(|(r, _)| r == room)
+            .map(|(_, p)| p.as_slice())
+    }
+}
+
+fn pick<T: Clone>(items: &[T], positions: &[u32]) -> Vec<T> {
+    positions
+        .iter()
+        .map(|&p| items[p as usize].clone())
+        .collect()
+}
+
+impl MachineRoomNearby {
+    /// Wraps `inner` with the [`PrefixResolver`].
+    pub fn new(inner: StrategyRef) -> Self {
+        Self::with_resolver(inner, Arc::new(PrefixResolver))
+    }
+
+    /// Wraps `inner` with a resolver of your own.
+    pub fn with_resolver(inner: StrategyRef, resolver: Arc<dyn MachineRoomResolver>) -> Self {
+        Self { inner, resolver }
+    }
+
+    /// The wrapped strategy.
+    pub fn inner(&self) -> &StrategyRef {
+        &self.inner
+    }
+
+    fn rooms<'s>(
+        &self,
+        mq_all: &'s [MessageQueue],
+        cid_all: &'s [ClientId],
+    ) -> Result<(Rooms<'s>, Rooms<'s>), AllocateError> {
+        // Queue rooms first: a queue error wins over a consumer error, as in Java.
+        let queue_rooms = Rooms::group(
+            mq_all,
+            |mq| self.resolver.broker_room(mq),
+            |mq| AllocateError::NoRoomForQueue(mq.clone()),
+        )?;
+        let consumer_rooms = Rooms::group(
+            cid_all,
+            |cid| self.resolver.consumer_room(cid),
+            |cid| AllocateError::NoRoomForConsumer(cid.clone()),
+        )?;
+        Ok((queue_rooms, consumer_rooms))
+    }
+}
+
+impl AllocateStrategy for MachineRoomNearby {
+    fn name(&self) -> &str {
+        "machine_room_nearby"
+    }
+
+    fn allocate(
+        &self,
+        group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        if validate(current, mq_all, cid_all)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let (queue_rooms, consumer_rooms) = self.rooms(mq_all, cid_all)?;
+        let own_room = self
+            .resolver
+            .consumer_room(current)
+            .filter(|r| !r.is_empty())
+            .ok_or_else(|| AllocateError::NoRoomForConsumer(current.clone()))?;
+        let mut result = Vec::new();
+        if let (Some(mqs), Some(cids)) = (queue_rooms.get(&own_room), consumer_rooms.get(&own_room))
+        {
+            result.extend(self.inner.allocate(
+                group,
+                current,
+                &pick(mq_all, mqs),
+                &pick(cid_all, cids),
+            )?);
+        }
+        for (room, mqs) in &queue_rooms.rooms {
+            if *room != own_room && consumer_rooms.get(room).is_none() {
+                result.extend(
+                    self.inner
+                        .allocate(group, current, &pick(mq_all, mqs), cid_all)?,
+                );
+            }
+        }
+        Ok(result)
+    }
+
+    fn plan<'a>(
+        &'a self,
+        group: &str,
+        mq_all: &'a [MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Plan<'a>, AllocateError> {
+        validate_group(mq_all, cid_all)?;
+        let (queue_rooms, consumer_rooms) = self.rooms(mq_all, cid_all)?;
+        let members = distinct_members(cid_all, true);
+        let slot: HashMap<&str, usize> = members
+            .iter()
+            .enumerate()
+            .map(|(s, (_, c))| (c.as_str(), s))
+            .collect();
+        let mut own: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
+        let mut orphan: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
+        let mut interner = Interner::new(mq_all);
+        for (room, queue_positions) in &queue_rooms.rooms {
+            let room_mqs = pick(mq_all, queue_positions);
+            let (cids, target) = match consumer_rooms.get(room) {
+                Some(cid_positions) => (Cow::Owned(pick(cid_all, cid_positions)), &mut own),
+                None => (Cow::Borrowed(cid_all), &mut orphan),
+            };
+            let room_plan = self.inner.plan(group, &room_mqs, &cids)?;
+            for (cid, positions) in room_plan.positions() {
+                if let Some(&s) = slot.get(cid.as_str()) {
+                    let translated = interner.translate(&room_plan, queue_positions, positions);
+                    target[s].extend(translated);
+                }
+            }
+        }
+        let shares = members
+            .into_iter()
+            .zip(own.into_iter().zip(orphan))
+            .map(|((_, cid), (mut mine, orphans))| {
+                mine.extend(orphans);
+                (cid.clone(), mine)
+            })
+            .collect();
+        Ok(interner.finish(shares))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::strategy::Averagely;
+    use crate::strategy::test_support::*;
+
+    fn mq(broker: &str, id: i32) -> MessageQueue {
+        MessageQueue::new("T", broker, id)
+    }
+
+    #[test]
+    fn own_room_first_then_orphan_rooms() {
+        let s = MachineRoomNearby::new(Arc::new(Averagely));
+        let mqs = vec![
+            mq("a@b1", 0),
+            mq("a@b1", 1),
+            mq("b@b2", 0),
+            mq("b@b2", 1),
+            mq("c@b3", 0),
+            mq("c@b3", 1),
+        ];
+        let cids = clients(&["a@1", "a@2", "b@1"]);
+        let got = s.allocate("G", &cids[0], &mqs, &cids).unwrap();
+        // room a shared by a@1, a@2; room c (no consumers) split by all three.
+        assert_eq!(got, vec![mq("a@b1", 0), mq("c@b3", 0)]);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        for cid in &cids {
+            assert_eq!(
+                plan.share(cid).unwrap().to_vec(),
+                s.allocate("G", cid, &mqs, &cids).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn missing_rooms_are_errors_queue_first() {
+        let s = MachineRoomNearby::new(Arc::new(Averagely));
+        let mqs = vec![mq("@b", 0)];
+        let cids = clients(&["@1"]);
+        assert_eq!(
+            s.allocate("G", &cids[0], &mqs, &cids),
+            Err(AllocateError::NoRoomForQueue(mqs[0].clone()))
+        );
+        let outsider = ClientId::from("z@9");
+        assert!(s.allocate("G", &outsider, &mqs, &cids).unwrap().is_empty());
+    }
+}

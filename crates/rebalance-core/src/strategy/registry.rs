@@ -1,0 +1,377 @@
+//! Strategies built by name, so that configuration files and the command line can name them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{
+    AllocateError, AllocateStrategy, Averagely, AveragelyByCircle, ByConfig, ByMachineRoom,
+    ConsistentHash, Designated, MachineRoomNearby,
+};
+use crate::MessageQueue;
+
+/// A shared strategy.
+pub type StrategyRef = Arc<dyn AllocateStrategy>;
+
+/// A strategy's parameters: a JSON object (`{"virtual_node_count": 10}`).
+pub type Params = serde_json::Map<String, Value>;
+
+/// Builds a strategy from its parameters; may build inner strategies through the registry.
+pub type StrategyFactory = Arc<
+    dyn Fn(&Params, &StrategyRegistry) -> Result<StrategyRef, StrategyConfigError> + Send + Sync,
+>;
+
+/// A strategy named in configuration: `{"name": "consistent_hash", "params": {"virtual_node_count": 20}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StrategySpec {
+    /// The strategy's name.
+    pub name: String,
+    /// Its parameters.
+    #[serde(default)]
+    pub params: Params,
+}
+
+impl StrategySpec {
+    /// A spec without parameters.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            params: Params::new(),
+        }
+    }
+
+    /// Builds the strategy with the built-in registry.
+    pub fn build(&self) -> Result<StrategyRef, StrategyConfigError> {
+        build_strategy(&self.name, &self.params)
+    }
+}
+
+/// Why a strategy could not be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StrategyConfigError {
+    /// No strategy has this name.
+    #[error("unknown strategy `{name}` (known: {known})")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names the registry knows, comma separated.
+        known: String,
+    },
+    /// A parameter is missing or has the wrong type.
+    #[error("strategy `{strategy}`: parameter `{key}` {problem}")]
+    Param {
+        /// The strategy being built.
+        strategy: String,
+        /// The parameter.
+        key: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The parameters are well formed but the Java client rejects them (e.g. a negative virtual
+    /// node count); every allocation would fail with this error.
+    #[error(transparent)]
+    Rejected(#[from] AllocateError),
+}
+
+/// Named strategy factories: the built-in ones, plus any you register.
+///
+/// Built-in names (Java names as aliases): `averagely` (`AVG`), `averagely_by_circle`
+/// (`AVG_BY_CIRCLE`), `by_config` (`CONFIG`; `message_queue_list`), `by_machine_room`
+/// (`MACHINE_ROOM`; `consumer_idcs`), `consistent_hash` (`CONSISTENT_HASH`;
+/// `virtual_node_count`, `hash_function`), `machine_room_nearby` (`inner_strategy`,
+/// `inner_params`), `designated` (`consumers`, `inner_strategy`, `inner_params`).
+///
+/// ```
+/// use rebalance_core::strategy::{Params, StrategyRegistry};
+///
+/// let registry = StrategyRegistry::default();
+/// let params: Params = serde_json::from_str(r#"{"virtual_node_count": 20}"#).unwrap();
+/// let strategy = registry.build("consistent_hash", &params).unwrap();
+/// assert_eq!(strategy.name(), "consistent_hash");
+/// assert!(registry.build("nope", &Params::new()).is_err());
+/// ```
+#[derive(Clone)]
+pub struct StrategyRegistry {
+    factories: BTreeMap<String, StrategyFactory>,
+}
+
+impl fmt::Debug for StrategyRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.factories.keys()).finish()
+    }
+}
+
+impl Default for StrategyRegistry {
+    fn default() -> Self {
+        let mut r = Self::empty();
+        r.register_simple(&["averagely", "AVG"], |_| Ok(Arc::new(Averagely)));
+        r.register_simple(&["averagely_by_circle", "AVG_BY_CIRCLE"], |_| {
+            Ok(Arc::new(AveragelyByCircle))
+        });
+        r.register_simple(&["by_config", "CONFIG"], |p| {
+            Ok(Arc::new(ByConfig::new(queue_list(
+                p,
+                "by_config",
+                "message_queue_list",
+            )?)))
+        });
+        r.register_simple(&["by_machine_room", "MACHINE_ROOM"], |p| {
+            Ok(Arc::new(ByMachineRoom::new(string_list(
+                p,
+                "by_machine_room",
+                "consumer_idcs",
+            )?)))
+        });
+        r.register_simple(&["consistent_hash", "CONSISTENT_HASH"], consistent_hash);
+        r.register("machine_room_nearby", |p, reg| {
+            Ok(Arc::new(MachineRoomNearby::new(inner(
+                p,
+                reg,
+                "machine_room_nearby",
+            )?)))
+        });
+        r.register("designated", |p, reg| {
+            let consumers = string_list(p, "designated", "consumers")?;
+            Ok(Arc::new(Designated::new(
+                inner(p, reg, "designated")?,
+                consumers,
+            )))
+        });
+        r
+    }
+}
+
+impl StrategyRegistry {
+    /// A registry without any strategy.
+    pub fn empty() -> Self {
+        Self {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) a strategy.
+    pub fn register<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
+    where
+        F: Fn(&Params, &StrategyRegistry) -> Result<StrategyRef, StrategyConfigError>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.factories.insert(name.into(), Arc::new(factory));
+        self
+    }
+
+    fn register_simple<F>(&mut self, names: &[&str], factory: F)
+    where
+        F: Fn(&Params) -> Result<StrategyRef, StrategyConfigError> + Send + Sync + 'static,
+    {
+        let factory: StrategyFactory = Arc::new(move |p: &Params, _: &StrategyRegistry| factory(p));
+        for name in names {
+            self.factories.insert((*name).to_string(), factory.clone());
+        }
+    }
+
+    /// Builds the strategy called `name`.
+    pub fn build(&self, name: &str, params: &Params) -> Result<StrategyRef, StrategyConfigError> {
+        let factory = self
+            .factories
+            .get(name)
+            .ok_or_else(|| StrategyConfigError::Unknown {
+                name: name.to_string(),
+                known: self.names().collect::<Vec<_>>().join(", "),
+            })?;
+        factory(params, self)
+    }
+
+    /// The registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+}
+
+/// Builds a built-in strategy by name (see [`StrategyRegistry`]).
+pub fn build_strategy(name: &str, params: &Params) -> Result<StrategyRef, StrategyConfigError> {
+    StrategyRegistry::default().build(name, params)
+}
+
+fn param_error(strategy: &str, key: &str, problem: impl Into<String>) -> StrategyConfigError {
+    StrategyConfigError::Param {
+        strategy: strategy.to_string(),
+        key: key.to_string(),
+        problem: problem.into(),
+    }
+}
+
+fn consistent_hash(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
+    const S: &str = "consistent_hash";
+    let count = match p.get("virtual_node_count") {
+        None | Some(Value::Null) => ConsistentHash::DEFAULT_VIRTUAL_NODES,
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .ok_or_else(|| param_error(S, "virtual_node_count", "must be an integer"))?,
+        Some(Value::String(s)) => s.trim().parse().map_err(|_| {
+            param_error(
+                S,
+                "virtual_node_count",
+                format!("must be an integer, not `{s}`"),
+            )
+        })?,
+        Some(_) => return Err(param_error(S, "virtual_node_count", "must be an integer")),
+    };
+    match p.get("hash_function") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(h)) if ["default MD5", "md5", "MD5"].contains(&h.as_str()) => {}
+        Some(other) => {
+            return Err(param_error(
+                S,
+                "hash_function",
+                format!(
+                    "must be \"md5\" (plug other hashes in with ConsistentHash::with_hash), not {other}"
+                ),
+            ));
+        }
+    }
+    Ok(Arc::new(ConsistentHash::new(count)?))
+}
+
+fn inner(
+    p: &Params,
+    registry: &StrategyRegistry,
+    strategy: &str,
+) -> Result<StrategyRef, StrategyConfigError> {
+    let name = match p.get("inner_strategy") {
+        None | Some(Value::Null) => "averagely",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => {
+            return Err(param_error(
+                strategy,
+                "inner_strategy",
+                "must be a strategy name",
+            ));
+        }
+    };
+    let params = match p.get("inner_params") {
+        None | Some(Value::Null) => Params::new(),
+        Some(Value::Object(o)) => o.clone(),
+        Some(_) => return Err(param_error(strategy, "inner_params", "must be an object")),
+    };
+    registry.build(name, &params)
+}
+
+/// A list of strings: a JSON array of strings, or one comma-separated string.
+fn string_list(p: &Params, strategy: &str, key: &str) -> Result<Vec<String>, StrategyConfigError> {
+    match p.get(key) {
+        None | Some(Value::Null) => Err(param_error(strategy, key, "is required")),
+        Some(Value::String(s)) => Ok(s.split(',').map(str::trim).map(String::from).collect()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(String::from)
+                    .ok_or_else(|| param_error(strategy, key, "must hold only strings"))
+            })
+            .collect(),
+        Some(_) => Err(param_error(strategy, key, "must be a list of strings")),
+    }
+}
+
+/// A list of queues: `[[topic, broker, queue_id], ...]` or `[{"topic", "brokerName", "queueId"}, ...]`.
+fn queue_list(
+    p: &Params,
+    strategy: &str,
+    key: &str,
+) -> Result<Vec<MessageQueue>, StrategyConfigError> {
+    let Some(Value::Array(items)) = p.get(key) else {
+        return Err(param_error(
+            strategy,
+            key,
+            "must be a list of [topic, broker, queue_id]",
+        ));
+    };
+    items
+        .iter()
+        .map(|item| {
+            MessageQueue::from_json(item)
+                .ok_or_else(|| param_error(strategy, key, format!("has a bad queue: {item}")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Params {
+        match v {
+            Value::Object(o) => o,
+            _ => unreachable!("test params are objects"),
+        }
+    }
+
+    #[test]
+    fn builds_every_builtin() {
+        let r = StrategyRegistry::default();
+        assert_eq!(r.build("AVG", &Params::new()).unwrap().name(), "averagely");
+        let p = params(json!({"consumer_idcs": "room0,room1"}));
+        assert_eq!(
+            r.build("by_machine_room", &p).unwrap().name(),
+            "by_machine_room"
+        );
+        let p = params(
+            json!({"message_queue_list": [["T", "b", 1], {"topic": "T", "brokerName": "c", "queueId": 2}]}),
+        );
+        assert_eq!(r.build("by_config", &p).unwrap().name(), "by_config");
+        let p = params(
+            json!({"inner_strategy": "consistent_hash", "inner_params": {"virtual_node_count": "3"}}),
+        );
+        assert_eq!(
+            r.build("machine_room_nearby", &p).unwrap().name(),
+            "machine_room_nearby"
+        );
+        let p = params(json!({"consumers": ["10.0.0.1"]}));
+        assert_eq!(r.build("designated", &p).unwrap().name(), "designated");
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let r = StrategyRegistry::default();
+        let err = r
+            .build(
+                "consistent_hash",
+                &params(json!({"virtual_node_count": "x"})),
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("virtual_node_count"), "{err}");
+        let err = r
+            .build(
+                "consistent_hash",
+                &params(json!({"virtual_node_count": -1})),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            StrategyConfigError::Rejected(AllocateError::IllegalVirtualNodeCount(-1))
+        );
+        let err = r.build("by_config", &Params::new()).unwrap_err();
+        assert!(matches!(err, StrategyConfigError::Param { .. }));
+        let err = r
+            .build(
+                "machine_room_nearby",
+                &params(json!({"inner_strategy": "zzz"})),
+            )
+            .unwrap_err();
+        assert!(matches!(err, StrategyConfigError::Unknown { .. }));
+    }
+
+    #[test]
+    fn users_can_register_their_own() {
+        let mut r = StrategyRegistry::default();
+        r.register("mine", |_, _| Ok(Arc::new(Averagely)));
+        assert!(r.build("mine", &Params::new()).is_ok());
+        assert!(r.names().any(|n| n == "mine"));
+    }
+}

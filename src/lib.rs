@@ -1,0 +1,10 @@
+//! Coordinator-free consumer-group rebalancing for RocketMQ-style message queues.
+//!
+//! This facade re-exports the workspace's crates:
+//! - [`core`]: the queue model and the allocation strategies (pure, synchronous).
+#![warn(missing_docs)]
+
+pub use rebalance_core as core;
+pub use rebalance_core::{
+    AllocateError, AllocateStrategy, ClientId, MessageQueue, Plan, TopicRoute,
+};
