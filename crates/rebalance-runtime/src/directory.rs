@@ -1,0 +1,47 @@
+//! [`GroupDirectory`]: who is in the group.
+
+use async_trait::async_trait;
+use rebalance_core::ClientId;
+use tokio::sync::watch;
+
+use crate::RemoteError;
+use crate::config::{ConsumeFrom, ConsumeOrder, MessageModel};
+
+/// What a client tells the directory about itself in every heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    /// This client.
+    pub client_id: ClientId,
+    /// The consumer group.
+    pub group: String,
+    /// Clustering or broadcasting.
+    pub message_model: MessageModel,
+    /// Concurrent or orderly consumption.
+    pub consume_order: ConsumeOrder,
+    /// Where a queue without a stored offset starts.
+    pub consume_from: ConsumeFrom,
+    /// The subscribed topics, sorted.
+    pub topics: Vec<String>,
+}
+
+/// The membership of consumer groups (in RocketMQ: the brokers, maintained by heartbeats).
+#[async_trait]
+pub trait GroupDirectory: Send + Sync + 'static {
+    /// Registers this client, or refreshes its registration (a heartbeat). Registrations expire
+    /// when heartbeats stop.
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError>;
+
+    /// Removes this client from its group at once.
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError>;
+
+    /// The ids of the group's members that consume `topic`, in any order.
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError>;
+
+    /// A receiver whose value changes whenever the directory learns that the group's
+    /// membership changed (RocketMQ: `NOTIFY_CONSUMER_IDS_CHANGED`), or `None` when the
+    /// directory cannot tell. Only the fact of a change matters, so changes coalesce and none
+    /// is lost. The runtime never relies on it alone: it also rebalances periodically.
+    fn membership_changes(&self, _group: &str) -> Option<watch::Receiver<u64>> {
+        None
+    }
+}

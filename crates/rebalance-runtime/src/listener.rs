@@ -1,0 +1,216 @@
+//! [`QueueListener`]: the application's callbacks, and the lease it gets for each queue.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use async_trait::async_trait;
+use rebalance_core::MessageQueue;
+use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio_util::sync::CancellationToken;
+
+/// An error returned by a listener callback.
+pub type ListenerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where consumption of a newly added queue starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StartPosition {
+    /// The stored offset: continue exactly there.
+    Offset(i64),
+    /// No stored offset, start from the end (`ConsumeFrom::LastOffset`).
+    Latest,
+    /// No stored offset, start from the oldest message (`ConsumeFrom::FirstOffset`).
+    Earliest,
+    /// No stored offset, start from this time (ms since the Unix epoch).
+    Timestamp(i64),
+}
+
+/// Why a queue was taken away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RemovalReason {
+    /// The allocation gave it to another member.
+    Reassigned,
+    /// The topic no longer exists.
+    TopicGone,
+    /// The application unsubscribed the topic.
+    Unsubscribed,
+    /// The consumer is shutting down.
+    Shutdown,
+    /// The client lost the queue's lock (ordered consumption): it will be added again once the
+    /// lock is back.
+    Lost,
+}
+
+impl RemovalReason {
+    /// A lower-case name for logs and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemovalReason::Reassigned => "reassigned",
+            RemovalReason::TopicGone => "topic_gone",
+            RemovalReason::Unsubscribed => "unsubscribed",
+            RemovalReason::Shutdown => "shutdown",
+            RemovalReason::Lost => "lost",
+        }
+    }
+}
+
+impl fmt::Display for RemovalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// State a queue's lease shares with the runtime's ProcessQueue table.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    pub(crate) dropped: AtomicBool,
+    /// The next offset to consume as the application reported it; -1 when it reported nothing.
+    pub(crate) committed: AtomicI64,
+    pub(crate) consume_lock: Arc<Mutex<()>>,
+}
+
+impl LeaseState {
+    pub(crate) fn new() -> Self {
+        Self {
+            dropped: AtomicBool::new(false),
+            committed: AtomicI64::new(-1),
+            consume_lock: Arc::new(Mutex::new(())),
+        }
+    }
+
+    pub(crate) fn committed(&self) -> Option<i64> {
+        let offset = self.committed.load(Ordering::Acquire);
+        (offset >= 0).then_some(offset)
+    }
+}
+
+/// A queue this client now consumes, handed to [`QueueListener::queues_added`].
+///
+/// The lease is how the application and the runtime cooperate on one queue:
+/// - [`cancelled`](Self::cancelled) completes when the queue is taken away: stop consuming;
+/// - [`commit`](Self::commit) reports progress, which the runtime persists periodically and
+///   once more when the queue is released;
+/// - [`consume_guard`](Self::consume_guard) (ordered consumption) is held while a batch is
+///   processed, so the runtime unlocks the queue only between batches.
+#[derive(Clone)]
+pub struct QueueLease {
+    queue: MessageQueue,
+    start: StartPosition,
+    token: CancellationToken,
+    state: Arc<LeaseState>,
+}
+
+impl QueueLease {
+    pub(crate) fn new(
+        queue: MessageQueue,
+        start: StartPosition,
+        token: CancellationToken,
+        state: Arc<LeaseState>,
+    ) -> Self {
+        Self {
+            queue,
+            start,
+            token,
+            state,
+        }
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &MessageQueue {
+        &self.queue
+    }
+
+    /// Where to start consuming.
+    pub fn start_position(&self) -> StartPosition {
+        self.start
+    }
+
+    /// Cancelled when the queue is taken away (a child of the consumer's token).
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Completes when the queue is taken away.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await
+    }
+
+    /// Whether the queue has been taken away.
+    pub fn is_cancelled(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Reports that every message before `next_offset` is consumed. Offsets only move forward:
+    /// a smaller value than one already reported is ignored.
+    pub fn commit(&self, next_offset: i64) {
+        self.state
+            .committed
+            .fetch_max(next_offset, Ordering::AcqRel);
+    }
+
+    /// The last offset reported with [`commit`](Self::commit).
+    pub fn committed(&self) -> Option<i64> {
+        self.state.committed()
+    }
+
+    /// Waits for the right to process one batch of this queue; `None` once the queue is taken
+    /// away. Hold the guard while processing (ordered consumption): the runtime releases the
+    /// queue's broker lock only when no guard is held, or after `force_unlock_after`.
+    pub async fn consume_guard(&self) -> Option<OwnedMutexGuard<()>> {
+        if self.state.dropped.load(Ordering::Acquire) {
+            return None;
+        }
+        let guard = self.state.consume_lock.clone().lock_owned().await;
+        (!self.state.dropped.load(Ordering::Acquire)).then_some(guard)
+    }
+}
+
+impl fmt::Debug for QueueLease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueLease")
+            .field("queue", &self.queue)
+            .field("start", &self.start)
+            .field("cancelled", &self.token.is_cancelled())
+            .finish()
+    }
+}
+
+/// A queue taken away, handed to [`QueueListener::queues_removed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemovedQueue {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// Why.
+    pub reason: RemovalReason,
+}
+
+/// The application's callbacks.
+///
+/// Callbacks are awaited: a round waits for them, so a slow callback delays only its own
+/// consumer's round. An error or a panic is contained: it is logged, reported in the round's
+/// outcome, and never stops the runtime. Removals are announced before the queue's last offset
+/// is persisted and its lock released, so commit the final offset on the lease before
+/// returning from [`queues_removed`](Self::queues_removed).
+#[async_trait]
+pub trait QueueListener: Send + Sync + 'static {
+    /// Queues of `topic` this client now consumes.
+    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError>;
+
+    /// Queues of `topic` this client must stop consuming. Their leases are already cancelled.
+    async fn queues_removed(
+        &self,
+        topic: &str,
+        queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError>;
+
+    /// The Java client's `MessageQueueListener.messageQueueChanged`: called after a round in
+    /// which this client's share of `topic` changed, with every queue of the topic and the share.
+    async fn message_queue_changed(
+        &self,
+        _topic: &str,
+        _all: &[MessageQueue],
+        _mine: &[MessageQueue],
+    ) -> Result<(), ListenerError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,17 @@
+//! [`NameServer`]: where topic routes come from.
+
+use async_trait::async_trait;
+use rebalance_core::TopicRoute;
+
+use crate::RouteError;
+
+/// A source of topic routes (a RocketMQ name server, or the in-memory cluster).
+///
+/// "Topic not found" ([`RouteError::TopicNotFound`]) must be distinct from a failure of the name
+/// server ([`RouteError::NameServer`]): the runtime keeps the last good route on failures and
+/// only gives a topic up when the name server keeps saying it does not exist.
+#[async_trait]
+pub trait NameServer: Send + Sync + 'static {
+    /// The current route of `topic`.
+    async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError>;
+}
