@@ -1,0 +1,323 @@
+use bytes::{BufMut, Bytes, BytesMut};
+use proptest::prelude::*;
+use tokio_util::codec::{Decoder, Encoder};
+
+use super::*;
+use crate::command::{FLAG_ONEWAY, FLAG_RESPONSE};
+
+fn frame(serialize_type: u8, header: &[u8], body: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::new();
+    buf.put_u32((4 + header.len() + body.len()) as u32);
+    buf.put_u32((u32::from(serialize_type) << 24) | header.len() as u32);
+    buf.put_slice(header);
+    buf.put_slice(body);
+    buf
+}
+
+fn encode(cmd: &RemotingCommand) -> BytesMut {
+    let mut buf = BytesMut::new();
+    RemotingCodec::default().encode(cmd, &mut buf).unwrap();
+    buf
+}
+
+fn sample() -> RemotingCommand {
+    RemotingCommand::request(38)
+        .with_ext("consumerGroup", "G")
+        .with_ext("queueId", 3)
+        .with_body(Bytes::from_static(b"{\"x\":1}"))
+}
+
+#[test]
+fn writes_the_layout_and_every_required_header_field() {
+    let buf = encode(&RemotingCommand {
+        opaque: 9,
+        ..sample()
+    });
+    let total = u32::from_be_bytes(buf[0..4].try_into().unwrap()) as usize;
+    assert_eq!(total, buf.len() - 4);
+    let word = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+    assert_eq!(word >> 24, 0, "JSON serialization type");
+    let header_len = (word & 0xFF_FFFF) as usize;
+    assert_eq!(&buf[8 + header_len..], b"{\"x\":1}");
+    let header: serde_json::Value = serde_json::from_slice(&buf[8..8 + header_len]).unwrap();
+    assert_eq!(header["code"], 38);
+    assert_eq!(header["language"], "RUST");
+    assert_eq!(header["version"], 475);
+    assert_eq!(header["opaque"], 9);
+    assert_eq!(header["flag"], 0);
+    assert_eq!(header["remark"], serde_json::Value::Null);
+    assert_eq!(header["serializeTypeCurrentRPC"], "JSON");
+    // extFields values are strings, even numbers.
+    assert_eq!(
+        header["extFields"],
+        serde_json::json!({"consumerGroup": "G", "queueId": "3"})
+    );
+}
+
+#[test]
+fn round_trips_and_decodes_back_to_back_frames_in_order() {
+    let a = sample();
+    let b = RemotingCommand::response(22, 4, Some("not found".into()));
+    let mut buf = encode(&a);
+    buf.extend_from_slice(&encode(&b));
+    let mut codec = RemotingCodec::default();
+    assert_eq!(codec.decode(&mut buf).unwrap(), Some(a));
+    assert_eq!(codec.decode(&mut buf).unwrap(), Some(b));
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn byte_by_byte_arrival_gives_the_same_frame() {
+    let cmd = sample();
+    let whole = encode(&cmd);
+    let mut codec = RemotingCodec::default();
+    let mut buf = BytesMut::new();
+    let mut got = None;
+    for (i, byte) in whole.iter().enumerate() {
+        buf.put_u8(*byte);
+        let decoded = codec.decode(&mut buf).unwrap();
+        if i + 1 < whole.len() {
+            assert!(decoded.is_none(), "frame complete too early at byte {i}");
+        } else {
+            got = decoded;
+        }
+    }
+    assert_eq!(got, Some(cmd));
+}
+
+#[test]
+fn reads_what_servers_send_leniently() {
+    // Null extFields, a numeric extFields value, extra keys, no serializeTypeCurrentRPC.
+    let header = br#"{"code":0,"extFields":null,"flag":1,"language":"JAVA","opaque":5,"remark":null,"serializeTypeCurrentRPC":"JSON","version":475,"extra":[1]}"#;
+    let cmd = RemotingCodec::default()
+        .decode(&mut frame(0, header, b""))
+        .unwrap()
+        .unwrap();
+    assert!(cmd.is_response());
+    assert_eq!((cmd.code, cmd.opaque, cmd.language.as_str()), (0, 5, "JAVA"));
+    assert!(cmd.ext_fields.is_empty());
+
+    let header = br#"{"code":0,"flag":1,"opaque":6,"extFields":{"offset":42,"ok":true,"s":"x","n":null}}"#;
+    let cmd = RemotingCodec::default()
+        .decode(&mut frame(0, header, b""))
+        .unwrap()
+        .unwrap();
+    assert_eq!(cmd.ext("offset"), Some("42"));
+    assert_eq!(cmd.ext("ok"), Some("true"));
+    assert_eq!(cmd.ext("s"), Some("x"));
+    assert_eq!(cmd.ext("n"), None);
+}
+
+#[test]
+fn refuses_an_oversized_frame_before_buffering_it() {
+    let mut codec = RemotingCodec::new(1024);
+    let mut buf = BytesMut::new();
+    buf.put_u32(1025);
+    buf.put_u32(10);
+    let err = codec.decode(&mut buf).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CodecError::FrameTooLarge {
+                len: 1025,
+                max: 1024
+            }
+        ),
+        "{err}"
+    );
+    assert!(buf.capacity() < 4096, "no room reserved for the oversized frame");
+}
+
+#[test]
+fn encoding_an_oversized_command_fails_and_writes_nothing() {
+    let mut codec = RemotingCodec::new(64);
+    let mut buf = BytesMut::new();
+    let cmd = RemotingCommand::request(15).with_body(vec![b'x'; 100]);
+    let err = codec.encode(cmd, &mut buf).unwrap_err();
+    assert!(matches!(err, CodecError::FrameTooLarge { max: 64, .. }), "{err}");
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn truncated_frames_are_typed_errors_at_end_of_stream() {
+    let whole = encode(&sample());
+    let mut codec = RemotingCodec::default();
+    let mut partial = BytesMut::from(&whole[..whole.len() - 3]);
+    let err = codec.decode_eof(&mut partial).unwrap_err();
+    assert!(
+        matches!(err, CodecError::Truncated { received, expected } if received == whole.len() - 3 && expected == whole.len()),
+        "{err}"
+    );
+    let mut prefix_only = BytesMut::from(&whole[..2]);
+    let err = codec.decode_eof(&mut prefix_only).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CodecError::Truncated {
+                received: 2,
+                expected: 4
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(codec.decode_eof(&mut BytesMut::new()).unwrap(), None);
+}
+
+#[test]
+fn non_json_headers_and_other_serialization_types_are_refused() {
+    let mut codec = RemotingCodec::default();
+    let err = codec
+        .decode(&mut frame(0, b"not json", b""))
+        .unwrap_err();
+    assert!(matches!(err, CodecError::BadHeader(_)), "{err}");
+    // JSON, but not a remoting header (no code).
+    let err = codec.decode(&mut frame(0, b"{}", b"")).unwrap_err();
+    assert!(matches!(err, CodecError::BadHeader(_)), "{err}");
+    // A non-string remark.
+    let err = codec
+        .decode(&mut frame(0, br#"{"code":0,"remark":5}"#, b""))
+        .unwrap_err();
+    assert!(matches!(err, CodecError::BadHeader(_)), "{err}");
+    // RocketMQ's binary header format (1) is not supported.
+    let err = codec
+        .decode(&mut frame(1, br#"{"code":0}"#, b""))
+        .unwrap_err();
+    assert!(matches!(err, CodecError::UnsupportedSerialization(1)), "{err}");
+}
+
+#[test]
+fn impossible_lengths_are_refused() {
+    let mut codec = RemotingCodec::default();
+    let mut buf = BytesMut::new();
+    buf.put_u32(3);
+    buf.put_slice(b"abc");
+    assert!(matches!(
+        codec.decode(&mut buf).unwrap_err(),
+        CodecError::FrameTooShort(3)
+    ));
+    let mut buf = BytesMut::new();
+    buf.put_u32(8);
+    buf.put_u32(100);
+    buf.put_u32(0);
+    assert!(matches!(
+        codec.decode(&mut buf).unwrap_err(),
+        CodecError::HeaderLengthOutOfRange {
+            header_len: 100,
+            frame_len: 4
+        }
+    ));
+}
+
+fn arb_command() -> impl Strategy<Value = RemotingCommand> {
+    (
+        any::<i32>(),
+        "[A-Z_]{0,8}",
+        any::<i32>(),
+        any::<i32>(),
+        prop_oneof![Just(0), Just(FLAG_RESPONSE), Just(FLAG_ONEWAY), any::<i32>()],
+        proptest::option::of(".{0,20}"),
+        proptest::collection::btree_map(".{0,10}", ".{0,20}", 0..5),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(
+            |(code, language, version, opaque, flag, remark, ext_fields, body)| RemotingCommand {
+                code,
+                language,
+                version,
+                opaque,
+                flag,
+                remark,
+                ext_fields,
+                body: body.into(),
+            },
+        )
+}
+
+/// Feeds `input` in chunks of `chunk` bytes, then signals the end of the stream, and checks that
+/// the decoder never reserves memory beyond one frame.
+fn drive(max: usize, input: &[u8], chunk: usize) -> Vec<Result<RemotingCommand, String>> {
+    let mut codec = RemotingCodec::new(max);
+    let mut buf = BytesMut::new();
+    let mut out = Vec::new();
+    let bound = 4 * (max + 8) + input.len();
+    for piece in input.chunks(chunk.max(1)) {
+        buf.extend_from_slice(piece);
+        loop {
+            match codec.decode(&mut buf) {
+                Ok(Some(cmd)) => out.push(Ok(cmd)),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(e.to_string()));
+                    return out;
+                }
+            }
+            assert!(buf.capacity() <= bound, "capacity {} > {bound}", buf.capacity());
+        }
+        assert!(buf.capacity() <= bound, "capacity {} > {bound}", buf.capacity());
+    }
+    match codec.decode_eof(&mut buf) {
+        Ok(Some(cmd)) => out.push(Ok(cmd)),
+        Ok(None) => {}
+        Err(e) => out.push(Err(e.to_string())),
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn any_command_round_trips(cmd in arb_command()) {
+        let mut buf = encode(&cmd);
+        prop_assert_eq!(RemotingCodec::default().decode(&mut buf).unwrap(), Some(cmd));
+        prop_assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn random_bytes_never_panic_nor_grow_the_buffer(
+        input in proptest::collection::vec(any::<u8>(), 0..512),
+        chunk in 1usize..64,
+    ) {
+        drive(256, &input, chunk);
+    }
+
+    #[test]
+    fn random_bytes_after_a_plausible_prefix(
+        len in 0u32..300,
+        word in any::<u32>(),
+        rest in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let mut input = len.to_be_bytes().to_vec();
+        input.extend_from_slice(&word.to_be_bytes());
+        input.extend_from_slice(&rest);
+        drive(256, &input, 7);
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(
+        cmd in arb_command(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+        cut in proptest::option::of(any::<prop::sample::Index>()),
+        chunk in 1usize..32,
+    ) {
+        let mut bytes = encode(&cmd).to_vec();
+        for (at, value) in flips {
+            let i = at.index(bytes.len());
+            bytes[i] = value;
+        }
+        if let Some(cut) = cut {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        let results = drive(4096, &bytes, chunk);
+        // At most one frame was encoded, so at most one frame (or one error) comes out.
+        prop_assert!(results.len() <= 1 || results[1].is_err());
+    }
+
+    #[test]
+    fn an_unmutated_frame_split_anywhere_decodes_whole(cmd in arb_command(), chunk in 1usize..32) {
+        let bytes = encode(&cmd);
+        let results = drive(4096, &bytes, chunk);
+        prop_assert_eq!(results, vec![Ok(cmd)]);
+    }
+}

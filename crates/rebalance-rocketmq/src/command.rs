@@ -1,0 +1,181 @@
+//! [`RemotingCommand`]: one request or response of the RocketMQ remoting protocol, and the codes
+//! this crate uses.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use bytes::Bytes;
+
+/// Request codes (`RequestCode` in the Java client) used by a rebalance runtime.
+pub mod request_code {
+    /// Query the stored offset of a consumer group on a queue (broker).
+    pub const QUERY_CONSUMER_OFFSET: i32 = 14;
+    /// Store the offset of a consumer group on a queue (broker).
+    pub const UPDATE_CONSUMER_OFFSET: i32 = 15;
+    /// Create or update a topic (broker admin).
+    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    /// The largest offset of a queue (broker).
+    pub const GET_MAX_OFFSET: i32 = 30;
+    /// Register a client and its subscriptions (broker).
+    pub const HEART_BEAT: i32 = 34;
+    /// Remove a client from its groups (broker).
+    pub const UNREGISTER_CLIENT: i32 = 35;
+    /// The client ids of a consumer group (broker).
+    pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
+    /// Pushed by a broker to the members of a group whose membership changed (one-way).
+    pub const NOTIFY_CONSUMER_IDS_CHANGED: i32 = 40;
+    /// Lock queues for ordered consumption (broker master).
+    pub const LOCK_BATCH_MQ: i32 = 41;
+    /// Release queue locks (broker master).
+    pub const UNLOCK_BATCH_MQ: i32 = 42;
+    /// The route of a topic (name server).
+    pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
+}
+
+/// Response codes (`ResponseCode` in the Java client) this crate interprets.
+pub mod response_code {
+    /// Success.
+    pub const SUCCESS: i32 = 0;
+    /// A server-side error; GET_CONSUMER_LIST_BY_GROUP answers it when the group has no member.
+    pub const SYSTEM_ERROR: i32 = 1;
+    /// The server does not support the request code.
+    pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
+    /// The name server does not know the topic (answer to GET_ROUTEINFO_BY_TOPIC).
+    pub const TOPIC_NOT_EXIST: i32 = 17;
+    /// No offset is stored yet (answer to QUERY_CONSUMER_OFFSET).
+    pub const QUERY_NOT_FOUND: i32 = 22;
+}
+
+/// The `flag` bit marking a response.
+pub const FLAG_RESPONSE: i32 = 1;
+/// The `flag` bit marking a one-way request (no response expected).
+pub const FLAG_ONEWAY: i32 = 1 << 1;
+
+/// The `version` this client announces. Servers write fastjson-style route JSON to clients
+/// older than 401, so anything at or above it gets standard JSON.
+pub const CLIENT_VERSION: i32 = 475;
+
+/// The `language` this client announces.
+pub const CLIENT_LANGUAGE: &str = "RUST";
+
+/// A request or a response: the JSON header's fields and the raw body.
+///
+/// ```
+/// use rebalance_rocketmq::{RemotingCommand, request_code};
+///
+/// let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC)
+///     .with_ext("topic", "T");
+/// assert!(!request.is_response());
+/// assert_eq!(request.ext("topic"), Some("T"));
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RemotingCommand {
+    /// The request code, or the response code in a response.
+    pub code: i32,
+    /// The sender's language (`"RUST"`, `"JAVA"`, ...).
+    pub language: String,
+    /// The sender's protocol version.
+    pub version: i32,
+    /// The request id, echoed by the response.
+    pub opaque: i32,
+    /// Bit 0: response; bit 1: one-way.
+    pub flag: i32,
+    /// A human-readable explanation (usually of an error).
+    pub remark: Option<String>,
+    /// The request or response header fields, all strings on the wire.
+    pub ext_fields: BTreeMap<String, String>,
+    /// The body (JSON for the commands this crate uses), possibly empty.
+    pub body: Bytes,
+}
+
+impl RemotingCommand {
+    /// A request with `code`, this client's language and version, and nothing else.
+    pub fn request(code: i32) -> Self {
+        Self {
+            code,
+            language: CLIENT_LANGUAGE.to_string(),
+            version: CLIENT_VERSION,
+            opaque: 0,
+            flag: 0,
+            remark: None,
+            ext_fields: BTreeMap::new(),
+            body: Bytes::new(),
+        }
+    }
+
+    /// A response with `code` to a request whose id is `opaque`.
+    pub fn response(code: i32, opaque: i32, remark: Option<String>) -> Self {
+        Self {
+            opaque,
+            flag: FLAG_RESPONSE,
+            remark,
+            ..Self::request(code)
+        }
+    }
+
+    /// Adds a header field (`extFields`).
+    pub fn with_ext(mut self, key: impl Into<String>, value: impl ToString) -> Self {
+        self.ext_fields.insert(key.into(), value.to_string());
+        self
+    }
+
+    /// Sets the body.
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// A header field.
+    pub fn ext(&self, key: &str) -> Option<&str> {
+        self.ext_fields.get(key).map(String::as_str)
+    }
+
+    /// Whether this is a response (flag bit 0).
+    pub fn is_response(&self) -> bool {
+        self.flag & FLAG_RESPONSE != 0
+    }
+
+    /// Whether this is a one-way request (flag bit 1).
+    pub fn is_oneway(&self) -> bool {
+        self.flag & FLAG_ONEWAY != 0
+    }
+
+    /// The remark, or an empty string.
+    pub fn remark_or_empty(&self) -> &str {
+        self.remark.as_deref().unwrap_or_default()
+    }
+}
+
+impl fmt::Debug for RemotingCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemotingCommand")
+            .field("code", &self.code)
+            .field("language", &self.language)
+            .field("version", &self.version)
+            .field("opaque", &self.opaque)
+            .field("flag", &self.flag)
+            .field("remark", &self.remark)
+            .field("ext_fields", &self.ext_fields)
+            .field("body", &String::from_utf8_lossy(&self.body))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_tell_requests_responses_and_oneways_apart() {
+        let req = RemotingCommand::request(request_code::HEART_BEAT);
+        assert!(!req.is_response() && !req.is_oneway());
+        let resp = RemotingCommand::response(response_code::SUCCESS, 7, None);
+        assert!(resp.is_response() && !resp.is_oneway());
+        assert_eq!(resp.opaque, 7);
+        let oneway = RemotingCommand {
+            flag: FLAG_ONEWAY,
+            ..req
+        };
+        assert!(oneway.is_oneway() && !oneway.is_response());
+    }
+}
