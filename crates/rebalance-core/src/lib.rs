@@ -20,6 +20,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod assignor;
 pub mod java;
 pub mod model;
 pub mod strategy;

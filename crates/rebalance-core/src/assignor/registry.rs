@@ -1,0 +1,117 @@
+//! Group assignors built by name, so that configuration files and the command line can name them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::{Broadcast, CooperativeSticky, GroupAssignor, Range, RoundRobin, Sticky};
+use crate::strategy::Params;
+
+/// A shared group assignor.
+pub type AssignorRef = Arc<dyn GroupAssignor>;
+
+/// Builds an assignor from its parameters.
+pub type AssignorFactory =
+    Arc<dyn Fn(&Params) -> Result<AssignorRef, AssignorConfigError> + Send + Sync>;
+
+/// Why an assignor could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AssignorConfigError {
+    /// No assignor has this name.
+    #[error("unknown assignor `{name}` (known: {known})")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+        /// The names the registry knows, comma separated.
+        known: String,
+    },
+    /// A parameter is missing or wrong.
+    #[error("assignor `{assignor}`: {problem}")]
+    Param {
+        /// The assignor being built.
+        assignor: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+/// Named assignor factories: the built-in ones, plus any you register.
+///
+/// Built-in names: `range`, `roundrobin`, `sticky`, `cooperative_sticky`, `broadcast`, and
+/// Kafka's spellings `round_robin` and `cooperative-sticky` as aliases.
+///
+/// ```
+/// use rebalance_core::assignor::{AssignorRegistry, Broadcast};
+/// use rebalance_core::strategy::Params;
+/// use std::sync::Arc;
+///
+/// let mut registry = AssignorRegistry::default();
+/// assert_eq!(registry.build("cooperative_sticky", &Params::new()).unwrap().name(), "cooperative_sticky");
+/// registry.register("fan_out", |_| Ok(Arc::new(Broadcast)));
+/// assert!(registry.build("fan_out", &Params::new()).is_ok());
+/// assert!(registry.build("nope", &Params::new()).is_err());
+/// ```
+#[derive(Clone)]
+pub struct AssignorRegistry {
+    factories: BTreeMap<String, AssignorFactory>,
+}
+
+impl fmt::Debug for AssignorRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.factories.keys()).finish()
+    }
+}
+
+impl Default for AssignorRegistry {
+    fn default() -> Self {
+        let mut r = Self::empty();
+        r.register("range", |_| Ok(Arc::new(Range)));
+        r.register("roundrobin", |_| Ok(Arc::new(RoundRobin)));
+        r.register("round_robin", |_| Ok(Arc::new(RoundRobin)));
+        r.register("sticky", |_| Ok(Arc::new(Sticky)));
+        r.register("cooperative_sticky", |_| Ok(Arc::new(CooperativeSticky)));
+        r.register("cooperative-sticky", |_| Ok(Arc::new(CooperativeSticky)));
+        r.register("broadcast", |_| Ok(Arc::new(Broadcast)));
+        r
+    }
+}
+
+impl AssignorRegistry {
+    /// A registry without any assignor.
+    pub fn empty() -> Self {
+        Self {
+            factories: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) an assignor.
+    pub fn register<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
+    where
+        F: Fn(&Params) -> Result<AssignorRef, AssignorConfigError> + Send + Sync + 'static,
+    {
+        self.factories.insert(name.into(), Arc::new(factory));
+        self
+    }
+
+    /// Builds the assignor called `name`.
+    pub fn build(&self, name: &str, params: &Params) -> Result<AssignorRef, AssignorConfigError> {
+        let factory = self
+            .factories
+            .get(name)
+            .ok_or_else(|| AssignorConfigError::Unknown {
+                name: name.to_string(),
+                known: self.names().collect::<Vec<_>>().join(", "),
+            })?;
+        factory(params)
+    }
+
+    /// The registered names.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.factories.keys().map(String::as_str)
+    }
+}
+
+/// Builds a built-in assignor by name (see [`AssignorRegistry`]).
+pub fn build_assignor(name: &str) -> Result<AssignorRef, AssignorConfigError> {
+    AssignorRegistry::default().build(name, &Params::new())
+}

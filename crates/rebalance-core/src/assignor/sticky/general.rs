@@ -1,0 +1,313 @@
+//! Differing subscriptions: balance on per-(member, topic) counts, then pick the partitions.
+//!
+//! The state is one cell per subscription (member, topic) holding how many of the topic's
+//! partitions the member gets, split by kind: owned and listed only by this member (`costly`:
+//! moving one costs a revocation), owned but also listed by others (`cheap`: counted as moved
+//! whoever gets it), and not owned (`fresh`). Partitions are chosen only at the end, so balancing
+//! never touches per-partition data.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::Ctx;
+use super::claims::CONFLICT;
+use super::place::{Slot, place};
+use crate::assignor::layout::NONE;
+
+#[derive(Clone, Copy, Default)]
+struct Cell {
+    costly: u32,
+    cheap: u32,
+    fresh: u32,
+}
+
+impl Cell {
+    fn total(&self) -> u32 {
+        self.costly + self.cheap + self.fresh
+    }
+}
+
+/// The subscriptions of the active members, indexed both ways.
+struct Cells {
+    /// `subs[sub_off[t]..sub_off[t + 1]]`: topic `t`'s subscribers in member-id order; the
+    /// position in `subs` is also the cell's index.
+    sub_off: Vec<u32>,
+    subs: Vec<u32>,
+    /// `by_member[range[m]]`: member `m`'s `(topic, cell)` pairs, by topic.
+    range: Vec<(u32, u32)>,
+    by_member: Vec<(u32, u32)>,
+    cells: Vec<Cell>,
+    load: Vec<u32>,
+}
+
+impl Cells {
+    fn new(ctx: &Ctx<'_>) -> Cells {
+        let layout = &ctx.layout;
+        let topics = layout.topic_count();
+        let mut sub_off = vec![0u32; topics + 1];
+        for &m in &ctx.active {
+            for &t in layout.subscription(m as usize) {
+                sub_off[t as usize + 1] += 1;
+            }
+        }
+        for t in 0..topics {
+            sub_off[t + 1] += sub_off[t];
+        }
+        let edges = sub_off[topics] as usize;
+        let mut fill = sub_off.clone();
+        let mut subs = vec![0u32; edges];
+        let mut range = vec![(0, 0); layout.members().len()];
+        let mut by_member = Vec::with_capacity(edges);
+        for &m in &ctx.active {
+            let start = by_member.len() as u32;
+            for &t in layout.subscription(m as usize) {
+                let cell = fill[t as usize];
+                fill[t as usize] += 1;
+                subs[cell as usize] = m;
+                by_member.push((t, cell));
+            }
+            range[m as usize] = (start, by_member.len() as u32);
+        }
+        Cells {
+            sub_off,
+            subs,
+            range,
+            by_member,
+            cells: vec![Cell::default(); edges],
+            load: vec![0; layout.members().len()],
+        }
+    }
+
+    fn of_member(&self, m: u32) -> &[(u32, u32)] {
+        let (s, e) = self.range[m as usize];
+        &self.by_member[s as usize..e as usize]
+    }
+
+    fn cell(&self, m: u32, t: u32) -> Option<usize> {
+        let list = self.of_member(m);
+        let i = list.binary_search_by_key(&t, |&(t, _)| t).ok()?;
+        Some(list[i].1 as usize)
+    }
+
+    fn subscribers(&self, t: usize) -> std::ops::Range<usize> {
+        self.sub_off[t] as usize..self.sub_off[t + 1] as usize
+    }
+}
+
+pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
+    let layout = &ctx.layout;
+    let mut cells = Cells::new(ctx);
+
+    // 1. Keep every owned partition that may be kept.
+    let mut kept = vec![0u32; layout.topic_count()];
+    for &m in &ctx.active {
+        for &(t, g) in ctx.claims.owned_by(m) {
+            if !ctx.claims.is_owner(g, m) || ctx.rack_mismatch(g, t, m) {
+                continue;
+            }
+            let Some(c) = cells.cell(m, t) else { continue };
+            if ctx.claims.costly(g) {
+                cells.cells[c].costly += 1;
+            } else {
+                cells.cells[c].cheap += 1;
+            }
+            cells.load[m as usize] += 1;
+            kept[t as usize] += 1;
+        }
+    }
+
+    // 2. Free partitions to the least-loaded subscribers, most constrained topics first.
+    let mut topics: Vec<usize> = (0..layout.topic_count()).collect();
+    topics.sort_by_key(|&t| (cells.subscribers(t).len(), t));
+    for &t in &topics {
+        let free = layout.partition_count(t as u32) - kept[t];
+        if free > 0 {
+            water_fill(ctx, &mut cells, t, free);
+        }
+    }
+
+    // 3. Move single partitions towards members with two or more fewer.
+    let moves = balance(ctx, &mut cells);
+
+    // 4. Counts to partitions.
+    let members = layout.members().len();
+    let mut cell_of = vec![NONE; members];
+    let mut slot_of = vec![NONE; members];
+    let mut free = Vec::new();
+    let mut slots = Vec::new();
+    for t in 0..layout.topic_count() {
+        let subscribers = cells.subscribers(t);
+        for c in subscribers.clone() {
+            cell_of[cells.subs[c] as usize] = c as u32;
+        }
+        free.clear();
+        for g in layout.offsets[t]..layout.offsets[t + 1] {
+            let m = ctx.claims.claim[g as usize];
+            if m < CONFLICT && cell_of[m as usize] != NONE && !ctx.rack_mismatch(g, t as u32, m) {
+                let cell = &mut cells.cells[cell_of[m as usize] as usize];
+                let count = if ctx.claims.costly(g) {
+                    &mut cell.costly
+                } else {
+                    &mut cell.cheap
+                };
+                if *count > 0 {
+                    *count -= 1;
+                    owner[g as usize] = m;
+                    continue;
+                }
+            }
+            free.push((t as u32, g));
+        }
+        slots.clear();
+        for c in subscribers.clone() {
+            let cell = cells.cells[c];
+            debug_assert_eq!(cell.costly + cell.cheap, 0);
+            if cell.fresh > 0 {
+                slots.push(Slot {
+                    member: cells.subs[c],
+                    want: cell.fresh,
+                });
+            }
+        }
+        place(ctx, &free, &mut slots, &mut slot_of, owner);
+        for c in subscribers {
+            cell_of[cells.subs[c] as usize] = NONE;
+        }
+    }
+    tracing::trace!(moves, "general assignment balanced");
+}
+
+/// Gives `free` new partitions of topic `t` one by one to its least-loaded subscriber (ties by
+/// member id), computed level by level instead of one at a time.
+fn water_fill(ctx: &Ctx<'_>, cells: &mut Cells, t: usize, free: u32) {
+    let mut level: Vec<(u32, u32, usize)> = cells
+        .subscribers(t)
+        .map(|c| {
+            let m = cells.subs[c] as usize;
+            (cells.load[m], ctx.rank[m], c)
+        })
+        .collect();
+    if level.is_empty() {
+        return;
+    }
+    level.sort_unstable();
+    let n = level.len();
+    let mut k = 1;
+    let mut height = u64::from(level[0].0);
+    let mut left = u64::from(free);
+    while k < n {
+        let need = (u64::from(level[k].0) - height) * k as u64;
+        if left < need {
+            break;
+        }
+        left -= need;
+        height = u64::from(level[k].0);
+        k += 1;
+    }
+    let step = left / k as u64;
+    height += step;
+    left -= step * k as u64;
+    // The `left` lowest member ids among the raised ones get one more.
+    let raised = &mut level[..k];
+    raised.sort_unstable_by_key(|&(_, rank, _)| rank);
+    for (i, &(load, _, c)) in raised.iter().enumerate() {
+        let add = (height - u64::from(load)) as u32 + u32::from((i as u64) < left);
+        cells.cells[c].fresh += add;
+        cells.load[cells.subs[c] as usize] += add;
+    }
+}
+
+/// Repeats passes over the members, most loaded first, moving one partition at a time from a
+/// member to the least-loaded subscriber of its topic while that one has at least two fewer;
+/// stops when a pass moves nothing, which is Kafka's notion of balanced. Each move lowers the
+/// sum of squared loads, so this ends. Returns the number of moves.
+fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
+    let topics = ctx.layout.topic_count();
+    // Per topic, its subscribers by (load, id), with stale entries skipped lazily.
+    let mut heaps: Vec<BinaryHeap<Reverse<(u32, u32, u32)>>> = (0..topics)
+        .map(|t| {
+            cells
+                .subscribers(t)
+                .map(|c| {
+                    let m = cells.subs[c];
+                    Reverse((cells.load[m as usize], ctx.rank[m as usize], m))
+                })
+                .collect()
+        })
+        .collect();
+    fn lightest(
+        heap: &mut BinaryHeap<Reverse<(u32, u32, u32)>>,
+        load: &[u32],
+    ) -> Option<(u32, u32)> {
+        while let Some(&Reverse((l, _, m))) = heap.peek() {
+            if l == load[m as usize] {
+                return Some((l, m));
+            }
+            heap.pop();
+        }
+        None
+    }
+    let mut total = 0;
+    loop {
+        let mut order = ctx.active.clone();
+        order.sort_by_key(|&m| (Reverse(cells.load[m as usize]), ctx.rank[m as usize]));
+        let mut moves = 0;
+        for &h in &order {
+            loop {
+                let load_h = cells.load[h as usize];
+                // (kind, target load, topic, cell of h, target)
+                let mut best: Option<(u8, u32, u32, usize, u32)> = None;
+                let (s, e) = cells.range[h as usize];
+                for i in s as usize..e as usize {
+                    let (t, c) = cells.by_member[i];
+                    let cell = cells.cells[c as usize];
+                    if cell.total() == 0 {
+                        continue;
+                    }
+                    let Some((lmin, l)) = lightest(&mut heaps[t as usize], &cells.load) else {
+                        continue;
+                    };
+                    if lmin + 2 > load_h {
+                        continue;
+                    }
+                    let kind = if cell.fresh > 0 {
+                        0
+                    } else if cell.cheap > 0 {
+                        1
+                    } else {
+                        2
+                    };
+                    if best.is_none_or(|b| (kind, lmin, t) < (b.0, b.1, b.2)) {
+                        best = Some((kind, lmin, t, c as usize, l));
+                    }
+                }
+                let Some((kind, _, t, from, to)) = best else {
+                    break;
+                };
+                let Some(into) = cells.cell(to, t) else {
+                    break;
+                };
+                let cell = &mut cells.cells[from];
+                match kind {
+                    0 => cell.fresh -= 1,
+                    1 => cell.cheap -= 1,
+                    _ => cell.costly -= 1,
+                }
+                cells.cells[into].fresh += 1;
+                cells.load[h as usize] -= 1;
+                cells.load[to as usize] += 1;
+                for m in [h, to] {
+                    let entry = Reverse((cells.load[m as usize], ctx.rank[m as usize], m));
+                    for &(t, _) in cells.of_member(m) {
+                        heaps[t as usize].push(entry);
+                    }
+                }
+                moves += 1;
+            }
+        }
+        total += moves;
+        if moves == 0 {
+            return total;
+        }
+    }
+}
