@@ -37,11 +37,22 @@ impl<E: std::fmt::Display> From<E> for LineError {
 /// Runs `handle` on every non-blank line parsed as JSON and writes what it returns (one complete
 /// line each). A line that is not JSON, or that `handle` rejects, becomes
 /// `{"line": n, "id": ..., "error": "line n: problem"}` and the loop goes on.
-pub fn run<R, W, F>(input: R, mut out: W, mut handle: F) -> io::Result<Summary>
+pub fn run<R, W, F>(input: R, out: W, mut handle: F) -> io::Result<Summary>
 where
     R: BufRead,
     W: Write,
     F: FnMut(&Value, &mut Vec<u8>) -> Result<(), LineError>,
+{
+    run_lines(input, out, |_, case, buf| handle(case, buf))
+}
+
+/// Like [`run`], also handing `handle` the line's text, for commands that must read something
+/// [`Value`] does not keep (such as the order of an object's keys).
+pub fn run_lines<R, W, F>(input: R, mut out: W, mut handle: F) -> io::Result<Summary>
+where
+    R: BufRead,
+    W: Write,
+    F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<(), LineError>,
 {
     let mut summary = Summary::default();
     let mut buf = Vec::new();
@@ -74,7 +85,7 @@ where
             }
         };
         buf.clear();
-        match handle(&case, &mut buf) {
+        match handle(&line, &case, &mut buf) {
             Ok(()) => {
                 summary.answered += 1;
                 out.write_all(&buf)?;

@@ -2,5 +2,6 @@
 #![warn(missing_docs)]
 
 pub mod allocate;
+pub mod assign;
 pub mod jsonl;
 pub mod table;

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, jsonl};
+use rebalance_cli::{allocate, assign, jsonl};
+use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
 
 #[derive(Parser)]
@@ -29,12 +30,22 @@ enum Command {
         #[arg(long)]
         pretty: bool,
     },
+    /// Run Kafka-style group assignment cases (JSON Lines, one case per line) and print every
+    /// member's partitions.
+    Assign {
+        /// The cases; standard input when absent or `-`.
+        file: Option<PathBuf>,
+        /// Print a table per case instead of JSON lines.
+        #[arg(long)]
+        pretty: bool,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Allocate { file, pretty } => run_allocate(file, pretty),
+        Command::Assign { file, pretty } => run_assign(file, pretty),
     };
     match result {
         Ok(code) => code,
@@ -59,6 +70,22 @@ fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
         Ok(())
     })?;
     io::stderr().flush()?;
+    Ok(exit_code(summary))
+}
+
+fn run_assign(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
+    let input = jsonl::open_input(file.as_deref())?;
+    let registry = AssignorRegistry::default();
+    let stdout = io::stdout().lock();
+    let summary = jsonl::run_lines(input, io::BufWriter::new(stdout), |line, case, buf| {
+        let answer = assign::answer(line, case, &registry)?;
+        if pretty {
+            answer.write_pretty(buf)?;
+        } else {
+            answer.write_json(buf)?;
+        }
+        Ok(())
+    })?;
     Ok(exit_code(summary))
 }
 
