@@ -25,9 +25,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("averagely_by_circle", json!({})),
         ("consistent_hash", json!({"virtual_node_count": 10})),
         ("by_machine_room", json!({"consumer_idcs": ["room1"]})),
-        ("machine_room_nearby", json!({"inner_strategy": "averagely"})),
-        ("designated", json!({"consumers": ["room0@10.0.0.1@1", "room2@10.0.0.3@1"], "inner_strategy": "averagely"})),
-        ("by_config", json!({"message_queue_list": [["Orders", "room0@broker-a", 0]]})),
+        (
+            "machine_room_nearby",
+            json!({"inner_strategy": "averagely"}),
+        ),
+        (
+            "designated",
+            json!({"consumers": ["room0@10.0.0.1@1", "room2@10.0.0.3@1"], "inner_strategy": "averagely"}),
+        ),
+        (
+            "by_config",
+            json!({"message_queue_list": [["Orders", "room0@broker-a", 0]]}),
+        ),
     ];
     let registry = StrategyRegistry::default();
     for (name, params) in cases {
@@ -36,8 +45,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let plan = strategy.plan("orders-group", &queues, &members)?;
         println!("{name} {}", serde_json::Value::Object(params));
         for (member, share) in plan.iter() {
-            let ids: Vec<String> = share.iter().map(|q| format!("{}:{}", q.broker_name, q.queue_id)).collect();
-            println!("  {member:<20} {:>2} queues  {}", share.len(), ids.join(" "));
+            let ids: Vec<String> = share
+                .iter()
+                .map(|q| format!("{}:{}", q.broker_name, q.queue_id))
+                .collect();
+            println!(
+                "  {member:<20} {:>2} queues  {}",
+                share.len(),
+                ids.join(" ")
+            );
         }
     }
     Ok(())

@@ -1,10 +1,13 @@
 //! Coordinator-free consumer-group rebalancing for RocketMQ-style message queues.
 //!
 //! This facade re-exports the workspace's crates:
-//! - [`core`]: the queue model and the allocation strategies (pure, synchronous).
+//! - [`core`]: the queue model and the allocation strategies (pure, synchronous);
+//! - [`runtime`]: the async runtime a consumer embeds, with an in-memory cluster.
 #![warn(missing_docs)]
 
 pub use rebalance_core as core;
 pub use rebalance_core::{
     AllocateError, AllocateStrategy, ClientId, MessageQueue, Plan, TopicRoute,
 };
+pub use rebalance_runtime as runtime;
+pub use rebalance_runtime::{Consumer, ConsumerHandle, QueueLease, QueueListener, RemovedQueue};

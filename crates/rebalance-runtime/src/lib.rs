@@ -1,18 +1,79 @@
 //! The async rebalance runtime: what a consumer application embeds.
 //!
-//! Everything outside the process is a trait ([`NameServer`], [`GroupDirectory`],
-//! [`OffsetStore`], [`QueueLocker`], [`QueueListener`]); transports implement them.
+//! A [`Consumer`] joins a consumer group and keeps its share of the subscribed topics' queues
+//! right while brokers, routes and members come and go, with no coordinator. Everything
+//! outside the process is a trait ([`NameServer`], [`GroupDirectory`], [`OffsetStore`],
+//! [`QueueLocker`], [`QueueListener`]); transports implement them, and [`memory`] has an
+//! in-memory cluster for tests, examples and simulations.
+//!
+//! Tasks, one owner per piece of state:
+//! - **RouteSync** polls routes (every 30 s, first at start), keeps the last good route on
+//!   failures, publishes each topic's queue set and wakes a round when it really changed;
+//! - **RebalanceService** owns the ProcessQueue table: it runs rounds (20 s after a balanced
+//!   round, 1 s after an unbalanced one, at once on a wake-up, never two at once and never
+//!   closer than 1 s), renews locks, persists offsets, and releases everything at shutdown;
+//! - **Heartbeat** keeps the client registered (every 30 s).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use rebalance_runtime::memory::InMemoryCluster;
+//! use rebalance_runtime::{Consumer, ListenerError, QueueLease, QueueListener, RemovedQueue};
+//!
+//! struct Print;
+//!
+//! #[async_trait]
+//! impl QueueListener for Print {
+//!     async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+//!         println!("{topic}: +{}", queues.len());
+//!         Ok(())
+//!     }
+//!     async fn queues_removed(&self, topic: &str, queues: &[RemovedQueue]) -> Result<(), ListenerError> {
+//!         println!("{topic}: -{}", queues.len());
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = InMemoryCluster::new();
+//! cluster.create_topic("Orders", 2, 4);
+//! let consumer = Consumer::builder("orders-group")
+//!     .client_id("10.0.0.1@1")
+//!     .subscribe("Orders")
+//!     .cluster(cluster.client("10.0.0.1@1"))
+//!     .listener(Arc::new(Print))
+//!     .start()
+//!     .await?;
+//! let mut assignment = consumer.watch();
+//! assignment.wait_for(|a| a.len() == 8).await?;
+//! consumer.shutdown().await;
+//! assert!(cluster.members("orders-group").is_empty());
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
+mod assignment;
+mod callbacks;
 pub mod config;
+mod consumer;
+mod context;
 pub mod directory;
 mod error;
+mod heartbeat;
 pub mod listener;
 pub mod locker;
+pub mod memory;
 pub mod name_server;
 pub mod offset_store;
+mod route_sync;
+mod service;
+mod table;
+pub mod wake;
 
+pub use assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+pub use consumer::{ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle};
 pub use directory::{GroupDirectory, Registration};
 pub use error::{RemoteError, RouteError};
 pub use listener::{
@@ -21,3 +82,5 @@ pub use listener::{
 pub use locker::QueueLocker;
 pub use name_server::NameServer;
 pub use offset_store::OffsetStore;
+pub use route_sync::{RouteTable, TopicState};
+pub use wake::WakeReasons;

@@ -6,4 +6,4 @@ pub mod route;
 
 pub use client_id::ClientId;
 pub use message_queue::MessageQueue;
-pub use route::{BrokerData, QueueData, TopicRoute};
+pub use route::{BrokerData, QueueData, RouteDefect, TopicRoute};

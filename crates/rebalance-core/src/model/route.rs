@@ -151,10 +151,52 @@ impl TopicRoute {
         route
     }
 
+    /// Checks that the route makes sense: named brokers, no negative queue count, no broker listed
+    /// twice, and broker data for every readable broker. A route that fails this is garbage to
+    /// be ignored (keep the last good one), not an empty topic.
+    pub fn validate(&self) -> Result<(), RouteDefect> {
+        let mut seen = std::collections::HashSet::new();
+        for q in &self.queue_datas {
+            if q.broker_name.is_empty() {
+                return Err(RouteDefect::EmptyBrokerName);
+            }
+            if !seen.insert(q.broker_name.as_str()) {
+                return Err(RouteDefect::DuplicateBroker(q.broker_name.clone()));
+            }
+            if q.read_queue_nums < 0 || q.write_queue_nums < 0 {
+                return Err(RouteDefect::NegativeQueueCount(q.broker_name.clone()));
+            }
+            if perm::is_readable(q.perm)
+                && q.read_queue_nums > 0
+                && self.broker(&q.broker_name).is_none()
+            {
+                return Err(RouteDefect::MissingBrokerData(q.broker_name.clone()));
+            }
+        }
+        Ok(())
+    }
+
     /// Whether two routes describe the same thing, whatever the order of their lists.
     pub fn same_as(&self, other: &TopicRoute) -> bool {
         self.normalized() == other.normalized()
     }
+}
+
+/// Why a route cannot be trusted (see [`TopicRoute::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteDefect {
+    /// A queue data has an empty broker name.
+    #[error("a queue data has an empty broker name")]
+    EmptyBrokerName,
+    /// A broker is listed twice.
+    #[error("broker `{0}` is listed twice")]
+    DuplicateBroker(String),
+    /// A broker has a negative queue count.
+    #[error("broker `{0}` has a negative queue count")]
+    NegativeQueueCount(String),
+    /// A readable broker has no address.
+    #[error("readable broker `{0}` has no broker data")]
+    MissingBrokerData(String),
 }
 
 #[cfg(test)]
@@ -187,6 +229,40 @@ mod tests {
             .map(|q| format!("{:?}", q))
             .collect();
         assert_eq!(got, ["T/broker-10/0", "T/broker-2/0", "T/broker-2/1"]);
+    }
+
+    #[test]
+    fn validation_finds_garbage() {
+        let bd = |name: &str| BrokerData {
+            cluster: "c".into(),
+            broker_name: name.into(),
+            broker_addrs: [(0, "a:1".to_string())].into(),
+        };
+        let good = TopicRoute {
+            queue_datas: vec![qd("a", 2, 6)],
+            broker_datas: vec![bd("a")],
+            order_topic_conf: None,
+        };
+        assert_eq!(good.validate(), Ok(()));
+        let mut bad = good.clone();
+        bad.broker_datas.clear();
+        assert_eq!(
+            bad.validate(),
+            Err(RouteDefect::MissingBrokerData("a".into()))
+        );
+        let mut bad = good.clone();
+        bad.queue_datas[0].read_queue_nums = -1;
+        assert!(matches!(
+            bad.validate(),
+            Err(RouteDefect::NegativeQueueCount(_))
+        ));
+        let mut bad = good.clone();
+        bad.queue_datas.push(qd("a", 1, 6));
+        assert!(matches!(
+            bad.validate(),
+            Err(RouteDefect::DuplicateBroker(_))
+        ));
+        assert_eq!(TopicRoute::default().validate(), Ok(()));
     }
 
     #[test]

@@ -1,0 +1,170 @@
+//! What the application can observe: the current assignment and the outcome of each round.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rebalance_core::{ClientId, MessageQueue};
+
+use crate::listener::RemovedQueue;
+use crate::wake::WakeReasons;
+
+/// The queues this client holds, by topic (sorted), after a round.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Assignment {
+    /// The round that produced it (0 before the first round).
+    pub round: u64,
+    /// Whether that round reached the strategy's share for every topic.
+    pub balanced: bool,
+    /// Held queues by topic.
+    pub queues: BTreeMap<String, Vec<MessageQueue>>,
+}
+
+impl Assignment {
+    /// Every held queue.
+    pub fn iter(&self) -> impl Iterator<Item = &MessageQueue> {
+        self.queues.values().flatten()
+    }
+
+    /// The number of held queues.
+    pub fn len(&self) -> usize {
+        self.queues.values().map(Vec::len).sum()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether `queue` is held.
+    pub fn contains(&self, queue: &MessageQueue) -> bool {
+        self.queues
+            .get(&*queue.topic)
+            .is_some_and(|qs| qs.binary_search(queue).is_ok())
+    }
+}
+
+/// Why a topic's share could not be reached in a round; the last good assignment stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unbalanced {
+    /// No route is known for the topic yet.
+    RouteUnknown,
+    /// The directory failed.
+    DirectoryFailed(String),
+    /// The directory does not list this client (not registered yet, or expired).
+    NotInConsumerList,
+    /// The directory lists no consumer at all.
+    NoConsumers,
+    /// The strategy refused.
+    StrategyFailed(String),
+    /// Some queues could not be added (lock refused, offset unreadable) or released (still
+    /// consuming, offset not persisted) yet.
+    Pending {
+        /// Queues of the share not added yet.
+        not_added: usize,
+        /// Queues outside the share not released yet.
+        not_released: usize,
+    },
+}
+
+/// What one round did to one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicReport {
+    /// The topic.
+    pub topic: String,
+    /// A stable hash of the inputs (sorted queue set and consumer ids): two clients with the
+    /// same fingerprint computed from the same view.
+    pub fingerprint: Option<u64>,
+    /// `None` when the share was reached.
+    pub unbalanced: Option<Unbalanced>,
+    /// Queues added in this round.
+    pub added: Vec<MessageQueue>,
+    /// Queues removed (announced to the listener) in this round.
+    pub removed: Vec<RemovedQueue>,
+}
+
+/// The outcome of one rebalance round.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoundReport {
+    /// The client.
+    pub client_id: Option<ClientId>,
+    /// The round's number (from 1).
+    pub round: u64,
+    /// Why it ran.
+    pub reasons: WakeReasons,
+    /// Whether every topic reached its share.
+    pub balanced: bool,
+    /// Per subscribed (or just unsubscribed) topic.
+    pub topics: Vec<TopicReport>,
+    /// Listener callbacks that failed or panicked.
+    pub callback_errors: Vec<String>,
+    /// How long the round took.
+    pub duration: Duration,
+}
+
+impl RoundReport {
+    /// Every queue added in the round.
+    pub fn added(&self) -> impl Iterator<Item = &MessageQueue> {
+        self.topics.iter().flat_map(|t| &t.added)
+    }
+
+    /// Every queue removed in the round.
+    pub fn removed(&self) -> impl Iterator<Item = &RemovedQueue> {
+        self.topics.iter().flat_map(|t| &t.removed)
+    }
+}
+
+/// A stable 64-bit FNV-1a hash of a topic's inputs: the sorted queues and the sorted ids.
+pub(crate) fn fingerprint(queues: &[MessageQueue], ids: &[ClientId]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(PRIME);
+        }
+        // A separator that cannot occur in UTF-8, so ["ab","c"] and ["a","bc"] differ.
+        h ^= 0xff;
+        h = h.wrapping_mul(PRIME);
+    };
+    for q in queues {
+        feed(q.topic.as_bytes());
+        feed(q.broker_name.as_bytes());
+        feed(&q.queue_id.to_be_bytes());
+    }
+    feed(b"|ids");
+    for id in ids {
+        feed(id.as_bytes());
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprint_is_stable_and_sensitive() {
+        let q = |i| MessageQueue::new("T", "b", i);
+        let ids: Vec<ClientId> = vec!["a".into(), "b".into()];
+        let f = fingerprint(&[q(0), q(1)], &ids);
+        assert_eq!(f, fingerprint(&[q(0), q(1)], &ids));
+        assert_ne!(f, fingerprint(&[q(0)], &ids));
+        assert_ne!(f, fingerprint(&[q(0), q(1)], &ids[..1]));
+        let split: Vec<ClientId> = vec!["ab".into(), "c".into()];
+        let joined: Vec<ClientId> = vec!["a".into(), "bc".into()];
+        assert_ne!(fingerprint(&[], &split), fingerprint(&[], &joined));
+    }
+
+    #[test]
+    fn assignment_lookup() {
+        let q = |i| MessageQueue::new("T", "b", i);
+        let a = Assignment {
+            round: 1,
+            balanced: true,
+            queues: [("T".to_string(), vec![q(0), q(2)])].into(),
+        };
+        assert!(a.contains(&q(2)) && !a.contains(&q(1)));
+        assert_eq!(a.len(), 2);
+    }
+}

@@ -1,0 +1,480 @@
+//! [`Consumer`]: build, start, observe and stop a member of a consumer group.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
+use rebalance_core::{ClientId, StrategyRef};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::assignment::{Assignment, RoundReport};
+use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+use crate::context::Context;
+use crate::route_sync::{RouteSync, RouteTable};
+use crate::service::{Command, Outputs, Service};
+use crate::wake::{Trigger, WakeReasons};
+use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker, heartbeat};
+
+/// Why a consumer could not be started or a request could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    /// A required part was not configured.
+    #[error("the consumer needs {0}; set it on the builder")]
+    Missing(&'static str),
+    /// The group name is empty.
+    #[error("the consumer group name is empty")]
+    EmptyGroup,
+    /// The client id is empty.
+    #[error("the client id is empty")]
+    EmptyClientId,
+    /// The strategy could not be built.
+    #[error("strategy: {0}")]
+    Strategy(#[from] StrategyConfigError),
+    /// `start` was called outside a tokio runtime.
+    #[error("the consumer must be started inside a tokio runtime")]
+    NoRuntime,
+    /// The consumer has shut down.
+    #[error("the consumer has shut down")]
+    ShutDown,
+}
+
+/// Entry point: `Consumer::builder("group")`.
+#[derive(Debug, Clone, Copy)]
+pub struct Consumer;
+
+impl Consumer {
+    /// A builder for a member of `group`.
+    pub fn builder(group: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder {
+            group: group.into(),
+            client_id: None,
+            topics: BTreeSet::new(),
+            message_model: MessageModel::default(),
+            consume_order: ConsumeOrder::default(),
+            consume_from: ConsumeFrom::default(),
+            intervals: Intervals::default(),
+            strategy: None,
+            name_server: None,
+            directory: None,
+            offsets: None,
+            locker: None,
+            listener: None,
+            shutdown: None,
+        }
+    }
+}
+
+/// Configures a consumer; [`start`](Self::start) runs it.
+///
+/// ```no_run
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster,
+/// #               listener: std::sync::Arc<dyn rebalance_runtime::QueueListener>) -> Result<(), Box<dyn std::error::Error>> {
+/// use rebalance_runtime::Consumer;
+///
+/// let client = cluster.client("10.0.0.1@1");
+/// let consumer = Consumer::builder("orders")
+///     .client_id("10.0.0.1@1")
+///     .subscribe("Orders")
+///     .strategy_named("consistent_hash", &Default::default())?
+///     .cluster(client)
+///     .listener(listener)
+///     .start()
+///     .await?;
+/// println!("holding {:?}", consumer.assignment().queues);
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct ConsumerBuilder {
+    group: String,
+    client_id: Option<ClientId>,
+    topics: BTreeSet<String>,
+    message_model: MessageModel,
+    consume_order: ConsumeOrder,
+    consume_from: ConsumeFrom,
+    intervals: Intervals,
+    strategy: Option<StrategyRef>,
+    name_server: Option<Arc<dyn NameServer>>,
+    directory: Option<Arc<dyn GroupDirectory>>,
+    offsets: Option<Arc<dyn OffsetStore>>,
+    locker: Option<Arc<dyn QueueLocker>>,
+    listener: Option<Arc<dyn QueueListener>>,
+    shutdown: Option<CancellationToken>,
+}
+
+impl fmt::Debug for ConsumerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerBuilder")
+            .field("group", &self.group)
+            .field("client_id", &self.client_id)
+            .field("topics", &self.topics)
+            .field("message_model", &self.message_model)
+            .field("consume_order", &self.consume_order)
+            .field("strategy", &self.strategy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Something that implements every outside-world trait (the in-memory cluster's client, or a
+/// transport's client), to configure them all at once with [`ConsumerBuilder::cluster`].
+pub trait ClusterAccess: NameServer + GroupDirectory + OffsetStore + QueueLocker {}
+impl<T: NameServer + GroupDirectory + OffsetStore + QueueLocker> ClusterAccess for T {}
+
+impl ConsumerBuilder {
+    /// This client's id (default: `ip@pid@nanos`). Must be unique in the group.
+    pub fn client_id(mut self, id: impl Into<ClientId>) -> Self {
+        self.client_id = Some(id.into());
+        self
+    }
+
+    /// Subscribes a topic (more can be added at run time with [`ConsumerHandle::subscribe`]).
+    pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
+        self.topics.insert(topic.into());
+        self
+    }
+
+    /// Clustering (default) or broadcasting.
+    pub fn message_model(mut self, model: MessageModel) -> Self {
+        self.message_model = model;
+        self
+    }
+
+    /// Concurrent (default) or orderly consumption.
+    pub fn consume_order(mut self, order: ConsumeOrder) -> Self {
+        self.consume_order = order;
+        self
+    }
+
+    /// Where a queue without a stored offset starts (default: the last offset).
+    pub fn consume_from(mut self, from: ConsumeFrom) -> Self {
+        self.consume_from = from;
+        self
+    }
+
+    /// The timers.
+    pub fn intervals(mut self, intervals: Intervals) -> Self {
+        self.intervals = intervals;
+        self
+    }
+
+    /// The allocation strategy (default: averagely).
+    pub fn strategy(mut self, strategy: StrategyRef) -> Self {
+        self.strategy = Some(strategy);
+        self
+    }
+
+    /// The allocation strategy by name (see [`StrategyRegistry`]).
+    pub fn strategy_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
+        let strategy = StrategyRegistry::default().build(name, params)?;
+        Ok(self.strategy(strategy))
+    }
+
+    /// Where routes come from.
+    pub fn name_server(mut self, name_server: Arc<dyn NameServer>) -> Self {
+        self.name_server = Some(name_server);
+        self
+    }
+
+    /// Where the group's membership comes from.
+    pub fn directory(mut self, directory: Arc<dyn GroupDirectory>) -> Self {
+        self.directory = Some(directory);
+        self
+    }
+
+    /// Where offsets are stored.
+    pub fn offset_store(mut self, offsets: Arc<dyn OffsetStore>) -> Self {
+        self.offsets = Some(offsets);
+        self
+    }
+
+    /// Who locks queues (required for orderly clustering).
+    pub fn locker(mut self, locker: Arc<dyn QueueLocker>) -> Self {
+        self.locker = Some(locker);
+        self
+    }
+
+    /// Sets name server, directory, offset store and locker from one value that implements all.
+    pub fn cluster<C: ClusterAccess>(self, cluster: C) -> Self {
+        let cluster = Arc::new(cluster);
+        self.name_server(cluster.clone())
+            .directory(cluster.clone())
+            .offset_store(cluster.clone())
+            .locker(cluster)
+    }
+
+    /// The application's callbacks.
+    pub fn listener(mut self, listener: Arc<dyn QueueListener>) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Shuts the consumer down when `token` is cancelled (it becomes the parent of the
+    /// consumer's own token).
+    pub fn shutdown_on(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+
+    /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
+    /// tasks and runs a first round at once. Must be called inside a tokio runtime.
+    pub async fn start(self) -> Result<ConsumerHandle, ConsumerError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ConsumerError::NoRuntime)?;
+        if self.group.is_empty() {
+            return Err(ConsumerError::EmptyGroup);
+        }
+        let client_id = self.client_id.unwrap_or_else(default_client_id);
+        if client_id.is_empty() {
+            return Err(ConsumerError::EmptyClientId);
+        }
+        let locker = self.locker;
+        if self.consume_order == ConsumeOrder::Orderly
+            && self.message_model == MessageModel::Clustering
+            && locker.is_none()
+        {
+            return Err(ConsumerError::Missing(
+                "a queue locker (orderly clustering consumption)",
+            ));
+        }
+        let ctx = Arc::new(Context {
+            group: self.group,
+            client_id,
+            message_model: self.message_model,
+            consume_order: self.consume_order,
+            consume_from: self.consume_from,
+            intervals: self.intervals,
+            strategy: self.strategy.unwrap_or_else(|| Arc::new(Averagely)),
+            name_server: self
+                .name_server
+                .ok_or(ConsumerError::Missing("a name server"))?,
+            directory: self
+                .directory
+                .ok_or(ConsumerError::Missing("a group directory"))?,
+            offsets: self
+                .offsets
+                .ok_or(ConsumerError::Missing("an offset store"))?,
+            locker,
+            listener: self
+                .listener
+                .ok_or(ConsumerError::Missing("a queue listener"))?,
+        });
+        let token = self
+            .shutdown
+            .map_or_else(CancellationToken::new, |t| t.child_token());
+        let trigger = Arc::new(Trigger::new());
+        let (subscriptions_tx, subscriptions_rx) = watch::channel(Arc::new(self.topics.clone()));
+        let registration = Arc::new(ctx.registration(self.topics.iter().cloned()));
+        let (registration_tx, registration_rx) = watch::channel(registration.clone());
+        let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
+        let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
+        let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
+        let (commands_tx, commands_rx) = mpsc::channel(16);
+
+        let span = tracing::info_span!("consumer", group = %ctx.group, client = %ctx.client_id);
+        let mut route_sync = RouteSync::new(
+            ctx.name_server.clone(),
+            ctx.intervals.poll_name_server,
+            ctx.intervals.topic_gone_after,
+            subscriptions_rx,
+            routes_tx,
+            trigger.clone(),
+        );
+        async {
+            tracing::info!(topics = ?self.topics, strategy = ctx.strategy.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
+            route_sync.poll_all().await;
+            heartbeat::beat(&*ctx.directory, &registration).await;
+        }
+        .instrument(span.clone())
+        .await;
+        trigger.wake(WakeReasons::START);
+
+        let helpers = TaskTracker::new();
+        let tasks = TaskTracker::new();
+        let mut aborts = Vec::new();
+        aborts.push(
+            helpers
+                .spawn(route_sync.run(token.clone()).instrument(span.clone()))
+                .abort_handle(),
+        );
+        aborts.push(
+            helpers
+                .spawn(
+                    heartbeat::run(
+                        ctx.directory.clone(),
+                        registration_rx,
+                        ctx.intervals.heartbeat,
+                        token.clone(),
+                    )
+                    .instrument(span.clone()),
+                )
+                .abort_handle(),
+        );
+        let service = Service::new(
+            ctx.clone(),
+            self.topics,
+            routes_rx,
+            trigger.clone(),
+            Outputs {
+                subscriptions: subscriptions_tx,
+                registration: registration_tx,
+                assignment: assignment_tx,
+                rounds: rounds_tx,
+            },
+            token.child_token(),
+        );
+        aborts.push(
+            tasks
+                .spawn(
+                    service
+                        .run(commands_rx, token.clone(), helpers.clone())
+                        .instrument(span.clone()),
+                )
+                .abort_handle(),
+        );
+        tasks.close();
+        Ok(ConsumerHandle {
+            inner: Arc::new(HandleInner {
+                ctx,
+                token,
+                trigger,
+                commands: commands_tx,
+                assignment: assignment_rx,
+                rounds: rounds_rx,
+                tasks,
+                aborts,
+            }),
+        })
+    }
+}
+
+/// The default client id: `ip@pid@nanos`, as unique as the Java client's `ip@pid#nanos`.
+fn default_client_id() -> ClientId {
+    let ip = local_ip().unwrap_or_else(|| "127.0.0.1".to_string());
+    // An identifier, not a clock reading used for timing: wall time only makes it unique.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    ClientId::from(format!("{ip}@{}@{nanos}", std::process::id()))
+}
+
+/// The address this host would use to reach the outside (no packet is sent).
+fn local_ip() -> Option<String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then(|| ip.to_string())
+}
+
+struct HandleInner {
+    ctx: Arc<Context>,
+    token: CancellationToken,
+    trigger: Arc<Trigger>,
+    commands: mpsc::Sender<Command>,
+    assignment: watch::Receiver<Arc<Assignment>>,
+    rounds: watch::Receiver<Arc<RoundReport>>,
+    tasks: TaskTracker,
+    aborts: Vec<tokio::task::AbortHandle>,
+}
+
+/// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
+/// called, when the token given to [`ConsumerBuilder::shutdown_on`] is cancelled, or when every
+/// handle is dropped.
+#[derive(Clone)]
+pub struct ConsumerHandle {
+    inner: Arc<HandleInner>,
+}
+
+impl fmt::Debug for ConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerHandle")
+            .field("group", &self.inner.ctx.group)
+            .field("client_id", &self.inner.ctx.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerHandle {
+    /// This client's id.
+    pub fn client_id(&self) -> &ClientId {
+        &self.inner.ctx.client_id
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.inner.ctx.group
+    }
+
+    /// Subscribes a topic; returns whether it was new. A round follows at once.
+    pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        self.command(|done| Command::Subscribe(topic.into(), done))
+            .await
+    }
+
+    /// Unsubscribes a topic (its queues are released); returns whether it was subscribed.
+    pub async fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        self.command(|done| Command::Unsubscribe(topic.into(), done))
+            .await
+    }
+
+    async fn command(
+        &self,
+        make: impl FnOnce(oneshot::Sender<bool>) -> Command,
+    ) -> Result<bool, ConsumerError> {
+        let (done, answer) = oneshot::channel();
+        self.inner
+            .commands
+            .send(make(done))
+            .await
+            .map_err(|_| ConsumerError::ShutDown)?;
+        answer.await.map_err(|_| ConsumerError::ShutDown)
+    }
+
+    /// Asks for a round now (it runs as soon as `rebalance_min` allows).
+    pub fn rebalance_now(&self) {
+        self.inner.trigger.wake(WakeReasons::MANUAL);
+    }
+
+    /// The current assignment.
+    pub fn assignment(&self) -> Arc<Assignment> {
+        self.inner.assignment.borrow().clone()
+    }
+
+    /// A receiver of assignment snapshots (one per change).
+    pub fn watch(&self) -> watch::Receiver<Arc<Assignment>> {
+        self.inner.assignment.clone()
+    }
+
+    /// A receiver of round reports (the last round's).
+    pub fn rounds(&self) -> watch::Receiver<Arc<RoundReport>> {
+        self.inner.rounds.clone()
+    }
+
+    /// The consumer's cancellation token: cancelling it starts the shutdown.
+    pub fn token(&self) -> &CancellationToken {
+        &self.inner.token
+    }
+
+    /// Stops the timers, releases every queue (removed callbacks with reason `shutdown`, last
+    /// offsets persisted, locks released), unregisters, and returns when all of that is done.
+    /// Calling it again (or concurrently) waits for the same shutdown.
+    pub async fn shutdown(&self) {
+        self.inner.token.cancel();
+        self.inner.tasks.wait().await;
+    }
+
+    /// Whether the consumer has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.tasks.is_empty()
+    }
+
+    /// Stops every task at once, releasing nothing and without unregistering, as if the process
+    /// had died. For tests and simulations of crashes.
+    pub fn abort(&self) {
+        for task in &self.inner.aborts {
+            task.abort();
+        }
+    }
+}

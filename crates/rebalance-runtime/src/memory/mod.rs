@@ -1,0 +1,511 @@
+//! An in-memory cluster (name server, group directory, offset store, locker) for tests,
+//! examples and simulations: many clients in one process, on tokio's clock, with faults on
+//! demand.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! use rebalance_runtime::memory::{InMemoryCluster, Operation};
+//! use rebalance_runtime::{GroupDirectory, NameServer};
+//!
+//! let cluster = InMemoryCluster::new();
+//! cluster.create_topic("Orders", 2, 4); // 2 brokers of 4 queues
+//! let client = cluster.client("10.0.0.1@1");
+//! assert_eq!(client.topic_route("Orders").await.unwrap().subscribable_queues("Orders").len(), 8);
+//!
+//! cluster.fail_next(Operation::Route, 1);
+//! assert!(client.topic_route("Orders").await.is_err());
+//! assert!(client.topic_route("Orders").await.is_ok());
+//! # }
+//! ```
+
+mod faults;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dashmap::DashMap;
+use rebalance_core::route::perm;
+use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use self::faults::Faults;
+pub use self::faults::Operation;
+use crate::directory::Registration;
+use crate::{GroupDirectory, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError};
+
+/// Timings of the in-memory cluster, with RocketMQ's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// A member whose last heartbeat is older than this is removed (120 s).
+    pub heartbeat_expiry: Duration,
+    /// A lock not renewed for this long expires (60 s).
+    pub lock_expiry: Duration,
+    /// Whether departures (unregister, expiry) are pushed to the group like joins are (a Java
+    /// broker does; the Rust broker used in the real-server tests does not).
+    pub notify_departures: bool,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_expiry: Duration::from_secs(120),
+            lock_expiry: Duration::from_secs(60),
+            notify_departures: true,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Member {
+    topics: BTreeSet<String>,
+    last_seen: Instant,
+}
+
+#[derive(Debug)]
+struct Group {
+    members: HashMap<ClientId, Member>,
+    changes: watch::Sender<u64>,
+}
+
+impl Group {
+    fn new() -> Self {
+        Self {
+            members: HashMap::new(),
+            changes: watch::Sender::new(0),
+        }
+    }
+
+    fn notify(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+}
+
+#[derive(Debug)]
+struct Lock {
+    owner: ClientId,
+    until: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    routes: HashMap<String, TopicRoute>,
+    groups: HashMap<String, Group>,
+    locks: HashMap<(String, MessageQueue), Lock>,
+    faults: Faults,
+    partitioned: HashSet<ClientId>,
+    name_server_down: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    config: ClusterConfig,
+    inner: Mutex<Inner>,
+    offsets: DashMap<(String, MessageQueue), i64>,
+}
+
+/// The cluster. Cheap to clone; every clone is the same cluster.
+#[derive(Debug, Clone)]
+pub struct InMemoryCluster {
+    state: Arc<State>,
+}
+
+impl Default for InMemoryCluster {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl InMemoryCluster {
+    /// A cluster with RocketMQ's default timings.
+    pub fn new() -> Self {
+        Self::with_config(ClusterConfig::default())
+    }
+
+    /// A cluster with other timings.
+    pub fn with_config(config: ClusterConfig) -> Self {
+        Self {
+            state: Arc::new(State {
+                config,
+                inner: Mutex::new(Inner::default()),
+                offsets: DashMap::new(),
+            }),
+        }
+    }
+
+    /// The cluster as one client sees it: implements every runtime trait.
+    pub fn client(&self, client_id: impl Into<ClientId>) -> ClusterClient {
+        ClusterClient {
+            state: self.state.clone(),
+            client_id: client_id.into(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.state.lock()
+    }
+
+    /// Creates (or replaces) `topic` on `brokers` brokers named `broker-0`, `broker-1`, … with
+    /// `queues` readable and writable queues each.
+    pub fn create_topic(&self, topic: &str, brokers: usize, queues: i32) {
+        let names: Vec<String> = (0..brokers).map(|b| format!("broker-{b}")).collect();
+        self.set_route(topic, route_of(&names, queues));
+    }
+
+    /// Sets the route of `topic` as the name server will answer it.
+    pub fn set_route(&self, topic: &str, route: TopicRoute) {
+        self.lock().routes.insert(topic.to_string(), route);
+    }
+
+    /// The route of `topic`, if it exists.
+    pub fn route(&self, topic: &str) -> Option<TopicRoute> {
+        self.lock().routes.get(topic).cloned()
+    }
+
+    /// Deletes `topic`: the name server answers "not found" from now on.
+    pub fn delete_topic(&self, topic: &str) {
+        self.lock().routes.remove(topic);
+    }
+
+    /// The current members of `group` (after expiring silent ones), sorted the Java way.
+    pub fn members(&self, group: &str) -> Vec<ClientId> {
+        let mut inner = self.lock();
+        let now = Instant::now();
+        let config = self.state.config;
+        match inner.groups.get_mut(group) {
+            Some(g) => {
+                expire(g, now, config);
+                let mut ids: Vec<ClientId> = g.members.keys().cloned().collect();
+                ids.sort();
+                ids
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The stored offset of a queue.
+    pub fn offset(&self, group: &str, queue: &MessageQueue) -> Option<i64> {
+        self.state
+            .offsets
+            .get(&(group.to_string(), queue.clone()))
+            .map(|o| *o)
+    }
+
+    /// Stores an offset directly (as if another client had).
+    pub fn set_offset(&self, group: &str, queue: &MessageQueue, offset: i64) {
+        self.state
+            .offsets
+            .insert((group.to_string(), queue.clone()), offset);
+    }
+
+    /// Who holds the (unexpired) lock of a queue.
+    pub fn lock_owner(&self, group: &str, queue: &MessageQueue) -> Option<ClientId> {
+        let inner = self.lock();
+        let now = Instant::now();
+        inner
+            .locks
+            .get(&(group.to_string(), queue.clone()))
+            .filter(|l| l.until > now)
+            .map(|l| l.owner.clone())
+    }
+
+    /// Makes the next `n` calls of `operation` (from any client) fail as unreachable.
+    pub fn fail_next(&self, operation: Operation, n: usize) {
+        self.lock().faults.fail(operation, n);
+    }
+
+    /// Delays the next `n` calls of `operation` by `delay` (on tokio's clock).
+    pub fn delay_next(&self, operation: Operation, n: usize, delay: Duration) {
+        self.lock().faults.delay(operation, n, delay);
+    }
+
+    /// Makes the next `n` route answers for `topic` garbage (a route that fails validation).
+    pub fn garble_next_routes(&self, topic: &str, n: usize) {
+        self.lock().faults.garble(topic, n);
+    }
+
+    /// Takes the name server down (every route call fails as unreachable) or brings it back.
+    pub fn set_name_server_down(&self, down: bool) {
+        self.lock().name_server_down = down;
+    }
+
+    /// Cuts one client off (every call it makes fails as unreachable, so its heartbeats stop
+    /// and it eventually expires) or reconnects it.
+    pub fn partition(&self, client: &ClientId, cut: bool) {
+        let mut inner = self.lock();
+        if cut {
+            inner.partitioned.insert(client.clone());
+        } else {
+            inner.partitioned.remove(client);
+        }
+    }
+}
+
+impl State {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock can only come from a bug in this module; keep serving.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A route with `queues` queues on each named broker (perm read + write, master at id 0).
+pub fn route_of(brokers: &[String], queues: i32) -> TopicRoute {
+    TopicRoute {
+        queue_datas: brokers
+            .iter()
+            .map(|b| QueueData {
+                broker_name: b.clone(),
+                read_queue_nums: queues,
+                write_queue_nums: queues,
+                perm: perm::READ | perm::WRITE,
+                topic_sys_flag: 0,
+            })
+            .collect(),
+        broker_datas: brokers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| BrokerData {
+                cluster: "InMemoryCluster".into(),
+                broker_name: b.clone(),
+                broker_addrs: [(0, format!("memory:{}", 10911 + i))].into(),
+            })
+            .collect(),
+        order_topic_conf: None,
+    }
+}
+
+/// Removes members silent for longer than the expiry; notifies when configured to.
+fn expire(group: &mut Group, now: Instant, config: ClusterConfig) {
+    let before = group.members.len();
+    group.members.retain(|id, m| {
+        let alive = now.duration_since(m.last_seen) < config.heartbeat_expiry;
+        if !alive {
+            tracing::info!(client = %id, "in-memory directory expired a silent member");
+        }
+        alive
+    });
+    if group.members.len() != before && config.notify_departures {
+        group.notify();
+    }
+}
+
+/// One client's connection to the [`InMemoryCluster`].
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    state: Arc<State>,
+    client_id: ClientId,
+}
+
+impl ClusterClient {
+    /// The client this connection belongs to.
+    pub fn client_id(&self) -> &ClientId {
+        &self.client_id
+    }
+
+    /// Serves one call of `operation`: a partitioned client or an injected failure gets an
+    /// error without reaching the cluster; otherwise `serve` runs at once on the cluster's state
+    /// and an injected delay holds back only the answer (a slow network, not a slow server).
+    async fn call<T>(
+        &self,
+        operation: Operation,
+        serve: impl FnOnce(&mut Inner) -> T,
+    ) -> Result<T, RemoteError> {
+        let (delay, answer) = {
+            let mut inner = self.state.lock();
+            if inner.partitioned.contains(&self.client_id) {
+                return Err(RemoteError::Unreachable(format!(
+                    "{} is partitioned from the cluster",
+                    self.client_id
+                )));
+            }
+            if operation == Operation::Route && inner.name_server_down {
+                return Err(RemoteError::Unreachable("name server is down".into()));
+            }
+            let (delay, fail) = inner.faults.take(operation);
+            let answer = if fail { None } else { Some(serve(&mut inner)) };
+            (delay, answer)
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        answer.ok_or_else(|| RemoteError::Unreachable(format!("injected failure of {operation:?}")))
+    }
+}
+
+#[async_trait]
+impl NameServer for ClusterClient {
+    async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
+        let answer = self
+            .call(Operation::Route, |inner| {
+                let garbled = inner.faults.take_garbled(topic);
+                inner
+                    .routes
+                    .get(topic)
+                    .cloned()
+                    .map(|route| if garbled { garble(route) } else { route })
+            })
+            .await?;
+        answer.ok_or_else(|| RouteError::TopicNotFound(topic.to_string()))
+    }
+}
+
+/// A route that fails validation: queue data without broker data and a negative count.
+fn garble(mut route: TopicRoute) -> TopicRoute {
+    route.broker_datas.clear();
+    if let Some(q) = route.queue_datas.first_mut() {
+        q.read_queue_nums = -1;
+    }
+    route
+}
+
+#[async_trait]
+impl GroupDirectory for ClusterClient {
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        let now = Instant::now();
+        let config = self.state.config;
+        self.call(Operation::Register, |inner| {
+            let group = inner.groups.entry(registration.group.clone()).or_insert_with(Group::new);
+            expire(group, now, config);
+            let topics: BTreeSet<String> = registration.topics.iter().cloned().collect();
+            let changed = match group.members.get_mut(&registration.client_id) {
+                Some(m) => {
+                    m.last_seen = now;
+                    let changed = m.topics != topics;
+                    m.topics = topics;
+                    changed
+                }
+                None => {
+                    group.members.insert(registration.client_id.clone(), Member { topics, last_seen: now });
+                    true
+                }
+            };
+            if changed {
+                tracing::debug!(client = %registration.client_id, group = %registration.group, "in-memory directory: membership changed");
+                group.notify();
+            }
+        })
+        .await
+    }
+
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
+        let config = self.state.config;
+        self.call(Operation::Unregister, |inner| {
+            if let Some(group) = inner.groups.get_mut(&registration.group) {
+                if group.members.remove(&registration.client_id).is_some()
+                    && config.notify_departures
+                {
+                    group.notify();
+                }
+            }
+        })
+        .await
+    }
+
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        let now = Instant::now();
+        let config = self.state.config;
+        self.call(Operation::ConsumerIds, |inner| {
+            let Some(group) = inner.groups.get_mut(group) else {
+                return Vec::new();
+            };
+            expire(group, now, config);
+            group
+                .members
+                .iter()
+                .filter(|(_, m)| m.topics.contains(topic))
+                .map(|(id, _)| id.clone())
+                .collect()
+        })
+        .await
+    }
+
+    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
+        let mut inner = self.state.lock();
+        let group = inner
+            .groups
+            .entry(group.to_string())
+            .or_insert_with(Group::new);
+        Some(group.changes.subscribe())
+    }
+}
+
+#[async_trait]
+impl OffsetStore for ClusterClient {
+    async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
+        let offsets = &self.state.offsets;
+        self.call(Operation::ReadOffset, |_| {
+            offsets.get(&(group.to_string(), queue.clone())).map(|o| *o)
+        })
+        .await
+    }
+
+    async fn persist(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<(), RemoteError> {
+        let offsets = &self.state.offsets;
+        self.call(Operation::PersistOffset, |_| {
+            offsets.insert((group.to_string(), queue.clone()), offset);
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl QueueLocker for ClusterClient {
+    async fn lock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        let now = Instant::now();
+        let until = now + self.state.config.lock_expiry;
+        self.call(Operation::Lock, |inner| {
+            let mut granted = Vec::new();
+            for q in queues {
+                let key = (group.to_string(), q.clone());
+                let free = inner
+                    .locks
+                    .get(&key)
+                    .is_none_or(|l| l.owner == *client || l.until <= now);
+                if free {
+                    inner.locks.insert(
+                        key,
+                        Lock {
+                            owner: client.clone(),
+                            until,
+                        },
+                    );
+                    granted.push(q.clone());
+                }
+            }
+            granted
+        })
+        .await
+    }
+
+    async fn unlock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<(), RemoteError> {
+        self.call(Operation::Unlock, |inner| {
+            for q in queues {
+                let key = (group.to_string(), q.clone());
+                if inner.locks.get(&key).is_some_and(|l| l.owner == *client) {
+                    inner.locks.remove(&key);
+                }
+            }
+        })
+        .await
+    }
+}

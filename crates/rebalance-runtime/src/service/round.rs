@@ -1,0 +1,368 @@
+//! One rebalance round: compute each topic's share and move the table towards it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use rebalance_core::{ClientId, MessageQueue};
+use tokio::time::Instant;
+
+use super::Service;
+use crate::assignment::{TopicReport, Unbalanced, fingerprint};
+use crate::callbacks::contained;
+use crate::config::{ConsumeFrom, MessageModel};
+use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
+use crate::route_sync::{RouteTable, TopicState};
+
+/// Where a topic should go this round.
+pub(super) enum Target {
+    /// Hold exactly `mine`.
+    Share {
+        all: Arc<[MessageQueue]>,
+        mine: Vec<MessageQueue>,
+        fingerprint: u64,
+    },
+    /// Release everything of the topic.
+    ReleaseAll(RemovalReason),
+    /// Change nothing: the view is incomplete.
+    Keep(Unbalanced),
+}
+
+/// How a release waits for the consumer of an ordered queue to finish its batch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReleaseMode {
+    /// Try once; if busy, leave it for the next round (until `force_unlock_after`).
+    Try,
+    /// Wait for it, up to `force_unlock_after` after the release started (shutdown).
+    Wait,
+}
+
+impl Service {
+    /// The share of `topic` this client should hold, from the published routes and the
+    /// directory's member list.
+    pub(super) async fn target(&self, topic: &str, routes: &RouteTable) -> Target {
+        let ctx = &self.ctx;
+        let queues = match routes.topic(topic) {
+            TopicState::Unknown => return Target::Keep(Unbalanced::RouteUnknown),
+            TopicState::Gone => return Target::ReleaseAll(RemovalReason::TopicGone),
+            TopicState::Known { queues, .. } => queues.clone(),
+        };
+        if ctx.message_model == MessageModel::Broadcasting {
+            let fingerprint = fingerprint(&queues, &[]);
+            return Target::Share {
+                mine: queues.to_vec(),
+                all: queues,
+                fingerprint,
+            };
+        }
+        let mut ids: Vec<ClientId> = match ctx.directory.consumer_ids(&ctx.group, topic).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(topic, error = %e, "could not list the group's consumers; keeping the current share");
+                return Target::Keep(Unbalanced::DirectoryFailed(e.to_string()));
+            }
+        };
+        ids.sort();
+        if ids.is_empty() {
+            tracing::warn!(
+                topic,
+                "the directory lists no consumer; keeping the current share"
+            );
+            return Target::Keep(Unbalanced::NoConsumers);
+        }
+        if !ids.contains(&ctx.client_id) {
+            tracing::warn!(
+                topic,
+                "this client is not in the consumer list (not registered yet, or expired); keeping the current share"
+            );
+            return Target::Keep(Unbalanced::NotInConsumerList);
+        }
+        let fingerprint = fingerprint(&queues, &ids);
+        if queues.is_empty() {
+            tracing::warn!(
+                topic,
+                "the route has no readable queue; releasing the topic's queues"
+            );
+            return Target::Share {
+                all: queues,
+                mine: Vec::new(),
+                fingerprint,
+            };
+        }
+        match ctx
+            .strategy
+            .allocate(&ctx.group, &ctx.client_id, &queues, &ids)
+        {
+            Ok(mine) => Target::Share {
+                all: queues,
+                mine,
+                fingerprint,
+            },
+            Err(e) => {
+                tracing::warn!(topic, strategy = ctx.strategy.name(), error = %e, "the strategy refused; keeping the current share");
+                Target::Keep(Unbalanced::StrategyFailed(e.to_string()))
+            }
+        }
+    }
+
+    /// Moves the table towards `target` for `topic`; fills `report`.
+    pub(super) async fn apply(&mut self, topic: &str, target: Target, report: &mut TopicReport) {
+        match target {
+            Target::Keep(why) => {
+                // Queues already being released still finish.
+                let releasing = self.releasing(topic);
+                self.release(
+                    topic,
+                    releasing,
+                    RemovalReason::Reassigned,
+                    ReleaseMode::Try,
+                    report,
+                )
+                .await;
+                report.unbalanced = Some(why);
+            }
+            Target::ReleaseAll(reason) => {
+                let all = self.table.queues_of(topic);
+                let not_released = self
+                    .release(topic, all, reason, ReleaseMode::Try, report)
+                    .await;
+                if not_released > 0 {
+                    report.unbalanced = Some(Unbalanced::Pending {
+                        not_added: 0,
+                        not_released,
+                    });
+                }
+            }
+            Target::Share {
+                all,
+                mine,
+                fingerprint,
+            } => {
+                report.fingerprint = Some(fingerprint);
+                let wanted: HashSet<&MessageQueue> = mine.iter().collect();
+                let to_release: Vec<MessageQueue> = self
+                    .table
+                    .queues_of(topic)
+                    .into_iter()
+                    .filter(|q| {
+                        !wanted.contains(q) || self.table.get(q).is_some_and(|pq| !pq.is_held())
+                    })
+                    .collect();
+                let not_released = self
+                    .release(
+                        topic,
+                        to_release,
+                        RemovalReason::Reassigned,
+                        ReleaseMode::Try,
+                        report,
+                    )
+                    .await;
+                let to_add: Vec<MessageQueue> = mine
+                    .iter()
+                    .filter(|q| !self.table.contains(q))
+                    .cloned()
+                    .collect();
+                let still_releasing = mine
+                    .iter()
+                    .filter(|q| self.table.contains(q) && !self.is_held(q))
+                    .count();
+                let not_added = self.add(topic, to_add, report).await + still_releasing;
+                if not_added > 0 || not_released > 0 {
+                    report.unbalanced = Some(Unbalanced::Pending {
+                        not_added,
+                        not_released,
+                    });
+                }
+                if !report.added.is_empty() || !report.removed.is_empty() {
+                    let listener = self.ctx.listener.clone();
+                    let changed = contained(
+                        "message_queue_changed",
+                        topic,
+                        listener.message_queue_changed(topic, &all, &mine),
+                    )
+                    .await;
+                    self.note_callback(changed);
+                }
+            }
+        }
+    }
+
+    fn is_held(&self, queue: &MessageQueue) -> bool {
+        self.table.get(queue).is_some_and(|pq| pq.is_held())
+    }
+
+    fn releasing(&self, topic: &str) -> Vec<MessageQueue> {
+        self.table
+            .queues_of(topic)
+            .into_iter()
+            .filter(|q| !self.is_held(q))
+            .collect()
+    }
+
+    /// Releases `queues` of `topic`: announce (once), wait for the consumer (ordered), persist
+    /// the last offset, unlock, forget. Returns how many could not be finished yet.
+    pub(super) async fn release(
+        &mut self,
+        topic: &str,
+        queues: Vec<MessageQueue>,
+        reason: RemovalReason,
+        mode: ReleaseMode,
+        report: &mut TopicReport,
+    ) -> usize {
+        if queues.is_empty() {
+            return 0;
+        }
+        let now = Instant::now();
+        let announced: Vec<RemovedQueue> = queues
+            .iter()
+            .filter(|q| self.table.start_release(q, now))
+            .map(|q| RemovedQueue {
+                queue: q.clone(),
+                reason,
+            })
+            .collect();
+        if !announced.is_empty() {
+            tracing::info!(topic, count = announced.len(), %reason, queues = ?queues_of(&announced), "releasing queues");
+            let listener = self.ctx.listener.clone();
+            let result = contained(
+                "queues_removed",
+                topic,
+                listener.queues_removed(topic, &announced),
+            )
+            .await;
+            self.note_callback(result);
+            report.removed.extend(announced);
+        }
+        let locks = self.ctx.locks().cloned();
+        let group = self.ctx.group.clone();
+        let mut to_unlock = Vec::new();
+        let mut busy = 0;
+        for queue in queues {
+            let Some(pq) = self.table.get(&queue) else {
+                continue;
+            };
+            let Some(release) = pq.release else {
+                continue;
+            };
+            if locks.is_some() {
+                let deadline = release.since + self.ctx.intervals.force_unlock_after;
+                let lock = pq.state.consume_lock.clone();
+                let free = match mode {
+                    ReleaseMode::Try => lock.try_lock().is_ok(),
+                    ReleaseMode::Wait => {
+                        tokio::time::timeout_at(deadline, lock.lock()).await.is_ok()
+                    }
+                };
+                if !free {
+                    if Instant::now() < deadline {
+                        tracing::info!(topic, queue = ?queue, "queue is still consuming a batch; unlocking it later");
+                        busy += 1;
+                        continue;
+                    }
+                    tracing::warn!(topic, queue = ?queue, "queue kept consuming past force_unlock_after; releasing it anyway");
+                }
+            }
+            let Some(pq) = self.table.get(&queue) else {
+                continue;
+            };
+            let mut persisted = true;
+            if let Some(offset) = pq.unpersisted_offset() {
+                match self.ctx.offsets.persist(&group, &queue, offset).await {
+                    Ok(()) => {
+                        tracing::debug!(topic, queue = ?queue, offset, "final offset persisted")
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; will retry");
+                        self.pending_offsets.insert(queue.clone(), offset);
+                        persisted = false;
+                    }
+                }
+            }
+            if let Err(e) = self.ctx.offsets.remove(&group, &queue).await {
+                tracing::warn!(topic, queue = ?queue, error = %e, "offset store could not forget the queue");
+            }
+            // Never unlock before the last offset is stored: the next owner would read an old one.
+            if locks.is_some() && persisted {
+                to_unlock.push(queue.clone());
+            }
+            self.table.remove(&queue);
+        }
+        if let (Some(locker), false) = (locks, to_unlock.is_empty()) {
+            if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &to_unlock).await {
+                tracing::warn!(topic, count = to_unlock.len(), error = %e, "unlock failed; the broker lock will expire");
+            }
+        }
+        busy
+    }
+
+    /// Adds `queues` of `topic`: lock (ordered), read the start offset, insert, announce.
+    /// Returns how many could not be added.
+    async fn add(
+        &mut self,
+        topic: &str,
+        mut queues: Vec<MessageQueue>,
+        report: &mut TopicReport,
+    ) -> usize {
+        if queues.is_empty() {
+            return 0;
+        }
+        let wanted = queues.len();
+        let group = self.ctx.group.clone();
+        let mut locked_at = None;
+        if let Some(locker) = self.ctx.locks().cloned() {
+            let refused = match locker.lock(&group, &self.ctx.client_id, &queues).await {
+                Ok(granted) => {
+                    let granted: HashSet<MessageQueue> = granted.into_iter().collect();
+                    let before = queues.len();
+                    queues.retain(|q| granted.contains(q));
+                    before - queues.len()
+                }
+                Err(e) => {
+                    tracing::warn!(topic, error = %e, "lock request failed");
+                    std::mem::take(&mut queues).len()
+                }
+            };
+            if refused > 0 {
+                tracing::info!(topic, refused, retry_in = ?self.ctx.intervals.lock_retry, "locks refused; trying again soon");
+                self.lock_retry_at = Some(Instant::now() + self.ctx.intervals.lock_retry);
+            }
+            locked_at = Some(Instant::now());
+        }
+        let mut leases = Vec::with_capacity(queues.len());
+        for queue in queues {
+            let start = match self.pending_offsets.remove(&queue) {
+                Some(offset) => StartPosition::Offset(offset),
+                None => match self.ctx.offsets.read(&group, &queue).await {
+                    Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
+                    Ok(_) => match self.ctx.consume_from {
+                        ConsumeFrom::LastOffset => StartPosition::Latest,
+                        ConsumeFrom::FirstOffset => StartPosition::Earliest,
+                        ConsumeFrom::Timestamp(t) => StartPosition::Timestamp(t),
+                    },
+                    Err(e) => {
+                        tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
+                        continue;
+                    }
+                },
+            };
+            leases.push(
+                self.table
+                    .insert(queue, start, &self.queues_token, locked_at),
+            );
+        }
+        if !leases.is_empty() {
+            tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
+            let listener = self.ctx.listener.clone();
+            let result =
+                contained("queues_added", topic, listener.queues_added(topic, &leases)).await;
+            self.note_callback(result);
+            report
+                .added
+                .extend(leases.iter().map(|l| l.queue().clone()));
+        }
+        wanted - leases.len()
+    }
+}
+
+fn queues_of(removed: &[RemovedQueue]) -> Vec<&MessageQueue> {
+    removed.iter().map(|r| &r.queue).collect()
+}

@@ -1,0 +1,188 @@
+//! The ProcessQueue table: the queues this client holds and the state of each.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use rebalance_core::MessageQueue;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::listener::{LeaseState, QueueLease, StartPosition};
+
+/// A queue being released: announced to the listener, waiting for its consumer to finish the
+/// current batch (ordered consumption) or for its offset to be persisted.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Release {
+    pub(crate) since: Instant,
+}
+
+/// One held queue (`ProcessQueue` in the Java client).
+#[derive(Debug)]
+pub(crate) struct ProcessQueue {
+    pub(crate) state: Arc<LeaseState>,
+    token: CancellationToken,
+    /// Ordered consumption: when the broker lock was last granted.
+    pub(crate) last_locked: Option<Instant>,
+    /// The last offset the store accepted.
+    pub(crate) persisted: Option<i64>,
+    /// Set once the queue is being released.
+    pub(crate) release: Option<Release>,
+}
+
+impl ProcessQueue {
+    /// Whether the queue is held (not being released).
+    pub(crate) fn is_held(&self) -> bool {
+        self.release.is_none()
+    }
+
+    /// The offset to persist, if the application reported one the store does not have yet.
+    pub(crate) fn unpersisted_offset(&self) -> Option<i64> {
+        self.state
+            .committed()
+            .filter(|&o| Some(o) != self.persisted)
+    }
+}
+
+/// The table. Owned by the consumer's service task; nobody else mutates it.
+#[derive(Debug, Default)]
+pub(crate) struct ProcessQueueTable {
+    entries: HashMap<MessageQueue, ProcessQueue>,
+}
+
+impl ProcessQueueTable {
+    /// Inserts a newly added queue and returns its lease.
+    pub(crate) fn insert(
+        &mut self,
+        queue: MessageQueue,
+        start: StartPosition,
+        parent: &CancellationToken,
+        locked_at: Option<Instant>,
+    ) -> QueueLease {
+        let state = Arc::new(LeaseState::new());
+        let token = parent.child_token();
+        let lease = QueueLease::new(queue.clone(), start, token.clone(), state.clone());
+        self.entries.insert(
+            queue,
+            ProcessQueue {
+                state,
+                token,
+                last_locked: locked_at,
+                persisted: match start {
+                    StartPosition::Offset(o) => Some(o),
+                    _ => None,
+                },
+                release: None,
+            },
+        );
+        lease
+    }
+
+    /// Marks a held queue as being released: cancels its lease. Returns false when the queue is
+    /// not held (absent or already being released).
+    pub(crate) fn start_release(&mut self, queue: &MessageQueue, now: Instant) -> bool {
+        match self.entries.get_mut(queue) {
+            Some(pq) if pq.is_held() => {
+                pq.state.dropped.store(true, Ordering::Release);
+                pq.token.cancel();
+                pq.release = Some(Release { since: now });
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub(crate) fn get(&self, queue: &MessageQueue) -> Option<&ProcessQueue> {
+        self.entries.get(queue)
+    }
+
+    pub(crate) fn get_mut(&mut self, queue: &MessageQueue) -> Option<&mut ProcessQueue> {
+        self.entries.get_mut(queue)
+    }
+
+    pub(crate) fn remove(&mut self, queue: &MessageQueue) -> Option<ProcessQueue> {
+        self.entries.remove(queue)
+    }
+
+    pub(crate) fn contains(&self, queue: &MessageQueue) -> bool {
+        self.entries.contains_key(queue)
+    }
+
+    /// Every entry, held or being released.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &ProcessQueue)> {
+        self.entries.iter()
+    }
+
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&MessageQueue, &mut ProcessQueue)> {
+        self.entries.iter_mut()
+    }
+
+    /// Entries of `topic` (held or being released), sorted.
+    pub(crate) fn queues_of(&self, topic: &str) -> Vec<MessageQueue> {
+        let mut queues: Vec<MessageQueue> = self
+            .entries
+            .keys()
+            .filter(|q| &*q.topic == topic)
+            .cloned()
+            .collect();
+        queues.sort();
+        queues
+    }
+
+    /// The topics with entries.
+    pub(crate) fn topics(&self) -> BTreeSet<String> {
+        self.entries.keys().map(|q| q.topic.to_string()).collect()
+    }
+
+    /// Held queues by topic, sorted: what the application sees as the assignment.
+    pub(crate) fn held(&self) -> BTreeMap<String, Vec<MessageQueue>> {
+        let mut held: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
+        for (q, pq) in &self.entries {
+            if pq.is_held() {
+                held.entry(q.topic.to_string()).or_default().push(q.clone());
+            }
+        }
+        for queues in held.values_mut() {
+            queues.sort();
+        }
+        held
+    }
+
+    /// The number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn release_cancels_the_lease_once() {
+        let mut table = ProcessQueueTable::default();
+        let root = CancellationToken::new();
+        let q = MessageQueue::new("T", "b", 0);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        assert!(!lease.is_cancelled());
+        assert_eq!(table.held()["T"], vec![q.clone()]);
+        assert!(table.start_release(&q, Instant::now()));
+        assert!(lease.is_cancelled());
+        assert!(lease.consume_guard().await.is_none());
+        assert!(!table.start_release(&q, Instant::now()));
+        assert!(table.held().is_empty());
+        assert!(table.contains(&q));
+    }
+
+    #[test]
+    fn unpersisted_offset_tracks_commits() {
+        let mut table = ProcessQueueTable::default();
+        let root = CancellationToken::new();
+        let q = MessageQueue::new("T", "b", 0);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
+        lease.commit(9);
+        lease.commit(7);
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(9));
+    }
+}

@@ -1,0 +1,258 @@
+//! Shared helpers of the runtime's integration tests: a listener that records every callback,
+//! consumers on the in-memory cluster, and the group invariants.
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::{
+    Consumer, ConsumerBuilder, ConsumerHandle, ListenerError, QueueLease, QueueListener,
+    RemovalReason, RemovedQueue, StartPosition,
+};
+use tokio::time::Instant;
+
+pub const GROUP: &str = "G";
+
+/// One callback as the application saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Added(MessageQueue, StartPosition),
+    Removed(MessageQueue, RemovalReason),
+}
+
+/// Records callbacks, keeps the leases, and checks that a queue is never added while held or
+/// removed while not held.
+#[derive(Default)]
+pub struct Recorder {
+    pub events: Mutex<Vec<(Instant, Event)>>,
+    pub leases: Mutex<BTreeMap<MessageQueue, QueueLease>>,
+    pub violations: Mutex<Vec<String>>,
+    /// Offset committed for each added queue, as a consumer would after some progress.
+    pub commit_on_add: Mutex<Option<i64>>,
+    /// Fail (Err) the next N added callbacks.
+    pub fail_added: Mutex<usize>,
+    /// Panic in the next N removed callbacks.
+    pub panic_removed: Mutex<usize>,
+}
+
+impl Recorder {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn held(&self) -> BTreeSet<MessageQueue> {
+        self.leases.lock().unwrap().keys().cloned().collect()
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    pub fn removed_with(&self, reason: RemovalReason) -> Vec<MessageQueue> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Removed(q, r) if r == reason => Some(q),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn added(&self) -> Vec<(MessageQueue, StartPosition)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Added(q, s) => Some((q, s)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl QueueListener for Recorder {
+    async fn queues_added(&self, _topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+        let now = Instant::now();
+        let commit = *self.commit_on_add.lock().unwrap();
+        {
+            let mut leases = self.leases.lock().unwrap();
+            let mut events = self.events.lock().unwrap();
+            for lease in queues {
+                if leases
+                    .insert(lease.queue().clone(), lease.clone())
+                    .is_some()
+                {
+                    self.violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("{:?} added while held", lease.queue()));
+                }
+                if lease.is_cancelled() {
+                    self.violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("{:?} added already cancelled", lease.queue()));
+                }
+                if let Some(offset) = commit {
+                    lease.commit(offset);
+                }
+                events.push((
+                    now,
+                    Event::Added(lease.queue().clone(), lease.start_position()),
+                ));
+            }
+        }
+        let mut fail = self.fail_added.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err("injected listener failure".into());
+        }
+        Ok(())
+    }
+
+    async fn queues_removed(
+        &self,
+        _topic: &str,
+        queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError> {
+        let now = Instant::now();
+        {
+            let mut leases = self.leases.lock().unwrap();
+            let mut events = self.events.lock().unwrap();
+            for removed in queues {
+                match leases.remove(&removed.queue) {
+                    Some(lease) if !lease.is_cancelled() => self.violations.lock().unwrap().push(
+                        format!("{:?} removed but its lease is not cancelled", removed.queue),
+                    ),
+                    Some(_) => {}
+                    None => self
+                        .violations
+                        .lock()
+                        .unwrap()
+                        .push(format!("{:?} removed while not held", removed.queue)),
+                }
+                events.push((now, Event::Removed(removed.queue.clone(), removed.reason)));
+            }
+        }
+        let should_panic = {
+            let mut p = self.panic_removed.lock().unwrap();
+            let should = *p > 0;
+            if should {
+                *p -= 1;
+            }
+            should
+        };
+        if should_panic {
+            panic!("injected listener panic");
+        }
+        Ok(())
+    }
+}
+
+/// A member of the test group.
+pub struct Member {
+    pub id: ClientId,
+    pub handle: ConsumerHandle,
+    pub recorder: Arc<Recorder>,
+}
+
+pub fn client_id(i: usize) -> ClientId {
+    ClientId::from(format!("10.0.0.{}@{}", i + 1, 9000 + i))
+}
+
+/// A builder for member `i` subscribed to `topics`, wired to `cluster`.
+pub fn builder(
+    cluster: &InMemoryCluster,
+    i: usize,
+    topics: &[&str],
+    recorder: Arc<Recorder>,
+) -> ConsumerBuilder {
+    let id = client_id(i);
+    let mut b = Consumer::builder(GROUP)
+        .client_id(id.clone())
+        .cluster(cluster.client(id))
+        .listener(recorder);
+    for t in topics {
+        b = b.subscribe(*t);
+    }
+    b
+}
+
+pub async fn start(cluster: &InMemoryCluster, i: usize, topics: &[&str]) -> Member {
+    start_with(cluster, i, topics, |b| b).await
+}
+
+pub async fn start_with(
+    cluster: &InMemoryCluster,
+    i: usize,
+    topics: &[&str],
+    configure: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder,
+) -> Member {
+    let recorder = Recorder::new();
+    let handle = configure(builder(cluster, i, topics, recorder.clone()))
+        .start()
+        .await
+        .expect("consumer starts");
+    Member {
+        id: client_id(i),
+        handle,
+        recorder,
+    }
+}
+
+/// Lets simulated time pass (the tests run on a paused clock).
+pub async fn settle(d: Duration) {
+    tokio::time::sleep(d).await;
+}
+
+/// Every queue of `topics` in the cluster's routes.
+pub fn all_queues(cluster: &InMemoryCluster, topics: &[&str]) -> BTreeSet<MessageQueue> {
+    topics
+        .iter()
+        .flat_map(|t| {
+            cluster
+                .route(t)
+                .map(|r| r.subscribable_queues(t))
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The running members' holdings (by the listener's view and by the runtime's assignment, which
+/// must agree) are disjoint and cover every queue.
+pub fn assert_partition(members: &[&Member], all: &BTreeSet<MessageQueue>) {
+    let mut seen: BTreeMap<MessageQueue, &ClientId> = BTreeMap::new();
+    for m in members {
+        let held = m.recorder.held();
+        let assigned: BTreeSet<MessageQueue> = m.handle.assignment().iter().cloned().collect();
+        assert_eq!(
+            held, assigned,
+            "{}: listener view and assignment differ",
+            m.id
+        );
+        for q in held {
+            if let Some(other) = seen.insert(q.clone(), &m.id) {
+                panic!("{q:?} held by both {other} and {}", m.id);
+            }
+        }
+        let violations = m.recorder.violations.lock().unwrap();
+        assert!(violations.is_empty(), "{}: {violations:?}", m.id);
+    }
+    let covered: BTreeSet<MessageQueue> = seen.keys().cloned().collect();
+    let missing: Vec<&MessageQueue> = all.difference(&covered).collect();
+    assert!(missing.is_empty(), "queues held by nobody: {missing:?}");
+    let extra: Vec<&MessageQueue> = covered.difference(all).collect();
+    assert!(
+        extra.is_empty(),
+        "queues that do not exist are held: {extra:?}"
+    );
+}

@@ -1,0 +1,225 @@
+//! A group on the in-memory cluster: joins, leaves, crashes, notifications and route changes,
+//! on tokio's paused clock.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rebalance_core::MessageQueue;
+use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::{RemovalReason, StartPosition, WakeReasons};
+
+const MIN: Duration = Duration::from_secs(1);
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_member_takes_everything_and_gives_it_back_once() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    let all = all_queues(&cluster, &["T"]);
+    assert_partition(&[&a], &all);
+    assert!(a.handle.assignment().balanced);
+
+    a.handle.shutdown().await;
+    a.handle.shutdown().await; // idempotent
+    assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 8);
+    assert_eq!(
+        a.recorder.events().len(),
+        16,
+        "8 added, 8 removed, nothing twice"
+    );
+    assert!(a.recorder.held().is_empty());
+    assert!(a.handle.assignment().is_empty());
+    assert!(cluster.members(GROUP).is_empty(), "unregistered");
+    assert!(a.handle.is_stopped());
+}
+
+#[tokio::test(start_paused = true)]
+async fn joins_are_picked_up_by_notification_not_by_the_timer() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(Duration::from_secs(3)).await;
+    let joined_at = tokio::time::Instant::now();
+    let b = start(&cluster, 1, &["T"]).await;
+    // Well before the 20 s timer: the directory's notification woke `a`.
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    let report = a.handle.rounds().borrow().clone();
+    assert!(
+        report.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED),
+        "{}",
+        report.reasons
+    );
+    let released_at = a
+        .recorder
+        .events
+        .lock()
+        .unwrap()
+        .last()
+        .map(|(t, _)| *t)
+        .unwrap();
+    assert!(
+        released_at - joined_at <= MIN,
+        "took {:?}",
+        released_at - joined_at
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn clean_leave_and_crash_both_converge() {
+    // Like the Rust broker: departures are not pushed, the periodic round must notice them.
+    let cluster = InMemoryCluster::with_config(ClusterConfig {
+        notify_departures: false,
+        ..Default::default()
+    });
+    cluster.create_topic("T", 3, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let members = [
+        start(&cluster, 0, &["T"]).await,
+        start(&cluster, 1, &["T"]).await,
+        start(&cluster, 2, &["T"]).await,
+    ];
+    settle(2 * MIN).await;
+    assert_partition(&members.iter().collect::<Vec<_>>(), &all);
+
+    // Clean leave: unregistered at once, noticed within one wait interval (20 s) + 1 s.
+    members[1].handle.shutdown().await;
+    settle(Duration::from_secs(21)).await;
+    assert_partition(&[&members[0], &members[2]], &all);
+
+    // Crash: noticed after the heartbeat expiry (120 s) plus one wait interval.
+    members[2].handle.abort();
+    settle(Duration::from_secs(60)).await;
+    assert!(
+        members[0].handle.assignment().len() < all.len(),
+        "the crashed member is not expired yet"
+    );
+    settle(Duration::from_secs(120 + 21)).await;
+    assert_partition(&[&members[0]], &all);
+    assert!(
+        members[2]
+            .recorder
+            .removed_with(RemovalReason::Shutdown)
+            .is_empty(),
+        "a crash releases nothing"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_notification_during_a_round_causes_another_round() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 8);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 8);
+    // a's next round is slow (its directory call takes 5 s); b joins while it runs.
+    cluster.delay_next(Operation::ConsumerIds, 1, Duration::from_secs(5));
+    a.handle.rebalance_now();
+    settle(Duration::from_millis(500)).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    // a's slow round saw the old membership; the notification it got meanwhile must cause another
+    // round right after, not 20 s later.
+    settle(Duration::from_secs(5) + 2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_up_during_a_round_is_not_lost() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 8);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(2 * MIN).await;
+    let mut rounds = a.handle.rounds();
+    let before = rounds.borrow_and_update().round;
+    cluster.delay_next(Operation::ConsumerIds, 1, Duration::from_secs(5));
+    let t0 = tokio::time::Instant::now();
+    a.handle.rebalance_now();
+    settle(Duration::from_secs(1)).await; // the slow round (5 s) is running
+    a.handle.rebalance_now();
+    let next = rounds
+        .wait_for(|r| r.round >= before + 2)
+        .await
+        .unwrap()
+        .clone();
+    // The wake-up that arrived during the slow round caused the next round as soon as the slow
+    // one ended (t0 + 5 s), not 20 s later.
+    assert_eq!(next.round, before + 2);
+    assert!(
+        next.reasons.contains(WakeReasons::MANUAL),
+        "{}",
+        next.reasons
+    );
+    let elapsed = tokio::time::Instant::now() - t0;
+    assert!(elapsed < Duration::from_secs(6), "took {elapsed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_change_wakes_the_rebalance_at_once() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    cluster.create_topic("T", 2, 4);
+    // The route is polled every 30 s; the round follows the poll at once instead of waiting for
+    // the 20 s rebalance timer.
+    settle(Duration::from_secs(30) + MIN).await;
+    assert_eq!(a.handle.assignment().len(), 8);
+    let report = a.handle.rounds().borrow().clone();
+    assert!(
+        report.reasons.contains(WakeReasons::ROUTE_CHANGED),
+        "{}",
+        report.reasons
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn offsets_follow_a_queue_to_its_next_owner() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    *a.recorder.commit_on_add.lock().unwrap() = Some(42);
+    settle(MIN).await;
+    for lease in a.recorder.leases.lock().unwrap().values() {
+        lease.commit(40 + i64::from(lease.queue().queue_id));
+    }
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    let handed: Vec<(MessageQueue, StartPosition)> = b.recorder.added();
+    assert_eq!(handed.len(), 2);
+    for (q, start) in handed {
+        assert_eq!(
+            start,
+            StartPosition::Offset(40 + i64::from(q.queue_id)),
+            "{q:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn subscriptions_change_at_run_time() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.create_topic("U", 1, 3);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    assert!(a.handle.subscribe("U").await.unwrap());
+    assert!(!a.handle.subscribe("U").await.unwrap());
+    settle(2 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 5);
+    assert!(a.handle.unsubscribe("T").await.unwrap());
+    settle(2 * MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Unsubscribed).len(),
+        2
+    );
+    assert_eq!(
+        a.handle.assignment().queues.keys().collect::<Vec<_>>(),
+        ["U"]
+    );
+}
