@@ -224,7 +224,7 @@ fn water_fill(ctx: &Ctx<'_>, cells: &mut Cells, t: usize, free: u32) {
 fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
     let topics = ctx.layout.topic_count();
     // Per topic, its subscribers by (load, id), with stale entries skipped lazily.
-    let mut heaps: Vec<BinaryHeap<Reverse<(u32, u32, u32)>>> = (0..topics)
+    let mut heaps: Vec<Heap> = (0..topics)
         .map(|t| {
             cells
                 .subscribers(t)
@@ -235,18 +235,7 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 .collect()
         })
         .collect();
-    fn lightest(
-        heap: &mut BinaryHeap<Reverse<(u32, u32, u32)>>,
-        load: &[u32],
-    ) -> Option<(u32, u32)> {
-        while let Some(&Reverse((l, _, m))) = heap.peek() {
-            if l == load[m as usize] {
-                return Some((l, m));
-            }
-            heap.pop();
-        }
-        None
-    }
+    let mut search = ChainSearch::new(ctx.layout.members().len());
     let mut total = 0;
     loop {
         let mut order = ctx.active.clone();
@@ -284,6 +273,17 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 let Some((kind, _, t, from, to)) = best else {
                     break;
                 };
+                // Before taking an owned partition away, look for a chain of moves that only
+                // hands on partitions nobody loses (h gives one to k, k gives one to l, ...).
+                if kind == 2 {
+                    if let Some(l) = search.cheap_chain(cells, h) {
+                        for m in [h, l] {
+                            push_load(&mut heaps, cells, ctx, m);
+                        }
+                        moves += 1;
+                        continue;
+                    }
+                }
                 let Some(into) = cells.cell(to, t) else {
                     break;
                 };
@@ -297,10 +297,7 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 cells.load[h as usize] -= 1;
                 cells.load[to as usize] += 1;
                 for m in [h, to] {
-                    let entry = Reverse((cells.load[m as usize], ctx.rank[m as usize], m));
-                    for &(t, _) in cells.of_member(m) {
-                        heaps[t as usize].push(entry);
-                    }
+                    push_load(&mut heaps, cells, ctx, m);
                 }
                 moves += 1;
             }
@@ -309,5 +306,104 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
         if moves == 0 {
             return total;
         }
+    }
+}
+
+/// Per topic, its subscribers by (load, member id); entries whose load is out of date are
+/// skipped when they surface.
+type Heap = BinaryHeap<Reverse<(u32, u32, u32)>>;
+
+fn push_load(heaps: &mut [Heap], cells: &Cells, ctx: &Ctx<'_>, m: u32) {
+    let entry = Reverse((cells.load[m as usize], ctx.rank[m as usize], m));
+    for &(t, _) in cells.of_member(m) {
+        heaps[t as usize].push(entry);
+    }
+}
+
+fn lightest(heap: &mut Heap, load: &[u32]) -> Option<(u32, u32)> {
+    while let Some(&Reverse((l, _, m))) = heap.peek() {
+        if l == load[m as usize] {
+            return Some((l, m));
+        }
+        heap.pop();
+    }
+    None
+}
+
+/// Breadth-first search for a chain of moves that lowers a member by one and raises a member
+/// holding at least two fewer by one, passing only partitions nobody would lose (`fresh` or
+/// `cheap`). Members in the middle give one and take one. Bounded, so that it stays cheap.
+struct ChainSearch {
+    stamp: Vec<u32>,
+    parent: Vec<(u32, u32)>,
+    round: u32,
+    queue: Vec<u32>,
+}
+
+impl ChainSearch {
+    /// How many members one search may expand.
+    const LIMIT: usize = 512;
+
+    fn new(members: usize) -> Self {
+        Self {
+            stamp: vec![0; members],
+            parent: vec![(0, 0); members],
+            round: 0,
+            queue: Vec::new(),
+        }
+    }
+
+    /// Applies the first chain found from `h` and returns its last member.
+    fn cheap_chain(&mut self, cells: &mut Cells, h: u32) -> Option<u32> {
+        self.round += 1;
+        let round = self.round;
+        let limit = cells.load[h as usize].checked_sub(2)?;
+        self.queue.clear();
+        self.queue.push(h);
+        self.stamp[h as usize] = round;
+        let mut head = 0;
+        let mut found = None;
+        'search: while head < self.queue.len() && head < Self::LIMIT {
+            let k = self.queue[head];
+            head += 1;
+            for &(t, c) in cells.of_member(k) {
+                let cell = cells.cells[c as usize];
+                if cell.fresh + cell.cheap == 0 {
+                    continue;
+                }
+                for s in cells.subscribers(t as usize) {
+                    let j = cells.subs[s];
+                    if self.stamp[j as usize] == round {
+                        continue;
+                    }
+                    self.stamp[j as usize] = round;
+                    self.parent[j as usize] = (k, t);
+                    if cells.load[j as usize] <= limit {
+                        found = Some(j);
+                        break 'search;
+                    }
+                    self.queue.push(j);
+                }
+            }
+        }
+        let l = found?;
+        let mut j = l;
+        while j != h {
+            let (k, t) = self.parent[j as usize];
+            let from = cells.cell(k, t)?;
+            let into = cells.cell(j, t)?;
+            let cell = &mut cells.cells[from];
+            if cell.fresh > 0 {
+                cell.fresh -= 1;
+            } else {
+                cell.cheap -= 1;
+            }
+            cells.cells[into].fresh += 1;
+            j = k;
+        }
+        cells.load[h as usize] -= 1;
+        cells.load[l as usize] += 1;
+        tracing::trace!(from = h, to = l, "moved along a chain");
+        Some(l)
     }
 }

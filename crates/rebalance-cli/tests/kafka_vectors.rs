@@ -1,0 +1,483 @@
+//! Every public Kafka reference vector through the `rebalance assign` binary.
+//!
+//! - range and roundrobin: exactly Kafka's result (or Kafka's error).
+//! - sticky and cooperative_sticky: valid, at least as balanced as Kafka's result, and moving no
+//!   more owned partitions than Kafka's `moved`. Cooperative results are then fed back (each
+//!   member owning what it got, one generation later) and the follow-up must complete the
+//!   assignment without revoking anything.
+//! - Sequences (join, leave, subscription and partition changes) run step by step, each step
+//!   owning our own previous result wherever the vector's step owns Kafka's previous result.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use rebalance_cli::assign::parse_group;
+use rebalance_core::assignor::{GroupSubscription, TopicPartition};
+use serde_json::{Value, json};
+
+const VECTORS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/data/kafka-assign.jsonl"
+);
+
+type Assignment = BTreeMap<String, BTreeSet<(String, i32)>>;
+
+fn run_assign(input: &str) -> (bool, Vec<Value>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebalance"))
+        .arg("assign")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run rebalance");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let text = input.to_string();
+    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
+    let output = child.wait_with_output().expect("wait");
+    writer.join().expect("writer").expect("write");
+    let lines = String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every output line is JSON"))
+        .collect();
+    (output.status.success(), lines)
+}
+
+fn parse_assignment(v: &Value) -> Assignment {
+    v.as_object()
+        .expect("assignment object")
+        .iter()
+        .map(|(m, list)| {
+            let set = list
+                .as_array()
+                .expect("list")
+                .iter()
+                .map(|tp| {
+                    (
+                        tp[0].as_str().expect("topic").to_string(),
+                        tp[1].as_i64().expect("p") as i32,
+                    )
+                })
+                .collect();
+            (m.clone(), set)
+        })
+        .collect()
+}
+
+/// A case line with the members in the group's order.
+fn case_line(id: &str, assignor: &str, group: &GroupSubscription) -> String {
+    let ppt: serde_json::Map<String, Value> = group
+        .partitions_per_topic
+        .iter()
+        .map(|(t, n)| (t.to_string(), json!(n)))
+        .collect();
+    let racks: serde_json::Map<String, Value> = group
+        .partition_racks
+        .iter()
+        .map(|(t, r)| (t.to_string(), json!(r)))
+        .collect();
+    let members: Vec<String> = group
+        .members
+        .iter()
+        .map(|m| {
+            let body = json!({
+                "topics": m.topics.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                "owned": m.owned.iter().map(|tp| json!([tp.topic.to_string(), tp.partition])).collect::<Vec<_>>(),
+                "generation": m.generation,
+                "rack": m.rack,
+                "group_instance_id": m.group_instance_id,
+            });
+            format!("{}:{}", json!(m.member_id.as_str()), body)
+        })
+        .collect();
+    format!(
+        "{{\"id\":{},\"assignor\":{},\"partitions_per_topic\":{},\"partition_racks\":{},\"members\":{{{}}}}}\n",
+        json!(id),
+        json!(assignor),
+        Value::Object(ppt),
+        if racks.is_empty() {
+            Value::Null
+        } else {
+            Value::Object(racks)
+        },
+        members.join(",")
+    )
+}
+
+struct Checked {
+    moved: usize,
+    /// Existing subscribed partitions nobody got (cooperative: held back).
+    unassigned: usize,
+    problems: Vec<String>,
+}
+
+fn exists(group: &GroupSubscription, t: &str, p: i32) -> bool {
+    group
+        .partitions_per_topic
+        .get(t)
+        .is_some_and(|&n| p >= 0 && (p as i64) < n as i64)
+}
+
+/// Each member's existing subscribed topics.
+fn effective(group: &GroupSubscription) -> HashMap<String, BTreeSet<String>> {
+    group
+        .members
+        .iter()
+        .map(|m| {
+            let topics = m
+                .topics
+                .iter()
+                .filter(|t| {
+                    group
+                        .partitions_per_topic
+                        .get(t.as_str())
+                        .is_some_and(|&n| n > 0)
+                })
+                .map(|t| t.to_string())
+                .collect();
+            (m.member_id.to_string(), topics)
+        })
+        .collect()
+}
+
+/// Validity, completeness (`complete`: nothing held back) and movement of a sticky result.
+fn check_sticky(group: &GroupSubscription, got: &Assignment, complete: bool) -> Checked {
+    let mut problems = Vec::new();
+    let subs = effective(group);
+    let mut owner: HashMap<(String, i32), String> = HashMap::new();
+    for (m, list) in got {
+        for (t, p) in list {
+            if owner.insert((t.clone(), *p), m.clone()).is_some() {
+                problems.push(format!("{t}-{p} assigned twice"));
+            }
+            if !exists(group, t, *p) {
+                problems.push(format!("{m} got nonexistent {t}-{p}"));
+            }
+            if !subs[m].contains(t) {
+                problems.push(format!("{m} got {t}-{p} without subscribing"));
+            }
+        }
+    }
+    let mut listed: HashMap<(String, i32), Vec<String>> = HashMap::new();
+    for m in &group.members {
+        for tp in &m.owned {
+            listed
+                .entry((tp.topic.to_string(), tp.partition))
+                .or_default()
+                .push(m.member_id.to_string());
+        }
+    }
+    let all: BTreeSet<(String, i32)> = subs
+        .values()
+        .flatten()
+        .flat_map(|t| {
+            (0..group.partitions_per_topic[t.as_str()] as i32).map(move |p| (t.clone(), p))
+        })
+        .collect();
+    let mut unassigned = 0;
+    for tp in &all {
+        if !owner.contains_key(tp) {
+            unassigned += 1;
+            if complete || !listed.contains_key(tp) {
+                problems.push(format!("{}-{} not assigned", tp.0, tp.1));
+            }
+        }
+    }
+    let moved = listed
+        .iter()
+        .filter(|(tp, _)| exists(group, &tp.0, tp.1))
+        .filter(|(tp, ms)| {
+            ms.iter()
+                .any(|m| !got.get(m).is_some_and(|l| l.contains(*tp)))
+        })
+        .count();
+    Checked {
+        moved,
+        unassigned,
+        problems,
+    }
+}
+
+/// Balance of a complete result: with identical subscriptions, a spread no larger than `kafka`;
+/// otherwise Kafka's notion: nobody could take a partition it subscribes to from a member with
+/// two or more partitions more.
+fn balance_problems(
+    group: &GroupSubscription,
+    got: &Assignment,
+    kafka_spread: Option<usize>,
+) -> Vec<String> {
+    let subs = effective(group);
+    let sizes: HashMap<&String, usize> = got.iter().map(|(m, l)| (m, l.len())).collect();
+    let identical =
+        subs.values().all(|s| !s.is_empty()) && subs.values().collect::<BTreeSet<_>>().len() == 1;
+    let mut problems = Vec::new();
+    if identical {
+        let spread = sizes.values().max().unwrap_or(&0) - sizes.values().min().unwrap_or(&0);
+        if spread > kafka_spread.unwrap_or(1).max(1) {
+            problems.push(format!("spread {spread} > Kafka's {kafka_spread:?}"));
+        }
+    } else {
+        for (a, la) in got {
+            for (b, lb) in got {
+                if lb.len() >= la.len() + 2 && lb.iter().any(|(t, _)| subs[a].contains(t)) {
+                    problems.push(format!(
+                        "{a} ({}) could take from {b} ({})",
+                        la.len(),
+                        lb.len()
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Kafka's result restricted to partitions that exist.
+fn kafka_spread(group: &GroupSubscription, expected: &Assignment) -> usize {
+    let sizes: Vec<usize> = expected
+        .values()
+        .map(|l| l.iter().filter(|(t, p)| exists(group, t, *p)).count())
+        .collect();
+    sizes.iter().max().unwrap_or(&0) - sizes.iter().min().unwrap_or(&0)
+}
+
+/// The follow-up round of a cooperative result: everyone owns what it got, one generation later.
+fn follow_up(group: &GroupSubscription, got: &Assignment) -> GroupSubscription {
+    let next = group
+        .members
+        .iter()
+        .filter_map(|m| m.generation)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut g = group.clone();
+    for m in &mut g.members {
+        m.owned = got[m.member_id.as_str()]
+            .iter()
+            .map(|(t, p)| TopicPartition::new(t.as_str(), *p))
+            .collect();
+        m.generation = Some(next);
+    }
+    g
+}
+
+#[test]
+fn assign_meets_every_kafka_vector() {
+    let text = std::fs::read_to_string(VECTORS).expect("vectors");
+    let lines: Vec<&str> = text.lines().collect();
+    let cases: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("vector"))
+        .collect();
+    let (ok, first_answers) = run_assign(&text);
+    assert!(ok, "rebalance assign failed on the vectors");
+    assert_eq!(first_answers.len(), cases.len());
+
+    let mut failures = Vec::new();
+    let mut passed: BTreeMap<String, usize> = BTreeMap::new();
+    let mut follow_ups = String::new();
+    let mut follow_up_groups = Vec::new();
+    let mut sequences: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, (case, answer)) in cases.iter().zip(&first_answers).enumerate() {
+        let id = case["id"].as_str().expect("id");
+        assert_eq!(case["id"], answer["id"]);
+        let assignor = case["assignor"].as_str().expect("assignor");
+        if let Some(seq) = case["sequence"].as_str() {
+            sequences.entry(seq.to_string()).or_default().push(i);
+            if case["step"] != 0 {
+                continue; // checked below, step by step, on our own previous results
+            }
+        }
+        let (_, group) = parse_group(lines[i]).expect("vector parses");
+        let mut problems = Vec::new();
+        match assignor {
+            "range" | "roundrobin" => {
+                if case["expected"] != answer["assignment"] || case["error"] != answer["error"] {
+                    problems.push(format!(
+                        "expected {} / {}, got {} / {}",
+                        case["expected"], case["error"], answer["assignment"], answer["error"]
+                    ));
+                }
+            }
+            _ if case["category"] == "edge_owned_partition_out_of_range" => {
+                // Kafka fails or keeps the nonexistent partition; we ignore it (documented).
+                let got = parse_assignment(&answer["assignment"]);
+                let c = check_sticky(&group, &got, assignor == "sticky");
+                problems.extend(c.problems);
+                problems.extend(balance_problems(&group, &got, None));
+            }
+            _ if !case["error"].is_null() => {
+                if case["error"] != answer["error"] {
+                    problems.push(format!(
+                        "expected error {}, got {}",
+                        case["error"], answer["error"]
+                    ));
+                }
+            }
+            _ => {
+                let got = parse_assignment(&answer["assignment"]);
+                let expected = parse_assignment(&case["expected"]);
+                let cooperative = assignor == "cooperative_sticky";
+                let c = check_sticky(&group, &got, !cooperative);
+                problems.extend(c.problems);
+                let kafka_moved = case["moved"].as_u64().expect("moved") as usize;
+                if c.moved > kafka_moved {
+                    problems.push(format!("moved {} > Kafka's {kafka_moved}", c.moved));
+                }
+                if cooperative {
+                    let next = follow_up(&group, &got);
+                    follow_ups.push_str(&case_line(id, assignor, &next));
+                    follow_up_groups.push((id.to_string(), next));
+                } else {
+                    problems.extend(balance_problems(
+                        &group,
+                        &got,
+                        Some(kafka_spread(&group, &expected)),
+                    ));
+                }
+            }
+        }
+        if problems.is_empty() {
+            *passed.entry(assignor.to_string()).or_default() += 1;
+        } else {
+            failures.push(format!("{id}: {}", problems.join("; ")));
+        }
+    }
+
+    // Cooperative follow-ups: complete, balanced, nothing revoked.
+    let (ok, answers) = run_assign(&follow_ups);
+    assert!(ok);
+    for ((id, group), answer) in follow_up_groups.iter().zip(&answers) {
+        let got = parse_assignment(&answer["assignment"]);
+        let c = check_sticky(group, &got, true);
+        let mut problems = c.problems;
+        if c.moved > 0 {
+            problems.push(format!("follow-up moved {}", c.moved));
+        }
+        problems.extend(balance_problems(group, &got, None));
+        if problems.is_empty() {
+            *passed.entry("cooperative_sticky".into()).or_default() += 1;
+        } else {
+            failures.push(format!("{id} (follow-up): {}", problems.join("; ")));
+        }
+    }
+
+    // Sequences, step by step, all sequences' step k in one run.
+    let mut previous: HashMap<String, (Assignment, Assignment)> = HashMap::new(); // ours, Kafka's
+    for (seq, steps) in &sequences {
+        let first = steps[0];
+        previous.insert(
+            seq.clone(),
+            (
+                parse_assignment(&first_answers[first]["assignment"]),
+                parse_assignment(&cases[first]["expected"]),
+            ),
+        );
+    }
+    let longest = sequences.values().map(Vec::len).max().unwrap_or(0);
+    for step in 1..longest {
+        let mut input = String::new();
+        let mut batch = Vec::new();
+        for (seq, steps) in &sequences {
+            let Some(&i) = steps.get(step) else { continue };
+            let (_, mut group) = parse_group(lines[i]).expect("vector parses");
+            let (ours, kafkas) = &previous[seq];
+            for m in &mut group.members {
+                let owned: BTreeSet<(String, i32)> = m
+                    .owned
+                    .iter()
+                    .map(|tp| (tp.topic.to_string(), tp.partition))
+                    .collect();
+                if kafkas.get(m.member_id.as_str()) == Some(&owned) {
+                    m.owned = ours[m.member_id.as_str()]
+                        .iter()
+                        .map(|(t, p)| TopicPartition::new(t.as_str(), *p))
+                        .collect();
+                }
+            }
+            let id = cases[i]["id"].as_str().expect("id");
+            let assignor = cases[i]["assignor"].as_str().expect("assignor");
+            input.push_str(&case_line(id, assignor, &group));
+            batch.push((seq.clone(), i, group));
+        }
+        let (ok, answers) = run_assign(&input);
+        assert!(ok);
+        for ((seq, i, group), answer) in batch.into_iter().zip(&answers) {
+            let case = &cases[i];
+            let assignor = case["assignor"].as_str().expect("assignor");
+            let got = parse_assignment(&answer["assignment"]);
+            let expected = parse_assignment(&case["expected"]);
+            let cooperative = assignor == "cooperative_sticky";
+            let c = check_sticky(&group, &got, !cooperative);
+            let mut problems = c.problems;
+            let kafka_moved = case["moved"].as_u64().expect("moved") as usize;
+            if c.moved > kafka_moved {
+                problems.push(format!("moved {} > Kafka's {kafka_moved}", c.moved));
+            }
+            let pending = c.unassigned > 0;
+            if !cooperative || !pending {
+                problems.extend(balance_problems(
+                    &group,
+                    &got,
+                    Some(kafka_spread(&group, &expected)),
+                ));
+            }
+            if case["event"] == "cooperative_followup" && pending {
+                problems.push("a follow-up still holds partitions back".into());
+            }
+            if problems.is_empty() {
+                *passed.entry(assignor.to_string()).or_default() += 1;
+            } else {
+                failures.push(format!(
+                    "{} (step {step}): {}",
+                    case["id"],
+                    problems.join("; ")
+                ));
+            }
+            previous.insert(seq, (got, expected));
+        }
+    }
+
+    assert!(
+        failures.is_empty(),
+        "{} checks failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    eprintln!("Kafka vectors passed: {passed:?}");
+}
+
+#[test]
+fn malformed_lines_are_reported_and_the_exit_status_says_so() {
+    let input = concat!(
+        "{\"id\":\"ok\",\"assignor\":\"range\",\"partitions_per_topic\":{\"t\":2},\"members\":{\"a\":{\"topics\":[\"t\"]}}}\n",
+        "{oops\n",
+        "{\"id\":\"bad\",\"assignor\":\"range\",\"partitions_per_topic\":\"x\",\"members\":{}}\n",
+        "{\"id\":\"unknown\",\"assignor\":\"nope\",\"partitions_per_topic\":{},\"members\":{}}\n",
+        "{\"id\":\"ok2\",\"assignor\":\"broadcast\",\"partitions_per_topic\":{\"t\":1},\"members\":{\"b\":{\"topics\":[\"t\"]}}}\n",
+    );
+    let (ok, lines) = run_assign(input);
+    assert!(!ok);
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[0]["assignment"]["a"], json!([["t", 0], ["t", 1]]));
+    assert!(
+        lines[1]["error"]
+            .as_str()
+            .expect("error")
+            .starts_with("line 2: bad JSON")
+    );
+    assert_eq!(lines[2]["id"], "bad");
+    assert!(
+        lines[2]["error"]
+            .as_str()
+            .expect("error")
+            .starts_with("line 3: ")
+    );
+    assert!(
+        lines[3]["error"]
+            .as_str()
+            .expect("error")
+            .contains("unknown assignor `nope`")
+    );
+    assert_eq!(lines[4]["assignment"]["b"], json!([["t", 0]]));
+}
