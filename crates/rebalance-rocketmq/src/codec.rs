@@ -240,14 +240,6 @@ impl Encoder<RemotingCommand> for RemotingCodec {
     }
 }
 
-impl Encoder<&RemotingCommand> for RemotingCodec {
-    type Error = CodecError;
-
-    fn encode(&mut self, item: &RemotingCommand, dst: &mut BytesMut) -> Result<(), CodecError> {
-        encode_into(self.max_frame_len, item, dst)
-    }
-}
-
 /// Writes one frame; nothing is written when the command cannot be encoded.
 fn encode_into(max: usize, cmd: &RemotingCommand, dst: &mut BytesMut) -> Result<(), CodecError> {
     let header = serde_json::to_vec(&HeaderOut {

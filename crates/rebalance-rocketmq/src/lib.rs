@@ -1,8 +1,53 @@
-//! RocketMQ remoting transport for the rebalance runtime.
+//! RocketMQ remoting transport for the rebalance runtime: a consumer embeds the runtime, points
+//! it at a RocketMQ name server, and joins a real consumer group next to Java consumers.
+//!
+//! - [`RemotingCodec`]: the remoting frame as a tokio-util codec, with a frame size limit.
+//! - [`Connection`]: one socket, requests multiplexed by `opaque`, server requests handled.
+//! - [`RemotingClient`]: connections shared per address, re-established with backoff.
+//! - [`NameServerClient`]: the runtime's [`NameServer`](rebalance_runtime::NameServer), over a
+//!   `host:port;host:port` list with failover.
+//! - [`BrokerClient`]: the runtime's [`GroupDirectory`](rebalance_runtime::GroupDirectory),
+//!   [`OffsetStore`](rebalance_runtime::OffsetStore) and
+//!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers.
+//! - [`Admin`]: topic creation and max offsets, for tests and tools.
+//! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
+//!
+//! Wiring a name server address into the runtime's traits:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use rebalance_rocketmq::{BrokerClient, NameServerClient};
+//! use rebalance_runtime::{GroupDirectory, NameServer};
+//!
+//! let name_server = NameServerClient::from_addresses("127.0.0.1:9876")?;
+//! let brokers = BrokerClient::new(name_server.clone());
+//! let route = name_server.topic_route("TopicTest").await?;
+//! let members = brokers.consumer_ids("my-group", "TopicTest").await?;
+//! println!("{} queues, {} members", route.subscribable_queues("TopicTest").len(), members.len());
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
+pub mod admin;
+pub mod broker;
+pub mod client;
 pub mod codec;
 pub mod command;
+pub mod connection;
+mod error;
+pub mod name_server;
+mod notify;
+pub mod route;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
+pub use admin::{Admin, TopicConfig};
+pub use broker::BrokerClient;
+pub use client::{ClientConfig, RemotingClient};
 pub use codec::{CodecError, RemotingCodec};
 pub use command::{RemotingCommand, request_code, response_code};
+pub use connection::{Connection, ConnectionConfig, ServerRequestHandler};
+pub use error::{AddressError, TransportError};
+pub use name_server::NameServerClient;
+pub use notify::MembershipNotifier;
+pub use route::RouteCache;

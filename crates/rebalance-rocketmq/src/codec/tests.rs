@@ -16,7 +16,9 @@ fn frame(serialize_type: u8, header: &[u8], body: &[u8]) -> BytesMut {
 
 fn encode(cmd: &RemotingCommand) -> BytesMut {
     let mut buf = BytesMut::new();
-    RemotingCodec::default().encode(cmd, &mut buf).unwrap();
+    RemotingCodec::default()
+        .encode(cmd.clone(), &mut buf)
+        .unwrap();
     buf
 }
 
@@ -95,10 +97,14 @@ fn reads_what_servers_send_leniently() {
         .unwrap()
         .unwrap();
     assert!(cmd.is_response());
-    assert_eq!((cmd.code, cmd.opaque, cmd.language.as_str()), (0, 5, "JAVA"));
+    assert_eq!(
+        (cmd.code, cmd.opaque, cmd.language.as_str()),
+        (0, 5, "JAVA")
+    );
     assert!(cmd.ext_fields.is_empty());
 
-    let header = br#"{"code":0,"flag":1,"opaque":6,"extFields":{"offset":42,"ok":true,"s":"x","n":null}}"#;
+    let header =
+        br#"{"code":0,"flag":1,"opaque":6,"extFields":{"offset":42,"ok":true,"s":"x","n":null}}"#;
     let cmd = RemotingCodec::default()
         .decode(&mut frame(0, header, b""))
         .unwrap()
@@ -126,7 +132,10 @@ fn refuses_an_oversized_frame_before_buffering_it() {
         ),
         "{err}"
     );
-    assert!(buf.capacity() < 4096, "no room reserved for the oversized frame");
+    assert!(
+        buf.capacity() < 4096,
+        "no room reserved for the oversized frame"
+    );
 }
 
 #[test]
@@ -135,7 +144,10 @@ fn encoding_an_oversized_command_fails_and_writes_nothing() {
     let mut buf = BytesMut::new();
     let cmd = RemotingCommand::request(15).with_body(vec![b'x'; 100]);
     let err = codec.encode(cmd, &mut buf).unwrap_err();
-    assert!(matches!(err, CodecError::FrameTooLarge { max: 64, .. }), "{err}");
+    assert!(
+        matches!(err, CodecError::FrameTooLarge { max: 64, .. }),
+        "{err}"
+    );
     assert!(buf.is_empty());
 }
 
@@ -167,9 +179,7 @@ fn truncated_frames_are_typed_errors_at_end_of_stream() {
 #[test]
 fn non_json_headers_and_other_serialization_types_are_refused() {
     let mut codec = RemotingCodec::default();
-    let err = codec
-        .decode(&mut frame(0, b"not json", b""))
-        .unwrap_err();
+    let err = codec.decode(&mut frame(0, b"not json", b"")).unwrap_err();
     assert!(matches!(err, CodecError::BadHeader(_)), "{err}");
     // JSON, but not a remoting header (no code).
     let err = codec.decode(&mut frame(0, b"{}", b"")).unwrap_err();
@@ -183,7 +193,10 @@ fn non_json_headers_and_other_serialization_types_are_refused() {
     let err = codec
         .decode(&mut frame(1, br#"{"code":0}"#, b""))
         .unwrap_err();
-    assert!(matches!(err, CodecError::UnsupportedSerialization(1)), "{err}");
+    assert!(
+        matches!(err, CodecError::UnsupportedSerialization(1)),
+        "{err}"
+    );
 }
 
 #[test]
@@ -215,7 +228,12 @@ fn arb_command() -> impl Strategy<Value = RemotingCommand> {
         "[A-Z_]{0,8}",
         any::<i32>(),
         any::<i32>(),
-        prop_oneof![Just(0), Just(FLAG_RESPONSE), Just(FLAG_ONEWAY), any::<i32>()],
+        prop_oneof![
+            Just(0),
+            Just(FLAG_RESPONSE),
+            Just(FLAG_ONEWAY),
+            any::<i32>()
+        ],
         proptest::option::of(".{0,20}"),
         proptest::collection::btree_map(".{0,10}", ".{0,20}", 0..5),
         proptest::collection::vec(any::<u8>(), 0..64),
@@ -252,9 +270,17 @@ fn drive(max: usize, input: &[u8], chunk: usize) -> Vec<Result<RemotingCommand, 
                     return out;
                 }
             }
-            assert!(buf.capacity() <= bound, "capacity {} > {bound}", buf.capacity());
+            assert!(
+                buf.capacity() <= bound,
+                "capacity {} > {bound}",
+                buf.capacity()
+            );
         }
-        assert!(buf.capacity() <= bound, "capacity {} > {bound}", buf.capacity());
+        assert!(
+            buf.capacity() <= bound,
+            "capacity {} > {bound}",
+            buf.capacity()
+        );
     }
     match codec.decode_eof(&mut buf) {
         Ok(Some(cmd)) => out.push(Ok(cmd)),

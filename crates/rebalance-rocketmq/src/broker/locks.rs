@@ -1,0 +1,163 @@
+//! [`QueueLocker`] at the broker masters: LOCK_BATCH_MQ and UNLOCK_BATCH_MQ, one request per
+//! broker.
+
+use std::collections::HashSet;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::{QueueLocker, RemoteError};
+
+use super::BrokerClient;
+use super::wire::{LockBatchAnswer, LockBatchBody, WireQueue};
+use crate::command::{RemotingCommand, request_code};
+
+fn lock_request(
+    code: i32,
+    group: &str,
+    client: &ClientId,
+    queues: &[&MessageQueue],
+) -> RemotingCommand {
+    let body = LockBatchBody {
+        consumer_group: group,
+        client_id: client.as_str(),
+        only_this_broker: false,
+        mq_set: queues.iter().map(|q| WireQueue::from(*q)).collect(),
+    };
+    // Serializing strings and numbers cannot fail.
+    RemotingCommand::request(code).with_body(serde_json::to_vec(&body).unwrap_or_default())
+}
+
+/// The queues a LOCK_BATCH_MQ answer grants, limited to those asked for.
+fn granted(
+    response: &RemotingCommand,
+    asked: &[&MessageQueue],
+) -> Result<Vec<MessageQueue>, RemoteError> {
+    if response.body.is_empty() {
+        return Ok(Vec::new());
+    }
+    let answer: LockBatchAnswer = serde_json::from_slice(&response.body)
+        .map_err(|e| RemoteError::BadResponse(format!("lock answer: {e}")))?;
+    let asked: HashSet<&MessageQueue> = asked.iter().copied().collect();
+    Ok(answer
+        .lock_ok_mq_set
+        .unwrap_or_default()
+        .into_iter()
+        .map(MessageQueue::from)
+        .filter(|q| asked.contains(q))
+        .collect())
+}
+
+#[async_trait]
+impl QueueLocker for BrokerClient {
+    /// Locks at each broker master the queues it serves. Queues of a broker that fails or has no
+    /// known master are left out (not locked); the call fails only when no broker answered.
+    async fn lock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (by_master, unknown) = self.by_master(queues).await;
+        let mut first_error = None;
+        for (queue, e) in unknown {
+            tracing::warn!(?queue, error = %e, "cannot lock: no master for the queue's broker");
+            first_error.get_or_insert(e);
+        }
+        let calls = by_master.iter().map(|(addr, asked)| async move {
+            let request = lock_request(request_code::LOCK_BATCH_MQ, group, client, asked);
+            let result = self
+                .call_ok(addr, request)
+                .await
+                .and_then(|r| granted(&r, asked));
+            (addr, asked.len(), result)
+        });
+        let mut locked = Vec::new();
+        let mut answered = false;
+        for (addr, asked, result) in join_all(calls).await {
+            match result {
+                Ok(got) => {
+                    tracing::debug!(broker = %addr, group, %client, asked, granted = got.len(), "locked");
+                    answered = true;
+                    locked.extend(got);
+                }
+                Err(e) => {
+                    tracing::warn!(broker = %addr, group, %client, error = %e, "lock failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if !answered => Err(e),
+            _ => {
+                locked.sort();
+                Ok(locked)
+            }
+        }
+    }
+
+    /// Unlocks at each broker master; fails with the first error after trying every broker.
+    async fn unlock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<(), RemoteError> {
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let (by_master, unknown) = self.by_master(queues).await;
+        let mut first_error = unknown.into_iter().map(|(_, e)| e).next();
+        let calls = by_master.iter().map(|(addr, asked)| async move {
+            let request = lock_request(request_code::UNLOCK_BATCH_MQ, group, client, asked);
+            (addr, asked.len(), self.call_ok(addr, request).await)
+        });
+        for (addr, asked, result) in join_all(calls).await {
+            match result {
+                Ok(_) => tracing::debug!(broker = %addr, group, %client, asked, "unlocked"),
+                Err(e) => {
+                    tracing::warn!(broker = %addr, group, %client, error = %e, "unlock failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_only_what_was_asked() {
+        let a = MessageQueue::new("T", "b", 0);
+        let b = MessageQueue::new("T", "b", 1);
+        let response = RemotingCommand::response(0, 1, None).with_body(
+            r#"{"lockOKMQSet":[{"topic":"T","brokerName":"b","queueId":1},{"topic":"T","brokerName":"b","queueId":7}]}"#
+                .as_bytes(),
+        );
+        assert_eq!(granted(&response, &[&a, &b]).unwrap(), [b.clone()]);
+        let empty = RemotingCommand::response(0, 1, None);
+        assert!(granted(&empty, &[&a]).unwrap().is_empty());
+        let bad = RemotingCommand::response(0, 1, None).with_body(&b"[1"[..]);
+        assert!(matches!(
+            granted(&bad, &[&a]),
+            Err(RemoteError::BadResponse(_))
+        ));
+    }
+
+    #[test]
+    fn lock_request_carries_the_queues() {
+        let q = MessageQueue::new("T", "b", 2);
+        let request = lock_request(41, "G", &ClientId::from("c1"), &[&q]);
+        assert_eq!(request.code, 41);
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(body["mqSet"][0]["queueId"], 2);
+        assert_eq!(body["clientId"], "c1");
+        assert_eq!(body["consumerGroup"], "G");
+    }
+}

@@ -1,0 +1,209 @@
+//! [`BrokerClient`]: the broker side of a consumer (group membership, offsets, locks).
+
+mod directory;
+mod locks;
+mod offsets;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rebalance_core::{MessageQueue, TopicRoute};
+use rebalance_runtime::{RemoteError, RouteError};
+
+use crate::client::RemotingClient;
+use crate::command::{RemotingCommand, response_code};
+use crate::name_server::NameServerClient;
+use crate::route::RouteCache;
+
+struct Inner {
+    name_server: NameServerClient,
+    sub_version: i64,
+}
+
+/// The broker side of a RocketMQ consumer: implements the runtime's
+/// [`GroupDirectory`](rebalance_runtime::GroupDirectory) (HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP,
+/// UNREGISTER_CLIENT, and NOTIFY_CONSUMER_IDS_CHANGED as membership changes),
+/// [`OffsetStore`](rebalance_runtime::OffsetStore) (QUERY/UPDATE_CONSUMER_OFFSET) and
+/// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ).
+///
+/// Broker addresses come from the routes its [`NameServerClient`] fetched (the runtime polls
+/// them); a topic or broker not seen yet is looked up on demand. It shares the name server
+/// client's connections, so the broker's notifications arrive on the connection the heartbeats
+/// use.
+///
+/// ```no_run
+/// # fn demo() -> Result<(), rebalance_rocketmq::AddressError> {
+/// use std::sync::Arc;
+/// use rebalance_rocketmq::{BrokerClient, NameServerClient};
+/// use rebalance_runtime::{GroupDirectory, NameServer, OffsetStore, QueueLocker};
+///
+/// let name_server = NameServerClient::from_addresses("127.0.0.1:9876")?;
+/// let brokers = BrokerClient::new(name_server.clone());
+/// let routes: Arc<dyn NameServer> = Arc::new(name_server);
+/// let directory: Arc<dyn GroupDirectory> = Arc::new(brokers.clone());
+/// let offsets: Arc<dyn OffsetStore> = Arc::new(brokers.clone());
+/// let locker: Arc<dyn QueueLocker> = Arc::new(brokers);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct BrokerClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for BrokerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerClient")
+            .field("name_server", &self.inner.name_server)
+            .finish()
+    }
+}
+
+impl BrokerClient {
+    /// A broker client finding brokers through `name_server` and sharing its connections.
+    pub fn new(name_server: NameServerClient) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                name_server,
+                sub_version: subscription_version(),
+            }),
+        }
+    }
+
+    /// The name server client this broker client finds brokers with.
+    pub fn name_server(&self) -> &NameServerClient {
+        &self.inner.name_server
+    }
+
+    /// The connections used (shared with the name server client).
+    pub fn remoting(&self) -> &RemotingClient {
+        self.inner.name_server.remoting()
+    }
+
+    fn routes(&self) -> &RouteCache {
+        self.inner.name_server.routes()
+    }
+
+    /// The route of `topic`: the cached one, or else a fresh one from the name server.
+    async fn route(&self, topic: &str) -> Result<TopicRoute, RemoteError> {
+        if let Some(route) = self.routes().topic(topic) {
+            return Ok(route);
+        }
+        self.inner
+            .name_server
+            .route(topic)
+            .await
+            .map_err(|e| match e {
+                RouteError::TopicNotFound(topic) => RemoteError::Refused {
+                    code: response_code::TOPIC_NOT_EXIST,
+                    remark: format!("topic `{topic}` not found on the name server"),
+                },
+                RouteError::NameServer(e) => e,
+            })
+    }
+
+    /// The address of `queue`'s broker: its master, or with `master_only == false` a slave when
+    /// there is no master. Fetches the queue's topic route when the broker is unknown.
+    async fn broker_addr(
+        &self,
+        queue: &MessageQueue,
+        master_only: bool,
+    ) -> Result<String, RemoteError> {
+        let lookup = |routes: &RouteCache| {
+            if master_only {
+                routes.master_addr(&queue.broker_name)
+            } else {
+                routes.any_addr(&queue.broker_name)
+            }
+        };
+        if let Some(addr) = lookup(self.routes()) {
+            return Ok(addr);
+        }
+        tracing::debug!(broker = %queue.broker_name, topic = %queue.topic, "broker address unknown, fetching the route");
+        self.inner
+            .name_server
+            .route(&queue.topic)
+            .await
+            .map_err(|e| {
+                RemoteError::Unreachable(format!(
+                    "no address for broker `{}`: {e}",
+                    queue.broker_name
+                ))
+            })?;
+        lookup(self.routes()).ok_or_else(|| {
+            RemoteError::Unreachable(format!(
+                "no {} known for broker `{}`",
+                if master_only {
+                    "master address"
+                } else {
+                    "address"
+                },
+                queue.broker_name
+            ))
+        })
+    }
+
+    /// Groups `queues` by the master address of their broker. Queues whose broker has no known
+    /// master come back apart, with the reason.
+    async fn by_master<'q>(
+        &self,
+        queues: &'q [MessageQueue],
+    ) -> (
+        BTreeMap<String, Vec<&'q MessageQueue>>,
+        Vec<(&'q MessageQueue, RemoteError)>,
+    ) {
+        let mut grouped: BTreeMap<String, Vec<&MessageQueue>> = BTreeMap::new();
+        let mut unknown = Vec::new();
+        for queue in queues {
+            match self.broker_addr(queue, true).await {
+                Ok(addr) => grouped.entry(addr).or_default().push(queue),
+                Err(e) => unknown.push((queue, e)),
+            }
+        }
+        (grouped, unknown)
+    }
+
+    /// Sends `request` to `addr` and returns the response whatever its code.
+    async fn call(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand, RemoteError> {
+        self.remoting()
+            .invoke(addr, request)
+            .await
+            .map_err(RemoteError::from)
+    }
+
+    /// Sends `request` to `addr` and requires a success.
+    async fn call_ok(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand, RemoteError> {
+        let response = self.call(addr, request).await?;
+        if response.code == response_code::SUCCESS {
+            Ok(response)
+        } else {
+            Err(refused(&response))
+        }
+    }
+}
+
+/// The error for a response with a failure code.
+pub(crate) fn refused(response: &RemotingCommand) -> RemoteError {
+    RemoteError::Refused {
+        code: response.code,
+        remark: response.remark_or_empty().to_string(),
+    }
+}
+
+/// The `subVersion` of this client's subscriptions. The Java client stamps each subscription
+/// with the wall-clock time it was made, and brokers keep the newest one per topic; this is a
+/// version stamp on the wire, not a timer.
+fn subscription_version() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

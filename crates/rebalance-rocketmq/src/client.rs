@@ -1,0 +1,415 @@
+//! [`RemotingClient`]: connections shared per address, re-established with backoff.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use crate::command::RemotingCommand;
+use crate::connection::{Connection, ConnectionConfig};
+use crate::error::TransportError;
+use crate::notify::MembershipNotifier;
+
+/// Timeouts and backoff of a [`RemotingClient`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// How long a TCP connect may take (3 s).
+    pub connect_timeout: Duration,
+    /// How long a request waits for its response (3 s, as the Java client).
+    pub request_timeout: Duration,
+    /// The wait after the first failed connection attempt to an address (100 ms); it doubles with
+    /// every further failure.
+    pub reconnect_backoff_min: Duration,
+    /// The longest wait between two connection attempts to an address (5 s).
+    pub reconnect_backoff_max: Duration,
+    /// Framing and queueing of each connection.
+    pub connection: ConnectionConfig,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(3),
+            request_timeout: Duration::from_secs(3),
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_secs(5),
+            connection: ConnectionConfig::default(),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// The wait before the next attempt after `failures` consecutive failed attempts (≥ 1).
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.reconnect_backoff_min
+            .saturating_mul(1 << doublings)
+            .min(self.reconnect_backoff_max)
+    }
+}
+
+struct Failure {
+    error: TransportError,
+    at: Instant,
+}
+
+/// One attempt to have a connection to an address: made once, shared by every caller that
+/// needs the address meanwhile, replaced by a new attempt when its connection closes or when
+/// it failed and the backoff has passed.
+struct Attempt {
+    outcome: OnceCell<Result<Connection, Failure>>,
+    /// Consecutive failed attempts before this one.
+    failures_before: u32,
+    reconnect: bool,
+}
+
+impl Attempt {
+    fn new(failures_before: u32, reconnect: bool) -> Arc<Self> {
+        Arc::new(Self {
+            outcome: OnceCell::new(),
+            failures_before,
+            reconnect,
+        })
+    }
+}
+
+struct Inner {
+    config: ClientConfig,
+    slots: DashMap<String, Arc<Attempt>>,
+    membership: Arc<MembershipNotifier>,
+}
+
+/// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
+/// replaced on the next use after it closed, and retried with exponential backoff after a failed
+/// attempt (calls during the backoff fail at once with [`TransportError::BackingOff`]).
+///
+/// Server pushes of `NOTIFY_CONSUMER_IDS_CHANGED` on any of its connections reach
+/// [`membership`](Self::membership).
+///
+/// Cheap to clone; the connections close when the last clone is dropped.
+#[derive(Clone)]
+pub struct RemotingClient {
+    inner: Arc<Inner>,
+}
+
+impl Default for RemotingClient {
+    fn default() -> Self {
+        Self::new(ClientConfig::default())
+    }
+}
+
+impl std::fmt::Debug for RemotingClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemotingClient")
+            .field("config", &self.inner.config)
+            .field("addresses", &self.inner.slots.len())
+            .finish()
+    }
+}
+
+impl RemotingClient {
+    /// A client with no connection yet.
+    pub fn new(config: ClientConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                slots: DashMap::new(),
+                membership: Arc::new(MembershipNotifier::default()),
+            }),
+        }
+    }
+
+    /// The client's configuration.
+    pub fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
+    /// Where the brokers' membership-change notifications arrive.
+    pub fn membership(&self) -> &Arc<MembershipNotifier> {
+        &self.inner.membership
+    }
+
+    /// The open connection to `addr`, connecting (or reconnecting) when needed.
+    pub async fn connection(&self, addr: &str) -> Result<Connection, TransportError> {
+        for _ in 0..3 {
+            let attempt = self
+                .inner
+                .slots
+                .entry(addr.to_string())
+                .or_insert_with(|| Attempt::new(0, false))
+                .value()
+                .clone();
+            let made_here = AtomicBool::new(false);
+            let outcome = attempt
+                .outcome
+                .get_or_init(|| {
+                    made_here.store(true, Ordering::Relaxed);
+                    self.connect(addr, attempt.failures_before, attempt.reconnect)
+                })
+                .await;
+            match outcome {
+                Ok(conn) if conn.is_open() => return Ok(conn.clone()),
+                Ok(_) => {
+                    tracing::info!(addr, "connection lost, reconnecting");
+                    self.replace(addr, &attempt, Attempt::new(0, true));
+                }
+                Err(failure) => {
+                    let failures = attempt.failures_before + 1;
+                    let wait = self.inner.config.backoff(failures);
+                    let elapsed = failure.at.elapsed();
+                    if made_here.load(Ordering::Relaxed) {
+                        return Err(failure.error.clone());
+                    }
+                    if elapsed < wait {
+                        return Err(TransportError::BackingOff {
+                            addr: addr.to_string(),
+                            retry_in: wait - elapsed,
+                            last_error: failure.error.to_string(),
+                        });
+                    }
+                    self.replace(addr, &attempt, Attempt::new(failures, true));
+                }
+            }
+        }
+        Err(TransportError::Connect {
+            addr: addr.to_string(),
+            reason: "the connection closed again right after connecting".into(),
+        })
+    }
+
+    async fn connect(
+        &self,
+        addr: &str,
+        failures_before: u32,
+        reconnect: bool,
+    ) -> Result<Connection, Failure> {
+        if reconnect {
+            tracing::info!(addr, failures_before, "reconnecting");
+        } else {
+            tracing::debug!(addr, "connecting");
+        }
+        let config = &self.inner.config;
+        let handler = self.inner.membership.clone();
+        match Connection::connect(addr, config.connect_timeout, config.connection, handler).await {
+            Ok(conn) => {
+                tracing::info!(addr, reconnect, "connected");
+                Ok(conn)
+            }
+            Err(error) => {
+                let backoff = config.backoff(failures_before + 1);
+                tracing::warn!(addr, %error, ?backoff, "connection attempt failed, backing off");
+                Err(Failure {
+                    error,
+                    at: Instant::now(),
+                })
+            }
+        }
+    }
+
+    fn replace(&self, addr: &str, old: &Arc<Attempt>, new: Arc<Attempt>) {
+        if let Some(mut slot) = self.inner.slots.get_mut(addr) {
+            if Arc::ptr_eq(slot.value(), old) {
+                *slot = new;
+            }
+        }
+    }
+
+    /// Sends `request` to `addr` and waits for the response, up to the configured timeout.
+    pub async fn invoke(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand, TransportError> {
+        self.invoke_with_timeout(addr, request, self.inner.config.request_timeout)
+            .await
+    }
+
+    /// Sends `request` to `addr` and waits for the response, up to `timeout` (connecting
+    /// included).
+    pub async fn invoke_with_timeout(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, TransportError> {
+        let deadline = Instant::now() + timeout;
+        let conn = match tokio::time::timeout_at(deadline, self.connection(addr)).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(TransportError::Timeout {
+                    addr: addr.to_string(),
+                    after: timeout,
+                });
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        conn.request(request, left).await.map_err(|e| match e {
+            TransportError::Timeout { addr, .. } => TransportError::Timeout {
+                addr,
+                after: timeout,
+            },
+            other => other,
+        })
+    }
+
+    /// Sends a one-way `request` to `addr`.
+    pub async fn invoke_oneway(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+    ) -> Result<(), TransportError> {
+        let conn = self.connection(addr).await?;
+        conn.send_oneway(request, self.inner.config.request_timeout)
+            .await
+    }
+
+    /// Closes the connection to `addr`, if any (the next use reconnects at once).
+    pub fn close(&self, addr: &str) {
+        if let Some((_, attempt)) = self.inner.slots.remove(addr) {
+            if let Some(Ok(conn)) = attempt.outcome.get() {
+                conn.close();
+            }
+        }
+    }
+
+    /// Closes every connection.
+    pub fn close_all(&self) {
+        let addrs: Vec<String> = self.inner.slots.iter().map(|e| e.key().clone()).collect();
+        for addr in addrs {
+            self.close(&addr);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::RemotingCodec;
+    use futures_util::{SinkExt, StreamExt};
+    use tokio::net::TcpListener;
+    use tokio_util::codec::Framed;
+
+    /// A loopback server answering every request with code 0 and the request's code as remark,
+    /// until it has served `connections` connections.
+    async fn echo_server(listener: TcpListener, connections: usize) {
+        for _ in 0..connections {
+            let Ok((socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut framed = Framed::new(socket, RemotingCodec::default());
+                while let Some(Ok(req)) = framed.next().await {
+                    let answer =
+                        RemotingCommand::response(0, req.opaque, Some(req.code.to_string()));
+                    if framed.send(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let config = ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(100),
+            reconnect_backoff_max: Duration::from_millis(1000),
+            ..Default::default()
+        };
+        let got: Vec<u128> = (1..=6).map(|n| config.backoff(n).as_millis()).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(config.backoff(u32::MAX), Duration::from_millis(1000));
+    }
+
+    #[tokio::test]
+    async fn one_connection_per_address_shared_by_concurrent_callers() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        // The server accepts a single connection: a second one would never be answered.
+        tokio::spawn(echo_server(listener, 1));
+        let client = RemotingClient::default();
+        let calls = (0..20).map(|i| {
+            let client = client.clone();
+            let addr = addr.clone();
+            async move { client.invoke(&addr, RemotingCommand::request(i)).await }
+        });
+        let answers = futures_util::future::join_all(calls).await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            assert_eq!(answer.unwrap().remark, Some(i.to_string()));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_connection_is_replaced_on_next_use() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(echo_server(listener, 2));
+        let client = RemotingClient::default();
+        let first = client.connection(&addr).await.unwrap();
+        first.close();
+        assert!(!first.is_open());
+        let answer = client
+            .invoke(&addr, RemotingCommand::request(5))
+            .await
+            .unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("5"));
+        assert!(client.connection(&addr).await.unwrap().is_open());
+    }
+
+    #[tokio::test]
+    async fn failed_attempts_back_off_instead_of_spinning() {
+        // A port nobody listens on: bind, note the port, close.
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(300),
+            reconnect_backoff_max: Duration::from_secs(2),
+            ..Default::default()
+        });
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+        // Within the backoff: no new attempt, a fast typed error.
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(
+            matches!(&err, TransportError::BackingOff { retry_in, .. } if *retry_in <= Duration::from_millis(300)),
+            "{err}"
+        );
+        // The server comes up on that port; after the backoff the next use connects.
+        let listener = TcpListener::bind(&addr).await.unwrap();
+        tokio::spawn(echo_server(listener, 1));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let answer = client
+            .invoke(&addr, RemotingCommand::request(9))
+            .await
+            .unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("9"));
+    }
+
+    #[tokio::test]
+    async fn consecutive_failures_lengthen_the_backoff() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(50),
+            reconnect_backoff_max: Duration::from_secs(10),
+            ..Default::default()
+        });
+        assert!(client.connection(&addr).await.is_err());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Second attempt fails too; now the backoff is 100 ms.
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(
+            matches!(&err, TransportError::BackingOff { retry_in, .. } if *retry_in > Duration::from_millis(50)),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,450 @@
+//! [`Connection`]: one socket to a server, multiplexing requests by `opaque`.
+//!
+//! Two tasks own the socket: a reader (the only owner of the read half) routes responses to the
+//! waiting requests and hands server-initiated requests to a [`ServerRequestHandler`]; a writer
+//! (the only owner of the write half) sends what the handles queue. Requests wait on a oneshot
+//! channel kept in a map by opaque; no lock is held across an `.await`. When the socket closes,
+//! every waiting request fails with [`TransportError::Closed`].
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::{CodecError, DEFAULT_MAX_FRAME_LEN, RemotingCodec};
+use crate::command::{FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, response_code};
+use crate::error::TransportError;
+
+/// Answers the requests a server sends to the client over the same connection (for example
+/// `NOTIFY_CONSUMER_IDS_CHANGED`).
+pub trait ServerRequestHandler: Send + Sync + 'static {
+    /// Handles `request` from the server at `peer`. Returns the response to send back, or `None`
+    /// to answer "request code not supported". Nothing is sent back for one-way requests.
+    ///
+    /// Called on the connection's reader task: it must not block.
+    fn handle(&self, peer: &str, request: &RemotingCommand) -> Option<RemotingCommand>;
+}
+
+/// A handler that supports nothing: requests get "request code not supported".
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IgnoreServerRequests;
+
+impl ServerRequestHandler for IgnoreServerRequests {
+    fn handle(&self, peer: &str, request: &RemotingCommand) -> Option<RemotingCommand> {
+        tracing::debug!(peer, code = request.code, "server request ignored");
+        None
+    }
+}
+
+/// How a connection frames and queues its traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionConfig {
+    /// The largest frame sent or accepted.
+    pub max_frame_len: usize,
+    /// How many outgoing frames may wait for the writer before senders wait.
+    pub outbound_queue: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        Self {
+            max_frame_len: DEFAULT_MAX_FRAME_LEN,
+            outbound_queue: 1024,
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<RemotingCommand, TransportError>>;
+
+struct Shared {
+    addr: String,
+    pending: DashMap<i32, Reply>,
+    next_opaque: AtomicI32,
+    /// Set once, when the connection closes, with the reason.
+    closed: OnceLock<String>,
+    outbound: mpsc::Sender<RemotingCommand>,
+}
+
+impl Shared {
+    fn closed_error(&self) -> Option<TransportError> {
+        self.closed.get().map(|reason| TransportError::Closed {
+            addr: self.addr.clone(),
+            reason: reason.clone(),
+        })
+    }
+
+    /// Marks the connection closed and fails every waiting request. Requests registered after
+    /// this see the mark (they check it after registering), so none waits forever.
+    fn close(&self, reason: String) {
+        if self.closed.set(reason.clone()).is_err() {
+            return;
+        }
+        let opaques: Vec<i32> = self.pending.iter().map(|e| *e.key()).collect();
+        let failed = opaques.len();
+        for opaque in opaques {
+            if let Some((_, reply)) = self.pending.remove(&opaque) {
+                let _ = reply.send(Err(TransportError::Closed {
+                    addr: self.addr.clone(),
+                    reason: reason.clone(),
+                }));
+            }
+        }
+        tracing::info!(addr = %self.addr, %reason, failed_requests = failed, "connection closed");
+    }
+
+    fn fail(&self, opaque: i32, error: TransportError) {
+        if let Some((_, reply)) = self.pending.remove(&opaque) {
+            let _ = reply.send(Err(error));
+        }
+    }
+}
+
+/// Removes a request's entry when the request ends, however it ends (answer, timeout, or the
+/// caller dropping the future).
+struct PendingGuard<'a> {
+    shared: &'a Shared,
+    opaque: i32,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.shared.pending.remove(&self.opaque);
+    }
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+    token: CancellationToken,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // The last handle is gone: stop both tasks, which closes the socket.
+        self.token.cancel();
+    }
+}
+
+/// A connection to one server. Cheap to clone; the socket closes when the last clone is
+/// dropped or [`close`](Self::close) is called.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("addr", &self.inner.shared.addr)
+            .field("open", &self.is_open())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Connects to `addr` (`host:port`) within `connect_timeout`.
+    pub async fn connect(
+        addr: &str,
+        connect_timeout: Duration,
+        config: ConnectionConfig,
+        handler: Arc<dyn ServerRequestHandler>,
+    ) -> Result<Connection, TransportError> {
+        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                return Err(TransportError::Connect {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                });
+            }
+            Err(_) => {
+                return Err(TransportError::Connect {
+                    addr: addr.to_string(),
+                    reason: format!("no connection within {connect_timeout:?}"),
+                });
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(addr, error = %e, "cannot set TCP_NODELAY");
+        }
+        tracing::debug!(addr, "connected");
+        Ok(Self::from_stream(stream, addr, config, handler))
+    }
+
+    /// Runs the protocol over an established stream (a socket, or an in-memory pipe in tests).
+    /// Must be called within a tokio runtime: it spawns the reader and writer tasks.
+    pub fn from_stream<S>(
+        stream: S,
+        addr: &str,
+        config: ConnectionConfig,
+        handler: Arc<dyn ServerRequestHandler>,
+    ) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read_half, write_half) = tokio::io::split(stream);
+        let (outbound, outbound_rx) = mpsc::channel(config.outbound_queue.max(1));
+        let shared = Arc::new(Shared {
+            addr: addr.to_string(),
+            pending: DashMap::new(),
+            next_opaque: AtomicI32::new(1),
+            closed: OnceLock::new(),
+            outbound,
+        });
+        let token = CancellationToken::new();
+        let codec = RemotingCodec::new(config.max_frame_len);
+        tokio::spawn(read_loop(
+            shared.clone(),
+            FramedRead::new(read_half, codec),
+            handler,
+            token.clone(),
+        ));
+        tokio::spawn(write_loop(
+            shared.clone(),
+            FramedWrite::new(write_half, codec),
+            outbound_rx,
+            token.clone(),
+        ));
+        Connection {
+            inner: Arc::new(Handle { shared, token }),
+        }
+    }
+
+    /// The server's address.
+    pub fn addr(&self) -> &str {
+        &self.inner.shared.addr
+    }
+
+    /// Whether the connection is still usable.
+    pub fn is_open(&self) -> bool {
+        self.inner.shared.closed.get().is_none()
+    }
+
+    /// Closes the connection; waiting requests fail with [`TransportError::Closed`].
+    pub fn close(&self) {
+        self.inner.shared.close("closed by the client".to_string());
+        self.inner.token.cancel();
+    }
+
+    /// Resolves when the connection has closed.
+    pub async fn closed(&self) {
+        self.inner.token.cancelled().await
+    }
+
+    fn next_opaque(&self) -> i32 {
+        self.inner
+            .shared
+            .next_opaque
+            .fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends `request` and waits up to `timeout` for its response (of any response code).
+    pub async fn request(
+        &self,
+        mut request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, TransportError> {
+        let shared = &*self.inner.shared;
+        let opaque = self.next_opaque();
+        request.opaque = opaque;
+        request.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);
+        let (reply, answer) = oneshot::channel();
+        shared.pending.insert(opaque, reply);
+        let _guard = PendingGuard { shared, opaque };
+        if let Some(e) = shared.closed_error() {
+            return Err(e);
+        }
+        let code = request.code;
+        let exchange = async {
+            if shared.outbound.send(request).await.is_err() {
+                return Err(shared
+                    .closed_error()
+                    .unwrap_or_else(|| TransportError::Closed {
+                        addr: shared.addr.clone(),
+                        reason: "writer stopped".into(),
+                    }));
+            }
+            match answer.await {
+                Ok(result) => result,
+                Err(_) => Err(shared
+                    .closed_error()
+                    .unwrap_or_else(|| TransportError::Closed {
+                        addr: shared.addr.clone(),
+                        reason: "request dropped".into(),
+                    })),
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => {
+                tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, "request timed out");
+                Err(TransportError::Timeout {
+                    addr: shared.addr.clone(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// Sends a one-way `request` (no response expected), waiting at most `timeout` for room in
+    /// the outgoing queue.
+    pub async fn send_oneway(
+        &self,
+        mut request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
+        let shared = &*self.inner.shared;
+        if let Some(e) = shared.closed_error() {
+            return Err(e);
+        }
+        request.opaque = self.next_opaque();
+        request.flag = (request.flag & !FLAG_RESPONSE) | FLAG_ONEWAY;
+        match tokio::time::timeout(timeout, shared.outbound.send(request)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(shared
+                .closed_error()
+                .unwrap_or_else(|| TransportError::Closed {
+                    addr: shared.addr.clone(),
+                    reason: "writer stopped".into(),
+                })),
+            Err(_) => Err(TransportError::Timeout {
+                addr: shared.addr.clone(),
+                after: timeout,
+            }),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn pending_len(&self) -> usize {
+        self.inner.shared.pending.len()
+    }
+}
+
+async fn read_loop<R>(
+    shared: Arc<Shared>,
+    mut frames: FramedRead<R, RemotingCodec>,
+    handler: Arc<dyn ServerRequestHandler>,
+    token: CancellationToken,
+) where
+    R: AsyncRead + Unpin,
+{
+    let reason = loop {
+        let next = tokio::select! {
+            _ = token.cancelled() => break "closed by the client".to_string(),
+            next = frames.next() => next,
+        };
+        match next {
+            Some(Ok(command)) if command.is_response() => deliver(&shared, command),
+            Some(Ok(command)) => serve(&shared, &*handler, command),
+            Some(Err(e)) => {
+                tracing::warn!(addr = %shared.addr, error = %e, "unreadable data from server, closing");
+                break format!("unreadable data: {e}");
+            }
+            None => break "closed by the server".to_string(),
+        }
+    };
+    shared.close(reason);
+    token.cancel();
+}
+
+fn deliver(shared: &Shared, response: RemotingCommand) {
+    match shared.pending.remove(&response.opaque) {
+        Some((_, reply)) => {
+            let _ = reply.send(Ok(response));
+        }
+        None => tracing::warn!(
+            addr = %shared.addr,
+            opaque = response.opaque,
+            code = response.code,
+            "response for an unknown request (timed out or never sent), dropped"
+        ),
+    }
+}
+
+fn serve(shared: &Shared, handler: &dyn ServerRequestHandler, request: RemotingCommand) {
+    tracing::debug!(addr = %shared.addr, code = request.code, oneway = request.is_oneway(), "request from server");
+    let answer = handler.handle(&shared.addr, &request);
+    if request.is_oneway() {
+        return;
+    }
+    let mut response = answer.unwrap_or_else(|| {
+        RemotingCommand::response(
+            response_code::REQUEST_CODE_NOT_SUPPORTED,
+            request.opaque,
+            Some(format!("request code {} not supported", request.code)),
+        )
+    });
+    response.opaque = request.opaque;
+    response.flag = (response.flag | FLAG_RESPONSE) & !FLAG_ONEWAY;
+    if let Err(e) = shared.outbound.try_send(response) {
+        tracing::warn!(addr = %shared.addr, code = request.code, error = %e, "cannot answer server request");
+    }
+}
+
+async fn write_loop<W>(
+    shared: Arc<Shared>,
+    mut frames: FramedWrite<W, RemotingCodec>,
+    mut outbound: mpsc::Receiver<RemotingCommand>,
+    token: CancellationToken,
+) where
+    W: AsyncWrite + Unpin,
+{
+    let reason = 'run: loop {
+        let first = tokio::select! {
+            _ = token.cancelled() => break 'run None,
+            first = outbound.recv() => first,
+        };
+        let Some(mut command) = first else {
+            break 'run None;
+        };
+        // Queue everything that is ready, then flush once.
+        loop {
+            let (opaque, is_request) = (
+                command.opaque,
+                !command.is_response() && !command.is_oneway(),
+            );
+            match frames.feed(command).await {
+                Ok(()) => {}
+                Err(CodecError::Io(e)) => break 'run Some(format!("write failed: {e}")),
+                Err(e) => {
+                    tracing::warn!(addr = %shared.addr, opaque, error = %e, "command not sent");
+                    if is_request {
+                        shared.fail(
+                            opaque,
+                            TransportError::Encode {
+                                addr: shared.addr.clone(),
+                                reason: e.to_string(),
+                            },
+                        );
+                    }
+                }
+            }
+            match outbound.try_recv() {
+                Ok(next) => command = next,
+                Err(_) => break,
+            }
+        }
+        let flushed = tokio::select! {
+            _ = token.cancelled() => break 'run None,
+            flushed = frames.flush() => flushed,
+        };
+        if let Err(e) = flushed {
+            break 'run Some(format!("write failed: {e}"));
+        }
+    };
+    if let Some(reason) = reason {
+        shared.close(reason);
+    }
+    token.cancel();
+    // Half-close the socket so the server sees the end (without waiting on a stuck peer).
+    let _ = tokio::time::timeout(Duration::from_secs(1), frames.close()).await;
+}
+
+#[cfg(test)]
+mod tests;

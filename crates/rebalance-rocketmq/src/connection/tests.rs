@@ -1,0 +1,284 @@
+use std::sync::Mutex;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::DuplexStream;
+use tokio_util::codec::Framed;
+
+use super::*;
+use crate::command::request_code;
+
+/// The server's end of an in-memory connection.
+type Server = Framed<DuplexStream, RemotingCodec>;
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<RemotingCommand>>);
+
+impl ServerRequestHandler for Recorder {
+    fn handle(&self, _peer: &str, request: &RemotingCommand) -> Option<RemotingCommand> {
+        self.0.lock().unwrap().push(request.clone());
+        (request.code == 999).then(|| RemotingCommand::response(0, 0, Some("handled".into())))
+    }
+}
+
+fn pair_with(
+    config: ConnectionConfig,
+    handler: Arc<dyn ServerRequestHandler>,
+) -> (Connection, Server) {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let conn = Connection::from_stream(client, "test:1", config, handler);
+    (conn, Framed::new(server, RemotingCodec::default()))
+}
+
+fn pair() -> (Connection, Server) {
+    pair_with(ConnectionConfig::default(), Arc::new(IgnoreServerRequests))
+}
+
+async fn next(server: &mut Server) -> RemotingCommand {
+    server.next().await.unwrap().unwrap()
+}
+
+const T: Duration = Duration::from_secs(3);
+
+#[tokio::test(start_paused = true)]
+async fn answers_go_to_their_own_request_whatever_the_order() {
+    let (conn, mut server) = pair();
+    let a = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    let first = next(&mut server).await;
+    let b = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let second = next(&mut server).await;
+    assert_ne!(first.opaque, second.opaque);
+    assert!(!first.is_response() && !first.is_oneway());
+    // Answer in reverse order, with the request code echoed in the remark.
+    for req in [&second, &first] {
+        server
+            .send(RemotingCommand::response(
+                0,
+                req.opaque,
+                Some(req.code.to_string()),
+            ))
+            .await
+            .unwrap();
+    }
+    assert_eq!(a.await.unwrap().unwrap().remark.as_deref(), Some("1"));
+    assert_eq!(b.await.unwrap().unwrap().remark.as_deref(), Some("2"));
+    assert_eq!(conn.pending_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_without_answer_times_out_and_a_late_answer_is_dropped() {
+    let (conn, mut server) = pair();
+    let started = tokio::time::Instant::now();
+    let err = conn
+        .request(RemotingCommand::request(1), Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        TransportError::Timeout {
+            addr: "test:1".into(),
+            after: Duration::from_millis(500)
+        }
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(500));
+    assert_eq!(
+        conn.pending_len(),
+        0,
+        "the timed-out request left nothing behind"
+    );
+    let late = next(&mut server).await;
+    server
+        .send(RemotingCommand::response(0, late.opaque, None))
+        .await
+        .unwrap();
+    // The connection still works.
+    let conn2 = conn.clone();
+    let answer = tokio::spawn(async move { conn2.request(RemotingCommand::request(2), T).await });
+    let req = next(&mut server).await;
+    server
+        .send(RemotingCommand::response(7, req.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(answer.await.unwrap().unwrap().code, 7);
+    assert!(conn.is_open());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_connection_fails_waiting_and_later_requests() {
+    let (conn, mut server) = pair();
+    let waiting = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    next(&mut server).await;
+    drop(server);
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Closed { reason, .. } if reason.contains("closed by the server")),
+        "{err}"
+    );
+    conn.closed().await;
+    assert!(!conn.is_open());
+    let err = conn
+        .request(RemotingCommand::request(2), T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Closed { .. }), "{err}");
+    let err = conn
+        .send_oneway(RemotingCommand::request(2), T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Closed { .. }), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn garbage_from_the_server_closes_the_connection_with_the_reason() {
+    let (conn, server) = pair();
+    let waiting = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    let mut raw = server.into_inner();
+    use tokio::io::AsyncWriteExt;
+    // A frame of 8 bytes whose header claims the binary serialization type.
+    raw.write_all(&[0, 0, 0, 8, 1, 0, 0, 4, b'{', b'}', b' ', b' '])
+        .await
+        .unwrap();
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Closed { reason, .. } if reason.contains("serialization type 1")),
+        "{err}"
+    );
+    assert!(!conn.is_open());
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_requests_reach_the_handler_and_get_sensible_answers() {
+    let recorder = Arc::new(Recorder::default());
+    let (_conn, mut server) = pair_with(ConnectionConfig::default(), recorder.clone());
+    // One-way notification: handled, not answered.
+    let mut notify = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
+        .with_ext("consumerGroup", "G");
+    notify.flag = FLAG_ONEWAY;
+    notify.opaque = 100;
+    server.send(notify).await.unwrap();
+    // A request the handler does not support: answered "not supported", same opaque.
+    let mut unknown = RemotingCommand::request(307);
+    unknown.opaque = 101;
+    server.send(unknown).await.unwrap();
+    let answer = next(&mut server).await;
+    assert!(answer.is_response());
+    assert_eq!(
+        (answer.code, answer.opaque),
+        (response_code::REQUEST_CODE_NOT_SUPPORTED, 101)
+    );
+    // A request the handler answers.
+    let mut handled = RemotingCommand::request(999);
+    handled.opaque = 102;
+    server.send(handled).await.unwrap();
+    let answer = next(&mut server).await;
+    assert_eq!(
+        (answer.code, answer.opaque, answer.remark.as_deref()),
+        (0, 102, Some("handled"))
+    );
+    assert!(answer.is_response());
+    let seen: Vec<(i32, Option<String>)> = recorder
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.code, c.ext("consumerGroup").map(str::to_string)))
+        .collect();
+    assert_eq!(seen, [(40, Some("G".into())), (307, None), (999, None)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn oneway_requests_are_flagged_and_not_awaited() {
+    let (conn, mut server) = pair();
+    conn.send_oneway(RemotingCommand::request(15).with_ext("commitOffset", 5), T)
+        .await
+        .unwrap();
+    let got = next(&mut server).await;
+    assert!(got.is_oneway() && !got.is_response());
+    assert_eq!(got.ext("commitOffset"), Some("5"));
+    assert_eq!(conn.pending_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oversized_request_fails_alone() {
+    let config = ConnectionConfig {
+        max_frame_len: 512,
+        ..Default::default()
+    };
+    let (conn, mut server) = pair_with(config, Arc::new(IgnoreServerRequests));
+    let err = conn
+        .request(RemotingCommand::request(1).with_body(vec![0u8; 1000]), T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Encode { .. }), "{err}");
+    assert!(conn.is_open());
+    let answer = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let req = next(&mut server).await;
+    assert_eq!(
+        req.code, 2,
+        "the oversized request never reached the server"
+    );
+    server
+        .send(RemotingCommand::response(0, req.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(answer.await.unwrap().unwrap().code, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_last_handle_closes_the_socket() {
+    let (conn, mut server) = pair();
+    drop(conn);
+    assert!(
+        server.next().await.is_none(),
+        "the server sees the end of the stream"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_concurrent_requests_each_get_their_answer() {
+    let (conn, mut server) = pair();
+    let server_task = tokio::spawn(async move {
+        for _ in 0..200 {
+            let req = next(&mut server).await;
+            server
+                .send(RemotingCommand::response(
+                    0,
+                    req.opaque,
+                    req.ext("n").map(str::to_string),
+                ))
+                .await
+                .unwrap();
+        }
+        server
+    });
+    let mut tasks = Vec::new();
+    for n in 0..200 {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let answer = conn
+                .request(RemotingCommand::request(1).with_ext("n", n), T)
+                .await
+                .unwrap();
+            assert_eq!(answer.remark, Some(n.to_string()));
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    server_task.await.unwrap();
+    assert_eq!(conn.pending_len(), 0);
+}

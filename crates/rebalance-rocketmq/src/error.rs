@@ -1,0 +1,110 @@
+//! Errors of the transport, and how they map onto the runtime's errors.
+
+use std::time::Duration;
+
+use rebalance_runtime::RemoteError;
+
+/// A request that did not get an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// The server could not be reached.
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+    /// A connection attempt to the server failed recently; the next one waits for the backoff.
+    #[error("not reconnecting to {addr} for another {retry_in:?} (last attempt: {last_error})")]
+    BackingOff {
+        /// The server's address.
+        addr: String,
+        /// How long until the next attempt is allowed.
+        retry_in: Duration,
+        /// What the last attempt failed with.
+        last_error: String,
+    },
+    /// The connection closed before the answer came.
+    #[error("connection to {addr} closed: {reason}")]
+    Closed {
+        /// The server's address.
+        addr: String,
+        /// Why it closed.
+        reason: String,
+    },
+    /// No answer within the request's timeout.
+    #[error("no answer from {addr} within {after:?}")]
+    Timeout {
+        /// The server's address.
+        addr: String,
+        /// The timeout.
+        after: Duration,
+    },
+    /// The request could not be encoded (for example it is larger than the frame limit).
+    #[error("cannot send to {addr}: {reason}")]
+    Encode {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl From<TransportError> for RemoteError {
+    fn from(e: TransportError) -> Self {
+        match e {
+            TransportError::Timeout { after, .. } => RemoteError::Timeout(after),
+            TransportError::Encode { .. } => RemoteError::BadResponse(e.to_string()),
+            TransportError::Connect { .. }
+            | TransportError::BackingOff { .. }
+            | TransportError::Closed { .. } => RemoteError::Unreachable(e.to_string()),
+        }
+    }
+}
+
+/// A name server address list that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddressError {
+    /// The list names no address.
+    #[error("the name server address list is empty")]
+    Empty,
+    /// An entry is not `host:port`.
+    #[error("`{0}` is not a host:port address")]
+    Malformed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_onto_the_runtime_errors() {
+        let addr = "127.0.0.1:1".to_string();
+        assert_eq!(
+            RemoteError::from(TransportError::Timeout {
+                addr: addr.clone(),
+                after: Duration::from_secs(3)
+            }),
+            RemoteError::Timeout(Duration::from_secs(3))
+        );
+        for e in [
+            TransportError::Connect {
+                addr: addr.clone(),
+                reason: "refused".into(),
+            },
+            TransportError::Closed {
+                addr: addr.clone(),
+                reason: "eof".into(),
+            },
+            TransportError::BackingOff {
+                addr: addr.clone(),
+                retry_in: Duration::from_millis(5),
+                last_error: "refused".into(),
+            },
+        ] {
+            let text = e.to_string();
+            assert_eq!(RemoteError::from(e), RemoteError::Unreachable(text));
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! [`NameServerClient`]: topic routes from a list of RocketMQ name servers.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use rebalance_core::TopicRoute;
+use rebalance_runtime::{NameServer, RemoteError, RouteError};
+
+use crate::client::RemotingClient;
+use crate::command::{RemotingCommand, request_code, response_code};
+use crate::error::AddressError;
+use crate::route::{RouteCache, parse_route};
+
+/// Splits a name server list as RocketMQ writes it (`host:port;host:port`), ignoring blanks.
+///
+/// ```
+/// use rebalance_rocketmq::name_server::parse_addresses;
+///
+/// assert_eq!(parse_addresses(" 10.0.0.1:9876; 10.0.0.2:9876 ;").unwrap(),
+///            ["10.0.0.1:9876", "10.0.0.2:9876"]);
+/// assert!(parse_addresses("10.0.0.1").is_err());
+/// assert!(parse_addresses(" ; ").is_err());
+/// ```
+pub fn parse_addresses(list: &str) -> Result<Vec<String>, AddressError> {
+    let addrs: Vec<String> = list
+        .split(';')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(|a| match a.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(a.to_string())
+            }
+            _ => Err(AddressError::Malformed(a.to_string())),
+        })
+        .collect::<Result<_, _>>()?;
+    if addrs.is_empty() {
+        return Err(AddressError::Empty);
+    }
+    Ok(addrs)
+}
+
+struct Inner {
+    remoting: RemotingClient,
+    addrs: Vec<String>,
+    /// The index of the address that answered last; tried first.
+    preferred: AtomicUsize,
+    routes: RouteCache,
+}
+
+/// Fetches topic routes (GET_ROUTEINFO_BY_TOPIC) from a list of name servers, trying the next
+/// address when one fails and remembering the one that answered. Implements the runtime's
+/// [`NameServer`]; every route it fetches lands in its [`RouteCache`], where the broker clients
+/// find broker addresses.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use rebalance_rocketmq::NameServerClient;
+///
+/// let name_server = NameServerClient::from_addresses("10.0.0.1:9876;10.0.0.2:9876")?;
+/// let route = name_server.route("TopicTest").await?;
+/// println!("{} brokers", route.broker_datas.len());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct NameServerClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for NameServerClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NameServerClient")
+            .field("addrs", &self.inner.addrs)
+            .field("preferred", &self.preferred_address())
+            .finish()
+    }
+}
+
+impl NameServerClient {
+    /// A client of the name servers in `addresses` (`host:port;host:port`) over `remoting`.
+    pub fn new(remoting: RemotingClient, addresses: &str) -> Result<Self, AddressError> {
+        Ok(Self {
+            inner: Arc::new(Inner {
+                remoting,
+                addrs: parse_addresses(addresses)?,
+                preferred: AtomicUsize::new(0),
+                routes: RouteCache::default(),
+            }),
+        })
+    }
+
+    /// A client of the name servers in `addresses` with a new [`RemotingClient`] of default
+    /// settings. Connects lazily, on the first request.
+    pub fn from_addresses(addresses: &str) -> Result<Self, AddressError> {
+        Self::new(RemotingClient::default(), addresses)
+    }
+
+    /// The name server addresses, in the order given.
+    pub fn addresses(&self) -> &[String] {
+        &self.inner.addrs
+    }
+
+    /// The address tried first: the last one that answered.
+    pub fn preferred_address(&self) -> &str {
+        let i = self.inner.preferred.load(Ordering::Relaxed);
+        &self.inner.addrs[i % self.inner.addrs.len()]
+    }
+
+    /// The routes fetched so far and their brokers' addresses.
+    pub fn routes(&self) -> &RouteCache {
+        &self.inner.routes
+    }
+
+    /// The connections used, shared with the broker clients built on this client.
+    pub fn remoting(&self) -> &RemotingClient {
+        &self.inner.remoting
+    }
+
+    /// The route of `topic`, from the first name server that answers.
+    pub async fn route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
+        let addrs = &self.inner.addrs;
+        let start = self.inner.preferred.load(Ordering::Relaxed) % addrs.len();
+        let mut last_error = RemoteError::Unreachable("no name server tried".into());
+        for k in 0..addrs.len() {
+            let index = (start + k) % addrs.len();
+            let addr = addrs[index].as_str();
+            let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC)
+                .with_ext("topic", topic);
+            let outcome = match self.inner.remoting.invoke(addr, request).await {
+                Err(e) => Err(RemoteError::from(e)),
+                Ok(response) => match response.code {
+                    response_code::SUCCESS => parse_route(&response.body)
+                        .map(Some)
+                        .map_err(RemoteError::BadResponse),
+                    response_code::TOPIC_NOT_EXIST => Ok(None),
+                    code => Err(RemoteError::Refused {
+                        code,
+                        remark: response.remark_or_empty().to_string(),
+                    }),
+                },
+            };
+            match outcome {
+                Ok(found) => {
+                    self.remember(start, index);
+                    return match found {
+                        Some(route) => {
+                            tracing::debug!(
+                                addr,
+                                topic,
+                                brokers = route.broker_datas.len(),
+                                "route fetched"
+                            );
+                            self.inner.routes.update(topic, &route);
+                            Ok(route)
+                        }
+                        None => {
+                            tracing::debug!(addr, topic, "topic not found");
+                            self.inner.routes.forget(topic);
+                            Err(RouteError::TopicNotFound(topic.to_string()))
+                        }
+                    };
+                }
+                Err(error) => {
+                    if k + 1 < addrs.len() {
+                        tracing::warn!(addr, topic, %error, "name server failed, trying the next one");
+                    } else {
+                        tracing::warn!(addr, topic, %error, "name server failed, none left to try");
+                    }
+                    last_error = error;
+                }
+            }
+        }
+        Err(RouteError::NameServer(last_error))
+    }
+
+    fn remember(&self, previous: usize, index: usize) {
+        if previous != index {
+            tracing::info!(
+                from = %self.inner.addrs[previous],
+                to = %self.inner.addrs[index],
+                "name server failover"
+            );
+            self.inner.preferred.store(index, Ordering::Relaxed);
+        }
+    }
+}
+
+#[async_trait]
+impl NameServer for NameServerClient {
+    async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
+        self.route(topic).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_lists() {
+        assert_eq!(parse_addresses("a:1").unwrap(), ["a:1"]);
+        assert_eq!(
+            parse_addresses("[::1]:9876;b:2").unwrap(),
+            ["[::1]:9876", "b:2"]
+        );
+        assert_eq!(parse_addresses(""), Err(AddressError::Empty));
+        assert_eq!(
+            parse_addresses("a:1;b:x"),
+            Err(AddressError::Malformed("b:x".into()))
+        );
+        assert_eq!(
+            parse_addresses(":9876"),
+            Err(AddressError::Malformed(":9876".into()))
+        );
+        assert_eq!(
+            parse_addresses("a:70000"),
+            Err(AddressError::Malformed("a:70000".into()))
+        );
+    }
+}

@@ -1,0 +1,246 @@
+//! Lenient route JSON: standard JSON, and fastjson's form with unquoted integer map keys.
+
+use std::borrow::Cow;
+
+use rebalance_core::TopicRoute;
+
+/// Rewrites unquoted integer object keys, as fastjson writes them (`{0:"127.0.0.1:10911"}`), as
+/// JSON strings (`{"0":"127.0.0.1:10911"}`). Everything else, string contents included, is left
+/// as it is; standard JSON comes back unchanged (borrowed).
+///
+/// ```
+/// use rebalance_rocketmq::route::quote_integer_keys;
+///
+/// assert_eq!(quote_integer_keys(r#"{"brokerAddrs":{0:"a:1", -1:"b:2"}}"#),
+///            r#"{"brokerAddrs":{"0":"a:1", "-1":"b:2"}}"#);
+/// assert_eq!(quote_integer_keys(r#"{"s":"{0:1}"}"#), r#"{"s":"{0:1}"}"#);
+/// ```
+pub fn quote_integer_keys(input: &str) -> Cow<'_, str> {
+    let bytes = input.as_bytes();
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    // Open containers: `true` for an object.
+    let mut objects: Vec<bool> = Vec::new();
+    let mut expect_key = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i = string_end(bytes, i);
+                expect_key = false;
+                continue;
+            }
+            b'{' => {
+                objects.push(true);
+                expect_key = true;
+            }
+            b'[' => {
+                objects.push(false);
+                expect_key = false;
+            }
+            b'}' | b']' => {
+                objects.pop();
+                expect_key = false;
+            }
+            b',' => expect_key = objects.last() == Some(&true),
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b'-' | b'0'..=b'9' if expect_key => {
+                let end = integer_end(bytes, i);
+                if end > i && next_significant(bytes, end) == Some(b':') {
+                    let buf = out.get_or_insert_with(|| String::with_capacity(input.len() + 16));
+                    buf.push_str(&input[copied..i]);
+                    buf.push('"');
+                    buf.push_str(&input[i..end]);
+                    buf.push('"');
+                    copied = end;
+                    i = end;
+                    expect_key = false;
+                    continue;
+                }
+                expect_key = false;
+            }
+            _ => expect_key = false,
+        }
+        i += 1;
+    }
+    match out {
+        None => Cow::Borrowed(input),
+        Some(mut buf) => {
+            buf.push_str(&input[copied..]);
+            Cow::Owned(buf)
+        }
+    }
+}
+
+/// The index just past the string starting with the quote at `start` (or the end of input).
+fn string_end(bytes: &[u8], start: usize) -> usize {
+    let mut j = start + 1;
+    while j < bytes.len() {
+        match bytes[j] {
+            b'\\' => j += 2,
+            b'"' => return j + 1,
+            _ => j += 1,
+        }
+    }
+    bytes.len()
+}
+
+/// The end of an optional minus sign followed by at least one digit; `start` when there is none.
+fn integer_end(bytes: &[u8], start: usize) -> usize {
+    let mut j = start;
+    if bytes.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    let digits = j;
+    while bytes.get(j).is_some_and(u8::is_ascii_digit) {
+        j += 1;
+    }
+    if j == digits { start } else { j }
+}
+
+fn next_significant(bytes: &[u8], from: usize) -> Option<u8> {
+    bytes[from..]
+        .iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
+
+/// Parses a route answer (the body of GET_ROUTEINFO_BY_TOPIC), in standard or fastjson form.
+pub fn parse_route(body: &[u8]) -> Result<TopicRoute, String> {
+    let value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(strict) => {
+            let text = std::str::from_utf8(body).map_err(|e| format!("route is not UTF-8: {e}"))?;
+            match quote_integer_keys(text) {
+                Cow::Borrowed(_) => return Err(format!("route is not valid JSON: {strict}")),
+                Cow::Owned(fixed) => serde_json::from_str(&fixed).map_err(|e| {
+                    format!("route is not valid JSON, even with integer keys quoted: {e}")
+                })?,
+            }
+        }
+    };
+    if !value.is_object() {
+        return Err("route is not a JSON object".to_string());
+    }
+    serde_json::from_value(value)
+        .map_err(|e| format!("route does not have the expected fields: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn quotes_integer_keys_only_where_keys_are() {
+        let cases = [
+            (r#"{0:"a"}"#, r#"{"0":"a"}"#),
+            (r#"{ 0 : "a" , 12:"b"}"#, r#"{ "0" : "a" , "12":"b"}"#),
+            (r#"{-3:"a"}"#, r#"{"-3":"a"}"#),
+            (r#"[{0:1},{1:[2,3]}]"#, r#"[{"0":1},{"1":[2,3]}]"#),
+            (r#"{"a":{0:{1:"x"}}}"#, r#"{"a":{"0":{"1":"x"}}}"#),
+            // Values and array items are numbers, not keys.
+            (r#"{"a":1,"b":[1,2]}"#, r#"{"a":1,"b":[1,2]}"#),
+            (r#"[0,1,{2:3}]"#, r#"[0,1,{"2":3}]"#),
+            // Inside strings nothing changes, escaped quotes included.
+            (r#"{"s":"{0:1, 2:3}"}"#, r#"{"s":"{0:1, 2:3}"}"#),
+            (r#"{"s":"x\"{0:1"}"#, r#"{"s":"x\"{0:1"}"#),
+            (r#"{"é":"ü",0:"ß"}"#, r#"{"é":"ü","0":"ß"}"#),
+            // Not an integer key: left for the JSON parser to refuse.
+            (r#"{0.5:"a"}"#, r#"{0.5:"a"}"#),
+            (r#"{-:"a"}"#, r#"{-:"a"}"#),
+            (r#"{0"#, r#"{0"#),
+            (r#"{"unterminated"#, r#"{"unterminated"#),
+            ("", ""),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(quote_integer_keys(input), expected, "input {input}");
+        }
+    }
+
+    const STANDARD: &str = r#"{"orderTopicConf":null,
+        "queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,"perm":6,"topicSysFlag":0}],
+        "brokerDatas":[{"cluster":"DefaultCluster","brokerName":"broker-a","brokerAddrs":{"0":"127.0.0.1:10911","1":"127.0.0.1:10921"},
+                        "zoneName":null,"enableActingMaster":false}],
+        "filterServerTable":{},"topicQueueMappingInfo":null}"#;
+
+    #[test]
+    fn parses_both_route_forms_to_the_same_route() {
+        let standard = parse_route(STANDARD.as_bytes()).unwrap();
+        let fastjson = STANDARD.replace(r#""0":"#, "0:").replace(r#""1":"#, "1:");
+        assert!(fastjson.contains("{0:\"127.0.0.1:10911\",1:"));
+        assert!(serde_json::from_str::<Value>(&fastjson).is_err());
+        assert_eq!(parse_route(fastjson.as_bytes()).unwrap(), standard);
+        assert_eq!(
+            standard.broker("broker-a").unwrap().broker_addrs,
+            BTreeMap::from([
+                (0, "127.0.0.1:10911".to_string()),
+                (1, "127.0.0.1:10921".to_string())
+            ])
+        );
+    }
+
+    #[test]
+    fn bad_routes_are_errors_not_panics() {
+        for body in [
+            &b"not json"[..],
+            b"{0:",
+            b"\xff\xfe",
+            b"[]",
+            b"{\"queueDatas\":7}",
+        ] {
+            assert!(parse_route(body).is_err(), "{body:?}");
+        }
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            ".{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map("[-0-9a-z:{}\" ]{0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn standard_json_is_left_alone(value in arb_json()) {
+            for text in [value.to_string(), serde_json::to_string_pretty(&value).unwrap()] {
+                prop_assert!(matches!(quote_integer_keys(&text), Cow::Borrowed(_)));
+            }
+        }
+
+        #[test]
+        fn unquoted_integer_keys_parse_like_quoted_ones(
+            addrs in prop::collection::btree_map(any::<i64>(), "[0-9.:a-z\"{}]{0,12}", 0..6),
+            spaced in any::<bool>(),
+        ) {
+            let sep = if spaced { " : " } else { ":" };
+            let entries: Vec<String> = addrs
+                .iter()
+                .map(|(k, v)| format!("{k}{sep}{}", Value::String(v.clone())))
+                .collect();
+            let text = format!(r#"{{"brokerName":"b","brokerAddrs":{{{}}}}}"#, entries.join(","));
+            let fixed = quote_integer_keys(&text);
+            let parsed: rebalance_core::BrokerData = serde_json::from_str(&fixed).unwrap();
+            prop_assert_eq!(parsed.broker_addrs, addrs);
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in ".{0,64}") {
+            let _ = quote_integer_keys(&text);
+            let _ = parse_route(text.as_bytes());
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! Real RocketMQ servers for tests.
