@@ -56,6 +56,7 @@ impl Consumer {
             message_model: MessageModel::default(),
             consume_order: ConsumeOrder::default(),
             consume_from: ConsumeFrom::default(),
+            exclusive_hand_off: false,
             intervals: Intervals::default(),
             strategy: None,
             name_server: None,
@@ -96,6 +97,7 @@ pub struct ConsumerBuilder {
     message_model: MessageModel,
     consume_order: ConsumeOrder,
     consume_from: ConsumeFrom,
+    exclusive_hand_off: bool,
     intervals: Intervals,
     strategy: Option<StrategyRef>,
     name_server: Option<Arc<dyn NameServer>>,
@@ -152,6 +154,16 @@ impl ConsumerBuilder {
     /// Where a queue without a stored offset starts (default: the last offset).
     pub fn consume_from(mut self, from: ConsumeFrom) -> Self {
         self.consume_from = from;
+        self
+    }
+
+    /// Locks queues at the broker for concurrent consumption too (clustering), so that a queue
+    /// moves to its next owner only after the previous one announced the removal, persisted the
+    /// last offset and unlocked it: no duplicate consumption at hand-off, for the price of the
+    /// lock requests (and a hand-off that waits for the previous owner's next round). Needs a
+    /// [`locker`](Self::locker). Off by default, as in the Java client.
+    pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
+        self.exclusive_hand_off = exclusive;
         self
     }
 
@@ -245,6 +257,7 @@ impl ConsumerBuilder {
             message_model: self.message_model,
             consume_order: self.consume_order,
             consume_from: self.consume_from,
+            exclusive_hand_off: self.exclusive_hand_off,
             intervals: self.intervals,
             strategy: self.strategy.unwrap_or_else(|| Arc::new(Averagely)),
             name_server: self

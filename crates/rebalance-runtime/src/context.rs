@@ -15,6 +15,7 @@ pub(crate) struct Context {
     pub(crate) message_model: MessageModel,
     pub(crate) consume_order: ConsumeOrder,
     pub(crate) consume_from: ConsumeFrom,
+    pub(crate) exclusive_hand_off: bool,
     pub(crate) intervals: Intervals,
     pub(crate) strategy: StrategyRef,
     pub(crate) name_server: Arc<dyn NameServer>,
@@ -25,12 +26,16 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    /// The locker, when queues must be locked (ordered consumption in clustering mode).
+    /// Whether queues are locked at the broker: ordered consumption, or an exclusive hand-off,
+    /// in clustering mode.
+    pub(crate) fn uses_locks(&self) -> bool {
+        self.message_model == MessageModel::Clustering
+            && (self.consume_order == ConsumeOrder::Orderly || self.exclusive_hand_off)
+    }
+
+    /// The locker, when queues must be locked.
     pub(crate) fn locks(&self) -> Option<&Arc<dyn QueueLocker>> {
-        match (self.consume_order, self.message_model) {
-            (ConsumeOrder::Orderly, MessageModel::Clustering) => self.locker.as_ref(),
-            _ => None,
-        }
+        self.locker.as_ref().filter(|_| self.uses_locks())
     }
 
     pub(crate) fn registration(&self, topics: impl IntoIterator<Item = String>) -> Registration {

@@ -1,0 +1,240 @@
+//! Faults: the name server, the directory, the offset store and the listener fail, and the
+//! assignment stands until the view is good again.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::{Intervals, RemovalReason, StartPosition, Unbalanced};
+
+const MIN: Duration = Duration::from_secs(1);
+
+#[tokio::test(start_paused = true)]
+async fn a_name_server_outage_keeps_the_assignment() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start(&cluster, 0, &["T"]).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    let events = (a.recorder.events().len(), b.recorder.events().len());
+    cluster.set_name_server_down(true);
+    settle(Duration::from_secs(300)).await;
+    assert_partition(&[&a, &b], &all);
+    assert_eq!(
+        events,
+        (a.recorder.events().len(), b.recorder.events().len()),
+        "nothing moved"
+    );
+    cluster.set_name_server_down(false);
+    settle(Duration::from_secs(60)).await;
+    assert_partition(&[&a, &b], &all);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_started_during_an_outage_joins_when_the_name_server_is_back() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    cluster.set_name_server_down(true);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(Duration::from_secs(10)).await;
+    assert!(a.handle.assignment().is_empty());
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.topics[0].unbalanced, Some(Unbalanced::RouteUnknown));
+    cluster.set_name_server_down(false);
+    // The next poll (30 s) finds the route and wakes a round.
+    settle(Duration::from_secs(31)).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn garbage_routes_are_ignored() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    cluster.garble_next_routes("T", 3);
+    settle(Duration::from_secs(100)).await;
+    assert_eq!(a.handle.assignment().len(), 8);
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Reassigned)
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn directory_failures_keep_the_assignment() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    cluster.fail_next(Operation::ConsumerIds, 5);
+    a.handle.rebalance_now();
+    settle(Duration::from_millis(10)).await;
+    let report = a.handle.rounds().borrow().clone();
+    assert!(
+        matches!(
+            report.topics[0].unbalanced,
+            Some(Unbalanced::DirectoryFailed(_))
+        ),
+        "{report:?}"
+    );
+    assert_eq!(a.handle.assignment().len(), 4);
+    // Unbalanced rounds retry every second; once the directory answers, the round is balanced.
+    settle(Duration::from_secs(10)).await;
+    assert!(a.handle.assignment().balanced);
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Reassigned)
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_member_keeps_its_queues_until_it_is_listed_again() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    // Heartbeats fail for longer than the expiry: the directory drops `a`, which keeps its
+    // queues (a directory problem is not a reason to stop consuming) until it is back.
+    cluster.fail_next(Operation::Register, 5);
+    settle(Duration::from_secs(150)).await;
+    assert!(cluster.members(GROUP).is_empty());
+    assert_eq!(a.handle.assignment().len(), 4);
+    assert_eq!(
+        a.handle.rounds().borrow().topics[0].unbalanced,
+        Some(Unbalanced::NoConsumers)
+    );
+    settle(Duration::from_secs(30)).await;
+    assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
+    assert!(a.handle.assignment().balanced);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_topic_is_released_only_after_the_grace_period() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let intervals = Intervals::default();
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    cluster.delete_topic("T");
+    settle(intervals.topic_gone_after).await;
+    assert_eq!(
+        a.handle.assignment().len(),
+        4,
+        "not yet: a restarting name server also says not found"
+    );
+    settle(2 * intervals.poll_name_server).await;
+    assert!(a.handle.assignment().is_empty());
+    assert_eq!(a.recorder.removed_with(RemovalReason::TopicGone).len(), 4);
+    cluster.create_topic("T", 1, 4);
+    settle(intervals.poll_name_server + MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_without_readable_queues_releases_the_topic() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    let mut route = cluster.route("T").unwrap();
+    route.queue_datas[0].perm = 2; // write only
+    cluster.set_route("T", route);
+    settle(Duration::from_secs(31)).await;
+    assert!(a.handle.assignment().is_empty());
+    assert_eq!(a.recorder.removed_with(RemovalReason::Reassigned).len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn listener_errors_and_panics_are_contained() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let recorder = Recorder::new();
+    *recorder.fail_added.lock().unwrap() = 1;
+    *recorder.panic_removed.lock().unwrap() = 1;
+    let a = start_with(&cluster, 0, &["T"], |b| b.listener(recorder.clone())).await;
+    settle(MIN).await;
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.callback_errors.len(), 1, "{report:?}");
+    assert!(report.callback_errors[0].contains("injected listener failure"));
+    assert_eq!(
+        a.handle.assignment().len(),
+        4,
+        "a failing callback does not undo the round"
+    );
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    // a's removed callback panicked; the runtime survived, released the queues and moved on.
+    assert_eq!(a.handle.assignment().len(), 2);
+    assert_eq!(b.handle.assignment().len(), 2);
+    assert!(!a.handle.is_stopped());
+    a.handle.shutdown().await;
+    settle(2 * MIN).await;
+    assert_eq!(b.handle.assignment().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_final_offset_is_retried_and_not_lost() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    for lease in a.recorder.leases.lock().unwrap().values() {
+        lease.commit(77);
+    }
+    cluster.fail_next(Operation::PersistOffset, 2);
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(MIN).await;
+    let moved = a.recorder.removed_with(RemovalReason::Reassigned);
+    assert_eq!(moved.len(), 1);
+    // The next persistence tick (5 s) stores it.
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(cluster.offset(GROUP, &moved[0]), Some(77));
+    drop(b);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreadable_offset_delays_the_queue() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let queue = all_queues(&cluster, &["T"]).into_iter().next().unwrap();
+    cluster.set_offset(GROUP, &queue, 12);
+    cluster.fail_next(Operation::ReadOffset, 1);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(
+        a.handle.assignment().len(),
+        1,
+        "the queue whose offset failed waits"
+    );
+    settle(2 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2);
+    assert!(
+        a.recorder
+            .added()
+            .contains(&(queue, StartPosition::Offset(12)))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn offsets_are_persisted_periodically() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    let queue = all_queues(&cluster, &["T"]).into_iter().next().unwrap();
+    let lease = a.recorder.leases.lock().unwrap()[&queue].clone();
+    lease.commit(10);
+    settle(Duration::from_secs(5)).await;
+    assert_eq!(cluster.offset(GROUP, &queue), Some(10));
+    lease.commit(5); // offsets never go back
+    lease.commit(20);
+    settle(Duration::from_secs(5)).await;
+    assert_eq!(cluster.offset(GROUP, &queue), Some(20));
+}
