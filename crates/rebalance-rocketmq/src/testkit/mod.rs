@@ -1,1 +1,587 @@
-//! Real RocketMQ servers for tests.
+//! Real RocketMQ servers for tests: a name server and brokers on free loopback ports, with their
+//! configuration, stores and logs in a temporary directory, stopped when the cluster is dropped
+//! (also when the test panics).
+//!
+//! The binaries `rocketmq-namesrv-rust` and `rocketmq-broker-rust` are looked up in
+//! `$ROCKETMQ_SERVERS_DIR/bin`, by default `~/.cache/rocketmq-servers-1.0.0/bin`;
+//! `scripts/install-rocketmq-servers` puts them there.
+//!
+//! ```no_run
+//! use rebalance_rocketmq::testkit::TestCluster;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = TestCluster::start()?;                    // name server + broker-a
+//! let route = cluster.create_topic("T", 8).await?;        // on every broker, then routed
+//! assert_eq!(route.subscribable_queues("T").len(), 8);
+//! let name_server = rebalance_rocketmq::NameServerClient::from_addresses(&cluster.namesrv_addr())?;
+//! # Ok(()) }
+//! ```
+
+mod ports;
+mod process;
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rebalance_core::TopicRoute;
+
+use crate::admin::{Admin, TopicConfig};
+use crate::name_server::NameServerClient;
+use ports::PortReservation;
+use process::ServerProcess;
+
+/// The environment variable naming the directory whose `bin/` holds the server binaries.
+pub const SERVERS_DIR_ENV: &str = "ROCKETMQ_SERVERS_DIR";
+/// The name server binary.
+pub const NAMESRV_BINARY: &str = "rocketmq-namesrv-rust";
+/// The broker binary.
+pub const BROKER_BINARY: &str = "rocketmq-broker-rust";
+
+/// Why a test cluster could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TestkitError {
+    /// The server binaries are not installed.
+    #[error(
+        "RocketMQ server binaries missing in {dir}: {missing}. Run scripts/install-rocketmq-servers \
+         (builds them once, 15-25 minutes), or point {SERVERS_DIR_ENV} at a directory whose bin/ \
+         holds {NAMESRV_BINARY} and {BROKER_BINARY}"
+    )]
+    BinariesMissing {
+        /// Where they were looked for.
+        dir: String,
+        /// Which are missing.
+        missing: String,
+    },
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// No free loopback port was found.
+    #[error("no free loopback port found")]
+    NoFreePort,
+    /// A server exited while starting.
+    #[error("{server} exited while starting ({status}); its log ends with\n{log_tail}")]
+    Exited {
+        /// The server.
+        server: String,
+        /// Its exit status.
+        status: String,
+        /// The end of its log.
+        log_tail: String,
+    },
+    /// A server did not become ready in time.
+    #[error("{server} not ready after {waited:?}; its log ends with\n{log_tail}")]
+    NotReady {
+        /// The server.
+        server: String,
+        /// How long the kit waited.
+        waited: Duration,
+        /// The end of its log.
+        log_tail: String,
+    },
+    /// The cluster did not reach the expected state in time (for example a topic's route).
+    #[error("{0}")]
+    Timeout(String),
+    /// No such broker in the cluster.
+    #[error("no broker `{0}` in the test cluster")]
+    UnknownBroker(String),
+}
+
+/// Where the server binaries are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerBinaries {
+    /// The name server binary.
+    pub namesrv: PathBuf,
+    /// The broker binary.
+    pub broker: PathBuf,
+}
+
+impl ServerBinaries {
+    /// `$ROCKETMQ_SERVERS_DIR` or `~/.cache/rocketmq-servers-1.0.0`.
+    pub fn default_dir() -> PathBuf {
+        match std::env::var_os(SERVERS_DIR_ENV) {
+            Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+            _ => {
+                let home = std::env::var_os("HOME").unwrap_or_else(|| OsString::from("."));
+                PathBuf::from(home).join(".cache/rocketmq-servers-1.0.0")
+            }
+        }
+    }
+
+    /// Finds the binaries in [`default_dir`](Self::default_dir)`/bin`.
+    pub fn locate() -> Result<Self, TestkitError> {
+        Self::locate_in(&Self::default_dir())
+    }
+
+    /// Finds the binaries in `dir/bin`.
+    pub fn locate_in(dir: &Path) -> Result<Self, TestkitError> {
+        let bin = dir.join("bin");
+        let binaries = Self {
+            namesrv: bin.join(NAMESRV_BINARY),
+            broker: bin.join(BROKER_BINARY),
+        };
+        let missing: Vec<&str> = [
+            (NAMESRV_BINARY, &binaries.namesrv),
+            (BROKER_BINARY, &binaries.broker),
+        ]
+        .into_iter()
+        .filter(|(_, path)| !path.is_file())
+        .map(|(name, _)| name)
+        .collect();
+        if missing.is_empty() {
+            Ok(binaries)
+        } else {
+            Err(TestkitError::BinariesMissing {
+                dir: bin.display().to_string(),
+                missing: missing.join(", "),
+            })
+        }
+    }
+}
+
+/// How the test cluster's servers are configured and handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterOptions {
+    /// After how long without a heartbeat a broker drops a client (the broker's
+    /// `channelExpiredTimeout`; 120 s in production). The broker scans every 10 s, so expiry
+    /// is seen between this and this plus 10 s.
+    pub channel_expired_timeout: Duration,
+    /// How long a server may take to become ready.
+    pub start_timeout: Duration,
+    /// How long a stopped server may take to exit after SIGTERM before it is killed.
+    pub stop_grace: Duration,
+    /// The name of the first broker.
+    pub broker_name: String,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            channel_expired_timeout: Duration::from_secs(10),
+            start_timeout: Duration::from_secs(30),
+            stop_grace: Duration::from_secs(5),
+            broker_name: "broker-a".into(),
+        }
+    }
+}
+
+/// A broker of the test cluster.
+#[derive(Debug)]
+struct Broker {
+    name: String,
+    port: u16,
+    process: ServerProcess,
+}
+
+/// A running name server and its brokers. Dropping it stops every server (SIGTERM, then SIGKILL
+/// after [`ClusterOptions::stop_grace`]) and deletes the directory, unless the thread is
+/// panicking: then the directory, with the servers' logs, is kept and its path printed.
+#[derive(Debug)]
+pub struct TestCluster {
+    options: ClusterOptions,
+    binaries: ServerBinaries,
+    namesrv_port: u16,
+    name_server: ServerProcess,
+    brokers: Vec<Broker>,
+    // Dropped last: the servers are stopped before their files go.
+    dir: Option<tempfile::TempDir>,
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestkitError {
+    let what = what.into();
+    move |source| TestkitError::Io { what, source }
+}
+
+/// A TOML basic string.
+fn toml_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+impl TestCluster {
+    /// A name server and one broker with default options.
+    pub fn start() -> Result<Self, TestkitError> {
+        Self::start_with(ClusterOptions::default())
+    }
+
+    /// A name server and one broker.
+    pub fn start_with(options: ClusterOptions) -> Result<Self, TestkitError> {
+        let binaries = ServerBinaries::locate()?;
+        let dir = tempfile::Builder::new()
+            .prefix("rocketmq-testkit-")
+            .tempdir()
+            .map_err(io("cannot create the cluster directory"))?;
+        let mut ports = PortReservation::default();
+        let namesrv_port = ports.any()?;
+        let health_port = ports.any()?;
+        let ns_dir = dir.path().join("namesrv");
+        std::fs::create_dir_all(&ns_dir).map_err(io("cannot create the name server directory"))?;
+        let config = format!(
+            "rocketmqHome = {}\nkvConfigPath = {}\nconfigStorePath = {}\n",
+            toml_str(&ns_dir.display().to_string()),
+            toml_str(&ns_dir.join("kvConfig.json").display().to_string()),
+            toml_str(&ns_dir.join("namesrv.properties").display().to_string()),
+        );
+        let config_path = ns_dir.join("namesrv.toml");
+        std::fs::write(&config_path, config).map_err(io("cannot write the name server config"))?;
+        let name_server = ServerProcess::new(
+            "name server",
+            &binaries.namesrv,
+            vec![
+                "-c".into(),
+                config_path.into_os_string(),
+                "--bindAddress".into(),
+                "127.0.0.1".into(),
+                "--listenPort".into(),
+                namesrv_port.to_string().into(),
+            ],
+            server_env(&ns_dir, health_port),
+            dir.path().join("namesrv.log"),
+            loopback(health_port),
+        );
+        let mut cluster = TestCluster {
+            options,
+            binaries,
+            namesrv_port,
+            name_server,
+            brokers: Vec::new(),
+            dir: Some(dir),
+        };
+        ports.release();
+        cluster.name_server.start(cluster.options.start_timeout)?;
+        let first = cluster.options.broker_name.clone();
+        cluster.add_broker(&first)?;
+        Ok(cluster)
+    }
+
+    fn dir_path(&self) -> &Path {
+        match &self.dir {
+            Some(dir) => dir.path(),
+            None => Path::new("."),
+        }
+    }
+
+    /// The cluster's directory: configs, stores and the servers' logs (`*.log`).
+    pub fn dir(&self) -> &Path {
+        self.dir_path()
+    }
+
+    /// The options the cluster runs with.
+    pub fn options(&self) -> &ClusterOptions {
+        &self.options
+    }
+
+    /// The name server's address, `127.0.0.1:port`.
+    pub fn namesrv_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.namesrv_port)
+    }
+
+    /// The names of the brokers, in the order they were added.
+    pub fn broker_names(&self) -> Vec<String> {
+        self.brokers.iter().map(|b| b.name.clone()).collect()
+    }
+
+    fn broker_index(&self, name: &str) -> Result<usize, TestkitError> {
+        self.brokers
+            .iter()
+            .position(|b| b.name == name)
+            .ok_or_else(|| TestkitError::UnknownBroker(name.to_string()))
+    }
+
+    /// The address clients use for a broker, `127.0.0.1:port`.
+    pub fn broker_addr(&self, name: &str) -> Result<String, TestkitError> {
+        let i = self.broker_index(name)?;
+        Ok(format!("127.0.0.1:{}", self.brokers[i].port))
+    }
+
+    /// The address of the first broker.
+    pub fn first_broker_addr(&self) -> String {
+        self.brokers
+            .first()
+            .map(|b| format!("127.0.0.1:{}", b.port))
+            .unwrap_or_default()
+    }
+
+    /// Adds (and starts) a master broker named `name`, registered with the name server.
+    pub fn add_broker(&mut self, name: &str) -> Result<String, TestkitError> {
+        let mut ports = PortReservation::default();
+        let port = ports.with_minus_two()?;
+        let ha_port = ports.any()?;
+        let health_port = ports.any()?;
+        let home = self.dir_path().join(name);
+        let store = home.join("store");
+        std::fs::create_dir_all(&store)
+            .map_err(io(format!("cannot create the store of {name}")))?;
+        let store_str = toml_str(&store.display().to_string());
+        let config = format!(
+            r#"[broker]
+namesrvAddr = {namesrv}
+brokerIp1 = "127.0.0.1"
+listenPort = {port}
+storePathRootDir = {store_str}
+autoCreateTopicEnable = true
+autoCreateSubscriptionGroup = true
+channelExpiredTimeout = {expiry}
+
+[broker.brokerServerConfig]
+bindAddress = "127.0.0.1"
+
+[broker.brokerIdentity]
+brokerName = {name_str}
+brokerClusterName = "DefaultCluster"
+brokerId = 0
+
+[store]
+storeType = "LocalFile"
+brokerRole = "ASYNC_MASTER"
+storePathRootDir = {store_str}
+haListenAddress = "127.0.0.1"
+haListenPort = {ha_port}
+mappedFileSizeCommitLog = 67108864
+"#,
+            namesrv = toml_str(&self.namesrv_addr()),
+            expiry = self.options.channel_expired_timeout.as_millis(),
+            name_str = toml_str(name),
+        );
+        let config_path = home.join("broker.toml");
+        std::fs::write(&config_path, config)
+            .map_err(io(format!("cannot write the config of {name}")))?;
+        let process = ServerProcess::new(
+            name,
+            &self.binaries.broker,
+            vec![
+                "-c".into(),
+                config_path.into_os_string(),
+                "-n".into(),
+                self.namesrv_addr().into(),
+            ],
+            server_env(&home, health_port),
+            self.dir_path().join(format!("{name}.log")),
+            loopback(health_port),
+        );
+        self.brokers.push(Broker {
+            name: name.to_string(),
+            port,
+            process,
+        });
+        ports.release();
+        let timeout = self.options.start_timeout;
+        let last = self.brokers.len() - 1;
+        if let Err(e) = self.brokers[last].process.start(timeout) {
+            self.brokers.pop();
+            return Err(e);
+        }
+        Ok(format!("127.0.0.1:{port}"))
+    }
+
+    /// Stops a broker (SIGTERM: it unregisters from the name server and closes its client
+    /// connections). Its store and ports are kept for [`start_broker`](Self::start_broker).
+    pub fn stop_broker(&mut self, name: &str) -> Result<(), TestkitError> {
+        let i = self.broker_index(name)?;
+        let grace = self.options.stop_grace;
+        self.brokers[i].process.stop(grace);
+        Ok(())
+    }
+
+    /// Kills a broker with SIGKILL: no unregistration, no goodbye to its clients.
+    pub fn kill_broker(&mut self, name: &str) -> Result<(), TestkitError> {
+        let i = self.broker_index(name)?;
+        self.brokers[i].process.kill();
+        Ok(())
+    }
+
+    /// Starts a stopped broker again, with the same ports and store.
+    pub fn start_broker(&mut self, name: &str) -> Result<(), TestkitError> {
+        let i = self.broker_index(name)?;
+        let timeout = self.options.start_timeout;
+        self.brokers[i].process.start(timeout)
+    }
+
+    /// Whether a broker is running.
+    pub fn broker_running(&mut self, name: &str) -> Result<bool, TestkitError> {
+        let i = self.broker_index(name)?;
+        Ok(self.brokers[i].process.is_running())
+    }
+
+    /// Stops the name server (SIGTERM).
+    pub fn stop_name_server(&mut self) {
+        let grace = self.options.stop_grace;
+        self.name_server.stop(grace);
+    }
+
+    /// Starts the name server again on the same port. Brokers register again on their next
+    /// periodic registration (every 30 s), or at once when restarted.
+    pub fn start_name_server(&mut self) -> Result<(), TestkitError> {
+        let timeout = self.options.start_timeout;
+        self.name_server.start(timeout)
+    }
+
+    /// The path of a server's log: `"namesrv"` or a broker name.
+    pub fn log_path(&self, server: &str) -> Result<PathBuf, TestkitError> {
+        if server == "namesrv" {
+            return Ok(self.name_server.log_path().to_path_buf());
+        }
+        let i = self.broker_index(server)?;
+        Ok(self.brokers[i].process.log_path().to_path_buf())
+    }
+
+    /// The end of a server's log (`"namesrv"` or a broker name), for failure messages.
+    pub fn log_tail(&self, server: &str) -> String {
+        match self.log_path(server) {
+            Ok(path) => process::log_tail(&path),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// Creates `topic` with `queues` read and write queues on every running broker, then waits
+    /// until the name server routes it with every one of them, and returns that route.
+    pub async fn create_topic(&self, topic: &str, queues: i32) -> Result<TopicRoute, TestkitError> {
+        let admin = Admin::default();
+        let config = TopicConfig::new(topic, queues);
+        let names: Vec<(String, String)> = self
+            .brokers
+            .iter()
+            .map(|b| (b.name.clone(), format!("127.0.0.1:{}", b.port)))
+            .collect();
+        for (name, addr) in &names {
+            admin.create_topic(addr, &config).await.map_err(|e| {
+                TestkitError::Timeout(format!("cannot create topic `{topic}` on {name}: {e}"))
+            })?;
+        }
+        let name_server = NameServerClient::from_addresses(&self.namesrv_addr())
+            .map_err(|e| TestkitError::Timeout(e.to_string()))?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let last = match name_server.route(topic).await {
+                Ok(route) => {
+                    let complete = names.iter().all(|(name, _)| {
+                        route
+                            .queue_datas
+                            .iter()
+                            .any(|q| &q.broker_name == name && q.read_queue_nums == queues)
+                    });
+                    if complete {
+                        return Ok(route);
+                    }
+                    format!("{route:?}")
+                }
+                Err(e) => e.to_string(),
+            };
+            if tokio::time::Instant::now() >= deadline {
+                return Err(TestkitError::Timeout(format!(
+                    "the name server did not route topic `{topic}` on every broker within 20 s; last answer: {last}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Calls `check` every `every` until it returns `Some`, for at most `within` (tokio time).
+pub async fn wait_until<T, F, Fut>(within: Duration, every: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+fn server_env(home: &Path, health_port: u16) -> Vec<(OsString, OsString)> {
+    vec![
+        ("ROCKETMQ_HOME".into(), home.as_os_str().to_owned()),
+        (
+            "ROCKETMQ_HEALTH_BIND_ADDR".into(),
+            format!("127.0.0.1:{health_port}").into(),
+        ),
+        // Exit promptly on SIGTERM (the default budget is 45 s).
+        ("ROCKETMQ_SHUTDOWN_TIMEOUT_SECONDS".into(), "5".into()),
+    ]
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        // SIGTERM everything at once, then wait for all with one deadline.
+        for broker in &mut self.brokers {
+            broker.process.terminate();
+        }
+        self.name_server.terminate();
+        let deadline = Instant::now() + self.options.stop_grace;
+        for broker in &mut self.brokers {
+            broker.process.reap(deadline);
+        }
+        self.name_server.reap(deadline);
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                let kept = dir.keep();
+                // A failing test's output is where a developer looks first.
+                eprintln!(
+                    "testkit: the test failed; server configs, stores and logs kept in {}",
+                    kept.display()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_str("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(toml_str("x\ny"), r#""x\u000Ay""#);
+    }
+
+    #[test]
+    fn missing_binaries_name_the_install_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = ServerBinaries::locate_in(dir.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("scripts/install-rocketmq-servers"), "{text}");
+        assert!(
+            text.contains(NAMESRV_BINARY) && text.contains(BROKER_BINARY),
+            "{text}"
+        );
+        std::fs::create_dir(dir.path().join("bin")).unwrap();
+        std::fs::write(dir.path().join("bin").join(NAMESRV_BINARY), "").unwrap();
+        let err = ServerBinaries::locate_in(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, TestkitError::BinariesMissing { missing, .. } if missing == BROKER_BINARY),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! Against scripted servers on loopback: answers the real servers do not give (fastjson routes,
+//! odd codes, silence), to check the clients' handling of them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rebalance_core::MessageQueue;
+use rebalance_rocketmq::{
+    BrokerClient, ClientConfig, NameServerClient, RemotingClient, RemotingCodec, RemotingCommand,
+    request_code,
+};
+use rebalance_runtime::{GroupDirectory, NameServer, OffsetStore, RemoteError, RouteError};
+use tokio::net::TcpListener;
+use tokio_util::codec::Framed;
+
+/// A server answering each request with `answer(request)`, or not at all when it gives `None`.
+/// Counts the requests it got.
+async fn scripted<F>(answer: F) -> (String, Arc<AtomicUsize>)
+where
+    F: Fn(&RemotingCommand) -> Option<RemotingCommand> + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::new(answer);
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut framed = Framed::new(socket, RemotingCodec::default());
+                while let Some(Ok(request)) = framed.next().await {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    if let Some(mut response) = answer(&request) {
+                        response.opaque = request.opaque;
+                        if framed.send(response).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+fn ok(body: &str) -> RemotingCommand {
+    RemotingCommand::response(0, 0, None).with_body(body.to_string().into_bytes())
+}
+
+const FASTJSON_ROUTE: &str = r#"{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},"brokerName":"broker-a","cluster":"DefaultCluster"}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}"#;
+
+#[tokio::test]
+async fn fastjson_routes_with_integer_keys_are_understood() {
+    let (addr, _) = scripted(|req| {
+        assert_eq!(req.code, request_code::GET_ROUTEINFO_BY_TOPIC);
+        assert_eq!(req.ext("topic"), Some("T"));
+        Some(ok(FASTJSON_ROUTE))
+    })
+    .await;
+    let name_server = NameServerClient::from_addresses(&addr).unwrap();
+    let route = name_server.topic_route("T").await.unwrap();
+    let broker = route.broker("broker-a").unwrap();
+    assert_eq!(broker.master_addr(), Some("127.0.0.1:10911"));
+    assert_eq!(broker.broker_addrs.len(), 2);
+    assert_eq!(route.subscribable_queues("T").len(), 4);
+}
+
+#[tokio::test]
+async fn failing_name_servers_are_skipped_and_the_working_one_remembered() {
+    // One refuses every request (as this name server answers unknown codes), one answers.
+    let (refusing, refused_count) = scripted(|_| {
+        Some(RemotingCommand::response(
+            16,
+            0,
+            Some("Authentication credentials are invalid".into()),
+        ))
+    })
+    .await;
+    let (working, working_count) = scripted(|_| Some(ok(FASTJSON_ROUTE))).await;
+    let name_server = NameServerClient::from_addresses(&format!("{refusing};{working}")).unwrap();
+    name_server.topic_route("T").await.unwrap();
+    name_server.topic_route("T").await.unwrap();
+    assert_eq!(
+        refused_count.load(Ordering::SeqCst),
+        1,
+        "asked once, then skipped"
+    );
+    assert_eq!(working_count.load(Ordering::SeqCst), 2);
+    assert_eq!(name_server.preferred_address(), working);
+
+    // Only the refusing one: its error comes back as a name server failure.
+    let only_refusing = NameServerClient::from_addresses(&refusing).unwrap();
+    assert_eq!(
+        only_refusing.topic_route("T").await,
+        Err(RouteError::NameServer(RemoteError::Refused {
+            code: 16,
+            remark: "Authentication credentials are invalid".into()
+        }))
+    );
+}
+
+#[tokio::test]
+async fn garbage_routes_are_bad_responses() {
+    let (addr, _) = scripted(|_| Some(ok("{\"queueDatas\":[{oops"))).await;
+    let name_server = NameServerClient::from_addresses(&addr).unwrap();
+    assert!(matches!(
+        name_server.topic_route("T").await,
+        Err(RouteError::NameServer(RemoteError::BadResponse(_)))
+    ));
+}
+
+#[tokio::test]
+async fn a_silent_server_times_out_with_a_typed_error() {
+    let (addr, _) = scripted(|_| None).await;
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: Duration::from_millis(200),
+        ..Default::default()
+    });
+    let name_server = NameServerClient::new(remoting, &addr).unwrap();
+    assert_eq!(
+        name_server.topic_route("T").await,
+        Err(RouteError::NameServer(RemoteError::Timeout(
+            Duration::from_millis(200)
+        )))
+    );
+}
+
+#[tokio::test]
+async fn broker_requests_carry_the_fields_the_servers_expect() {
+    // A broker that checks the fields of what it gets and answers like the real one.
+    let (broker, _) = scripted(|req| {
+        let has = |k: &str, v: &str| req.ext(k) == Some(v);
+        Some(match req.code {
+            request_code::QUERY_CONSUMER_OFFSET => {
+                assert!(
+                    has("consumerGroup", "G") && has("topic", "T") && has("queueId", "3"),
+                    "{req:?}"
+                );
+                assert!(has("setZeroIfNotFound", "false"), "{req:?}");
+                RemotingCommand::response(0, 0, None).with_ext("offset", "99")
+            }
+            request_code::UPDATE_CONSUMER_OFFSET => {
+                assert!(has("commitOffset", "100") && has("queueId", "3"), "{req:?}");
+                RemotingCommand::response(0, 0, None)
+            }
+            request_code::UNREGISTER_CLIENT => {
+                assert!(
+                    has("clientID", "c1") && has("consumerGroup", "G"),
+                    "{req:?}"
+                );
+                RemotingCommand::response(0, 0, None)
+            }
+            request_code::GET_CONSUMER_LIST_BY_GROUP => {
+                assert!(has("consumerGroup", "G"), "{req:?}");
+                RemotingCommand::response(26, 0, Some("subscription group not exist".into()))
+            }
+            _ => RemotingCommand::response(3, 0, None),
+        })
+    })
+    .await;
+    let route = FASTJSON_ROUTE.replace("127.0.0.1:10911", &broker);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let q = MessageQueue::new("T", "broker-a", 3);
+    assert_eq!(brokers.read("G", &q).await, Ok(Some(99)));
+    brokers.persist("G", &q, 100).await.unwrap();
+    let registration = rebalance_runtime::Registration {
+        client_id: "c1".into(),
+        group: "G".into(),
+        message_model: Default::default(),
+        consume_order: Default::default(),
+        consume_from: Default::default(),
+        topics: vec!["T".into()],
+    };
+    // The slave address in the route is dead: unregistering reports it after trying all.
+    let err = brokers.unregister(&registration).await.unwrap_err();
+    assert!(matches!(err, RemoteError::Unreachable(_)), "{err}");
+    assert_eq!(
+        brokers.consumer_ids("G", "T").await,
+        Err(RemoteError::Refused {
+            code: 26,
+            remark: "subscription group not exist".into()
+        })
+    );
+}
