@@ -302,7 +302,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.lines()
-                .any(|l| l.starts_with("a ") && l.ends_with(" 2  t:0,1")),
+                .any(|l| l.split_whitespace().eq(["a", "2", "t:0,1"])),
             "{text}"
         );
         assert!(text.contains("pending revocation: t:2,3"), "{text}");

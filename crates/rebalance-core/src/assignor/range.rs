@@ -183,14 +183,16 @@ fn assign_rack_aware(
     // Topics with the same subscribers (hence the same racks) and partition count are
     // co-partitioned. Kafka keys on the partition-rack map's size, which is 0 for topics whose
     // subscribers have no rack: those never take part.
-    let mut groups: HashMap<(&[u32], u32), Vec<usize>> = HashMap::new();
+    // Keyed by (subscribers, partition count).
+    type Key<'k> = (&'k [u32], u32);
+    let mut groups: HashMap<Key<'_>, Vec<usize>> = HashMap::new();
     for (t, members) in subscribers.iter().enumerate() {
         if members.iter().any(|&m| racks.member[m as usize].is_some()) {
             let n = layout.partition_count(t as u32);
             groups.entry((members, n)).or_default().push(t);
         }
     }
-    let mut groups: Vec<((&[u32], u32), Vec<usize>)> = groups.into_iter().collect();
+    let mut groups: Vec<(Key<'_>, Vec<usize>)> = groups.into_iter().collect();
     groups.sort_by_key(|(_, topics)| topics[0]);
     let mut buf = Vec::new();
     for ((members, n), topics) in &groups {
@@ -239,13 +241,7 @@ mod tests {
             &[("c0", &["t0", "t1"]), ("c1", &["t0", "t1"])],
         );
         let a = Range.assign(&g).unwrap();
-        assert_eq!(
-            lists(&a),
-            [
-                ("c0", vec!["t0-0", "t0-1", "t1-0", "t1-1"]),
-                ("c1", vec!["t0-2", "t1-2"])
-            ]
-        );
+        assert_eq!(lists(&a), ["c0: t0-0 t0-1 t1-0 t1-1", "c1: t0-2 t1-2"]);
     }
 
     #[test]
@@ -253,14 +249,7 @@ mod tests {
         let mut g = group(&[("t", 5)], &[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]);
         g.members[2].group_instance_id = Some("i0".into());
         let a = Range.assign(&g).unwrap();
-        assert_eq!(
-            lists(&a),
-            [
-                ("a", vec!["t-2", "t-3"]),
-                ("b", vec!["t-4"]),
-                ("c", vec!["t-0", "t-1"])
-            ]
-        );
+        assert_eq!(lists(&a), ["a: t-2 t-3", "b: t-4", "c: t-0 t-1"]);
     }
 
     #[test]
@@ -271,9 +260,6 @@ mod tests {
         g.members[0].rack = Some("r1".into());
         g.members[1].rack = Some("r0".into());
         let a = Range.assign(&g).unwrap();
-        assert_eq!(
-            lists(&a),
-            [("c0", vec!["a-1", "a-3"]), ("c1", vec!["a-0", "a-2"])]
-        );
+        assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
     }
 }

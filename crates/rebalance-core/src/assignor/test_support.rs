@@ -14,14 +14,12 @@ pub fn group(topics: &[(&str, u32)], members: &[(&str, &[&str])]) -> GroupSubscr
     g
 }
 
-/// Every member's partitions as `"topic-p"` strings.
-pub fn lists(a: &GroupAssignment) -> Vec<(&str, Vec<String>)> {
+/// Every member's partitions as `"member: topic-p topic-p"`.
+pub fn lists(a: &GroupAssignment) -> Vec<String> {
     a.iter()
         .map(|(m, p)| {
-            (
-                m.as_str(),
-                p.iter().map(|(t, p)| format!("{t}-{p}")).collect(),
-            )
+            p.iter()
+                .fold(format!("{m}:"), |s, (t, p)| format!("{s} {t}-{p}"))
         })
         .collect()
 }

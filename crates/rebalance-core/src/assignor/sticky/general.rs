@@ -276,8 +276,12 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 // Before taking an owned partition away, look for a chain of moves that only
                 // hands on partitions nobody loses (h gives one to k, k gives one to l, ...).
                 if kind == 2 {
-                    if let Some(l) = search.cheap_chain(cells, h) {
-                        for m in [h, l] {
+                    let chain = search
+                        .cheap_chain(cells, h, false)
+                        .map(|l| (h, l))
+                        .or_else(|| search.cheap_chain_into(cells, to).map(|k| (k, to)));
+                    if let Some((from, into)) = chain {
+                        for m in [from, into] {
                             push_load(&mut heaps, cells, ctx, m);
                         }
                         moves += 1;
@@ -297,6 +301,30 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 cells.load[h as usize] -= 1;
                 cells.load[to as usize] += 1;
                 for m in [h, to] {
+                    push_load(&mut heaps, cells, ctx, m);
+                }
+                moves += 1;
+            }
+        }
+        total += moves;
+        if moves > 0 {
+            continue;
+        }
+        // Balanced in Kafka's sense. Chains of moves can still even out members that share no
+        // topic directly.
+        let min = order
+            .iter()
+            .map(|&m| cells.load[m as usize])
+            .min()
+            .unwrap_or(0);
+        for &h in &order {
+            if cells.load[h as usize] < min + 2 {
+                break;
+            }
+            // Only chains that revoke nothing: balance beyond Kafka's notion is not worth an
+            // owned partition (Kafka would not move it either).
+            if let Some(l) = search.cheap_chain(cells, h, false) {
+                for m in [h, l] {
                     push_load(&mut heaps, cells, ctx, m);
                 }
                 moves += 1;
@@ -332,7 +360,8 @@ fn lightest(heap: &mut Heap, load: &[u32]) -> Option<(u32, u32)> {
 
 /// Breadth-first search for a chain of moves that lowers a member by one and raises a member
 /// holding at least two fewer by one, passing only partitions nobody would lose (`fresh` or
-/// `cheap`). Members in the middle give one and take one. Bounded, so that it stays cheap.
+/// `cheap`) unless told otherwise. Members in the middle give one and take one. Bounded, so that
+/// it stays cheap.
 struct ChainSearch {
     stamp: Vec<u32>,
     parent: Vec<(u32, u32)>,
@@ -354,7 +383,7 @@ impl ChainSearch {
     }
 
     /// Applies the first chain found from `h` and returns its last member.
-    fn cheap_chain(&mut self, cells: &mut Cells, h: u32) -> Option<u32> {
+    fn cheap_chain(&mut self, cells: &mut Cells, h: u32, any_kind: bool) -> Option<u32> {
         self.round += 1;
         let round = self.round;
         let limit = cells.load[h as usize].checked_sub(2)?;
@@ -368,7 +397,12 @@ impl ChainSearch {
             head += 1;
             for &(t, c) in cells.of_member(k) {
                 let cell = cells.cells[c as usize];
-                if cell.fresh + cell.cheap == 0 {
+                let movable = if any_kind {
+                    cell.total()
+                } else {
+                    cell.fresh + cell.cheap
+                };
+                if movable == 0 {
                     continue;
                 }
                 for s in cells.subscribers(t as usize) {
@@ -395,8 +429,10 @@ impl ChainSearch {
             let cell = &mut cells.cells[from];
             if cell.fresh > 0 {
                 cell.fresh -= 1;
-            } else {
+            } else if cell.cheap > 0 {
                 cell.cheap -= 1;
+            } else {
+                cell.costly -= 1;
             }
             cells.cells[into].fresh += 1;
             j = k;
@@ -405,5 +441,58 @@ impl ChainSearch {
         cells.load[l as usize] += 1;
         tracing::trace!(from = h, to = l, "moved along a chain");
         Some(l)
+    }
+
+    /// The same search backwards: a chain ending at `l` that starts at a member holding at
+    /// least two more. Applies it and returns its first member.
+    fn cheap_chain_into(&mut self, cells: &mut Cells, l: u32) -> Option<u32> {
+        self.round += 1;
+        let round = self.round;
+        let wanted = cells.load[l as usize] + 2;
+        self.queue.clear();
+        self.queue.push(l);
+        self.stamp[l as usize] = round;
+        let mut head = 0;
+        let mut found = None;
+        'search: while head < self.queue.len() && head < Self::LIMIT {
+            let j = self.queue[head];
+            head += 1;
+            for &(t, _) in cells.of_member(j) {
+                for s in cells.subscribers(t as usize) {
+                    let k = cells.subs[s];
+                    let cell = cells.cells[s];
+                    if self.stamp[k as usize] == round || cell.fresh + cell.cheap == 0 {
+                        continue;
+                    }
+                    self.stamp[k as usize] = round;
+                    // `k` gives a partition of `t` to `j`.
+                    self.parent[k as usize] = (j, t);
+                    if cells.load[k as usize] >= wanted {
+                        found = Some(k);
+                        break 'search;
+                    }
+                    self.queue.push(k);
+                }
+            }
+        }
+        let h = found?;
+        let mut k = h;
+        while k != l {
+            let (j, t) = self.parent[k as usize];
+            let from = cells.cell(k, t)?;
+            let into = cells.cell(j, t)?;
+            let cell = &mut cells.cells[from];
+            if cell.fresh > 0 {
+                cell.fresh -= 1;
+            } else {
+                cell.cheap -= 1;
+            }
+            cells.cells[into].fresh += 1;
+            k = j;
+        }
+        cells.load[h as usize] -= 1;
+        cells.load[l as usize] += 1;
+        tracing::trace!(from = h, to = l, "moved along a chain");
+        Some(h)
     }
 }

@@ -1,5 +1,98 @@
+use std::collections::{BTreeSet, HashMap};
+
+use proptest::prelude::*;
+
 use super::*;
 use crate::assignor::test_support::{group, lists};
+use crate::assignor::{MemberSubscription, TopicPartition};
+
+type Owned = HashMap<String, BTreeSet<(String, i32)>>;
+
+fn as_sets(a: &GroupAssignment) -> Owned {
+    a.iter()
+        .map(|(m, p)| {
+            let set = p.iter().map(|(t, p)| (t.to_string(), p)).collect();
+            (m.to_string(), set)
+        })
+        .collect()
+}
+
+fn sizes(a: &GroupAssignment) -> Vec<usize> {
+    a.iter().map(|(_, p)| p.len()).collect()
+}
+
+/// Every existing subscribed partition to exactly one subscriber (or held back, when
+/// `pending_ok`), nothing else.
+fn assert_valid(g: &GroupSubscription, a: &GroupAssignment) {
+    let mut seen = BTreeSet::new();
+    for (m, list) in a.iter() {
+        let sub = &g.members.iter().find(|s| s.member_id == *m).unwrap().topics;
+        for (t, p) in list.iter() {
+            assert!(
+                sub.iter().any(|s| s == t),
+                "{m} got {t}-{p} without subscribing"
+            );
+            assert!(p >= 0 && (p as u32) < g.partitions_per_topic[t.as_str()]);
+            assert!(seen.insert((t.to_string(), p)), "{t}-{p} twice");
+        }
+    }
+    for (t, p) in a.pending_revocation().iter() {
+        assert!(
+            seen.insert((t.to_string(), p)),
+            "{t}-{p} pending and assigned"
+        );
+    }
+    for (t, &n) in &g.partitions_per_topic {
+        if g.members.iter().any(|m| m.topics.iter().any(|s| s == t)) {
+            for p in 0..n as i32 {
+                assert!(seen.contains(&(t.to_string(), p)), "{t}-{p} unassigned");
+            }
+        }
+    }
+}
+
+/// Kafka's notion of balance.
+fn assert_balanced(g: &GroupSubscription, a: &GroupAssignment) {
+    let sets = as_sets(a);
+    for x in &g.members {
+        for y in &g.members {
+            let (lx, ly) = (&sets[x.member_id.as_str()], &sets[y.member_id.as_str()]);
+            if ly.len() >= lx.len() + 2 {
+                assert!(
+                    !ly.iter()
+                        .any(|(t, _)| x.topics.iter().any(|s| s == t.as_str())),
+                    "{} ({}) could take from {} ({})",
+                    x.member_id,
+                    lx.len(),
+                    y.member_id,
+                    ly.len()
+                );
+            }
+        }
+    }
+}
+
+/// Feeds a result back as owned partitions at `generation`.
+fn owning(mut g: GroupSubscription, a: &GroupAssignment, generation: i32) -> GroupSubscription {
+    for m in &mut g.members {
+        if let Some(list) = a.get(&m.member_id) {
+            m.owned = list.to_vec();
+            m.generation = Some(generation);
+        }
+    }
+    g
+}
+
+fn moved(g: &GroupSubscription, a: &GroupAssignment) -> usize {
+    let sets = as_sets(a);
+    g.members
+        .iter()
+        .flat_map(|m| m.owned.iter().map(move |tp| (m, tp)))
+        .filter(|(m, tp)| {
+            !sets[m.member_id.as_str()].contains(&(tp.topic.to_string(), tp.partition))
+        })
+        .count()
+}
 
 #[test]
 fn initial_assignment_is_balanced() {
@@ -8,6 +101,330 @@ fn initial_assignment_is_balanced() {
         &[("c0", &["t0", "t1"]), ("c1", &["t0", "t1"])],
     );
     let a = Sticky.assign(&g).unwrap();
-    let sizes: Vec<usize> = lists(&a).iter().map(|(_, l)| l.len()).collect();
-    assert_eq!(sizes, [3, 3]);
+    assert_valid(&g, &a);
+    assert_eq!(sizes(&a), [3, 3]);
+}
+
+#[test]
+fn member_leaving_moves_nothing_at_moderate_scale() {
+    // 100 topics x 1,000 partitions over 1,000 members; one leaves.
+    let topics: Vec<String> = (0..100).map(|i| format!("topic-{i:03}")).collect();
+    let mut g = GroupSubscription::new();
+    for t in &topics {
+        g = g.with_topic(t.as_str(), 1000);
+    }
+    let shared: std::sync::Arc<[crate::assignor::Topic]> =
+        topics.iter().map(|t| t.as_str().into()).collect();
+    for i in 0..1000 {
+        g.members.push(MemberSubscription::with_shared_topics(
+            format!("consumer-{i}"),
+            shared.clone(),
+        ));
+    }
+    for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+        let initial = assignor.assign(&g).unwrap();
+        assert!(sizes(&initial).iter().all(|&s| s == 100));
+        let mut left = owning(g.clone(), &initial, 1);
+        left.members.remove(500);
+        let a = assignor.assign(&left).unwrap();
+        assert_valid(&left, &a);
+        assert_eq!(moved(&left, &a), 0, "{}", assignor.name());
+        assert!(a.pending_revocation().is_empty());
+        let s = sizes(&a);
+        assert_eq!((s.iter().min(), s.iter().max()), (Some(&100), Some(&101)));
+        assert_eq!(s.iter().filter(|&&x| x == 101).count(), 100);
+    }
+}
+
+#[test]
+fn same_generation_double_claim_frees_the_partition() {
+    let g = group(
+        &[("a", 6)],
+        &[("c0", &["a"]), ("c1", &["a"]), ("c2", &["a"])],
+    );
+    let mut g = g;
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned([("a", 0), ("a", 1)])
+        .with_generation(3);
+    g.members[1] = g.members[1]
+        .clone()
+        .with_owned([("a", 0), ("a", 2)])
+        .with_generation(3);
+    g.members[2] = g.members[2]
+        .clone()
+        .with_owned([("a", 3)])
+        .with_generation(3);
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_eq!(sizes(&a), [2, 2, 2]);
+    assert_eq!(moved(&g, &a), 1, "only a-0 changes hands");
+    let c = CooperativeSticky.assign(&g).unwrap();
+    assert_eq!(
+        c.pending_revocation().to_vec(),
+        [TopicPartition::new("a", 0)],
+        "both claimants must revoke a-0 first"
+    );
+    let sets = as_sets(&c);
+    assert!(sets["c0"].contains(&("a".into(), 1)) && sets["c1"].contains(&("a".into(), 2)));
+}
+
+#[test]
+fn higher_generation_wins_and_is_not_held_back() {
+    let mut g = group(&[("a", 4)], &[("c0", &["a"]), ("c1", &["a"])]);
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned([("a", 0), ("a", 1), ("a", 2)])
+        .with_generation(3);
+    g.members[1] = g.members[1]
+        .clone()
+        .with_owned([("a", 0)])
+        .with_generation(4);
+    let a = CooperativeSticky.assign(&g).unwrap();
+    assert_eq!(lists(&a), ["c0: a-1 a-2", "c1: a-0 a-3"]);
+    assert!(a.pending_revocation().is_empty());
+}
+
+#[test]
+fn members_without_subscriptions_get_nothing() {
+    // Kafka gives c3 partitions when it comes first in hash order.
+    let g = group(&[("a", 6)], &[("c3", &[]), ("c0", &["a"]), ("c1", &["a"])]);
+    let a = Sticky.assign(&g).unwrap();
+    assert_eq!(sizes(&a), [0, 3, 3]);
+    let g = group(&[("a", 1)], &[("c0", &["missing"]), ("c1", &["a"])]);
+    assert_eq!(sizes(&CooperativeSticky.assign(&g).unwrap()), [0, 1]);
+}
+
+#[test]
+fn unsubscribed_partitions_are_never_handed_back() {
+    // Kafka's general path gives a-0 back to X, which no longer subscribes to `a`.
+    let mut g = group(
+        &[("a", 4), ("b", 2)],
+        &[("X", &["b"]), ("Y", &["a", "b"]), ("Z", &["a", "b"])],
+    );
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned([("a", 0)])
+        .with_generation(1);
+    g.members[1] = g.members[1]
+        .clone()
+        .with_owned([("a", 0), ("a", 1), ("a", 2), ("a", 3)])
+        .with_generation(2);
+    g.members[2] = g.members[2].clone().with_generation(2);
+    for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+        let a = assignor.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        assert!(a.get("X").unwrap().iter().all(|(t, _)| t == "b"));
+    }
+    let a = Sticky.assign(&g).unwrap();
+    assert_balanced(&g, &a);
+    // Only a-0 (claimed by X and Y) changes hands: Y keeps its other three.
+    let y = as_sets(&a)["Y"].clone();
+    assert!((1..4).all(|p| y.contains(&("a".to_string(), p))), "{y:?}");
+}
+
+#[test]
+fn nonexistent_owned_partitions_are_ignored() {
+    let mut g = group(
+        &[("a", 3), ("b", 2)],
+        &[("c0", &["a", "b"]), ("c1", &["a", "b"])],
+    );
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned([("a", 0), ("a", 7), ("gone", 1)])
+        .with_generation(3);
+    g.members[1] = g.members[1]
+        .clone()
+        .with_owned([("b", 0), ("a", -1)])
+        .with_generation(3);
+    for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+        let a = assignor.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        let sets = as_sets(&a);
+        assert!(sets["c0"].contains(&("a".into(), 0)) && sets["c1"].contains(&("b".into(), 0)));
+    }
+}
+
+#[test]
+fn no_members_is_kafkas_error_and_duplicates_are_refused() {
+    let err = Sticky.assign(&group(&[("t", 1)], &[])).unwrap_err();
+    assert_eq!(err.java_message(), "ArithmeticException: / by zero");
+    let err = Sticky
+        .assign(&group(&[("t", 1)], &[("a", &["t"]), ("a", &["t"])]))
+        .unwrap_err();
+    assert_eq!(err, AssignError::DuplicateMember("a".into()));
+}
+
+#[test]
+fn rack_aware_mode_aligns_free_partitions_and_gives_up_misplaced_ones() {
+    let mut g = group(&[("a", 4)], &[("c0", &["a"]), ("c1", &["a"])])
+        .with_partition_racks("a", [["r0"], ["r1"], ["r0"], ["r1"]]);
+    g.members[0].rack = Some("r1".into());
+    g.members[1].rack = Some("r0".into());
+    let a = Sticky.assign(&g).unwrap();
+    assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
+    // c0 owns a-0 (on r0 only): it gives it up to c1, which sits on r0.
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned([("a", 0), ("a", 1)])
+        .with_generation(1);
+    let a = Sticky.assign(&g).unwrap();
+    assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
+}
+
+#[test]
+fn cooperative_round_one_is_the_sticky_target_minus_transfers() {
+    let mut g = group(&[("t", 10)], &[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]);
+    g.members[0] = g.members[0]
+        .clone()
+        .with_owned((0..5).map(|p| ("t", p)))
+        .with_generation(1);
+    g.members[1] = g.members[1]
+        .clone()
+        .with_owned((5..10).map(|p| ("t", p)))
+        .with_generation(1);
+    let target = Sticky.assign(&g).unwrap();
+    let round1 = CooperativeSticky.assign(&g).unwrap();
+    assert_valid(&g, &round1);
+    assert!(
+        round1.get("c").unwrap().is_empty(),
+        "c's partitions all come from a or b"
+    );
+    assert_eq!(
+        round1.pending_revocation().len(),
+        target.get("c").unwrap().len()
+    );
+    // Round two: a and b revoked; c gets them, nothing else moves.
+    let g2 = owning(g.clone(), &round1, 2);
+    let round2 = CooperativeSticky.assign(&g2).unwrap();
+    assert_eq!(moved(&g2, &round2), 0);
+    assert!(round2.pending_revocation().is_empty());
+    assert_eq!(round2, target);
+}
+
+fn arb_group(identical: bool) -> impl Strategy<Value = GroupSubscription> {
+    let topics = proptest::collection::vec(0u32..12, 1..5);
+    (topics, 1usize..9, any::<u64>()).prop_map(move |(counts, members, seed)| {
+        let mut state = seed | 1;
+        let mut rnd = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n.max(1)
+        };
+        let names: Vec<String> = (0..counts.len()).map(|i| format!("t{i}")).collect();
+        let mut g = GroupSubscription::new();
+        for (t, &n) in names.iter().zip(&counts) {
+            g = g.with_topic(t.as_str(), n);
+        }
+        for i in 0..members {
+            let topics: Vec<&str> = if identical {
+                names.iter().map(String::as_str).collect()
+            } else {
+                names
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|_| rnd(3) > 0)
+                    .collect()
+            };
+            // Owned: random partitions of random topics, some claimed twice, some stale.
+            let owned: Vec<(&str, i32)> = (0..rnd(8))
+                .map(|_| {
+                    let t = rnd(names.len() as u64) as usize;
+                    (names[t].as_str(), rnd(u64::from(counts[t]) + 1) as i32)
+                })
+                .collect();
+            let mut m = MemberSubscription::new(format!("c{i}"), topics).with_owned(owned);
+            if rnd(4) > 0 {
+                m.generation = Some(rnd(3) as i32);
+            }
+            g.members.push(m);
+        }
+        g
+    })
+}
+
+proptest! {
+    #[test]
+    fn identical_subscriptions_valid_balanced_and_sticky(g in arb_group(true)) {
+        let a = Sticky.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        let s = sizes(&a);
+        prop_assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 1);
+        // A member keeps at least min(its valid owned, its fair share).
+        let total: u32 = g.partitions_per_topic.values().sum();
+        let fair = (total as usize) / g.members.len();
+        let claims = valid_claims(&g);
+        let sets = as_sets(&a);
+        for m in &g.members {
+            let mine: Vec<_> = claims.iter().filter(|(_, o)| *o == m.member_id.as_str()).map(|(tp, _)| tp).collect();
+            let kept = mine.iter().filter(|tp| sets[m.member_id.as_str()].contains(*tp)).count();
+            prop_assert!(kept >= mine.len().min(fair), "{} kept {kept} of {}", m.member_id, mine.len());
+        }
+    }
+
+    #[test]
+    fn differing_subscriptions_valid_and_balanced(g in arb_group(false)) {
+        for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+            let a = assignor.assign(&g).unwrap();
+            assert_valid(&g, &a);
+        }
+        let a = Sticky.assign(&g).unwrap();
+        assert_balanced(&g, &a);
+        // A valid balanced assignment fed back stays exactly as it is.
+        let again = Sticky.assign(&owning(g.clone(), &a, 7)).unwrap();
+        prop_assert_eq!(&again, &a);
+        // Cooperative: members revoke what was held back and rejoin; within a few rounds
+        // nothing waits any more, and the result is valid and balanced.
+        let mut current = g.clone();
+        let mut round = CooperativeSticky.assign(&current).unwrap();
+        let mut rounds = 1;
+        while !round.pending_revocation().is_empty() {
+            prop_assert!(rounds < 4, "still revoking after {rounds} rounds");
+            current = owning(current, &round, 7 + rounds);
+            round = CooperativeSticky.assign(&current).unwrap();
+            rounds += 1;
+        }
+        assert_valid(&current, &round);
+        assert_balanced(&current, &round);
+    }
+}
+
+/// Partitions with a valid claim (unique highest generation, existing, subscribed) and the
+/// claimant.
+fn valid_claims(g: &GroupSubscription) -> Vec<((String, i32), String)> {
+    let mut best: HashMap<(String, i32), (i32, Option<String>)> = HashMap::new();
+    for m in &g.members {
+        let generation = m.generation.unwrap_or(-1);
+        let mut mine = BTreeSet::new();
+        for tp in &m.owned {
+            let key = (tp.topic.to_string(), tp.partition);
+            if !mine.insert(key.clone()) {
+                continue;
+            }
+            let subscribed = m.topics.iter().any(|t| t == &tp.topic);
+            let exists = g
+                .partitions_per_topic
+                .get(tp.topic.as_str())
+                .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n);
+            if !exists {
+                continue;
+            }
+            let who = subscribed.then(|| m.member_id.to_string());
+            match best.get_mut(&key) {
+                None => {
+                    best.insert(key, (generation, who));
+                }
+                Some((g0, w)) if generation > *g0 => {
+                    *g0 = generation;
+                    *w = who;
+                }
+                Some((g0, w)) if generation == *g0 => *w = None,
+                Some(_) => {}
+            }
+        }
+    }
+    best.into_iter()
+        .filter_map(|(tp, (_, w))| w.map(|w| (tp, w)))
+        .collect()
 }
