@@ -6,6 +6,7 @@
 //! share one copy. Nothing per partition is a string.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::{AssignError, GroupSubscription, MemberSubscription, Topic};
@@ -25,7 +26,29 @@ pub(crate) struct Layout<'a> {
     /// Each member's class.
     pub class_of: Vec<u32>,
     names: HashMap<&'a str, u32>,
-    addrs: HashMap<usize, u32>,
+    addrs: HashMap<usize, u32, BuildHasherDefault<AddrHasher>>,
+}
+
+/// Hashes the address of a shared topic string: one multiplication instead of SipHash over a
+/// million owned partitions. Addresses are not chosen by an attacker, so no keyed hash is needed.
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_usize(usize::from(b) ^ self.0 as usize);
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        let h = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = h ^ (h >> 29);
+    }
 }
 
 impl<'a> Layout<'a> {
@@ -112,7 +135,7 @@ impl<'a> Layout<'a> {
             .enumerate()
             .map(|(i, t)| (t.as_str(), i as u32))
             .collect();
-        let mut addrs: HashMap<usize, u32> = topics
+        let mut addrs: HashMap<usize, u32, BuildHasherDefault<AddrHasher>> = topics
             .iter()
             .enumerate()
             .map(|(i, t)| (t.addr(), i as u32))

@@ -38,7 +38,11 @@ impl Claims {
             let mut last: Option<(&str, Option<u32>)> = None;
             for tp in &sub.owned {
                 let t = match last {
-                    Some((name, t)) if name == tp.topic.as_str() => t,
+                    Some((name, t))
+                        if std::ptr::eq(name, tp.topic.as_str()) || name == tp.topic.as_str() =>
+                    {
+                        t
+                    }
                     _ => {
                         let t = layout.topic_index(&tp.topic);
                         last = Some((tp.topic.as_str(), t));
