@@ -35,6 +35,7 @@ pub(crate) async fn run(
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            biased;
             _ = token.cancelled() => break,
             changed = registration.changed() => {
                 if changed.is_err() {

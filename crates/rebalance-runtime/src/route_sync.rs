@@ -105,6 +105,7 @@ impl RouteSync {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
+                biased;
                 _ = token.cancelled() => break,
                 changed = self.subscriptions.changed() => {
                     if changed.is_err() {

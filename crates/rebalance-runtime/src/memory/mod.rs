@@ -68,19 +68,31 @@ struct Member {
 #[derive(Debug)]
 struct Group {
     members: HashMap<ClientId, Member>,
-    changes: watch::Sender<u64>,
+    /// One channel per listener, notified in subscription order: a single shared watch would
+    /// wake its receivers in a random order, and simulations must be reproducible.
+    listeners: Vec<watch::Sender<u64>>,
+    changes: u64,
 }
 
 impl Group {
     fn new() -> Self {
         Self {
             members: HashMap::new(),
-            changes: watch::Sender::new(0),
+            listeners: Vec::new(),
+            changes: 0,
         }
     }
 
-    fn notify(&self) {
-        self.changes.send_modify(|n| *n += 1);
+    fn notify(&mut self) {
+        self.changes += 1;
+        let changes = self.changes;
+        self.listeners.retain(|tx| tx.send(changes).is_ok());
+    }
+
+    fn subscribe(&mut self) -> watch::Receiver<u64> {
+        let (tx, rx) = watch::channel(self.changes);
+        self.listeners.push(tx);
+        rx
     }
 }
 
@@ -430,7 +442,7 @@ impl GroupDirectory for ClusterClient {
             .groups
             .entry(group.to_string())
             .or_insert_with(Group::new);
-        Some(group.changes.subscribe())
+        Some(group.subscribe())
     }
 }
 

@@ -1,0 +1,175 @@
+//! What a simulation measured, computed from its callbacks alone.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use rebalance_core::{ClientId, MessageQueue};
+
+use super::engine::{Change, Outcome, Status};
+
+/// The measures of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    /// The running clients' holdings are disjoint and cover every queue at the end.
+    pub converged: bool,
+    /// Sum over queues of the time (ms) two or more clients held them.
+    pub double_owned_queue_ms: u64,
+    /// Sum over queues of the time (ms) nobody held them.
+    pub unowned_queue_ms: u64,
+    /// Queues added to a client after having been held by another (first assignments excluded).
+    pub moves: u64,
+    /// Rebalance rounds run by all clients together.
+    pub rounds: u64,
+}
+
+/// Replays the callbacks (a crashed client stops holding anything when it crashes).
+pub fn summarize(outcome: &Outcome) -> Summary {
+    enum Step<'a> {
+        Callback(&'a ClientId, bool, &'a [MessageQueue]),
+        Crash(&'a ClientId),
+    }
+    let mut steps: Vec<(u64, Step<'_>)> = outcome
+        .records
+        .iter()
+        .map(|r| {
+            (
+                r.t_ms,
+                Step::Callback(&r.client, r.change == Change::Added, &r.queues),
+            )
+        })
+        .collect();
+    for c in &outcome.clients {
+        if let (Status::Crashed, Some(at)) = (c.status, c.stopped_ms) {
+            steps.push((at, Step::Crash(&c.client)));
+        }
+    }
+    // Stable: callbacks keep their order; a crash goes after the callbacks of its instant.
+    steps.sort_by_key(|(t, _)| *t);
+
+    let total = outcome.queues.len() as u64;
+    let mut holdings: HashMap<&ClientId, HashSet<&MessageQueue>> = HashMap::new();
+    let mut owners: HashMap<&MessageQueue, u64> = HashMap::new();
+    let mut ever_owned: HashSet<&MessageQueue> = HashSet::new();
+    let mut summary = Summary::default();
+    let mut last = 0;
+    let mut account = |now: u64, owners: &HashMap<&MessageQueue, u64>, summary: &mut Summary| {
+        let dt = now.saturating_sub(last);
+        let owned = owners
+            .iter()
+            .filter(|(q, n)| **n > 0 && outcome.queues.contains(**q))
+            .count() as u64;
+        let doubled = owners.values().filter(|n| **n > 1).count() as u64;
+        summary.double_owned_queue_ms += dt * doubled;
+        summary.unowned_queue_ms += dt * total.saturating_sub(owned);
+        last = last.max(now);
+    };
+    for (t, step) in &steps {
+        account(*t, &owners, &mut summary);
+        match step {
+            Step::Callback(client, true, queues) => {
+                let held = holdings.entry(client).or_default();
+                for q in queues.iter() {
+                    if held.insert(q) {
+                        *owners.entry(q).or_default() += 1;
+                        if !ever_owned.insert(q) {
+                            summary.moves += 1;
+                        }
+                    }
+                }
+            }
+            Step::Callback(client, false, queues) => {
+                let held = holdings.entry(client).or_default();
+                for q in queues.iter() {
+                    if held.remove(q) {
+                        *owners.entry(q).or_default() -= 1;
+                    }
+                }
+            }
+            Step::Crash(client) => {
+                for q in holdings.remove(client).unwrap_or_default() {
+                    *owners.entry(q).or_default() -= 1;
+                }
+            }
+        }
+    }
+    account(outcome.duration_ms, &owners, &mut summary);
+
+    let mut covered: BTreeSet<&MessageQueue> = BTreeSet::new();
+    let mut disjoint = true;
+    for c in outcome
+        .clients
+        .iter()
+        .filter(|c| c.status == Status::Running)
+    {
+        for q in &c.owned {
+            disjoint &= covered.insert(q);
+        }
+    }
+    summary.converged = disjoint
+        && covered.len() == outcome.queues.len()
+        && covered.iter().all(|q| outcome.queues.contains(*q));
+    summary.rounds = outcome.clients.iter().map(|c| c.rounds).sum();
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::engine::{ClientEnd, Record};
+
+    fn q(i: i32) -> MessageQueue {
+        MessageQueue::new("T", "b", i)
+    }
+
+    fn record(t_ms: u64, client: &str, added: bool, queues: &[i32]) -> Record {
+        Record {
+            t_ms,
+            client: client.into(),
+            change: if added {
+                Change::Added
+            } else {
+                Change::Removed(rebalance_runtime::RemovalReason::Reassigned)
+            },
+            topic: "T".into(),
+            queues: queues.iter().map(|&i| q(i)).collect(),
+        }
+    }
+
+    fn end(client: &str, status: Status, owned: &[i32], stopped_ms: Option<u64>) -> ClientEnd {
+        ClientEnd {
+            client: client.into(),
+            index: 0,
+            status,
+            owned: owned.iter().map(|&i| q(i)).collect(),
+            rounds: 3,
+            stopped_ms,
+        }
+    }
+
+    #[test]
+    fn integrates_double_and_unowned_time() {
+        let outcome = Outcome {
+            records: vec![
+                record(100, "a", true, &[0, 1]), // 0..100: 2 unowned
+                record(1000, "b", true, &[1]),   // 1000..1500: q1 doubled
+                record(1500, "a", false, &[1]),
+                record(2000, "b", true, &[2]), // q2 unowned until 2000
+            ],
+            clients: vec![
+                end("a", Status::Running, &[0], None),
+                end("b", Status::Crashed, &[], Some(3000)),
+            ],
+            queues: [q(0), q(1), q(2)].into(),
+            duration_ms: 4000,
+        };
+        let s = summarize(&outcome);
+        assert_eq!(s.double_owned_queue_ms, 500);
+        // q0,q1,q2 unowned 0..100 (300), q2 unowned 100..2000 (1900), b crashes at 3000: q1,q2 unowned 3000..4000 (2000).
+        assert_eq!(s.unowned_queue_ms, 300 + 1900 + 2000);
+        assert_eq!(
+            s.moves, 1,
+            "q1 went from a to b; q0 and q2 were first assignments"
+        );
+        assert!(!s.converged);
+        assert_eq!(s.rounds, 6);
+    }
+}

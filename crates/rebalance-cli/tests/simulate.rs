@@ -1,0 +1,118 @@
+//! `rebalance simulate --json`: the line shapes, convergence under churn for several
+//! strategies, and reproducibility.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn simulate(args: &[&str]) -> (bool, Vec<Value>) {
+    let output = Command::new(env!("CARGO_BIN_EXE_rebalance"))
+        .arg("simulate")
+        .args(args)
+        .output()
+        .expect("run rebalance");
+    let lines = String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    (output.status.success(), lines)
+}
+
+const CHURN: &str =
+    "join@5s,join@6s,leave:2@10s,crash:3@15s,ns-down@20s,join@30s,ns-up@40s,leave:0@50s";
+
+#[test]
+fn churn_converges_with_several_strategies() {
+    for strategy in [
+        "averagely",
+        "averagely_by_circle",
+        "consistent_hash",
+        "machine_room_nearby",
+    ] {
+        let (ok, lines) = simulate(&[
+            "--strategy",
+            strategy,
+            "--topics",
+            "2",
+            "--queues",
+            "12",
+            "--consumers",
+            "4",
+            "--events",
+            CHURN,
+            "--duration",
+            "300s",
+            "--seed",
+            "7",
+            "--json",
+        ]);
+        assert!(ok, "{strategy}");
+        let summary = &lines.last().expect("summary")["summary"];
+        assert_eq!(summary["converged"], true, "{strategy}: {summary}");
+        assert!(summary["rounds"].as_u64().unwrap() > 10);
+        assert!(summary["moves"].as_u64().unwrap() > 0);
+        // The crashed client held queues that nobody consumed until it expired.
+        assert!(summary["unowned_queue_ms"].as_u64().unwrap() > 0);
+
+        let clients: Vec<&Value> = lines.iter().filter(|l| l.get("status").is_some()).collect();
+        assert_eq!(clients.len(), 7, "4 initial + 3 joined");
+        let statuses: Vec<&str> = clients
+            .iter()
+            .map(|c| c["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            statuses,
+            [
+                "left", "running", "left", "crashed", "running", "running", "running"
+            ]
+        );
+        let owned: usize = clients
+            .iter()
+            .map(|c| c["owned"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(
+            owned, 24,
+            "{strategy}: running clients own every queue exactly once"
+        );
+
+        let callbacks: Vec<&Value> = lines.iter().filter(|l| l.get("event").is_some()).collect();
+        let mut last = 0;
+        for c in &callbacks {
+            let t = c["t_ms"].as_u64().unwrap();
+            assert!(t >= last, "callbacks in time order");
+            last = t;
+            assert!(["added", "removed"].contains(&c["event"].as_str().unwrap()));
+            assert!(c["topic"].as_str().unwrap().starts_with("topic-"));
+            for q in c["queues"].as_array().unwrap() {
+                assert_eq!(q.as_array().unwrap().len(), 3);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_story() {
+    let args = [
+        "--consumers",
+        "5",
+        "--events",
+        CHURN,
+        "--duration",
+        "120s",
+        "--seed",
+        "3",
+        "--json",
+    ];
+    assert_eq!(simulate(&args), simulate(&args));
+}
+
+#[test]
+fn bad_arguments_are_reported() {
+    let (ok, _) = simulate(&["--events", "leave:9@1s"]);
+    assert!(!ok);
+    let (ok, _) = simulate(&["--strategy", "nope"]);
+    assert!(!ok);
+    let (ok, _) = simulate(&["--events", "dance@1s"]);
+    assert!(!ok);
+}
