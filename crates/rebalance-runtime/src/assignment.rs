@@ -56,6 +56,8 @@ pub enum Unbalanced {
     NoConsumers,
     /// The strategy refused.
     StrategyFailed(String),
+    /// A group assignor needs every topic's view and one of them is incomplete.
+    GroupViewIncomplete,
     /// Some queues could not be added (lock refused, offset unreadable) or released (still
     /// consuming, offset not persisted) yet.
     Pending {

@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
+use rebalance_core::assignor::{AssignorConfigError, AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
 use rebalance_core::{ClientId, StrategyRef};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::allocation::Allocation;
 use crate::assignment::{Assignment, RoundReport};
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::context::Context;
@@ -34,6 +36,9 @@ pub enum ConsumerError {
     /// The strategy could not be built.
     #[error("strategy: {0}")]
     Strategy(#[from] StrategyConfigError),
+    /// The assignor could not be built.
+    #[error("assignor: {0}")]
+    Assignor(#[from] AssignorConfigError),
     /// `start` was called outside a tokio runtime.
     #[error("the consumer must be started inside a tokio runtime")]
     NoRuntime,
@@ -58,7 +63,7 @@ impl Consumer {
             consume_from: ConsumeFrom::default(),
             exclusive_hand_off: false,
             intervals: Intervals::default(),
-            strategy: None,
+            allocation: None,
             name_server: None,
             directory: None,
             offsets: None,
@@ -99,7 +104,7 @@ pub struct ConsumerBuilder {
     consume_from: ConsumeFrom,
     exclusive_hand_off: bool,
     intervals: Intervals,
-    strategy: Option<StrategyRef>,
+    allocation: Option<Allocation>,
     name_server: Option<Arc<dyn NameServer>>,
     directory: Option<Arc<dyn GroupDirectory>>,
     offsets: Option<Arc<dyn OffsetStore>>,
@@ -116,7 +121,7 @@ impl fmt::Debug for ConsumerBuilder {
             .field("topics", &self.topics)
             .field("message_model", &self.message_model)
             .field("consume_order", &self.consume_order)
-            .field("strategy", &self.strategy)
+            .field("allocation", &self.allocation)
             .finish_non_exhaustive()
     }
 }
@@ -175,8 +180,22 @@ impl ConsumerBuilder {
 
     /// The allocation strategy (default: averagely).
     pub fn strategy(mut self, strategy: StrategyRef) -> Self {
-        self.strategy = Some(strategy);
+        self.allocation = Some(Allocation::Strategy(strategy));
         self
+    }
+
+    /// A Kafka-style group assignor instead of a per-topic strategy, run leaderlessly (see
+    /// [`Allocation::Assignor`] for which assignors make sense that way).
+    pub fn assignor(mut self, assignor: AssignorRef) -> Self {
+        self.allocation = Some(Allocation::Assignor(assignor));
+        self
+    }
+
+    /// A group assignor by name (`range`, `roundrobin`, `sticky`, `cooperative_sticky`,
+    /// `broadcast`).
+    pub fn assignor_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
+        let assignor = AssignorRegistry::default().build(name, params)?;
+        Ok(self.assignor(assignor))
     }
 
     /// The allocation strategy by name (see [`StrategyRegistry`]).
@@ -259,7 +278,9 @@ impl ConsumerBuilder {
             consume_from: self.consume_from,
             exclusive_hand_off: self.exclusive_hand_off,
             intervals: self.intervals,
-            strategy: self.strategy.unwrap_or_else(|| Arc::new(Averagely)),
+            allocation: self
+                .allocation
+                .unwrap_or_else(|| Allocation::Strategy(Arc::new(Averagely))),
             name_server: self
                 .name_server
                 .ok_or(ConsumerError::Missing("a name server"))?,
@@ -296,7 +317,7 @@ impl ConsumerBuilder {
             trigger.clone(),
         );
         async {
-            tracing::info!(topics = ?self.topics, strategy = ctx.strategy.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
+            tracing::info!(topics = ?self.topics, allocation = ctx.allocation.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
             route_sync.poll_all().await;
             heartbeat::beat(&*ctx.directory, &registration).await;
         }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use rebalance_core::{ClientId, StrategyRef};
+use rebalance_core::ClientId;
+
+use crate::allocation::Allocation;
 
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::directory::Registration;
@@ -17,7 +19,7 @@ pub(crate) struct Context {
     pub(crate) consume_from: ConsumeFrom,
     pub(crate) exclusive_hand_off: bool,
     pub(crate) intervals: Intervals,
-    pub(crate) strategy: StrategyRef,
+    pub(crate) allocation: Allocation,
     pub(crate) name_server: Arc<dyn NameServer>,
     pub(crate) directory: Arc<dyn GroupDirectory>,
     pub(crate) offsets: Arc<dyn OffsetStore>,

@@ -53,6 +53,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod allocation;
 mod assignment;
 mod callbacks;
 pub mod config;
@@ -71,6 +72,7 @@ mod service;
 mod table;
 pub mod wake;
 
+pub use allocation::Allocation;
 pub use assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 pub use consumer::{ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle};

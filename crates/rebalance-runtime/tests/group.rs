@@ -223,3 +223,46 @@ async fn subscriptions_change_at_run_time() {
         ["U"]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn group_assignors_run_leaderlessly() {
+    for name in ["range", "roundrobin", "sticky", "cooperative_sticky"] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 2, 3);
+        cluster.create_topic("U", 1, 5);
+        let all = all_queues(&cluster, &["T", "U"]);
+        let with_assignor = |b: rebalance_runtime::ConsumerBuilder| {
+            b.assignor_named(name, &Default::default()).unwrap()
+        };
+        let members = [
+            start_with(&cluster, 0, &["T", "U"], with_assignor).await,
+            start_with(&cluster, 1, &["T", "U"], with_assignor).await,
+            start_with(&cluster, 2, &["T", "U"], with_assignor).await,
+        ];
+        settle(2 * MIN).await;
+        assert_partition(&members.iter().collect::<Vec<_>>(), &all);
+        members[1].handle.shutdown().await;
+        settle(2 * MIN).await;
+        assert_partition(&[&members[0], &members[2]], &all);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn range_copes_with_different_subscriptions() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    cluster.create_topic("U", 1, 4);
+    let range = |b: rebalance_runtime::ConsumerBuilder| {
+        b.assignor_named("range", &Default::default()).unwrap()
+    };
+    let a = start_with(&cluster, 0, &["T", "U"], range).await;
+    let b = start_with(&cluster, 1, &["T"], range).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all_queues(&cluster, &["T", "U"]));
+    assert_eq!(
+        a.handle.assignment().queues["U"].len(),
+        4,
+        "b does not subscribe to U"
+    );
+    assert_eq!(b.handle.assignment().queues["T"].len(), 2);
+}

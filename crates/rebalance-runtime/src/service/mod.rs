@@ -223,8 +223,8 @@ impl Service {
         self.last_round_start = Some(started);
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
-        for topic in self.subscriptions.clone() {
-            let target = self.target(&topic, &routes).await;
+        let subscribed: Vec<String> = self.subscriptions.iter().cloned().collect();
+        for (topic, target) in self.targets(&subscribed, &routes).await {
             let mut report = topic_report(&topic);
             self.apply(&topic, target, &mut report).await;
             topics.push(report);

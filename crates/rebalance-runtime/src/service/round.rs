@@ -1,12 +1,13 @@
 //! One rebalance round: compute each topic's share and move the table towards it.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
 use super::Service;
+use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::contained;
 use crate::config::{ConsumeFrom, MessageModel};
@@ -37,28 +38,102 @@ pub(super) enum ReleaseMode {
 }
 
 impl Service {
-    /// The share of `topic` this client should hold, from the published routes and the
-    /// directory's member list.
-    pub(super) async fn target(&self, topic: &str, routes: &RouteTable) -> Target {
+    /// Every subscribed topic's target for this round.
+    pub(super) async fn targets(
+        &self,
+        topics: &[String],
+        routes: &RouteTable,
+    ) -> Vec<(String, Target)> {
+        let mut targets = Vec::with_capacity(topics.len());
+        let mut views = BTreeMap::new();
+        for topic in topics {
+            match self.view(topic, routes).await {
+                Ok(view) => {
+                    views.insert(topic.clone(), view);
+                }
+                Err(target) => targets.push((topic.clone(), target)),
+            }
+        }
+        match &self.ctx.allocation {
+            Allocation::Strategy(strategy) => {
+                for (topic, view) in views {
+                    let target = match strategy.allocate(
+                        &self.ctx.group,
+                        &self.ctx.client_id,
+                        &view.queues,
+                        &view.ids,
+                    ) {
+                        Ok(mine) => Target::Share {
+                            all: view.queues,
+                            mine,
+                            fingerprint: view.fingerprint,
+                        },
+                        Err(e) => {
+                            tracing::warn!(topic, strategy = strategy.name(), error = %e, "the strategy refused; keeping the current share");
+                            Target::Keep(Unbalanced::StrategyFailed(e.to_string()))
+                        }
+                    };
+                    targets.push((topic, target));
+                }
+            }
+            Allocation::Assignor(assignor) => {
+                // The assignment of one topic may depend on the others (round robin's cursor):
+                // decide only from a complete view.
+                let incomplete = targets.iter().any(|(_, t)| matches!(t, Target::Keep(_)));
+                let result = if incomplete {
+                    Err(Unbalanced::GroupViewIncomplete)
+                } else {
+                    assign_leaderless(assignor, &self.ctx.client_id, &views).map_err(|e| {
+                        tracing::warn!(assignor = assignor.name(), error = %e, "the assignor refused; keeping the current share");
+                        Unbalanced::StrategyFailed(e.to_string())
+                    })
+                };
+                match result {
+                    Ok(mut mine) => {
+                        for (topic, view) in views {
+                            let share = mine.remove(&topic).unwrap_or_default();
+                            targets.push((
+                                topic,
+                                Target::Share {
+                                    all: view.queues,
+                                    mine: share,
+                                    fingerprint: view.fingerprint,
+                                },
+                            ));
+                        }
+                    }
+                    Err(why) => {
+                        targets.extend(views.into_keys().map(|t| (t, Target::Keep(why.clone()))))
+                    }
+                }
+            }
+        }
+        targets.sort_by(|a, b| a.0.cmp(&b.0));
+        targets
+    }
+
+    /// What this client sees of `topic`: its queues and members, or the target to follow
+    /// without allocating (route unknown or gone, broadcasting, directory problems).
+    async fn view(&self, topic: &str, routes: &RouteTable) -> Result<TopicView, Target> {
         let ctx = &self.ctx;
         let queues = match routes.topic(topic) {
-            TopicState::Unknown => return Target::Keep(Unbalanced::RouteUnknown),
-            TopicState::Gone => return Target::ReleaseAll(RemovalReason::TopicGone),
+            TopicState::Unknown => return Err(Target::Keep(Unbalanced::RouteUnknown)),
+            TopicState::Gone => return Err(Target::ReleaseAll(RemovalReason::TopicGone)),
             TopicState::Known { queues, .. } => queues.clone(),
         };
         if ctx.message_model == MessageModel::Broadcasting {
             let fingerprint = fingerprint(&queues, &[]);
-            return Target::Share {
+            return Err(Target::Share {
                 mine: queues.to_vec(),
                 all: queues,
                 fingerprint,
-            };
+            });
         }
         let mut ids: Vec<ClientId> = match ctx.directory.consumer_ids(&ctx.group, topic).await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(topic, error = %e, "could not list the group's consumers; keeping the current share");
-                return Target::Keep(Unbalanced::DirectoryFailed(e.to_string()));
+                return Err(Target::Keep(Unbalanced::DirectoryFailed(e.to_string())));
             }
         };
         ids.sort();
@@ -67,14 +142,14 @@ impl Service {
                 topic,
                 "the directory lists no consumer; keeping the current share"
             );
-            return Target::Keep(Unbalanced::NoConsumers);
+            return Err(Target::Keep(Unbalanced::NoConsumers));
         }
         if !ids.contains(&ctx.client_id) {
             tracing::warn!(
                 topic,
                 "this client is not in the consumer list (not registered yet, or expired); keeping the current share"
             );
-            return Target::Keep(Unbalanced::NotInConsumerList);
+            return Err(Target::Keep(Unbalanced::NotInConsumerList));
         }
         let fingerprint = fingerprint(&queues, &ids);
         if queues.is_empty() {
@@ -82,26 +157,17 @@ impl Service {
                 topic,
                 "the route has no readable queue; releasing the topic's queues"
             );
-            return Target::Share {
+            return Err(Target::Share {
                 all: queues,
                 mine: Vec::new(),
                 fingerprint,
-            };
+            });
         }
-        match ctx
-            .strategy
-            .allocate(&ctx.group, &ctx.client_id, &queues, &ids)
-        {
-            Ok(mine) => Target::Share {
-                all: queues,
-                mine,
-                fingerprint,
-            },
-            Err(e) => {
-                tracing::warn!(topic, strategy = ctx.strategy.name(), error = %e, "the strategy refused; keeping the current share");
-                Target::Keep(Unbalanced::StrategyFailed(e.to_string()))
-            }
-        }
+        Ok(TopicView {
+            queues,
+            ids,
+            fingerprint,
+        })
     }
 
     /// Moves the table towards `target` for `topic`; fills `report`.
