@@ -140,7 +140,7 @@ mod tests {
             r#"{"lockOKMQSet":[{"topic":"T","brokerName":"b","queueId":1},{"topic":"T","brokerName":"b","queueId":7}]}"#
                 .as_bytes(),
         );
-        assert_eq!(granted(&response, &[&a, &b]).unwrap(), [b.clone()]);
+        assert_eq!(granted(&response, &[&a, &b]).unwrap(), vec![b]);
         let empty = RemotingCommand::response(0, 1, None);
         assert!(granted(&empty, &[&a]).unwrap().is_empty());
         let bad = RemotingCommand::response(0, 1, None).with_body(&b"[1"[..]);
