@@ -2,6 +2,8 @@
 #![warn(missing_docs)]
 
 pub mod allocate;
+pub mod args;
 pub mod assign;
 pub mod jsonl;
+pub mod plan;
 pub mod table;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, assign, jsonl};
+use rebalance_cli::{allocate, assign, jsonl, plan};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
 
@@ -30,6 +30,9 @@ enum Command {
         #[arg(long)]
         pretty: bool,
     },
+    /// Ask a RocketMQ name server and broker for a topic's queues and a group's members, and
+    /// print the whole group's current plan.
+    Plan(plan::PlanArgs),
     /// Run Kafka-style group assignment cases (JSON Lines, one case per line) and print every
     /// member's partitions.
     Assign {
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Allocate { file, pretty } => run_allocate(file, pretty),
         Command::Assign { file, pretty } => run_assign(file, pretty),
+        Command::Plan(args) => run_plan(&args),
     };
     match result {
         Ok(code) => code,
@@ -71,6 +75,21 @@ fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
     })?;
     io::stderr().flush()?;
     Ok(exit_code(summary))
+}
+
+fn run_plan(args: &plan::PlanArgs) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match plan::run(args, &mut out) {
+        Ok(()) => {
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(plan::RunError::Io(e)) => Err(e),
+        Err(plan::RunError::Plan(e)) => {
+            eprintln!("rebalance plan: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
 }
 
 fn run_assign(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {

@@ -1,0 +1,363 @@
+//! `rebalance plan`: the whole group's current plan, from a real RocketMQ name server (the
+//! topic's queues) and broker (the group's members).
+
+use std::collections::HashSet;
+use std::io::{self, Write};
+use std::time::Duration;
+
+use rebalance_core::strategy::{Params, StrategyConfigError, build_strategy};
+use rebalance_core::{AllocateError, ClientId, MessageQueue};
+use rebalance_rocketmq::{
+    AddressError, BrokerClient, ClientConfig, NameServerClient, RemotingClient,
+};
+use rebalance_runtime::{GroupDirectory, RemoteError, RouteError};
+use serde_json::{Map, Value};
+
+use crate::args::{parse_duration, parse_param};
+use crate::table;
+
+/// The command's arguments.
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The name server addresses, `host:port;host:port`.
+    #[arg(long)]
+    pub namesrv: String,
+    /// The consumer group.
+    #[arg(long)]
+    pub group: String,
+    /// The topic.
+    #[arg(long)]
+    pub topic: String,
+    /// The allocation strategy.
+    #[arg(long, default_value = "averagely")]
+    pub strategy: String,
+    /// A strategy parameter, `key=value` (repeatable).
+    #[arg(long = "param", value_parser = parse_param)]
+    pub params: Vec<(String, Value)>,
+    /// One JSON line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// How long each request to a server may take.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Why the plan could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The name server list is unusable.
+    #[error("--namesrv: {0}")]
+    Address(#[from] AddressError),
+    /// The route could not be fetched.
+    #[error("route of the topic: {0}")]
+    Route(#[from] RouteError),
+    /// The group's members could not be fetched.
+    #[error("consumer list of the group: {0}")]
+    Members(#[from] RemoteError),
+    /// The strategy could not be built.
+    #[error("strategy: {0}")]
+    Strategy(#[from] StrategyConfigError),
+    /// The strategy refused the inputs.
+    #[error("allocation: {}", .0.java_message())]
+    Allocate(#[from] AllocateError),
+}
+
+/// The group's plan for one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPlan {
+    /// The consumer group.
+    pub group: String,
+    /// The topic.
+    pub topic: String,
+    /// The strategy's name.
+    pub strategy: String,
+    /// The topic's subscribable queues, sorted the Java way.
+    pub queues: Vec<MessageQueue>,
+    /// Every member with its share, members sorted the Java way.
+    pub shares: Vec<(ClientId, Vec<MessageQueue>)>,
+}
+
+/// Asks the name server for the topic's queues and a broker for the group's members, then
+/// computes the plan.
+pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: args.timeout,
+        connect_timeout: args.timeout,
+        ..ClientConfig::default()
+    });
+    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    let route = name_server.route(&args.topic).await?;
+    let queues = route.subscribable_queues(&args.topic);
+    let members = BrokerClient::new(name_server)
+        .consumer_ids(&args.group, &args.topic)
+        .await?;
+    let params: Params = args.params.iter().cloned().collect();
+    compute(
+        &args.group,
+        &args.topic,
+        &args.strategy,
+        &params,
+        queues,
+        members,
+    )
+}
+
+/// The plan of `members` over `queues` (both sorted the Java way first, members deduplicated).
+/// A group without members, or a topic without queues, has an empty plan.
+pub fn compute(
+    group: &str,
+    topic: &str,
+    strategy_name: &str,
+    params: &Params,
+    mut queues: Vec<MessageQueue>,
+    mut members: Vec<ClientId>,
+) -> Result<GroupPlan, PlanError> {
+    let strategy = build_strategy(strategy_name, params)?;
+    queues.sort();
+    queues.dedup();
+    members.sort();
+    members.dedup();
+    let shares = if queues.is_empty() || members.is_empty() {
+        members.into_iter().map(|m| (m, Vec::new())).collect()
+    } else {
+        let plan = strategy.plan(group, &queues, &members)?;
+        let mut shares = plan.to_lists();
+        shares.sort_by(|a, b| a.0.cmp(&b.0));
+        shares
+    };
+    Ok(GroupPlan {
+        group: group.to_string(),
+        topic: topic.to_string(),
+        strategy: strategy_name.to_string(),
+        queues,
+        shares,
+    })
+}
+
+impl GroupPlan {
+    /// The queues no member gets.
+    pub fn unassigned(&self) -> Vec<MessageQueue> {
+        let assigned: HashSet<&MessageQueue> = self.shares.iter().flat_map(|(_, s)| s).collect();
+        self.queues
+            .iter()
+            .filter(|q| !assigned.contains(q))
+            .cloned()
+            .collect()
+    }
+
+    /// The plan as JSON: `{"group", "topic", "plan": {client: [[topic, broker, queue_id], ...]},
+    /// "strategy"}` (a `serde_json` map sorts its keys; [`write_json`](Self::write_json) keeps
+    /// this order and the members' Java order).
+    pub fn to_json(&self) -> Value {
+        let plan: Map<String, Value> = self
+            .shares
+            .iter()
+            .map(|(member, share)| {
+                let triples = share.iter().map(MessageQueue::to_json_triple).collect();
+                (member.to_string(), Value::Array(triples))
+            })
+            .collect();
+        let mut out = Map::new();
+        out.insert("group".into(), Value::from(self.group.as_str()));
+        out.insert("topic".into(), Value::from(self.topic.as_str()));
+        out.insert("plan".into(), Value::Object(plan));
+        out.insert("strategy".into(), Value::from(self.strategy.as_str()));
+        Value::Object(out)
+    }
+
+    /// One JSON line: the same value as [`to_json`](Self::to_json), keys in the order it
+    /// lists them, members in Java order.
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        let text = |s: &str| Value::from(s).to_string();
+        write!(
+            out,
+            "{{\"group\":{},\"topic\":{},\"plan\":{{",
+            text(&self.group),
+            text(&self.topic)
+        )?;
+        for (i, (member, share)) in self.shares.iter().enumerate() {
+            let triples: Vec<Value> = share.iter().map(MessageQueue::to_json_triple).collect();
+            write!(
+                out,
+                "{}{}:{}",
+                if i == 0 { "" } else { "," },
+                text(member),
+                Value::Array(triples)
+            )?;
+        }
+        writeln!(out, "}},\"strategy\":{}}}", text(&self.strategy))
+    }
+
+    /// A table: member, count, queues; then the queues nobody gets, if any.
+    pub fn write_table(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "group {}, topic {}, strategy {}: {} queues, {} members",
+            self.group,
+            self.topic,
+            self.strategy,
+            self.queues.len(),
+            self.shares.len()
+        )?;
+        let rows = self.shares.iter().map(|(member, share)| {
+            vec![
+                member.to_string(),
+                share.len().to_string(),
+                table::compact_queues(share),
+            ]
+        });
+        table::write(out, &["member", "count", "queues"], rows)?;
+        let unassigned = self.unassigned();
+        if !unassigned.is_empty() {
+            writeln!(
+                out,
+                "unassigned: {} ({})",
+                unassigned.len(),
+                table::compact_queues(&unassigned)
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the command on a single-threaded runtime and prints the plan.
+pub fn run(args: &PlanArgs, out: &mut impl Write) -> Result<(), RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let plan = runtime.block_on(fetch(args))?;
+    if args.json {
+        plan.write_json(out)?;
+    } else {
+        plan.write_table(out)?;
+    }
+    Ok(())
+}
+
+/// Why [`run`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The plan could not be made.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Writing (or starting the runtime) failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queues(n: i32) -> Vec<MessageQueue> {
+        // Deliberately out of order: the plan sorts them.
+        (0..n)
+            .rev()
+            .map(|i| MessageQueue::new("T", "broker-a", i))
+            .collect()
+    }
+
+    fn ids(names: &[&str]) -> Vec<ClientId> {
+        names.iter().copied().map(ClientId::from).collect()
+    }
+
+    #[test]
+    fn sorts_inputs_the_java_way_before_allocating() {
+        let plan = compute(
+            "G",
+            "T",
+            "averagely",
+            &Params::new(),
+            queues(5),
+            ids(&["10.0.0.2@1", "10.0.0.10@1", "10.0.0.2@1"]),
+        )
+        .unwrap();
+        let got: Vec<(String, Vec<i32>)> = plan
+            .shares
+            .iter()
+            .map(|(m, s)| (m.to_string(), s.iter().map(|q| q.queue_id).collect()))
+            .collect();
+        // "10.0.0.10@1" < "10.0.0.2@1" in Java order; the duplicate id counts once.
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.10@1".to_string(), vec![0, 1, 2]),
+                ("10.0.0.2@1".to_string(), vec![3, 4])
+            ]
+        );
+        assert!(plan.unassigned().is_empty());
+        assert_eq!(
+            plan.to_json(),
+            serde_json::json!({
+                "group": "G", "topic": "T", "strategy": "averagely",
+                "plan": {
+                    "10.0.0.10@1": [["T", "broker-a", 0], ["T", "broker-a", 1], ["T", "broker-a", 2]],
+                    "10.0.0.2@1": [["T", "broker-a", 3], ["T", "broker-a", 4]],
+                }
+            })
+        );
+        let mut line = Vec::new();
+        plan.write_json(&mut line).unwrap();
+        let text = String::from_utf8(line).unwrap();
+        assert!(
+            text.starts_with(r#"{"group":"G","topic":"T","plan":{"#),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1);
+    }
+
+    #[test]
+    fn tables_show_shares_and_what_nobody_gets() {
+        let plan = compute(
+            "G",
+            "T",
+            "averagely",
+            &Params::new(),
+            queues(3),
+            ids(&["a", "b"]),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        plan.write_table(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(
+            text,
+            "group G, topic T, strategy averagely: 3 queues, 2 members\n\
+             member  count  queues\n\
+             a       2      T/broker-a:0,1\n\
+             b       1      T/broker-a:2\n"
+        );
+        // More members than queues: the last ones get nothing, and every queue is assigned.
+        let plan = compute(
+            "G",
+            "T",
+            "averagely",
+            &Params::new(),
+            queues(1),
+            ids(&["a", "b"]),
+        )
+        .unwrap();
+        assert_eq!(plan.shares[1].1, vec![]);
+        assert!(plan.unassigned().is_empty());
+    }
+
+    #[test]
+    fn empty_groups_and_topics_have_empty_plans() {
+        let plan = compute("G", "T", "averagely", &Params::new(), queues(4), vec![]).unwrap();
+        assert!(plan.shares.is_empty());
+        assert_eq!(plan.unassigned().len(), 4);
+        let plan = compute("G", "T", "averagely", &Params::new(), vec![], ids(&["a"])).unwrap();
+        assert_eq!(plan.shares, [(ClientId::from("a"), vec![])]);
+    }
+
+    #[test]
+    fn strategy_errors_are_reported() {
+        let err = compute("G", "T", "nope", &Params::new(), queues(1), ids(&["a"])).unwrap_err();
+        assert!(matches!(err, PlanError::Strategy(_)), "{err}");
+        let mut params = Params::new();
+        params.insert("virtual_node_count".into(), Value::from(-1));
+        let err =
+            compute("G", "T", "consistent_hash", &params, queues(1), ids(&["a"])).unwrap_err();
+        assert!(err.to_string().contains("virtualNodeCnt"), "{err}");
+    }
+}
