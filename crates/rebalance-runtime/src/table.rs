@@ -44,10 +44,12 @@ impl ProcessQueue {
     }
 }
 
-/// The table. Owned by the consumer's service task; nobody else mutates it.
+/// The table, by topic. Owned by the consumer's service task; nobody else mutates it.
 #[derive(Debug, Default)]
 pub(crate) struct ProcessQueueTable {
-    entries: HashMap<MessageQueue, ProcessQueue>,
+    topics: HashMap<Arc<str>, HashMap<MessageQueue, ProcessQueue>>,
+    /// Whether the held set changed since [`take_changed`](Self::take_changed).
+    changed: bool,
 }
 
 impl ProcessQueueTable {
@@ -62,7 +64,8 @@ impl ProcessQueueTable {
         let state = Arc::new(LeaseState::new());
         let token = parent.child_token();
         let lease = QueueLease::new(queue.clone(), start, token.clone(), state.clone());
-        self.entries.insert(
+        self.changed = true;
+        self.topics.entry(queue.topic.clone()).or_default().insert(
             queue,
             ProcessQueue {
                 state,
@@ -81,11 +84,12 @@ impl ProcessQueueTable {
     /// Marks a held queue as being released: cancels its lease. Returns false when the queue is
     /// not held (absent or already being released).
     pub(crate) fn start_release(&mut self, queue: &MessageQueue, now: Instant) -> bool {
-        match self.entries.get_mut(queue) {
+        match self.get_mut(queue) {
             Some(pq) if pq.is_held() => {
                 pq.state.dropped.store(true, Ordering::Release);
                 pq.token.cancel();
                 pq.release = Some(Release { since: now });
+                self.changed = true;
                 true
             }
             _ => false,
@@ -93,64 +97,76 @@ impl ProcessQueueTable {
     }
 
     pub(crate) fn get(&self, queue: &MessageQueue) -> Option<&ProcessQueue> {
-        self.entries.get(queue)
+        self.topics.get(&queue.topic)?.get(queue)
     }
 
     pub(crate) fn get_mut(&mut self, queue: &MessageQueue) -> Option<&mut ProcessQueue> {
-        self.entries.get_mut(queue)
+        self.topics.get_mut(&queue.topic)?.get_mut(queue)
     }
 
     pub(crate) fn remove(&mut self, queue: &MessageQueue) -> Option<ProcessQueue> {
-        self.entries.remove(queue)
-    }
-
-    pub(crate) fn contains(&self, queue: &MessageQueue) -> bool {
-        self.entries.contains_key(queue)
+        let entries = self.topics.get_mut(&queue.topic)?;
+        let removed = entries.remove(queue);
+        if entries.is_empty() {
+            self.topics.remove(&queue.topic);
+        }
+        removed
     }
 
     /// Every entry, held or being released.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &ProcessQueue)> {
-        self.entries.iter()
+        self.topics.values().flatten()
     }
 
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&MessageQueue, &mut ProcessQueue)> {
-        self.entries.iter_mut()
+        self.topics.values_mut().flatten()
+    }
+
+    /// Entries of `topic` (held or being released), in no particular order.
+    pub(crate) fn entries_of(
+        &self,
+        topic: &str,
+    ) -> impl Iterator<Item = (&MessageQueue, &ProcessQueue)> {
+        self.topics.get(topic).into_iter().flatten()
     }
 
     /// Entries of `topic` (held or being released), sorted.
     pub(crate) fn queues_of(&self, topic: &str) -> Vec<MessageQueue> {
-        let mut queues: Vec<MessageQueue> = self
-            .entries
-            .keys()
-            .filter(|q| &*q.topic == topic)
-            .cloned()
-            .collect();
+        let mut queues: Vec<MessageQueue> =
+            self.entries_of(topic).map(|(q, _)| q.clone()).collect();
         queues.sort();
         queues
     }
 
     /// The topics with entries.
     pub(crate) fn topics(&self) -> BTreeSet<String> {
-        self.entries.keys().map(|q| q.topic.to_string()).collect()
+        self.topics.keys().map(|t| t.to_string()).collect()
     }
 
     /// Held queues by topic, sorted: what the application sees as the assignment.
     pub(crate) fn held(&self) -> BTreeMap<String, Vec<MessageQueue>> {
-        let mut held: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
-        for (q, pq) in &self.entries {
-            if pq.is_held() {
-                held.entry(q.topic.to_string()).or_default().push(q.clone());
-            }
-        }
-        for queues in held.values_mut() {
-            queues.sort();
-        }
-        held
+        self.topics
+            .iter()
+            .filter_map(|(topic, entries)| {
+                let mut queues: Vec<MessageQueue> = entries
+                    .iter()
+                    .filter(|(_, pq)| pq.is_held())
+                    .map(|(q, _)| q.clone())
+                    .collect();
+                queues.sort();
+                (!queues.is_empty()).then(|| (topic.to_string(), queues))
+            })
+            .collect()
+    }
+
+    /// Whether the held set changed since the last call.
+    pub(crate) fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
     }
 
     /// The number of entries.
     pub(crate) fn len(&self) -> usize {
-        self.entries.len()
+        self.topics.values().map(HashMap::len).sum()
     }
 }
 
@@ -171,7 +187,7 @@ mod tests {
         assert!(lease.consume_guard().await.is_none());
         assert!(!table.start_release(&q, Instant::now()));
         assert!(table.held().is_empty());
-        assert!(table.contains(&q));
+        assert!(table.get(&q).is_some());
     }
 
     #[test]

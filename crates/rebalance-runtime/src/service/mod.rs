@@ -280,20 +280,23 @@ impl Service {
         report
     }
 
-    fn publish_assignment(&self, balanced: bool) {
-        let queues = self.table.held();
+    /// Publishes the assignment when the held set or the balance changed.
+    fn publish_assignment(&mut self, balanced: bool) {
+        let changed = self.table.take_changed();
+        if !changed && self.outputs.assignment.borrow().balanced == balanced {
+            return;
+        }
+        let queues = if changed {
+            self.table.held()
+        } else {
+            self.outputs.assignment.borrow().queues.clone()
+        };
         let round = self.round;
-        self.outputs.assignment.send_if_modified(|current| {
-            if current.queues == queues && current.balanced == balanced {
-                return false;
-            }
-            *current = Arc::new(Assignment {
-                round,
-                balanced,
-                queues,
-            });
-            true
-        });
+        self.outputs.assignment.send_replace(Arc::new(Assignment {
+            round,
+            balanced,
+            queues,
+        }));
     }
 
     /// Renews the locks of held ordered queues; a queue whose lock is gone, or not renewed for

@@ -205,14 +205,13 @@ impl Service {
             } => {
                 report.fingerprint = Some(fingerprint);
                 let wanted: HashSet<&MessageQueue> = mine.iter().collect();
-                let to_release: Vec<MessageQueue> = self
+                let mut to_release: Vec<MessageQueue> = self
                     .table
-                    .queues_of(topic)
-                    .into_iter()
-                    .filter(|q| {
-                        !wanted.contains(q) || self.table.get(q).is_some_and(|pq| !pq.is_held())
-                    })
+                    .entries_of(topic)
+                    .filter(|(q, pq)| !wanted.contains(q) || !pq.is_held())
+                    .map(|(q, _)| q.clone())
                     .collect();
+                to_release.sort();
                 let not_released = self
                     .release(
                         topic,
@@ -222,15 +221,15 @@ impl Service {
                         report,
                     )
                     .await;
-                let to_add: Vec<MessageQueue> = mine
-                    .iter()
-                    .filter(|q| !self.table.contains(q))
-                    .cloned()
-                    .collect();
-                let still_releasing = mine
-                    .iter()
-                    .filter(|q| self.table.contains(q) && !self.is_held(q))
-                    .count();
+                let mut to_add = Vec::new();
+                let mut still_releasing = 0;
+                for q in &mine {
+                    match self.table.get(q) {
+                        None => to_add.push(q.clone()),
+                        Some(pq) if !pq.is_held() => still_releasing += 1,
+                        Some(_) => {}
+                    }
+                }
                 let not_added = self.add(topic, to_add, report).await + still_releasing;
                 if not_added > 0 || not_released > 0 {
                     report.unbalanced = Some(Unbalanced::Pending {

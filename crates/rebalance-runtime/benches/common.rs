@@ -1,0 +1,56 @@
+//! Shared setup of the runtime benchmarks: one consumer on the in-memory cluster, a listener
+//! that does nothing, and a topic of many queues.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::{
+    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovedQueue,
+};
+
+pub struct Quiet;
+
+#[async_trait]
+impl QueueListener for Quiet {
+    async fn queues_added(
+        &self,
+        _topic: &str,
+        _queues: &[QueueLease],
+    ) -> Result<(), ListenerError> {
+        Ok(())
+    }
+    async fn queues_removed(
+        &self,
+        _topic: &str,
+        _queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError> {
+        Ok(())
+    }
+}
+
+/// A cluster with topic `T` of `brokers` x `per_broker` queues.
+pub fn cluster(brokers: usize, per_broker: i32) -> InMemoryCluster {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", brokers, per_broker);
+    cluster
+}
+
+/// Starts consumer `i` of group `G` on `T` and waits for its first round.
+pub async fn start(cluster: &InMemoryCluster, i: usize) -> ConsumerHandle {
+    let id = format!("10.0.0.{}@{}", i + 1, 9000 + i);
+    let handle = Consumer::builder("G")
+        .client_id(id.as_str())
+        .subscribe("T")
+        .cluster(cluster.client(id.as_str()))
+        .listener(Arc::new(Quiet))
+        .start()
+        .await
+        .expect("consumer starts");
+    let mut rounds = handle.rounds();
+    rounds
+        .wait_for(|r| r.round >= 1)
+        .await
+        .expect("first round");
+    handle
+}
