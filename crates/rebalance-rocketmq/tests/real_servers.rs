@@ -353,3 +353,37 @@ async fn two_brokers_heartbeats_and_locks_reach_both() {
         .collect();
     assert_eq!(locked, expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_wants_one_client_id_per_connection_and_known_groups_for_offsets() {
+    init_tracing();
+    let cluster = TestCluster::start().unwrap();
+    cluster.create_topic("RulesTopic", 2).await.unwrap();
+    let a = client(&cluster, "a", "G7", &["RulesTopic"]);
+    let q0 = MessageQueue::new("RulesTopic", "broker-a", 0);
+    // No heartbeat yet: the broker does not know the group and refuses to store its offsets.
+    assert!(matches!(
+        a.brokers.persist("G7", &q0, 3).await,
+        Err(RemoteError::Refused { code: 26, .. })
+    ));
+    a.brokers.register(&a.registration).await.unwrap();
+    a.brokers.persist("G7", &q0, 3).await.unwrap();
+    assert_eq!(a.brokers.read("G7", &q0).await, Ok(Some(3)));
+    // A second client id over the same connection is refused; with its own connection it is not.
+    let mut other = a.registration.clone();
+    other.client_id = common::client_id("other");
+    assert!(matches!(
+        a.brokers.register(&other).await,
+        Err(RemoteError::Refused { code: 29, .. })
+    ));
+    let b = client(&cluster, "b", "G7", &["RulesTopic"]);
+    b.brokers.register(&other).await.unwrap();
+    assert_eq!(
+        a.brokers
+            .consumer_ids("G7", "RulesTopic")
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+}

@@ -32,6 +32,16 @@ struct Inner {
 /// client's connections, so the broker's notifications arrive on the connection the heartbeats
 /// use.
 ///
+/// **One client id per connection**: a broker binds a connection to the first client id that
+/// heartbeats on it and refuses another one on the same connection (code 29, "Request body is
+/// invalid"). Give every consumer of a process its own [`RemotingClient`] (a
+/// [`NameServerClient`] built with [`NameServerClient::from_addresses`] has its own), as
+/// separate Java client instances would.
+///
+/// The broker only keeps offsets of groups it knows: persist after the first heartbeat
+/// ([`register`](rebalance_runtime::GroupDirectory::register)), or the broker refuses with
+/// code 26 ("subscription group not exist").
+///
 /// ```no_run
 /// # fn demo() -> Result<(), rebalance_rocketmq::AddressError> {
 /// use std::sync::Arc;

@@ -41,8 +41,9 @@ pub const NAMESRV_BINARY: &str = "rocketmq-namesrv-rust";
 /// The broker binary.
 pub const BROKER_BINARY: &str = "rocketmq-broker-rust";
 
-/// Why a test cluster could not be set up.
-#[derive(Debug, thiserror::Error)]
+/// Why a test cluster could not be set up. Its `Debug` form is its message, so that a test's
+/// `unwrap()` shows the instructions and the server's log as they are.
+#[derive(thiserror::Error)]
 pub enum TestkitError {
     /// The server binaries are not installed.
     #[error(
@@ -93,6 +94,12 @@ pub enum TestkitError {
     /// No such broker in the cluster.
     #[error("no broker `{0}` in the test cluster")]
     UnknownBroker(String),
+}
+
+impl std::fmt::Debug for TestkitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 /// Where the server binaries are.

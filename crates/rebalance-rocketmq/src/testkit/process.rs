@@ -204,3 +204,105 @@ pub(crate) fn log_tail(path: &Path) -> String {
     let tail = &lines[lines.len().saturating_sub(60)..];
     format!("{}:\n{}", path.display(), tail.join("\n"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn script(dir: &Path, body: &str) -> PathBuf {
+        let path = dir.join("server.sh");
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn unused_addr() -> SocketAddr {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    }
+
+    fn server(dir: &Path, body: &str, health: SocketAddr) -> ServerProcess {
+        ServerProcess::new(
+            "fake",
+            &script(dir, body),
+            vec![],
+            vec![],
+            dir.join("fake.log"),
+            health,
+        )
+    }
+
+    #[test]
+    fn a_server_that_exits_reports_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fake = server(
+            dir.path(),
+            "echo 'bad config key: foo' >&2; exit 3",
+            unused_addr(),
+        );
+        let err = fake.start(Duration::from_secs(10)).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, TestkitError::Exited { .. }), "{text}");
+        assert!(
+            text.contains("bad config key: foo") && text.contains("exit status: 3"),
+            "{text}"
+        );
+        assert!(!fake.is_running());
+    }
+
+    #[test]
+    fn a_server_that_never_gets_ready_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fake = server(dir.path(), "echo starting; exec sleep 30", unused_addr());
+        let err = fake.start(Duration::from_millis(300)).unwrap_err();
+        assert!(matches!(err, TestkitError::NotReady { .. }), "{err}");
+        assert!(err.to_string().contains("starting"), "{err}");
+        assert!(!fake.is_running());
+    }
+
+    #[test]
+    fn readiness_is_a_200_on_readyz_and_stop_sends_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let health = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = health.local_addr().unwrap();
+        // Not ready at first (503), then ready (200); records the request lines.
+        let probes = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            for answer in ["503 Service Unavailable", "200 OK"] {
+                let (mut conn, _) = health.accept().unwrap();
+                let mut buf = [0u8; 512];
+                let n = conn.read(&mut buf).unwrap();
+                let request = String::from_utf8_lossy(&buf[..n]).to_string();
+                lines.push(request.lines().next().unwrap_or_default().to_string());
+                let _ = conn.write_all(
+                    format!("HTTP/1.1 {answer}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+                );
+            }
+            lines
+        });
+        // Ends on SIGTERM only (no kill needed).
+        let mut fake = server(
+            dir.path(),
+            "trap 'exit 0' TERM; while :; do sleep 0.05; done",
+            addr,
+        );
+        fake.start(Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            probes.join().unwrap(),
+            ["GET /readyz HTTP/1.1", "GET /readyz HTTP/1.1"]
+        );
+        assert!(fake.is_running());
+        let started = Instant::now();
+        fake.stop(Duration::from_secs(5));
+        assert!(!fake.is_running());
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "stopped by SIGTERM, not by the kill"
+        );
+    }
+}
