@@ -51,7 +51,8 @@ struct Inner {
 /// Fetches topic routes (GET_ROUTEINFO_BY_TOPIC) from a list of name servers, trying the next
 /// address when one fails and remembering the one that answered. Implements the runtime's
 /// [`NameServer`]; every route it fetches lands in its [`RouteCache`], where the broker clients
-/// find broker addresses.
+/// find broker addresses. A "topic not found" answer leaves the cached route in place (the
+/// runtime decides when a topic is gone).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -154,8 +155,10 @@ impl NameServerClient {
                             Ok(route)
                         }
                         None => {
+                            // The cached route stays: a name server that restarted empty says
+                            // "not found" until the brokers register again, and the broker
+                            // clients still need the addresses meanwhile.
                             tracing::debug!(addr, topic, "topic not found");
-                            self.inner.routes.forget(topic);
                             Err(RouteError::TopicNotFound(topic.to_string()))
                         }
                     };

@@ -387,3 +387,44 @@ async fn the_broker_wants_one_client_id_per_connection_and_known_groups_for_offs
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_name_server_is_reached_again() {
+    init_tracing();
+    let mut cluster = TestCluster::start().unwrap();
+    cluster.create_topic("NsRestart", 2).await.unwrap();
+    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
+    name_server.topic_route("NsRestart").await.unwrap();
+
+    cluster.stop_name_server();
+    assert!(matches!(
+        name_server.topic_route("NsRestart").await,
+        Err(RouteError::NameServer(RemoteError::Unreachable(_)))
+    ));
+    // The last route is still in the cache for the broker clients.
+    assert!(name_server.routes().topic("NsRestart").is_some());
+
+    cluster.start_name_server().unwrap();
+    // Reconnected: the name server answers again. It restarted empty, so until the broker's
+    // next periodic registration (30 s) the topic is unknown: an answer, not a failure.
+    let answer = eventually("the name server answers after its restart", SOON, || {
+        let name_server = name_server.clone();
+        async move {
+            match name_server.topic_route("NsRestart").await {
+                Err(RouteError::NameServer(_)) => None,
+                other => Some(other),
+            }
+        }
+    })
+    .await;
+    assert!(
+        matches!(&answer, Ok(_) | Err(RouteError::TopicNotFound(_))),
+        "{answer:?}"
+    );
+    // Either way the broker clients still find the broker.
+    assert_eq!(
+        name_server.routes().master_addr("broker-a"),
+        Some(cluster.first_broker_addr())
+    );
+    assert!(name_server.routes().topic("NsRestart").is_some());
+}

@@ -35,8 +35,9 @@ impl RouteCache {
         self.tables.topics.insert(topic.to_string(), route.clone());
     }
 
-    /// Forgets the route of `topic` (the name server says it does not exist). Broker addresses
-    /// are kept: other topics may use the same brokers.
+    /// Forgets the route of `topic`, for a caller that decided the topic is gone (the name
+    /// server client never does: it keeps the last route when told "not found"). Broker
+    /// addresses are kept: other topics may use the same brokers.
     pub fn forget(&self, topic: &str) {
         self.tables.topics.remove(topic);
     }
