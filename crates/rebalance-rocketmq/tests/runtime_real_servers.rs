@@ -12,8 +12,8 @@ use rebalance_core::{ClientId, MessageQueue};
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::{
-    ConsumeOrder, Consumer, ConsumerHandle, Intervals, ListenerError, QueueLease, QueueListener, QueueLocker,
-    RemovedQueue, StartPosition, WakeReasons,
+    ConsumeOrder, Consumer, ConsumerHandle, Intervals, ListenerError, QueueLease, QueueListener,
+    QueueLocker, RemovedQueue, StartPosition, WakeReasons,
 };
 
 const GROUP_PREFIX: &str = "runtime-it";
@@ -37,9 +37,16 @@ impl QueueListener for Leases {
         Ok(())
     }
 
-    async fn queues_removed(&self, _topic: &str, queues: &[RemovedQueue]) -> Result<(), ListenerError> {
+    async fn queues_removed(
+        &self,
+        _topic: &str,
+        queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError> {
         let gone: BTreeSet<&MessageQueue> = queues.iter().map(|r| &r.queue).collect();
-        self.held.lock().unwrap().retain(|l| !gone.contains(l.queue()));
+        self.held
+            .lock()
+            .unwrap()
+            .retain(|l| !gone.contains(l.queue()));
         Ok(())
     }
 }
@@ -57,7 +64,13 @@ fn intervals() -> Intervals {
     }
 }
 
-async fn join(cluster: &TestCluster, group: &str, topic: &str, label: &str, order: ConsumeOrder) -> Member {
+async fn join(
+    cluster: &TestCluster,
+    group: &str,
+    topic: &str,
+    label: &str,
+    order: ConsumeOrder,
+) -> Member {
     let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
     let brokers = BrokerClient::new(name_server.clone());
     let id = common::client_id(label);
@@ -78,10 +91,16 @@ async fn join(cluster: &TestCluster, group: &str, topic: &str, label: &str, orde
     Member { id, handle, leases }
 }
 
-/// The members' assignments when they are disjoint and cover `all`.
+/// Whether the members' assignments are disjoint, cover `all`, and are balanced (averagely:
+/// every member holds the floor or the ceiling of the mean).
 fn partition(members: &[&Member], all: &BTreeSet<MessageQueue>) -> bool {
     let mut seen = BTreeSet::new();
+    let fair = all.len() / members.len();
     for m in members {
+        let held = m.handle.assignment().len();
+        if held < fair || held > fair + usize::from(all.len() % members.len() > 0) {
+            return false;
+        }
         for q in m.handle.assignment().iter() {
             if !seen.insert(q.clone()) {
                 return false;
@@ -91,9 +110,17 @@ fn partition(members: &[&Member], all: &BTreeSet<MessageQueue>) -> bool {
     seen == *all
 }
 
-async fn converge(what: &str, members: &[&Member], all: &BTreeSet<MessageQueue>, within: Duration) -> Duration {
+async fn converge(
+    what: &str,
+    members: &[&Member],
+    all: &BTreeSet<MessageQueue>,
+    within: Duration,
+) -> Duration {
     let start = Instant::now();
-    common::eventually(what, within, || async { partition(members, all).then_some(()) }).await;
+    common::eventually(what, within, || async {
+        partition(members, all).then_some(())
+    })
+    .await;
     start.elapsed()
 }
 
@@ -120,23 +147,47 @@ async fn three_members_share_eight_queues_and_survivors_take_over() {
     a_rounds.borrow_and_update();
     let b = join(&cluster, &group, topic, "b", ConsumeOrder::Concurrent).await;
     let c = join(&cluster, &group, topic, "c", ConsumeOrder::Concurrent).await;
-    converge("three members share 8 queues", &[&a, &b, &c], &all, Duration::from_secs(15)).await;
+    converge(
+        "three members share 8 queues",
+        &[&a, &b, &c],
+        &all,
+        Duration::from_secs(15),
+    )
+    .await;
     // a learned about the joins from the broker's NOTIFY_CONSUMER_IDS_CHANGED, not its timer.
     let woken = a_rounds
         .wait_for(|r| r.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED))
         .await
         .unwrap()
         .clone();
-    assert!(woken.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED), "{}", woken.reasons);
+    assert!(
+        woken.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED),
+        "{}",
+        woken.reasons
+    );
 
     // A clean leave: the broker does not push departures; the periodic rounds catch it.
     b.handle.shutdown().await;
-    let took = converge("a and c take over after b leaves", &[&a, &c], &all, 2 * WAIT + Duration::from_secs(2)).await;
-    eprintln!("clean leave: survivors own all 8 queues {took:?} after the member left (rebalance interval {WAIT:?})");
+    let took = converge(
+        "a and c take over after b leaves",
+        &[&a, &c],
+        &all,
+        2 * WAIT + Duration::from_secs(2),
+    )
+    .await;
+    eprintln!(
+        "clean leave: survivors own all 8 queues {took:?} after the member left (rebalance interval {WAIT:?})"
+    );
 
     // A crash: no unregister, the broker expires the silent client (6 s, scanned every 10 s).
     c.handle.abort();
-    let took = converge("a takes over after c expires", &[&a], &all, Duration::from_secs(40)).await;
+    let took = converge(
+        "a takes over after c expires",
+        &[&a],
+        &all,
+        Duration::from_secs(40),
+    )
+    .await;
     eprintln!("crash: the survivor owns all 8 queues {took:?} after the member crashed");
     a.handle.shutdown().await;
 }
@@ -163,10 +214,18 @@ async fn offsets_persisted_at_release_are_read_by_the_next_owner() {
     for (q, start) in &added {
         let expected = 100 + i64::from(q.queue_id);
         let stored = {
-            let brokers = BrokerClient::new(NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap());
-            rebalance_runtime::OffsetStore::read(&brokers, &group, q).await.unwrap()
+            let brokers = BrokerClient::new(
+                NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap(),
+            );
+            rebalance_runtime::OffsetStore::read(&brokers, &group, q)
+                .await
+                .unwrap()
         };
-        assert_eq!(stored, Some(expected), "{q:?}: a persisted its final offset at release");
+        assert_eq!(
+            stored,
+            Some(expected),
+            "{q:?}: a persisted its final offset at release"
+        );
         assert!(
             *start == StartPosition::Offset(expected) || *start == StartPosition::Latest,
             "{q:?} started at {start:?}"
@@ -194,7 +253,11 @@ async fn exclusive_hand_off_reads_the_previous_owners_offset() {
     let added = b.leases.added.lock().unwrap().clone();
     assert_eq!(added.len(), 2);
     for (q, start) in added {
-        assert_eq!(start, StartPosition::Offset(200 + i64::from(q.queue_id)), "{q:?}");
+        assert_eq!(
+            start,
+            StartPosition::Offset(200 + i64::from(q.queue_id)),
+            "{q:?}"
+        );
     }
     a.handle.shutdown().await;
     b.handle.shutdown().await;
@@ -213,8 +276,12 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
     converge("a and b share", &[&a, &b], &all, Duration::from_secs(20)).await;
 
     let intruder_id = common::client_id("intruder");
-    let intruder = BrokerClient::new(NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap());
-    let granted = intruder.lock(&group, &intruder_id, &all_list).await.unwrap();
+    let intruder =
+        BrokerClient::new(NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap());
+    let granted = intruder
+        .lock(&group, &intruder_id, &all_list)
+        .await
+        .unwrap();
     assert!(granted.is_empty(), "locked by the members: {granted:?}");
     // Each member holds exactly the locks of its share: the other cannot take them.
     let a_queues: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
@@ -229,10 +296,22 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
     assert!(stolen.is_empty(), "b could lock a's queues: {stolen:?}");
 
     a.handle.shutdown().await;
-    converge("b takes a's queues after a unlocked them", &[&b], &all, 2 * WAIT + Duration::from_secs(4)).await;
-    let granted = intruder.lock(&group, &intruder_id, &all_list).await.unwrap();
+    converge(
+        "b takes a's queues after a unlocked them",
+        &[&b],
+        &all,
+        2 * WAIT + Duration::from_secs(4),
+    )
+    .await;
+    let granted = intruder
+        .lock(&group, &intruder_id, &all_list)
+        .await
+        .unwrap();
     assert!(granted.is_empty(), "b holds every lock now: {granted:?}");
     b.handle.shutdown().await;
-    let granted = intruder.lock(&group, &intruder_id, &all_list).await.unwrap();
+    let granted = intruder
+        .lock(&group, &intruder_id, &all_list)
+        .await
+        .unwrap();
     assert_eq!(granted.len(), 8, "shutdown released every lock");
 }

@@ -385,7 +385,7 @@ impl ConsumerBuilder {
 }
 
 /// The default client id: `ip@pid@nanos`, as unique as the Java client's `ip@pid#nanos`.
-fn default_client_id() -> ClientId {
+pub fn default_client_id() -> ClientId {
     let ip = local_ip().unwrap_or_else(|| "127.0.0.1".to_string());
     // An identifier, not a clock reading used for timing: wall time only makes it unique.
     let nanos = std::time::SystemTime::now()

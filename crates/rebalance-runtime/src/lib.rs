@@ -75,7 +75,9 @@ pub mod wake;
 pub use allocation::Allocation;
 pub use assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
-pub use consumer::{ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle};
+pub use consumer::{
+    ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, default_client_id,
+};
 pub use directory::{GroupDirectory, Registration};
 pub use error::{RemoteError, RouteError};
 pub use listener::{
