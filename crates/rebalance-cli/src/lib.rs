@@ -6,4 +6,5 @@ pub mod args;
 pub mod assign;
 pub mod jsonl;
 pub mod plan;
+pub mod sim;
 pub mod table;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, assign, jsonl, plan};
+use rebalance_cli::{allocate, assign, jsonl, plan, sim};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
 
@@ -30,6 +30,9 @@ enum Command {
         #[arg(long)]
         pretty: bool,
     },
+    /// Run real runtime clients on the in-memory cluster through a scripted scenario, on a
+    /// simulated clock, and report what happened.
+    Simulate(sim::SimulateArgs),
     /// Ask a RocketMQ name server and broker for a topic's queues and a group's members, and
     /// print the whole group's current plan.
     Plan(plan::PlanArgs),
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Allocate { file, pretty } => run_allocate(file, pretty),
         Command::Assign { file, pretty } => run_assign(file, pretty),
+        Command::Simulate(args) => run_simulate(&args),
         Command::Plan(args) => run_plan(&args),
     };
     match result {
@@ -75,6 +79,22 @@ fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
     })?;
     io::stderr().flush()?;
     Ok(exit_code(summary))
+}
+
+fn run_simulate(args: &sim::SimulateArgs) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match sim::run(args, &mut out) {
+        Ok(_) => {
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(sim::SimulateError::Io(e)) => Err(e),
+        Err(e) => {
+            out.flush()?;
+            eprintln!("rebalance simulate: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
 }
 
 fn run_plan(args: &plan::PlanArgs) -> io::Result<ExitCode> {
