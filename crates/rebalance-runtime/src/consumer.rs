@@ -325,6 +325,7 @@ impl ConsumerBuilder {
         .await;
         trigger.wake(WakeReasons::START);
 
+        let heartbeat_now = Arc::new(tokio::sync::Notify::new());
         let helpers = TaskTracker::new();
         let tasks = TaskTracker::new();
         let mut aborts = Vec::new();
@@ -340,6 +341,7 @@ impl ConsumerBuilder {
                         ctx.directory.clone(),
                         registration_rx,
                         ctx.intervals.heartbeat,
+                        heartbeat_now.clone(),
                         token.clone(),
                     )
                     .instrument(span.clone()),
@@ -356,6 +358,7 @@ impl ConsumerBuilder {
                 registration: registration_tx,
                 assignment: assignment_tx,
                 rounds: rounds_tx,
+                heartbeat_now,
             },
             token.child_token(),
         );

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -24,11 +24,15 @@ pub(crate) async fn beat(directory: &dyn GroupDirectory, registration: &Registra
     }
 }
 
-/// Beats every `interval`, and at once when the registration (the subscriptions) changes.
+/// Beats every `interval`, at once when the registration (the subscriptions) changes, and at
+/// once when the rebalance asks (`now`): when the directory failed or does not list this client,
+/// for example after a broker restart, which only learns a client's new connection from its
+/// next heartbeat.
 pub(crate) async fn run(
     directory: Arc<dyn GroupDirectory>,
     mut registration: watch::Receiver<Arc<Registration>>,
     interval: Duration,
+    now: Arc<Notify>,
     token: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
@@ -45,6 +49,11 @@ pub(crate) async fn run(
                 beat(&*directory, &current).await;
             }
             _ = ticker.tick() => {
+                let current = registration.borrow().clone();
+                beat(&*directory, &current).await;
+            }
+            _ = now.notified() => {
+                tracing::debug!("heartbeat asked for by the rebalance");
                 let current = registration.borrow().clone();
                 beat(&*directory, &current).await;
             }

@@ -95,23 +95,30 @@ async fn directory_failures_keep_the_assignment() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_expired_member_keeps_its_queues_until_it_is_listed_again() {
+async fn an_expired_member_keeps_its_queues_and_heartbeats_at_once_when_missing() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
     let a = start(&cluster, 0, &["T"]).await;
     settle(MIN).await;
-    // Heartbeats fail for longer than the expiry: the directory drops `a`, which keeps its
-    // queues (a directory problem is not a reason to stop consuming) until it is back.
-    cluster.fail_next(Operation::Register, 5);
-    settle(Duration::from_secs(150)).await;
-    assert!(cluster.members(GROUP).is_empty());
-    assert_eq!(a.handle.assignment().len(), 4);
-    assert_eq!(
-        a.handle.rounds().borrow().topics[0].unbalanced,
-        Some(Unbalanced::NoConsumers)
-    );
-    settle(Duration::from_secs(30)).await;
+    // The heartbeats at 30, 60, 90 and 120 s fail: the directory drops `a` at 120 s. `a` keeps
+    // its queues (a directory problem is no reason to stop consuming), and as soon as a round
+    // sees it missing it heartbeats at once instead of waiting for the next 30 s tick.
+    cluster.fail_next(Operation::Register, 4);
+    settle(Duration::from_secs(118)).await;
     assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(
+        cluster.members(GROUP),
+        vec![a.id.clone()],
+        "re-registered well before the 150 s tick"
+    );
+    assert_eq!(a.handle.assignment().len(), 4);
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Reassigned)
+            .is_empty()
+    );
+    settle(2 * MIN).await;
     assert!(a.handle.assignment().balanced);
 }
 

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use self::round::{ReleaseMode, Target};
-use crate::assignment::{Assignment, RoundReport, TopicReport};
+use crate::assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 use crate::context::Context;
 use crate::directory::Registration;
 use crate::listener::RemovalReason;
@@ -36,6 +36,8 @@ pub(crate) struct Outputs {
     pub(crate) registration: watch::Sender<Arc<Registration>>,
     pub(crate) assignment: watch::Sender<Arc<Assignment>>,
     pub(crate) rounds: watch::Sender<Arc<RoundReport>>,
+    /// Asks the heartbeat task for a heartbeat now.
+    pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
 }
 
 pub(crate) struct Service {
@@ -242,6 +244,19 @@ impl Service {
             }
         }
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
+        let directory_trouble = topics.iter().any(|t| {
+            matches!(
+                t.unbalanced,
+                Some(
+                    Unbalanced::NotInConsumerList
+                        | Unbalanced::NoConsumers
+                        | Unbalanced::DirectoryFailed(_)
+                )
+            )
+        });
+        if directory_trouble {
+            self.outputs.heartbeat_now.notify_one();
+        }
         self.publish_assignment(balanced);
         let report = RoundReport {
             client_id: Some(self.ctx.client_id.clone()),
