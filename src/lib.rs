@@ -11,3 +11,8 @@ pub use rebalance_core::{
 };
 pub use rebalance_runtime as runtime;
 pub use rebalance_runtime::{Consumer, ConsumerHandle, QueueLease, QueueListener, RemovedQueue};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
