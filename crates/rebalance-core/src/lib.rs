@@ -25,5 +25,7 @@ pub mod java;
 pub mod model;
 pub mod strategy;
 
-pub use model::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute, route};
+pub use model::{
+    BrokerData, ClientId, MessageQueue, PublishError, PublishInfo, QueueData, TopicRoute, route,
+};
 pub use strategy::{AllocateError, AllocateStrategy, Plan, StrategyRef};

@@ -2,8 +2,10 @@
 
 mod client_id;
 mod message_queue;
+pub mod publish;
 pub mod route;
 
 pub use client_id::ClientId;
 pub use message_queue::MessageQueue;
+pub use publish::{PublishError, PublishInfo};
 pub use route::{BrokerData, QueueData, RouteDefect, TopicRoute};
