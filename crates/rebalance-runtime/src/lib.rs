@@ -14,6 +14,10 @@
 //!   closer than 1 s), renews locks, persists offsets, and releases everything at shutdown;
 //! - **Heartbeat** keeps the client registered (every 30 s).
 //!
+//! A [`Producer`] reads the same routes with its own RouteSync (each topic's publish queues) and
+//! picks a queue per message: round robin, skipping the broker that just failed and, with
+//! latency fault avoidance, slow brokers; by key for ordered messages (see [`producer`]).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use async_trait::async_trait;
@@ -67,6 +71,7 @@ pub mod locker;
 pub mod memory;
 pub mod name_server;
 pub mod offset_store;
+pub mod producer;
 mod route_sync;
 mod service;
 mod table;
@@ -86,5 +91,6 @@ pub use listener::{
 pub use locker::QueueLocker;
 pub use name_server::NameServer;
 pub use offset_store::OffsetStore;
+pub use producer::{Producer, ProducerBuilder, ProducerHandle};
 pub use route_sync::{RouteTable, TopicState};
 pub use wake::WakeReasons;

@@ -1,28 +1,33 @@
-//! The RouteSync task: polls the name server and publishes each topic's queue set.
+//! The RouteSync task: polls the name server and publishes each topic's queue set (what
+//! consumers subscribe to) and publish queues (what producers send to).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rebalance_core::{MessageQueue, TopicRoute};
-use tokio::sync::watch;
+use rebalance_core::{MessageQueue, PublishError, PublishInfo, TopicRoute};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::wake::{Trigger, WakeReasons};
-use crate::{NameServer, RouteError};
+use crate::{NameServer, RemoteError, RouteError};
 
 /// What the runtime knows of one topic.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TopicState {
     /// No route has been fetched yet (the name server failed, or never knew the topic).
     Unknown,
-    /// The last good route and the queues consumers may subscribe to, sorted the Java way.
+    /// The last good route, the queues consumers may subscribe to (sorted the Java way) and
+    /// the queues producers may send to.
     Known {
         /// The route.
         route: Arc<TopicRoute>,
         /// Its subscribable queues.
         queues: Arc<[MessageQueue]>,
+        /// Its publish queues, or why a producer cannot send to it (no writable queue, no
+        /// master, a malformed `orderTopicConf`).
+        publish: Result<Arc<PublishInfo>, PublishError>,
     },
     /// The name server has said for `topic_gone_after` that the topic does not exist.
     Gone,
@@ -47,24 +52,73 @@ impl RouteTable {
             _ => None,
         }
     }
+
+    /// The publish queues of `topic`, when its route is known and has some.
+    pub fn publish_info(&self, topic: &str) -> Option<&Arc<PublishInfo>> {
+        match self.topic(topic) {
+            TopicState::Known {
+                publish: Ok(info), ..
+            } => Some(info),
+            _ => None,
+        }
+    }
+
+    /// The topics polled, in no particular order.
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.topics.keys().map(String::as_str)
+    }
+}
+
+/// What RouteSync derived from a topic's last good route, shared with every table it publishes.
+#[derive(Debug, Clone)]
+struct Known {
+    route: Arc<TopicRoute>,
+    queues: Arc<[MessageQueue]>,
+    publish: Result<Arc<PublishInfo>, PublishError>,
+}
+
+impl Known {
+    fn new(topic: &str, route: TopicRoute) -> Self {
+        Self {
+            queues: route.subscribable_queues(topic).into(),
+            publish: route.publish_info(topic).map(Arc::new),
+            route: Arc::new(route),
+        }
+    }
 }
 
 /// Per-topic memory of RouteSync.
 #[derive(Debug, Default)]
 struct TopicRecord {
-    route: Option<TopicRoute>,
+    known: Option<Known>,
     not_found_since: Option<Instant>,
     gone: bool,
+    /// Why the last poll did not give a good route (cleared by a good one).
+    last_error: Option<RouteError>,
 }
 
-/// Polls routes for the subscribed topics; the only writer of the [`RouteTable`].
+/// A producer's request: poll `topic` now (registering it) and answer once it was polled.
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    pub(crate) topic: String,
+    /// `None` when the topic's route is known (or the topic is gone: see the table), else why not.
+    pub(crate) reply: oneshot::Sender<Option<RouteError>>,
+}
+
+/// Polls routes for the subscribed (consumer) and produced (producer) topics; the only writer of
+/// the [`RouteTable`].
 pub(crate) struct RouteSync {
     name_server: Arc<dyn NameServer>,
     interval: Duration,
     topic_gone_after: Duration,
-    subscriptions: watch::Receiver<Arc<BTreeSet<String>>>,
+    /// A consumer's subscriptions: every change polls every topic.
+    subscriptions: Option<watch::Receiver<Arc<BTreeSet<String>>>>,
+    /// A producer's on-demand fetches: a new topic is registered and polled at once.
+    fetches: Option<mpsc::Receiver<Fetch>>,
+    /// The topics a producer registered.
+    produced: BTreeSet<String>,
     table: watch::Sender<Arc<RouteTable>>,
-    trigger: Arc<Trigger>,
+    trigger: Option<Arc<Trigger>>,
     records: HashMap<String, TopicRecord>,
 }
 
@@ -81,16 +135,52 @@ impl RouteSync {
             name_server,
             interval,
             topic_gone_after,
-            subscriptions,
+            subscriptions: Some(subscriptions),
+            fetches: None,
+            produced: BTreeSet::new(),
             table,
-            trigger,
+            trigger: Some(trigger),
             records: HashMap::new(),
         }
     }
 
-    /// Polls every subscribed topic once (done at start, before the first round).
+    /// A producer's route sync: polls `topics` and every topic a [`Fetch`] names. It stops when
+    /// cancelled or when every sender of `fetches` is gone.
+    pub(crate) fn for_producer(
+        name_server: Arc<dyn NameServer>,
+        interval: Duration,
+        topic_gone_after: Duration,
+        topics: BTreeSet<String>,
+        fetches: mpsc::Receiver<Fetch>,
+        table: watch::Sender<Arc<RouteTable>>,
+    ) -> Self {
+        Self {
+            name_server,
+            interval,
+            topic_gone_after,
+            subscriptions: None,
+            fetches: Some(fetches),
+            produced: topics,
+            table,
+            trigger: None,
+            records: HashMap::new(),
+        }
+    }
+
+    /// Every topic polled: the subscribed ones and the produced ones.
+    fn topics(&mut self, mark_seen: bool) -> BTreeSet<String> {
+        let mut topics = match &mut self.subscriptions {
+            Some(rx) if mark_seen => (**rx.borrow_and_update()).clone(),
+            Some(rx) => (**rx.borrow()).clone(),
+            None => BTreeSet::new(),
+        };
+        topics.extend(self.produced.iter().cloned());
+        topics
+    }
+
+    /// Polls every topic once (done at start, before the first round).
     pub(crate) async fn poll_all(&mut self) {
-        let topics = self.subscriptions.borrow_and_update().clone();
+        let topics = self.topics(true);
         self.records.retain(|t, _| topics.contains(t));
         let mut changed = false;
         for topic in topics.iter() {
@@ -99,7 +189,8 @@ impl RouteSync {
         self.publish(&topics, changed);
     }
 
-    /// Polls again every `interval`, and at once when the subscriptions change.
+    /// Polls again every `interval`, at once when the subscriptions change, and answers
+    /// fetches.
     pub(crate) async fn run(mut self, token: CancellationToken) {
         let mut ticker = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -107,16 +198,67 @@ impl RouteSync {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
-                changed = self.subscriptions.changed() => {
-                    if changed.is_err() {
+                changed = subscriptions_changed(&mut self.subscriptions) => {
+                    if !changed {
                         break;
                     }
                     self.poll_all().await;
                 }
+                fetch = next_fetch(&mut self.fetches) => match fetch {
+                    Some(fetch) => self.fetch(fetch).await,
+                    None => break,
+                },
                 _ = ticker.tick() => self.poll_all().await,
             }
         }
         tracing::debug!("route sync stopped");
+    }
+
+    /// Registers and polls the topics of `first` and of every fetch already queued behind it,
+    /// each topic once, then answers them all. A topic whose route is known (or that is gone)
+    /// is answered from memory: its periodic poll keeps it fresh.
+    async fn fetch(&mut self, first: Fetch) {
+        let mut waiting: HashMap<String, Vec<oneshot::Sender<Option<RouteError>>>> = HashMap::new();
+        let mut queued = vec![first];
+        if let Some(rx) = &mut self.fetches {
+            while let Ok(fetch) = rx.try_recv() {
+                queued.push(fetch);
+            }
+        }
+        for Fetch { topic, reply } in queued {
+            waiting.entry(topic).or_default().push(reply);
+        }
+        let mut changed = false;
+        let mut polled = false;
+        for topic in waiting.keys() {
+            let fresh = self.produced.insert(topic.clone());
+            let settled = self
+                .records
+                .get(topic)
+                .is_some_and(|r| r.known.is_some() || r.gone);
+            if fresh {
+                tracing::info!(topic, "producer registered a topic");
+            }
+            if !settled {
+                changed |= self.poll(topic).await;
+                polled = true;
+            }
+        }
+        if polled || !waiting.is_empty() {
+            let topics = self.topics(false);
+            self.publish(&topics, changed);
+        }
+        for (topic, replies) in waiting {
+            let answer = match self.records.get(&topic) {
+                Some(r) if r.known.is_some() || r.gone => None,
+                Some(r) => r.last_error.clone(),
+                None => None,
+            };
+            for reply in replies {
+                // The requester may have given up (timed out); nothing to do then.
+                let _ = reply.send(answer.clone());
+            }
+        }
     }
 
     /// Polls one topic; returns whether its queue set (or its existence) changed.
@@ -129,36 +271,48 @@ impl RouteSync {
                 record.not_found_since = None;
                 if let Err(defect) = route.validate() {
                     tracing::warn!(topic, %defect, "name server sent a route that makes no sense; keeping the last good one");
+                    record.last_error = Some(RouteError::NameServer(RemoteError::BadResponse(
+                        format!("route of `{topic}` makes no sense: {defect}"),
+                    )));
                     return false;
                 }
+                record.last_error = None;
                 let was_gone = std::mem::take(&mut record.gone);
-                let previous = record.route.replace(route);
-                let (old, new) = (previous.as_ref(), record.route.as_ref());
-                if old.is_some_and(|o| new.is_some_and(|n| o.same_as(n))) && !was_gone {
+                if !was_gone
+                    && record
+                        .known
+                        .as_ref()
+                        .is_some_and(|k| k.route.same_as(&route))
+                {
                     return false;
                 }
-                let old_queues = old.map(|r| r.subscribable_queues(topic));
-                let new_queues = new.map(|r| r.subscribable_queues(topic));
-                let queues_changed = was_gone || old_queues != new_queues;
+                let new = Known::new(topic, route);
+                let old = record.known.replace(new.clone());
+                let queues_changed =
+                    was_gone || old.as_ref().map(|o| &o.queues) != Some(&new.queues);
                 tracing::info!(
                     topic,
-                    queues = new_queues.as_ref().map_or(0, Vec::len),
+                    queues = new.queues.len(),
                     queues_changed,
                     "topic route changed"
                 );
+                if old.as_ref().map(|o| &o.publish) != Some(&new.publish) {
+                    log_publish_change(topic, &new.publish);
+                }
                 queues_changed
             }
-            Err(RouteError::TopicNotFound(_)) => {
+            Err(RouteError::TopicNotFound(t)) => {
+                record.last_error = Some(RouteError::TopicNotFound(t));
                 let now = Instant::now();
                 let since = *record.not_found_since.get_or_insert(now);
-                if record.route.is_some() && !record.gone && now.duration_since(since) >= gone_after
+                if record.known.is_some() && !record.gone && now.duration_since(since) >= gone_after
                 {
                     tracing::warn!(topic, after = ?gone_after, "name server keeps saying the topic does not exist; giving it up");
                     record.gone = true;
-                    record.route = None;
+                    record.known = None;
                     return true;
                 }
-                if record.route.is_some() && !record.gone {
+                if record.known.is_some() && !record.gone {
                     tracing::warn!(
                         topic,
                         "name server says the topic does not exist; keeping the last good route for now"
@@ -170,6 +324,7 @@ impl RouteSync {
             }
             Err(RouteError::NameServer(e)) => {
                 tracing::warn!(topic, error = %e, "name server failed; keeping the last good route");
+                record.last_error = Some(RouteError::NameServer(e));
                 false
             }
         }
@@ -183,10 +338,11 @@ impl RouteSync {
                     let state = match self.records.get(t) {
                         Some(r) if r.gone => TopicState::Gone,
                         Some(TopicRecord {
-                            route: Some(route), ..
+                            known: Some(known), ..
                         }) => TopicState::Known {
-                            queues: route.subscribable_queues(t).into(),
-                            route: Arc::new(route.clone()),
+                            route: known.route.clone(),
+                            queues: known.queues.clone(),
+                            publish: known.publish.clone(),
                         },
                         _ => TopicState::Unknown,
                     };
@@ -202,7 +358,41 @@ impl RouteSync {
             true
         });
         if changed && queues_changed {
-            self.trigger.wake(WakeReasons::ROUTE_CHANGED);
+            if let Some(trigger) = &self.trigger {
+                trigger.wake(WakeReasons::ROUTE_CHANGED);
+            }
+        }
+    }
+}
+
+/// Completes when a consumer's subscriptions change (`true`) or their sender is gone (`false`);
+/// never without subscriptions.
+async fn subscriptions_changed(rx: &mut Option<watch::Receiver<Arc<BTreeSet<String>>>>) -> bool {
+    match rx {
+        Some(rx) => rx.changed().await.is_ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The next producer fetch (`None` when every sender is gone); never without a producer.
+async fn next_fetch(rx: &mut Option<mpsc::Receiver<Fetch>>) -> Option<Fetch> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn log_publish_change(topic: &str, publish: &Result<Arc<PublishInfo>, PublishError>) {
+    match publish {
+        Ok(info) => tracing::info!(
+            topic,
+            queues = info.len(),
+            brokers = ?info.broker_names().collect::<Vec<_>>(),
+            ordered = info.is_ordered(),
+            "publish info changed"
+        ),
+        Err(error) => {
+            tracing::warn!(topic, %error, "publish info changed: producers cannot send to this topic")
         }
     }
 }

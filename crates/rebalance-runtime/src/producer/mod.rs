@@ -1,0 +1,431 @@
+//! The producer half of client load balancing: which queue each message goes to.
+//!
+//! A [`Producer`] keeps the publish queues of the topics it sends to with the same RouteSync task
+//! as a consumer (polled every 30 s; a topic's first selection fetches its route at once), and
+//! answers "which queue for this message?". Sending stays with the application: it sends to
+//! the chosen queue's broker and reports the outcome, which feeds latency fault avoidance.
+//!
+//! - [`ProducerHandle::select`]: round robin over the publish queues ([`RoundRobin`]); on a
+//!   retry, skip the broker that just failed; with fault avoidance, skip slow or failing
+//!   brokers for a while ([`LatencyFaultTracker`], [`AvoidPolicy`]).
+//! - [`ProducerHandle::select_by`]: ordered and keyed messages through a [`QueueSelector`]
+//!   ([`SelectByHash`], [`SelectByRandom`], [`SelectByMachineRoom`]).
+//! - [`ProducerHandle::report`]: each send's broker, latency and outcome.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use rebalance_runtime::memory::InMemoryCluster;
+//! use rebalance_runtime::producer::{Producer, SelectByHash};
+//!
+//! let cluster = InMemoryCluster::new();
+//! cluster.create_topic("Orders", 2, 4); // broker-0 and broker-1, 4 queues each
+//! let producer = Producer::builder("orders-producer")
+//!     .name_server(Arc::new(cluster.client("producer-1")))
+//!     .latency_fault_avoidance(true)
+//!     .start()
+//!     .await?;
+//!
+//! // Unordered: round robin, with retries that avoid the broker that just failed.
+//! let mut last_failed: Option<String> = None;
+//! for _attempt in 0..3 {
+//!     let queue = producer.select("Orders", last_failed.as_deref()).await?;
+//!     let ok = queue.broker_name.as_ref() != "broker-0"; // pretend broker-0 is down
+//!     producer.report(&queue.broker_name, Duration::from_millis(3), ok);
+//!     if ok {
+//!         break;
+//!     }
+//!     last_failed = Some(queue.broker_name.to_string());
+//! }
+//! // broker-0 failed, so it is avoided for 600 s.
+//! assert_eq!(&*producer.select("Orders", None).await?.broker_name, "broker-1");
+//!
+//! // Ordered: every message of a key goes to the key's queue.
+//! let a = producer.select_by("Orders", &SelectByHash, "order-42").await?;
+//! assert_eq!(producer.select_by("Orders", &SelectByHash, "order-42").await?, a);
+//! producer.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod error;
+mod faults;
+mod keyed;
+mod selector;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use rebalance_core::{MessageQueue, PublishInfo};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+pub use self::error::{ProducerError, SelectError};
+pub use self::faults::{AvoidPolicy, FaultItem, LatencyFaultTracker};
+pub use self::keyed::{
+    QueueSelector, SelectByHash, SelectByMachineRoom, SelectByRandom, broker_room,
+};
+pub use self::selector::{Choice, RoundRobin};
+use crate::NameServer;
+use crate::route_sync::{Fetch, RouteSync, RouteTable, TopicState};
+
+/// Entry point: `Producer::builder("group")`.
+#[derive(Debug, Clone, Copy)]
+pub struct Producer;
+
+impl Producer {
+    /// A builder for a producer of `group`.
+    pub fn builder(group: impl Into<String>) -> ProducerBuilder {
+        ProducerBuilder {
+            group: group.into(),
+            name_server: None,
+            topics: BTreeSet::new(),
+            fault_avoidance: false,
+            policy: AvoidPolicy::default(),
+            poll_interval: Duration::from_secs(30),
+            route_timeout: Duration::from_secs(3),
+            topic_gone_after: Duration::from_secs(90),
+            shutdown: None,
+        }
+    }
+}
+
+/// Configures a producer; [`start`](Self::start) runs it.
+#[must_use]
+pub struct ProducerBuilder {
+    group: String,
+    name_server: Option<Arc<dyn NameServer>>,
+    topics: BTreeSet<String>,
+    fault_avoidance: bool,
+    policy: AvoidPolicy,
+    poll_interval: Duration,
+    route_timeout: Duration,
+    topic_gone_after: Duration,
+    shutdown: Option<CancellationToken>,
+}
+
+impl fmt::Debug for ProducerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProducerBuilder")
+            .field("group", &self.group)
+            .field("topics", &self.topics)
+            .field("fault_avoidance", &self.fault_avoidance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducerBuilder {
+    /// Where routes come from.
+    pub fn name_server(mut self, name_server: Arc<dyn NameServer>) -> Self {
+        self.name_server = Some(name_server);
+        self
+    }
+
+    /// Registers a topic this producer sends to: its route is fetched at start and polled from
+    /// then on. (A topic first named in a selection is registered then.)
+    pub fn topic(mut self, topic: impl Into<String>) -> Self {
+        self.topics.insert(topic.into());
+        self
+    }
+
+    /// Avoids brokers that answer slowly or fail (the Java client's `sendLatencyFaultEnable`;
+    /// off by default, as there). Without it, [`ProducerHandle::report`] does nothing.
+    pub fn latency_fault_avoidance(mut self, enabled: bool) -> Self {
+        self.fault_avoidance = enabled;
+        self
+    }
+
+    /// How long a latency or a failure avoids a broker (default: the Java client's steps).
+    pub fn avoid_policy(mut self, policy: AvoidPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// How often routes are polled (30 s).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How long a selection waits for the first route of a topic (3 s, the Java client's
+    /// `mqClientApiTimeout`).
+    pub fn route_timeout(mut self, timeout: Duration) -> Self {
+        self.route_timeout = timeout;
+        self
+    }
+
+    /// How long the name server must keep saying a topic does not exist before the producer
+    /// gives it up (90 s).
+    pub fn topic_gone_after(mut self, after: Duration) -> Self {
+        self.topic_gone_after = after;
+        self
+    }
+
+    /// Shuts the producer down when `token` is cancelled (it becomes the parent of the
+    /// producer's own token).
+    pub fn shutdown_on(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+
+    /// Starts the producer: fetches the registered topics' routes, then spawns its route sync.
+    /// Must be called inside a tokio runtime.
+    pub async fn start(self) -> Result<ProducerHandle, ProducerError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ProducerError::NoRuntime)?;
+        if self.group.is_empty() {
+            return Err(ProducerError::EmptyGroup);
+        }
+        let name_server = self
+            .name_server
+            .ok_or(ProducerError::Missing("a name server"))?;
+        let token = self
+            .shutdown
+            .map_or_else(CancellationToken::new, |t| t.child_token());
+        let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
+        let (fetches_tx, fetches_rx) = mpsc::channel(64);
+        let span = tracing::info_span!("producer", group = %self.group);
+        let mut route_sync = RouteSync::for_producer(
+            name_server,
+            self.poll_interval,
+            self.topic_gone_after,
+            self.topics.clone(),
+            fetches_rx,
+            routes_tx,
+        );
+        async {
+            tracing::info!(topics = ?self.topics, fault_avoidance = self.fault_avoidance, "starting producer");
+            route_sync.poll_all().await;
+        }
+        .instrument(span.clone())
+        .await;
+        let tasks = TaskTracker::new();
+        tasks.spawn(route_sync.run(token.clone()).instrument(span));
+        tasks.close();
+        Ok(ProducerHandle {
+            inner: Arc::new(Inner {
+                group: self.group,
+                fault_avoidance: self.fault_avoidance,
+                faults: LatencyFaultTracker::new(self.policy),
+                routes: routes_rx,
+                fetches: fetches_tx,
+                turns: DashMap::new(),
+                route_timeout: self.route_timeout,
+                token,
+                tasks,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    group: String,
+    fault_avoidance: bool,
+    faults: LatencyFaultTracker,
+    routes: watch::Receiver<Arc<RouteTable>>,
+    fetches: mpsc::Sender<Fetch>,
+    /// One round-robin counter per topic; it survives route changes.
+    turns: DashMap<String, RoundRobin>,
+    route_timeout: Duration,
+    token: CancellationToken,
+    tasks: TaskTracker,
+}
+
+/// A running producer. Cheap to clone; it stops when [`shutdown`](Self::shutdown) is called,
+/// when the token given to [`ProducerBuilder::shutdown_on`] is cancelled, or when every handle
+/// is dropped.
+#[derive(Clone)]
+pub struct ProducerHandle {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ProducerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProducerHandle")
+            .field("group", &self.inner.group)
+            .field("fault_avoidance", &self.inner.fault_avoidance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProducerHandle {
+    /// The producer group.
+    pub fn group(&self) -> &str {
+        &self.inner.group
+    }
+
+    /// Whether latency fault avoidance is on.
+    pub fn fault_avoidance(&self) -> bool {
+        self.inner.fault_avoidance
+    }
+
+    /// The queue for the next unordered message of `topic`. Pass the broker of the previous
+    /// attempt as `last_failed` when retrying a failed send: its queues are skipped when the
+    /// topic has another broker. A topic whose route is not known yet is registered and its
+    /// route fetched at once (waiting at most the route timeout).
+    pub async fn select(
+        &self,
+        topic: &str,
+        last_failed: Option<&str>,
+    ) -> Result<MessageQueue, SelectError> {
+        let info = self.publish_info_or_fetch(topic).await?;
+        Ok(self.round_robin(topic, &info, last_failed))
+    }
+
+    /// Like [`select`](Self::select), without waiting: a topic whose route is not known yet is
+    /// [`SelectError::RouteUnknown`]. Register topics on the builder (or select once) first.
+    pub fn try_select(
+        &self,
+        topic: &str,
+        last_failed: Option<&str>,
+    ) -> Result<MessageQueue, SelectError> {
+        let info = self.known_publish_info(topic)?;
+        Ok(self.round_robin(topic, &info, last_failed))
+    }
+
+    /// The queue for a message with `key`, chosen by `selector` among the publish queues (for
+    /// ordered and keyed messages; fault avoidance does not apply). Fetches a new topic's route
+    /// like [`select`](Self::select).
+    pub async fn select_by(
+        &self,
+        topic: &str,
+        selector: &dyn QueueSelector,
+        key: &str,
+    ) -> Result<MessageQueue, SelectError> {
+        let info = self.publish_info_or_fetch(topic).await?;
+        let queues = info.queues();
+        selector
+            .select(queues, key)
+            .and_then(|i| queues.get(i))
+            .cloned()
+            .ok_or_else(|| SelectError::SelectorRefused {
+                topic: topic.to_string(),
+                queues: queues.len(),
+            })
+    }
+
+    /// Reports a send to `broker` that took `latency` and succeeded (`ok`) or failed: with
+    /// fault avoidance on, a slow or failed broker is avoided for a while (see
+    /// [`AvoidPolicy`]). Does nothing when fault avoidance is off.
+    pub fn report(&self, broker: &str, latency: Duration, ok: bool) {
+        if self.inner.fault_avoidance {
+            self.inner.faults.report(broker, latency, ok);
+        }
+    }
+
+    /// The fault tracker (which brokers are avoided, and why).
+    pub fn faults(&self) -> &LatencyFaultTracker {
+        &self.inner.faults
+    }
+
+    /// Registers `topic` and fetches its route now unless it is known.
+    pub async fn register(&self, topic: &str) -> Result<(), SelectError> {
+        self.publish_info_or_fetch(topic).await.map(|_| ())
+    }
+
+    /// The publish queues of `topic`, if its route is known and has some.
+    pub fn publish_info(&self, topic: &str) -> Option<Arc<PublishInfo>> {
+        self.inner.routes.borrow().publish_info(topic).cloned()
+    }
+
+    /// A receiver of the route table (every registered topic's state, publish queues included).
+    pub fn routes(&self) -> watch::Receiver<Arc<RouteTable>> {
+        self.inner.routes.clone()
+    }
+
+    /// The producer's cancellation token: cancelling it stops the producer.
+    pub fn token(&self) -> &CancellationToken {
+        &self.inner.token
+    }
+
+    /// Stops the route sync and returns when it has stopped. Selections fail with
+    /// [`SelectError::ShutDown`] from then on.
+    pub async fn shutdown(&self) {
+        self.inner.token.cancel();
+        self.inner.tasks.wait().await;
+    }
+
+    fn round_robin(
+        &self,
+        topic: &str,
+        info: &PublishInfo,
+        last_failed: Option<&str>,
+    ) -> MessageQueue {
+        let faults = self.inner.fault_avoidance.then_some(&self.inner.faults);
+        if let Some(turn) = self.inner.turns.get(topic) {
+            return turn.select(info, last_failed, faults).0;
+        }
+        let turn = self.inner.turns.entry(topic.to_string()).or_default();
+        turn.select(info, last_failed, faults).0
+    }
+
+    /// The publish queues of a topic whose route is known, or why there are none.
+    fn known_publish_info(&self, topic: &str) -> Result<Arc<PublishInfo>, SelectError> {
+        if self.inner.token.is_cancelled() {
+            return Err(SelectError::ShutDown);
+        }
+        let table = self.inner.routes.borrow();
+        match table.topic(topic) {
+            TopicState::Known {
+                publish: Ok(info), ..
+            } => Ok(info.clone()),
+            TopicState::Known {
+                publish: Err(error),
+                ..
+            } => Err(SelectError::NoPublishQueue {
+                topic: topic.to_string(),
+                error: error.clone(),
+            }),
+            TopicState::Gone => Err(SelectError::TopicGone(topic.to_string())),
+            TopicState::Unknown => Err(SelectError::RouteUnknown(topic.to_string())),
+        }
+    }
+
+    async fn publish_info_or_fetch(&self, topic: &str) -> Result<Arc<PublishInfo>, SelectError> {
+        match self.known_publish_info(topic) {
+            Err(SelectError::RouteUnknown(_)) => {}
+            known => return known,
+        }
+        self.fetch(topic).await?;
+        self.known_publish_info(topic)
+    }
+
+    /// Asks the route sync to register and poll `topic` now, and waits for its answer.
+    async fn fetch(&self, topic: &str) -> Result<(), SelectError> {
+        let after = self.inner.route_timeout;
+        let ask = async {
+            let (reply, answer) = oneshot::channel();
+            let fetch = Fetch {
+                topic: topic.to_string(),
+                reply,
+            };
+            self.inner
+                .fetches
+                .send(fetch)
+                .await
+                .map_err(|_| SelectError::ShutDown)?;
+            answer.await.map_err(|_| SelectError::ShutDown)
+        };
+        let answer = tokio::select! {
+            _ = self.inner.token.cancelled() => return Err(SelectError::ShutDown),
+            answer = tokio::time::timeout(after, ask) => answer,
+        };
+        match answer {
+            Err(_) => {
+                tracing::warn!(topic, ?after, "no route of the topic in time");
+                Err(SelectError::RouteTimeout {
+                    topic: topic.to_string(),
+                    after,
+                })
+            }
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(None)) => Ok(()),
+            Ok(Ok(Some(error))) => Err(SelectError::from_route(topic, error)),
+        }
+    }
+}
