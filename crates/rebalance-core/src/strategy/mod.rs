@@ -5,12 +5,14 @@
 //! whole group's [`Plan`] in one call.
 
 mod averagely;
+mod balanced_sticky;
 mod by_circle;
 mod by_config;
 mod consistent_hash;
 mod designated;
 mod error;
 mod machine_room;
+mod memo;
 mod nearby;
 mod plan;
 mod registry;
@@ -18,6 +20,7 @@ mod registry;
 use std::fmt;
 
 pub use averagely::Averagely;
+pub use balanced_sticky::BalancedSticky;
 pub use by_circle::AveragelyByCircle;
 pub use by_config::ByConfig;
 pub use consistent_hash::{ConsistentHash, HashFunction, Md5Hash};

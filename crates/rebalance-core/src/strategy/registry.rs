@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{
-    AllocateError, AllocateStrategy, Averagely, AveragelyByCircle, ByConfig, ByMachineRoom,
-    ConsistentHash, Designated, MachineRoomNearby,
+    AllocateError, AllocateStrategy, Averagely, AveragelyByCircle, BalancedSticky, ByConfig,
+    ByMachineRoom, ConsistentHash, Designated, MachineRoomNearby,
 };
 use crate::MessageQueue;
 
@@ -82,7 +82,8 @@ pub enum StrategyConfigError {
 /// (`AVG_BY_CIRCLE`), `by_config` (`CONFIG`; `message_queue_list`), `by_machine_room`
 /// (`MACHINE_ROOM`; `consumer_idcs`), `consistent_hash` (`CONSISTENT_HASH`;
 /// `virtual_node_count`, `hash_function`), `machine_room_nearby` (`inner_strategy`,
-/// `inner_params`), `designated` (`consumers`, `inner_strategy`, `inner_params`).
+/// `inner_params`), `designated` (`consumers`, `inner_strategy`, `inner_params`), and our own
+/// `balanced_sticky` (`virtual_nodes`).
 ///
 /// ```
 /// use rebalance_core::strategy::{Params, StrategyRegistry};
@@ -126,6 +127,7 @@ impl Default for StrategyRegistry {
             )?)))
         });
         r.register_simple(&["consistent_hash", "CONSISTENT_HASH"], consistent_hash);
+        r.register_simple(&["balanced_sticky"], balanced_sticky);
         r.register("machine_room_nearby", |p, reg| {
             Ok(Arc::new(MachineRoomNearby::new(inner(
                 p,
@@ -205,22 +207,39 @@ fn param_error(strategy: &str, key: &str, problem: impl Into<String>) -> Strateg
     }
 }
 
-fn consistent_hash(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
-    const S: &str = "consistent_hash";
-    let count = match p.get("virtual_node_count") {
-        None | Some(Value::Null) => ConsistentHash::DEFAULT_VIRTUAL_NODES,
+/// An optional integer parameter, as a JSON number or a numeric string.
+fn integer(p: &Params, strategy: &str, key: &str) -> Result<Option<i64>, StrategyConfigError> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(None),
         Some(Value::Number(n)) => n
             .as_i64()
-            .ok_or_else(|| param_error(S, "virtual_node_count", "must be an integer"))?,
-        Some(Value::String(s)) => s.trim().parse().map_err(|_| {
-            param_error(
-                S,
-                "virtual_node_count",
-                format!("must be an integer, not `{s}`"),
-            )
-        })?,
-        Some(_) => return Err(param_error(S, "virtual_node_count", "must be an integer")),
+            .map(Some)
+            .ok_or_else(|| param_error(strategy, key, "must be an integer")),
+        Some(Value::String(s)) => s
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| param_error(strategy, key, format!("must be an integer, not `{s}`"))),
+        Some(_) => Err(param_error(strategy, key, "must be an integer")),
+    }
+}
+
+fn balanced_sticky(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
+    const S: &str = "balanced_sticky";
+    let nodes = match integer(p, S, "virtual_nodes")? {
+        None => BalancedSticky::DEFAULT_VIRTUAL_NODES,
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|&n| (1..=65_536).contains(&n))
+            .ok_or_else(|| param_error(S, "virtual_nodes", "must be between 1 and 65536"))?,
     };
+    Ok(Arc::new(BalancedSticky::new(nodes)))
+}
+
+fn consistent_hash(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
+    const S: &str = "consistent_hash";
+    let count =
+        integer(p, S, "virtual_node_count")?.unwrap_or(ConsistentHash::DEFAULT_VIRTUAL_NODES);
     match p.get("hash_function") {
         None | Some(Value::Null) => {}
         Some(Value::String(h)) if ["default MD5", "md5", "MD5"].contains(&h.as_str()) => {}
@@ -334,6 +353,16 @@ mod tests {
         );
         let p = params(json!({"consumers": ["10.0.0.1"]}));
         assert_eq!(r.build("designated", &p).unwrap().name(), "designated");
+        let p = params(json!({"virtual_nodes": "16"}));
+        assert_eq!(
+            r.build("balanced_sticky", &p).unwrap().name(),
+            "balanced_sticky"
+        );
+        let p = params(json!({"virtual_nodes": 0}));
+        assert!(matches!(
+            r.build("balanced_sticky", &p),
+            Err(StrategyConfigError::Param { .. })
+        ));
     }
 
     #[test]

@@ -1,0 +1,89 @@
+//! Deferred acceptance on the ring: the unique stable matching of queues to members.
+
+use std::collections::BinaryHeap;
+
+use super::ring::Ring;
+
+/// A member's hold on a queue, ordered by how much the member wants it (smaller is better):
+/// the clockwise distance from the queue to the member's point, then the queue's position.
+type Claim = (u64, u32);
+
+/// Assigns every queue (by its ring position `points[i]`) to a member, each member `m` taking
+/// exactly `caps[m]` queues (the capacities must add up to the number of queues). Returns each
+/// member's queue positions, ascending.
+///
+/// Queues propose in ring order (clockwise from their position, each member at its first point
+/// after the queue); a full member keeps the closest queues and turns the farthest away, which
+/// goes on walking. The result is the stable matching for the preference "closer is better" on
+/// both sides, which is unique because both sides rank pairs by the same key
+/// `(distance, queue, member)`.
+pub(crate) fn assign(ring: &Ring, points: &[u64], caps: &[u32]) -> Vec<Vec<u32>> {
+    let n = caps.len();
+    debug_assert_eq!(
+        caps.iter().map(|&c| c as usize).sum::<usize>(),
+        points.len(),
+        "capacities must add up to the queues"
+    );
+    let mut held: Vec<BinaryHeap<Claim>> = caps
+        .iter()
+        .map(|&c| BinaryHeap::with_capacity(c as usize + 1))
+        .collect();
+    if n == 0 || points.is_empty() || ring.points.is_empty() {
+        return vec![Vec::new(); n];
+    }
+    let ring_len = ring.points.len();
+    let mut cursor: Vec<u32> = points
+        .iter()
+        .map(|&p| (ring.points.partition_point(|&(r, _)| r < p) % ring_len) as u32)
+        .collect();
+    // Queues still looking for a member, proposed last-in first-out (the result does not depend
+    // on the order).
+    let mut free: Vec<u32> = (0..points.len() as u32).rev().collect();
+    while let Some(q) = free.pop() {
+        let origin = points[q as usize];
+        let mut at = cursor[q as usize] as usize;
+        let mut placed = false;
+        // Every queue finds a place within one turn: the capacities add up to the queues and
+        // this one is not placed, so some member has room (members never lose a place once full).
+        for _ in 0..ring_len {
+            let (position, m) = ring.points[at];
+            at += 1;
+            if at == ring_len {
+                at = 0;
+            }
+            let claim = (position.wrapping_sub(origin), q);
+            let heap = &mut held[m as usize];
+            let cap = caps[m as usize] as usize;
+            if heap.len() < cap {
+                heap.push(claim);
+                placed = true;
+                break;
+            }
+            // A member seen again (a later point, or after being turned away) compares a larger
+            // distance than its first point and turns the queue away again.
+            if cap > 0 && heap.peek().is_some_and(|&worst| claim < worst) {
+                heap.push(claim);
+                if let Some((_, loser)) = heap.pop() {
+                    free.push(loser);
+                }
+                placed = true;
+                break;
+            }
+        }
+        debug_assert!(placed, "queue {q} found no member within one turn");
+        if !placed {
+            tracing::error!(
+                queue = q,
+                "balanced_sticky: a queue found no member (a bug)"
+            );
+        }
+        cursor[q as usize] = at as u32;
+    }
+    held.into_iter()
+        .map(|heap| {
+            let mut share: Vec<u32> = heap.into_iter().map(|(_, q)| q).collect();
+            share.sort_unstable();
+            share
+        })
+        .collect()
+}

@@ -1,0 +1,196 @@
+//! `balanced_sticky`: shares within one queue of each other, and few queues moved when a member
+//! joins or leaves, with no coordinator and no memory of earlier rounds.
+//!
+//! # The algorithm
+//! 1. **Ring.** Every member puts `virtual_nodes` points (default 128) on a 64-bit ring, every
+//!    queue one point (the hashes are spelled out in `hashing.rs`: FNV-1a over the UTF-8 id, or
+//!    over `topic 0xFF broker 0xFF queue_id`, finished with SplitMix64's mixer). A queue's
+//!    *distance* to a member is the clockwise distance from the queue's point to the member's
+//!    first point after it.
+//! 2. **Capacities.** With `Q` queues and `N` members, every member may take `Q div N` queues,
+//!    and the first `Q mod N` members in a fixed order (a hash of the id, the same in every group
+//!    and independent of who else is present) one more.
+//! 3. **Matching.** Queues are matched to members by deferred acceptance: a queue proposes to the
+//!    members in order of distance; a member holds the closest queues up to its capacity and
+//!    turns the farthest away, which goes on proposing. The result is the *stable* matching: no
+//!    queue and member would both rather be together than with what they have.
+//!
+//! # Why it is correct (proof sketch)
+//! - **A pure function.** Both sides rank every queue-member pair by the same key (distance, then
+//!   queue position, then member), so the stable matching is unique (pairs can be taken greedily
+//!   in key order, and any stable matching must contain each greedy pair in turn); deferred
+//!   acceptance finds it whatever order queues propose in. The inputs are the sorted queue list
+//!   and the distinct member ids, so every client computes the same plan.
+//! - **Disjoint cover, spread ≤ 1.** Capacities add up to `Q`. A queue that is turned away keeps
+//!   walking the ring; it cannot be turned away by everyone, because a member that turns a queue
+//!   away is full and stays full, and not all members can be full while a queue is unplaced. So
+//!   every queue ends with exactly one member and every member is exactly at its capacity:
+//!   `Q div N` or `Q div N + 1`.
+//! - **Which members get the extra queue is stable.** The capacity order does not depend on the
+//!   group, so the members with an extra queue after a join or leave that keeps `Q div N` are a
+//!   subset (after a join) or superset (after a leave) of those before: no remaining member
+//!   must grow when someone joins, nor shrink when someone leaves.
+//! - **Movement.** When a member leaves, the old matching without it is still stable among the
+//!   rest; the departed member's queues propose on and each one either finds a member with
+//!   spare capacity or displaces a farther queue, which proposes on in turn (a rejection chain).
+//!   Each chain moves the departed queue plus the queues it displaces, and ends at a member whose
+//!   capacity grew. A join is the same in reverse. So a queue moves only when the member that
+//!   held it left, or when it was the farthest queue of a member that a closer queue reached.
+//!   Measured (see `BENCHMARKS.md` and `rebalance compare`): over random groups with `Q` in
+//!   8..10,000 and `N` in 2..500, the queues moved per single join or leave add up to about 2
+//!   times the minimum (the departed member's share, or `Q div (N+1)` for a joiner), close to the
+//!   minimum when a member holds many queues (Q/N ≥ 64), 3 to 5 times the minimum when each
+//!   member holds a few to a few dozen queues; averagely moves about half of all queues on the
+//!   same events.
+//!
+//! # Limits
+//! A stateless strategy cannot always move only the minimum: keeping every queue with its member
+//! while others come and go forces each queue to rank the members in a fixed order (a
+//! rendezvous-style rule), and then the departed member's queues land on the others at random
+//! rather than exactly where capacity was freed. Even with the best possible choice of who gets
+//! the extra queue, that randomness alone costs about 1.2 times the minimum on the groups above
+//! (1.45 to 1.55 times when members hold 1 to 64 queues); see `BENCHMARKS.md`.
+//!
+//! ```
+//! use rebalance_core::{ClientId, MessageQueue, strategy::{AllocateStrategy, BalancedSticky}};
+//!
+//! let queues: Vec<MessageQueue> = (0..10).map(|i| MessageQueue::new("T", "broker-a", i)).collect();
+//! let members: Vec<ClientId> = ["c0", "c1", "c2"].into_iter().map(ClientId::from).collect();
+//! let plan = BalancedSticky::default().plan("G", &queues, &members).unwrap();
+//! let mut sizes: Vec<usize> = plan.iter().map(|(_, share)| share.len()).collect();
+//! sizes.sort();
+//! assert_eq!(sizes, [3, 3, 4]);
+//! ```
+
+mod hashing;
+mod matching;
+mod ring;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use super::memo::Memo;
+use super::plan::{Plan, distinct_members};
+use super::{AllocateError, AllocateStrategy, validate, validate_group};
+use crate::{ClientId, MessageQueue};
+use ring::Ring;
+
+/// How many member lists (and queue lists) a strategy value remembers.
+const MEMO_ENTRIES: usize = 4;
+
+/// Balanced (shares differ by at most one) and sticky (few queues move on a join or leave)
+/// without coordination; see the [module docs](self) for the algorithm and its guarantees.
+///
+/// The value remembers the ring of the last few member lists and the positions of the last few
+/// queue lists (compared exactly, so a remembered result is only reused for identical inputs);
+/// it is `Send + Sync` and meant to be shared.
+#[derive(Debug)]
+pub struct BalancedSticky {
+    virtual_nodes: usize,
+    rings: Memo<[ClientId], Ring>,
+    positions: Memo<[MessageQueue], Vec<u64>>,
+}
+
+impl BalancedSticky {
+    /// The default number of ring points per member.
+    pub const DEFAULT_VIRTUAL_NODES: usize = 128;
+
+    /// A strategy with `virtual_nodes` ring points per member (at least 1).
+    pub fn new(virtual_nodes: usize) -> Self {
+        Self {
+            virtual_nodes: virtual_nodes.max(1),
+            rings: Memo::new(MEMO_ENTRIES),
+            positions: Memo::new(MEMO_ENTRIES),
+        }
+    }
+
+    /// The number of ring points per member.
+    pub fn virtual_nodes(&self) -> usize {
+        self.virtual_nodes
+    }
+
+    fn ring(&self, members: &[ClientId]) -> Arc<Ring> {
+        self.rings.get_or_insert_with(
+            |key| key == members,
+            || (members.into(), Ring::build(members, self.virtual_nodes)),
+        )
+    }
+
+    fn positions(&self, mq_all: &[MessageQueue]) -> Arc<Vec<u64>> {
+        self.positions.get_or_insert_with(
+            |key| key == mq_all,
+            || (mq_all.into(), hashing::queue_points(mq_all)),
+        )
+    }
+
+    /// Every member's share (positions into `mq_all`), members distinct and non-empty, in the
+    /// order they first appear.
+    fn shares(&self, mq_all: &[MessageQueue], cid_all: &[ClientId]) -> Vec<(ClientId, Vec<u32>)> {
+        let members: Vec<ClientId> = distinct_members(cid_all, true)
+            .into_iter()
+            .map(|(_, c)| c.clone())
+            .collect();
+        let ring = self.ring(&members);
+        let positions = self.positions(mq_all);
+        let caps = ring.capacities(mq_all.len());
+        let shares = matching::assign(&ring, &positions, &caps);
+        tracing::trace!(
+            queues = mq_all.len(),
+            members = members.len(),
+            "balanced_sticky plan"
+        );
+        members.into_iter().zip(shares).collect()
+    }
+}
+
+impl Default for BalancedSticky {
+    fn default() -> Self {
+        Self::new(Self::DEFAULT_VIRTUAL_NODES)
+    }
+}
+
+impl Clone for BalancedSticky {
+    /// A strategy with the same parameters and nothing remembered yet.
+    fn clone(&self) -> Self {
+        Self::new(self.virtual_nodes)
+    }
+}
+
+impl AllocateStrategy for BalancedSticky {
+    fn name(&self) -> &str {
+        "balanced_sticky"
+    }
+
+    fn allocate(
+        &self,
+        _group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        if validate(current, mq_all, cid_all)?.is_none() {
+            return Ok(Vec::new());
+        }
+        let share = self
+            .shares(mq_all, cid_all)
+            .into_iter()
+            .find(|(cid, _)| cid == current)
+            .map(|(_, share)| share)
+            .unwrap_or_default();
+        Ok(share
+            .into_iter()
+            .map(|p| mq_all[p as usize].clone())
+            .collect())
+    }
+
+    fn plan<'a>(
+        &'a self,
+        _group: &str,
+        mq_all: &'a [MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Plan<'a>, AllocateError> {
+        validate_group(mq_all, cid_all)?;
+        Ok(Plan::over_input(mq_all, self.shares(mq_all, cid_all)))
+    }
+}
