@@ -293,6 +293,14 @@ impl PublishInfo {
         self.broker_of.get(queue).map(|b| *b as usize)
     }
 
+    /// The positions of broker `index`'s queues in [`queues`](Self::queues) (empty when there is
+    /// no such broker).
+    pub fn broker_range(&self, index: usize) -> Range<usize> {
+        self.brokers
+            .get(index)
+            .map_or(0..0, |(_, range)| range.clone())
+    }
+
     /// The queues of broker `index`.
     pub fn broker_queues(&self, index: usize) -> &[MessageQueue] {
         self.brokers
@@ -370,6 +378,8 @@ mod tests {
         );
         assert_eq!(info.broker_of(2), Some(1));
         assert_eq!(info.broker_queues(1).len(), 2);
+        assert_eq!(info.broker_range(1), 1..3);
+        assert_eq!(info.broker_range(2), 0..0);
         assert_eq!(info.broker_index("broker-2"), Some(1));
         assert_eq!(info.broker_index("broker-slave"), None);
         assert!(info.broker_queues(7).is_empty());

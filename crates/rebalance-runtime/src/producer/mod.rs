@@ -273,8 +273,8 @@ impl ProducerHandle {
         topic: &str,
         last_failed: Option<&str>,
     ) -> Result<MessageQueue, SelectError> {
-        let info = self.publish_info_or_fetch(topic).await?;
-        Ok(self.round_robin(topic, &info, last_failed))
+        self.fetch_unless_known(topic).await?;
+        self.try_select(topic, last_failed)
     }
 
     /// Like [`select`](Self::select), without waiting: a topic whose route is not known yet is
@@ -284,8 +284,7 @@ impl ProducerHandle {
         topic: &str,
         last_failed: Option<&str>,
     ) -> Result<MessageQueue, SelectError> {
-        let info = self.known_publish_info(topic)?;
-        Ok(self.round_robin(topic, &info, last_failed))
+        self.with_publish_info(topic, |info| self.round_robin(topic, info, last_failed))
     }
 
     /// The queue for a message with `key`, chosen by `selector` among the publish queues (for
@@ -297,16 +296,18 @@ impl ProducerHandle {
         selector: &dyn QueueSelector,
         key: &str,
     ) -> Result<MessageQueue, SelectError> {
-        let info = self.publish_info_or_fetch(topic).await?;
-        let queues = info.queues();
-        selector
-            .select(queues, key)
-            .and_then(|i| queues.get(i))
-            .cloned()
-            .ok_or_else(|| SelectError::SelectorRefused {
-                topic: topic.to_string(),
-                queues: queues.len(),
-            })
+        self.fetch_unless_known(topic).await?;
+        self.with_publish_info(topic, |info| {
+            let queues = info.queues();
+            selector
+                .select(queues, key)
+                .and_then(|i| queues.get(i))
+                .cloned()
+                .ok_or_else(|| SelectError::SelectorRefused {
+                    topic: topic.to_string(),
+                    queues: queues.len(),
+                })
+        })?
     }
 
     /// Reports a send to `broker` that took `latency` and succeeded (`ok`) or failed: with
@@ -325,7 +326,8 @@ impl ProducerHandle {
 
     /// Registers `topic` and fetches its route now unless it is known.
     pub async fn register(&self, topic: &str) -> Result<(), SelectError> {
-        self.publish_info_or_fetch(topic).await.map(|_| ())
+        self.fetch_unless_known(topic).await?;
+        self.with_publish_info(topic, |_| ())
     }
 
     /// The publish queues of `topic`, if its route is known and has some.
@@ -364,8 +366,13 @@ impl ProducerHandle {
         turn.select(info, last_failed, faults).0
     }
 
-    /// The publish queues of a topic whose route is known, or why there are none.
-    fn known_publish_info(&self, topic: &str) -> Result<Arc<PublishInfo>, SelectError> {
+    /// Runs `f` on the publish queues of a topic whose route is known (under the route table's
+    /// read lock: `f` must be short and must not wait), or says why there are none.
+    fn with_publish_info<T>(
+        &self,
+        topic: &str,
+        f: impl FnOnce(&PublishInfo) -> T,
+    ) -> Result<T, SelectError> {
         if self.inner.token.is_cancelled() {
             return Err(SelectError::ShutDown);
         }
@@ -373,7 +380,7 @@ impl ProducerHandle {
         match table.topic(topic) {
             TopicState::Known {
                 publish: Ok(info), ..
-            } => Ok(info.clone()),
+            } => Ok(f(info)),
             TopicState::Known {
                 publish: Err(error),
                 ..
@@ -386,13 +393,14 @@ impl ProducerHandle {
         }
     }
 
-    async fn publish_info_or_fetch(&self, topic: &str) -> Result<Arc<PublishInfo>, SelectError> {
-        match self.known_publish_info(topic) {
-            Err(SelectError::RouteUnknown(_)) => {}
-            known => return known,
+    /// Fetches the route of `topic` at once when none is known (registering the topic).
+    async fn fetch_unless_known(&self, topic: &str) -> Result<(), SelectError> {
+        match self.with_publish_info(topic, |_| ()) {
+            Err(SelectError::RouteUnknown(_)) => self.fetch(topic).await,
+            // Known (with or without publish queues), gone or shut down: the caller's next
+            // look at the table gives the answer.
+            _ => Ok(()),
         }
-        self.fetch(topic).await?;
-        self.known_publish_info(topic)
     }
 
     /// Asks the route sync to register and poll `topic` now, and waits for its answer.

@@ -76,17 +76,24 @@ impl RoundRobin {
         }
         let now = Instant::now();
         let mut memo = Memo::default();
-        for k in 0..n {
-            let i = start.wrapping_add(k) % n;
+        let first = start % n;
+        let mut k = 0;
+        while k < n {
+            let i = if first + k >= n {
+                first + k - n
+            } else {
+                first + k
+            };
             let broker = info.broker_of(i).unwrap_or(0);
-            if Some(broker) == skip {
+            let usable = Some(broker) != skip
+                && faults.is_none_or(|f| {
+                    let name = info.broker_name(broker).unwrap_or_default();
+                    memo.check(broker, || f.is_available(name, now))
+                });
+            if !usable {
+                // A broker's queues are contiguous: jump past the rest of them at once.
+                k += info.broker_range(broker).end.saturating_sub(i).max(1);
                 continue;
-            }
-            if let Some(faults) = faults {
-                let name = info.broker_name(broker).unwrap_or_default();
-                if !memo.check(broker, || faults.is_available(name, now)) {
-                    continue;
-                }
             }
             if k > 0 {
                 // Consume the positions skipped, so the next call goes on after this queue.
