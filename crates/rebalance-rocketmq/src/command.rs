@@ -8,6 +8,8 @@ use bytes::Bytes;
 
 /// Request codes (`RequestCode` in the Java client) used by a rebalance runtime.
 pub mod request_code {
+    /// Send one message to a queue (broker).
+    pub const SEND_MESSAGE: i32 = 10;
     /// Query the stored offset of a consumer group on a queue (broker).
     pub const QUERY_CONSUMER_OFFSET: i32 = 14;
     /// Store the offset of a consumer group on a queue (broker).
@@ -40,6 +42,12 @@ pub mod response_code {
     pub const SYSTEM_ERROR: i32 = 1;
     /// The server does not support the request code.
     pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
+    /// A sent message is stored but its disk flush timed out (answer to SEND_MESSAGE).
+    pub const FLUSH_DISK_TIMEOUT: i32 = 10;
+    /// A sent message is stored but no slave is available (answer to SEND_MESSAGE).
+    pub const SLAVE_NOT_AVAILABLE: i32 = 11;
+    /// A sent message is stored but its replication timed out (answer to SEND_MESSAGE).
+    pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
     /// The name server does not know the topic (answer to GET_ROUTEINFO_BY_TOPIC).
     pub const TOPIC_NOT_EXIST: i32 = 17;
     /// No offset is stored yet (answer to QUERY_CONSUMER_OFFSET).

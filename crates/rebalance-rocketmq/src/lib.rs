@@ -10,6 +10,7 @@
 //!   [`OffsetStore`](rebalance_runtime::OffsetStore) and
 //!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers.
 //! - [`Admin`]: topic creation and max offsets, for tests and tools.
+//! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
 //!
 //! Wiring a name server address into the runtime's traits:
@@ -37,6 +38,7 @@ pub mod connection;
 mod error;
 pub mod name_server;
 mod notify;
+pub mod producer;
 pub mod route;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -50,4 +52,5 @@ pub use connection::{Connection, ConnectionConfig, ServerRequestHandler};
 pub use error::{AddressError, TransportError};
 pub use name_server::NameServerClient;
 pub use notify::MembershipNotifier;
+pub use producer::{Message, MessageSender, SendResult, SendStatus};
 pub use route::RouteCache;

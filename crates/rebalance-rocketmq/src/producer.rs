@@ -1,0 +1,310 @@
+//! [`MessageSender`]: SEND_MESSAGE (code 10) to the master of a chosen queue's broker, enough for
+//! a producer that picks queues with the runtime's
+//! [`Producer`](rebalance_runtime::producer::Producer) and for tests.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rebalance_core::MessageQueue;
+use rebalance_runtime::{RemoteError, RouteError};
+use tokio::time::Instant;
+
+use crate::broker::refused;
+use crate::command::{RemotingCommand, request_code, response_code};
+use crate::name_server::NameServerClient;
+
+/// The topic a broker copies an auto-created topic's configuration from.
+pub const DEFAULT_TOPIC: &str = "TBW102";
+/// How many queues an auto-created topic gets.
+pub const DEFAULT_TOPIC_QUEUE_NUMS: i32 = 4;
+
+/// Separates a property's name from its value in the `properties` header field.
+const NAME_VALUE_SEPARATOR: char = '\u{1}';
+/// Ends each property in the `properties` header field.
+const PROPERTY_SEPARATOR: char = '\u{2}';
+
+/// A message to send: a body and its properties.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Message {
+    /// The payload.
+    pub body: Bytes,
+    /// Properties (`TAGS`, `KEYS`, application properties…), sent in the `properties` field.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Message {
+    /// A message with `body` and no property.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        Self {
+            body: body.into(),
+            properties: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the tag consumers filter on (`TAGS`).
+    pub fn with_tags(self, tags: impl Into<String>) -> Self {
+        self.with_property("TAGS", tags)
+    }
+
+    /// Sets the message keys (`KEYS`, space separated), which the broker indexes.
+    pub fn with_keys(self, keys: impl Into<String>) -> Self {
+        self.with_property("KEYS", keys)
+    }
+
+    /// Sets a property.
+    pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(name.into(), value.into());
+        self
+    }
+
+    /// The properties as the `properties` header field carries them (Java's
+    /// `MessageDecoder.messageProperties2String`: `name\u{1}value\u{2}` per property).
+    pub fn properties_string(&self) -> String {
+        let mut s = String::new();
+        for (name, value) in &self.properties {
+            s.push_str(name);
+            s.push(NAME_VALUE_SEPARATOR);
+            s.push_str(value);
+            s.push(PROPERTY_SEPARATOR);
+        }
+        s
+    }
+}
+
+/// How the broker stored a sent message (Java's `SendStatus`): every status but `SendOk` is a
+/// stored message whose durability the broker could not confirm in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendStatus {
+    /// Stored.
+    SendOk,
+    /// Stored, but the disk flush timed out (code 10).
+    FlushDiskTimeout,
+    /// Stored, but replication to the slave timed out (code 12).
+    FlushSlaveTimeout,
+    /// Stored, but no slave is available (code 11).
+    SlaveNotAvailable,
+}
+
+/// What the broker answered to a send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendResult {
+    /// How it was stored.
+    pub status: SendStatus,
+    /// The queue it went to (the broker may pick another queue id when asked for `-1`).
+    pub queue: MessageQueue,
+    /// Its offset in the queue.
+    pub queue_offset: i64,
+    /// The broker's message id (`msgId`: the store address of the message, what the Java
+    /// client calls `offsetMsgId`).
+    pub msg_id: String,
+    /// `transactionId`: the message's unique key (`UNIQ_KEY`, made by the broker when the
+    /// message has none), which this broker returns for every message.
+    pub transaction_id: Option<String>,
+    /// How long the request took.
+    pub latency: Duration,
+}
+
+/// Builds a SEND_MESSAGE request (code 10) of `message` for `queue` with the header fields
+/// this broker requires (`producerGroup`, `topic`, `defaultTopic`, `defaultTopicQueueNums`,
+/// `queueId`, `sysFlag`, `bornTimestamp`, `flag`) and the optional ones a Java client sends
+/// (`properties`, `reconsumeTimes`, `unitMode`, `batch`, and the broker name as `bname`).
+pub fn send_message_request(
+    producer_group: &str,
+    queue: &MessageQueue,
+    message: &Message,
+    born_timestamp_ms: i64,
+) -> RemotingCommand {
+    RemotingCommand::request(request_code::SEND_MESSAGE)
+        .with_ext("producerGroup", producer_group)
+        .with_ext("topic", &queue.topic)
+        .with_ext("defaultTopic", DEFAULT_TOPIC)
+        .with_ext("defaultTopicQueueNums", DEFAULT_TOPIC_QUEUE_NUMS)
+        .with_ext("queueId", queue.queue_id)
+        .with_ext("sysFlag", 0)
+        .with_ext("bornTimestamp", born_timestamp_ms)
+        .with_ext("flag", 0)
+        .with_ext("properties", message.properties_string())
+        .with_ext("reconsumeTimes", 0)
+        .with_ext("unitMode", false)
+        .with_ext("batch", false)
+        .with_ext("bname", &queue.broker_name)
+        .with_body(message.body.clone())
+}
+
+/// Sends messages to the master of a queue's broker, found through the name server client's
+/// routes (fetched on demand). Shares the name server client's connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use rebalance_rocketmq::NameServerClient;
+/// use rebalance_rocketmq::producer::{Message, MessageSender};
+/// use rebalance_runtime::producer::Producer;
+///
+/// let name_server = NameServerClient::from_addresses("127.0.0.1:9876")?;
+/// let sender = MessageSender::new(name_server.clone(), "my-producer-group");
+/// let producer = Producer::builder("my-producer-group")
+///     .name_server(Arc::new(name_server))
+///     .latency_fault_avoidance(true)
+///     .start()
+///     .await?;
+/// let queue = producer.select("TopicTest", None).await?;
+/// let outcome = sender.send(&queue, &Message::new("hello").with_tags("greeting")).await;
+/// match &outcome {
+///     Ok(result) => producer.report(&queue.broker_name, result.latency, true),
+///     Err(_) => producer.report(&queue.broker_name, sender.request_timeout(), false),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct MessageSender {
+    name_server: NameServerClient,
+    group: String,
+}
+
+impl MessageSender {
+    /// A sender for `producer_group`, finding brokers through `name_server`.
+    pub fn new(name_server: NameServerClient, producer_group: impl Into<String>) -> Self {
+        Self {
+            name_server,
+            group: producer_group.into(),
+        }
+    }
+
+    /// The producer group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// How long a send may take before it fails (the remoting client's request timeout).
+    pub fn request_timeout(&self) -> Duration {
+        self.name_server.remoting().config().request_timeout
+    }
+
+    /// The master address of `queue`'s broker, fetching the topic's route when it is unknown.
+    pub async fn master_addr(&self, queue: &MessageQueue) -> Result<String, RemoteError> {
+        let routes = self.name_server.routes();
+        if let Some(addr) = routes.master_addr(&queue.broker_name) {
+            return Ok(addr);
+        }
+        match self.name_server.route(&queue.topic).await {
+            Ok(_) => {}
+            Err(RouteError::TopicNotFound(topic)) => {
+                return Err(RemoteError::Refused {
+                    code: response_code::TOPIC_NOT_EXIST,
+                    remark: format!("topic `{topic}` not found on the name server"),
+                });
+            }
+            Err(RouteError::NameServer(e)) => return Err(e),
+        }
+        routes.master_addr(&queue.broker_name).ok_or_else(|| {
+            RemoteError::Unreachable(format!(
+                "no master known for broker `{}`",
+                queue.broker_name
+            ))
+        })
+    }
+
+    /// Sends `message` to `queue` and waits for the broker's answer.
+    pub async fn send(
+        &self,
+        queue: &MessageQueue,
+        message: &Message,
+    ) -> Result<SendResult, RemoteError> {
+        let addr = self.master_addr(queue).await?;
+        let request = send_message_request(&self.group, queue, message, born_timestamp_ms());
+        let started = Instant::now();
+        let response = self
+            .name_server
+            .remoting()
+            .invoke(&addr, request)
+            .await
+            .map_err(RemoteError::from)?;
+        let latency = started.elapsed();
+        let status = match response.code {
+            response_code::SUCCESS => SendStatus::SendOk,
+            response_code::FLUSH_DISK_TIMEOUT => SendStatus::FlushDiskTimeout,
+            response_code::FLUSH_SLAVE_TIMEOUT => SendStatus::FlushSlaveTimeout,
+            response_code::SLAVE_NOT_AVAILABLE => SendStatus::SlaveNotAvailable,
+            _ => {
+                tracing::debug!(broker = %queue.broker_name, addr, code = response.code, remark = response.remark_or_empty(), "send refused");
+                return Err(refused(&response));
+            }
+        };
+        let field = |name: &str| {
+            response
+                .ext(name)
+                .ok_or_else(|| RemoteError::BadResponse(format!("send answer without `{name}`")))
+        };
+        let number = |name: &str| -> Result<i64, RemoteError> {
+            let text = field(name)?;
+            text.parse().map_err(|_| {
+                RemoteError::BadResponse(format!("send answer's `{name}` `{text}` is not a number"))
+            })
+        };
+        let queue_id = i32::try_from(number("queueId")?).map_err(|_| {
+            RemoteError::BadResponse("send answer's `queueId` is out of range".into())
+        })?;
+        Ok(SendResult {
+            status,
+            queue: MessageQueue::new(queue.topic.clone(), queue.broker_name.clone(), queue_id),
+            queue_offset: number("queueOffset")?,
+            msg_id: field("msgId")?.to_string(),
+            transaction_id: response.ext("transactionId").map(str::to_string),
+            latency,
+        })
+    }
+}
+
+/// The message's birth time on the wire, in milliseconds since the Unix epoch. A timestamp the
+/// broker stores with the message (as the Java client's `System.currentTimeMillis()`), not a
+/// clock this crate times anything with.
+fn born_timestamp_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn properties_use_javas_separators_in_name_order() {
+        let m = Message::new("x").with_tags("TagA").with_keys("k1 k2");
+        assert_eq!(
+            m.properties_string(),
+            "KEYS\u{1}k1 k2\u{2}TAGS\u{1}TagA\u{2}"
+        );
+        assert_eq!(Message::new("x").properties_string(), "");
+    }
+
+    #[test]
+    fn request_carries_every_field_the_broker_requires_as_strings() {
+        let queue = MessageQueue::new("T", "broker-a", 3);
+        let request = send_message_request("G", &queue, &Message::new("body"), 1_700_000_000_000);
+        assert_eq!(request.code, 10);
+        let expected = [
+            ("producerGroup", "G"),
+            ("topic", "T"),
+            ("defaultTopic", "TBW102"),
+            ("defaultTopicQueueNums", "4"),
+            ("queueId", "3"),
+            ("sysFlag", "0"),
+            ("bornTimestamp", "1700000000000"),
+            ("flag", "0"),
+            ("properties", ""),
+            ("reconsumeTimes", "0"),
+            ("unitMode", "false"),
+            ("batch", "false"),
+            ("bname", "broker-a"),
+        ];
+        for (name, value) in expected {
+            assert_eq!(request.ext(name), Some(value), "{name}");
+        }
+        assert_eq!(request.ext_fields.len(), expected.len());
+        assert_eq!(&request.body[..], b"body");
+    }
+}
