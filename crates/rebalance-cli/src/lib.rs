@@ -6,5 +6,6 @@ pub mod args;
 pub mod assign;
 pub mod jsonl;
 pub mod plan;
+pub mod produce_sim;
 pub mod sim;
 pub mod table;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, assign, jsonl, plan, sim};
+use rebalance_cli::{allocate, assign, jsonl, plan, produce_sim, sim};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
 
@@ -33,6 +33,10 @@ enum Command {
     /// Run real runtime clients on the in-memory cluster through a scripted scenario, on a
     /// simulated clock, and report what happened.
     Simulate(sim::SimulateArgs),
+    /// Send simulated messages through the producer's queue selector with slow and failing
+    /// brokers, on a simulated clock, without and with latency fault avoidance, and report where
+    /// they went.
+    ProduceSim(produce_sim::ProduceSimArgs),
     /// Ask a RocketMQ name server and broker for a topic's queues and a group's members, and
     /// print the whole group's current plan.
     Plan(plan::PlanArgs),
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Assign { file, pretty } => run_assign(file, pretty),
         Command::Simulate(args) => run_simulate(&args),
         Command::Plan(args) => run_plan(&args),
+        Command::ProduceSim(args) => run_produce_sim(&args),
     };
     match result {
         Ok(code) => code,
@@ -92,6 +97,22 @@ fn run_simulate(args: &sim::SimulateArgs) -> io::Result<ExitCode> {
         Err(e) => {
             out.flush()?;
             eprintln!("rebalance simulate: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn run_produce_sim(args: &produce_sim::ProduceSimArgs) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match produce_sim::run(args, &mut out) {
+        Ok(_) => {
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(produce_sim::ProduceSimError::Io(e)) => Err(e),
+        Err(e) => {
+            out.flush()?;
+            eprintln!("rebalance produce-sim: {e}");
             Ok(ExitCode::from(2))
         }
     }
