@@ -229,14 +229,31 @@ fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
+/// How many times a server start is tried (with fresh ports) before giving up.
+const START_ATTEMPTS: u32 = 3;
+
 impl TestCluster {
     /// A name server and one broker with default options.
     pub fn start() -> Result<Self, TestkitError> {
         Self::start_with(ClusterOptions::default())
     }
 
-    /// A name server and one broker.
+    /// A name server and one broker. A start that fails is tried again on fresh ports (see
+    /// [`add_broker`](Self::add_broker)).
     pub fn start_with(options: ClusterOptions) -> Result<Self, TestkitError> {
+        let mut attempt = 1;
+        loop {
+            match Self::try_start(options.clone()) {
+                Err(e) if attempt < START_ATTEMPTS => {
+                    tracing::warn!(attempt, error = %e, "test cluster did not start; trying other ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn try_start(options: ClusterOptions) -> Result<Self, TestkitError> {
         let binaries = ServerBinaries::locate()?;
         let dir = tempfile::Builder::new()
             .prefix("rocketmq-testkit-")
@@ -334,7 +351,24 @@ impl TestCluster {
     }
 
     /// Adds (and starts) a master broker named `name`, registered with the name server.
+    ///
+    /// Ports are reserved by binding them and released just before the broker starts, so another
+    /// process (an outgoing connection's ephemeral port, a parallel test) can take one in
+    /// between: a start that fails is tried again on fresh ports, up to three times.
     pub fn add_broker(&mut self, name: &str) -> Result<String, TestkitError> {
+        let mut attempt = 1;
+        loop {
+            match self.try_add_broker(name) {
+                Err(e) if attempt < START_ATTEMPTS => {
+                    tracing::warn!(broker = name, attempt, error = %e, "test broker did not start; trying other ports");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn try_add_broker(&mut self, name: &str) -> Result<String, TestkitError> {
         let mut ports = PortReservation::default();
         let port = ports.with_minus_two()?;
         let ha_port = ports.any()?;
