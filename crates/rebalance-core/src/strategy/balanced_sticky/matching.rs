@@ -8,34 +8,32 @@ use super::ring::Ring;
 /// the clockwise distance from the queue to the member's point, then the queue's position.
 type Claim = (u64, u32);
 
-/// Assigns every queue (by its ring position `points[i]`) to a member, each member `m` taking
-/// exactly `caps[m]` queues (the capacities must add up to the number of queues). Returns each
-/// member's queue positions, ascending.
+/// Assigns every queue (by its ring position `points[i]`, its first ring point `starts[i]`, see
+/// [`first_points`]) to a member, each member `m` taking at
+/// most `caps[m]` queues (the capacities must add up to at least the number of queues; when they
+/// add up to exactly that, every member is full). Returns each member's queue positions,
+/// ascending.
 ///
 /// Queues propose in ring order (clockwise from their position, each member at its first point
 /// after the queue); a full member keeps the closest queues and turns the farthest away, which
 /// goes on walking. The result is the stable matching for the preference "closer is better" on
 /// both sides, which is unique because both sides rank pairs by the same key
 /// `(distance, queue, member)`.
-pub(crate) fn assign(ring: &Ring, points: &[u64], caps: &[u32]) -> Vec<Vec<u32>> {
+pub(crate) fn assign(ring: &Ring, points: &[u64], starts: &[u32], caps: &[u32]) -> Vec<Vec<u32>> {
     let n = caps.len();
-    debug_assert_eq!(
-        caps.iter().map(|&c| c as usize).sum::<usize>(),
-        points.len(),
-        "capacities must add up to the queues"
+    debug_assert!(
+        caps.iter().map(|&c| c as usize).sum::<usize>() >= points.len(),
+        "capacities must hold every queue"
     );
     let mut held: Vec<BinaryHeap<Claim>> = caps
         .iter()
         .map(|&c| BinaryHeap::with_capacity(c as usize + 1))
         .collect();
-    if n == 0 || points.is_empty() || ring.points.is_empty() {
+    if n == 0 || points.is_empty() || ring.len() == 0 {
         return vec![Vec::new(); n];
     }
-    let ring_len = ring.points.len();
-    let mut cursor: Vec<u32> = points
-        .iter()
-        .map(|&p| (ring.points.partition_point(|&(r, _)| r < p) % ring_len) as u32)
-        .collect();
+    let ring_len = ring.len();
+    let mut cursor: Vec<u32> = starts.to_vec();
     // Queues still looking for a member, proposed last-in first-out (the result does not depend
     // on the order).
     let mut free: Vec<u32> = (0..points.len() as u32).rev().collect();
@@ -46,7 +44,7 @@ pub(crate) fn assign(ring: &Ring, points: &[u64], caps: &[u32]) -> Vec<Vec<u32>>
         // Every queue finds a place within one turn: the capacities add up to the queues and
         // this one is not placed, so some member has room (members never lose a place once full).
         for _ in 0..ring_len {
-            let (position, m) = ring.points[at];
+            let (position, m) = (ring.positions[at], ring.owners[at]);
             at += 1;
             if at == ring_len {
                 at = 0;
@@ -79,11 +77,29 @@ pub(crate) fn assign(ring: &Ring, points: &[u64], caps: &[u32]) -> Vec<Vec<u32>>
         }
         cursor[q as usize] = at as u32;
     }
-    held.into_iter()
-        .map(|heap| {
-            let mut share: Vec<u32> = heap.into_iter().map(|(_, q)| q).collect();
-            share.sort_unstable();
-            share
-        })
+    // Shares in queue order, without sorting each one.
+    let mut owner = vec![u32::MAX; points.len()];
+    for (m, heap) in held.iter().enumerate() {
+        for &(_, q) in heap.iter() {
+            owner[q as usize] = m as u32;
+        }
+    }
+    let mut shares: Vec<Vec<u32>> = held.iter().map(|h| Vec::with_capacity(h.len())).collect();
+    for (q, &m) in owner.iter().enumerate() {
+        if let Some(share) = shares.get_mut(m as usize) {
+            share.push(q as u32);
+        }
+    }
+    shares
+}
+
+/// The ring point each queue starts its walk at: the first at or after its position.
+pub(crate) fn first_points(ring: &Ring, points: &[u64]) -> Vec<u32> {
+    if ring.len() == 0 {
+        return vec![0; points.len()];
+    }
+    points
+        .iter()
+        .map(|&p| ring.first_at_or_after(p) as u32)
         .collect()
 }

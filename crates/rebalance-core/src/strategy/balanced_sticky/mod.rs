@@ -9,7 +9,9 @@
 //!    first point after it.
 //! 2. **Capacities.** With `Q` queues and `N` members, every member may take `Q div N` queues,
 //!    and the first `Q mod N` members in a fixed order (a hash of the id, the same in every group
-//!    and independent of who else is present) one more.
+//!    and independent of who else is present) one more. With fewer queues than members, every
+//!    member may take one (nobody has to hold any, so whoever ends up empty, shares still differ
+//!    by at most one).
 //! 3. **Matching.** Queues are matched to members by deferred acceptance: a queue proposes to the
 //!    members in order of distance; a member holds the closest queues up to its capacity and
 //!    turns the farthest away, which goes on proposing. The result is the *stable* matching: no
@@ -21,11 +23,12 @@
 //!   in key order, and any stable matching must contain each greedy pair in turn); deferred
 //!   acceptance finds it whatever order queues propose in. The inputs are the sorted queue list
 //!   and the distinct member ids, so every client computes the same plan.
-//! - **Disjoint cover, spread ≤ 1.** Capacities add up to `Q`. A queue that is turned away keeps
-//!   walking the ring; it cannot be turned away by everyone, because a member that turns a queue
-//!   away is full and stays full, and not all members can be full while a queue is unplaced. So
-//!   every queue ends with exactly one member and every member is exactly at its capacity:
-//!   `Q div N` or `Q div N + 1`.
+//! - **Disjoint cover, spread ≤ 1.** Capacities add up to `Q` (to `N > Q` when there are fewer
+//!   queues than members). A queue that is turned away keeps walking the ring; it cannot be
+//!   turned away by everyone, because a member that turns a queue away is full and stays full,
+//!   and not all members can be full while a queue is unplaced. So every queue ends with exactly
+//!   one member; when capacities add up to `Q` every member is exactly at its capacity, `Q div N`
+//!   or `Q div N + 1`, and otherwise every member holds 0 or 1.
 //! - **Which members get the extra queue is stable.** The capacity order does not depend on the
 //!   group, so the members with an extra queue after a join or leave that keeps `Q div N` are a
 //!   subset (after a join) or superset (after a leave) of those before: no remaining member
@@ -90,6 +93,9 @@ pub struct BalancedSticky {
     virtual_nodes: usize,
     rings: Memo<[ClientId], Ring>,
     positions: Memo<[MessageQueue], Vec<u64>>,
+    /// Each queue's first ring point, for a remembered (ring, queue list) pair. The key holds
+    /// both `Arc`s, so comparing them by address is exact.
+    starts: Memo<(Arc<Ring>, Arc<Vec<u64>>), Vec<u32>>,
 }
 
 impl BalancedSticky {
@@ -102,6 +108,7 @@ impl BalancedSticky {
             virtual_nodes: virtual_nodes.max(1),
             rings: Memo::new(MEMO_ENTRIES),
             positions: Memo::new(MEMO_ENTRIES),
+            starts: Memo::new(MEMO_ENTRIES),
         }
     }
 
@@ -133,8 +140,15 @@ impl BalancedSticky {
             .collect();
         let ring = self.ring(&members);
         let positions = self.positions(mq_all);
+        let starts = self.starts.get_or_insert_with(
+            |(r, p)| Arc::ptr_eq(r, &ring) && Arc::ptr_eq(p, &positions),
+            || {
+                let starts = matching::first_points(&ring, &positions);
+                (Arc::new((ring.clone(), positions.clone())), starts)
+            },
+        );
         let caps = ring.capacities(mq_all.len());
-        let shares = matching::assign(&ring, &positions, &caps);
+        let shares = matching::assign(&ring, &positions, &starts, &caps);
         tracing::trace!(
             queues = mq_all.len(),
             members = members.len(),

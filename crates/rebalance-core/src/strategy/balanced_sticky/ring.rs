@@ -7,8 +7,14 @@ use crate::ClientId;
 /// `virtual_nodes` points per member on a 64-bit ring, and the capacity order.
 #[derive(Debug)]
 pub(crate) struct Ring {
-    /// `(position, member index)`, sorted.
-    pub points: Vec<(u64, u32)>,
+    /// Point positions, ascending (ties by member index).
+    pub positions: Vec<u64>,
+    /// The member index of each point.
+    pub owners: Vec<u32>,
+    /// `starts[b]` is the first point whose position's top `bucket_bits` bits are `>= b`: a
+    /// lookup reads one small slice instead of binary-searching the whole ring.
+    starts: Vec<u32>,
+    bucket_bits: u32,
     /// Member indices in the order that takes the `Q mod N` extra queues: by
     /// [`member_rank`], then by id (Java order) for the astronomically unlikely tie.
     pub rank_order: Vec<u32>,
@@ -18,26 +24,76 @@ impl Ring {
     /// Builds the ring of `members` (distinct, non-empty ids).
     pub fn build(members: &[ClientId], virtual_nodes: usize) -> Self {
         let seeds: Vec<u64> = members.iter().map(member_seed).collect();
-        let mut points = Vec::with_capacity(members.len() * virtual_nodes);
-        for (i, &seed) in seeds.iter().enumerate() {
-            points.extend((0..virtual_nodes as u64).map(|k| (member_point(seed, k), i as u32)));
+        let total = members.len() * virtual_nodes;
+        // About 16 points (two cache lines) per bucket, so the index stays small enough to
+        // remain in cache.
+        let bucket_bits = (usize::BITS - (total / 16).leading_zeros()).clamp(1, 24);
+        let bucket = |p: u64| (p >> (64 - bucket_bits)) as usize;
+        let points = || {
+            seeds.iter().enumerate().flat_map(|(i, &seed)| {
+                (0..virtual_nodes as u64).map(move |k| (member_point(seed, k), i as u32))
+            })
+        };
+        // Counting sort by bucket, then each (small) bucket on its own: the bucket index comes
+        // for free and no comparison sort runs over the whole ring.
+        let mut starts = vec![0u32; (1 << bucket_bits) + 1];
+        for (p, _) in points() {
+            starts[bucket(p) + 1] += 1;
         }
-        points.sort_unstable();
+        for b in 1..starts.len() {
+            starts[b] += starts[b - 1];
+        }
+        let mut next: Vec<u32> = starts.clone();
+        let mut sorted = vec![(0u64, 0u32); total];
+        for (p, m) in points() {
+            let slot = &mut next[bucket(p)];
+            sorted[*slot as usize] = (p, m);
+            *slot += 1;
+        }
+        for b in 0..(1usize << bucket_bits) {
+            sorted[starts[b] as usize..starts[b + 1] as usize].sort_unstable();
+        }
+        let positions: Vec<u64> = sorted.iter().map(|&(p, _)| p).collect();
+        let owners: Vec<u32> = sorted.iter().map(|&(_, m)| m).collect();
         let mut rank_order: Vec<u32> = (0..members.len() as u32).collect();
         rank_order.sort_by(|&a, &b| {
             member_rank(seeds[a as usize])
                 .cmp(&member_rank(seeds[b as usize]))
                 .then_with(|| members[a as usize].cmp(&members[b as usize]))
         });
-        Self { points, rank_order }
+        Self {
+            positions,
+            owners,
+            starts,
+            bucket_bits,
+            rank_order,
+        }
+    }
+
+    /// The number of points.
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// The index of the first point at or after `position`, wrapping to 0 past the last.
+    pub fn first_at_or_after(&self, position: u64) -> usize {
+        let b = (position >> (64 - self.bucket_bits)) as usize;
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        let i = lo + self.positions[lo..hi].partition_point(|&p| p < position);
+        if i == self.positions.len() { 0 } else { i }
     }
 
     /// Each member's capacity for `queues` queues: `queues / N`, plus one for the first
-    /// `queues % N` members of [`rank_order`](Self::rank_order).
+    /// `queues % N` members of [`rank_order`](Self::rank_order). With fewer queues than members
+    /// every member may take one: nobody has to hold any, so shares differ by at most one
+    /// whoever ends up empty, and a member that comes or goes then moves only its own queue.
     pub fn capacities(&self, queues: usize) -> Vec<u32> {
         let n = self.rank_order.len();
         if n == 0 {
             return Vec::new();
+        }
+        if queues < n {
+            return vec![1; n];
         }
         let (base, extra) = ((queues / n) as u32, queues % n);
         let mut caps = vec![base; n];
@@ -60,10 +116,15 @@ mod tests {
     fn extra_queues_nest_as_members_come_and_go() {
         let all = ids(&["a", "b", "c", "d", "e", "f"]);
         let ring = Ring::build(&all, 4);
-        assert_eq!(ring.points.len(), 24);
-        assert!(ring.points.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(ring.len(), 24);
+        assert!(ring.positions.windows(2).all(|w| w[0] <= w[1]));
         // Whoever has the extra queue among the remaining members had it before a member left,
         // whenever the base share stays the same.
+        assert_eq!(
+            ring.capacities(4),
+            [1; 6],
+            "fewer queues than members: one each at most"
+        );
         let caps = ring.capacities(8); // 6 members: base 1, two extras
         let without_first = Ring::build(&all[1..], 4).capacities(8); // 5 members: base 1, three extras
         for (i, &cap) in caps.iter().enumerate().skip(1) {
@@ -72,5 +133,17 @@ mod tests {
             }
         }
         assert_eq!(caps.iter().sum::<u32>(), 8);
+    }
+
+    #[test]
+    fn lookups_agree_with_a_binary_search_of_the_whole_ring() {
+        let ring = Ring::build(&ids(&["a", "b", "c"]), 50);
+        let mut probes: Vec<u64> = ring.positions.clone();
+        probes.extend(ring.positions.iter().map(|p| p.wrapping_add(1)));
+        probes.extend([0, 1, u64::MAX, u64::MAX / 2]);
+        for p in probes {
+            let expected = ring.positions.partition_point(|&x| x < p) % ring.len();
+            assert_eq!(ring.first_at_or_after(p), expected, "position {p}");
+        }
     }
 }

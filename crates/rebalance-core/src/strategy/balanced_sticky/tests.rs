@@ -186,8 +186,9 @@ proptest! {
     }
 
     /// One member joins or leaves: the departed member's queues, or the joiner's share, must
-    /// move; anything beyond that is bounded (a rejection chain per moved queue, measured at
-    /// about 2x the minimum on average; this bound would catch a plan that reshuffles).
+    /// move; beyond that, each capacity that changes starts one rejection chain. The bound
+    /// (a few shares beyond three times the minimum) catches a plan that reshuffles; the
+    /// average is checked in `moves_about_twice_the_minimum_on_random_groups`.
     #[test]
     fn a_join_or_leave_moves_few_queues((mqs, cids) in group(), join in any::<bool>(), pick in any::<prop::sample::Index>()) {
         prop_assume!(cids.len() >= 2);
@@ -205,6 +206,49 @@ proptest! {
         let got = moved(&before, &now);
         prop_assert!(got >= minimum);
         let share = mqs.len().div_ceil(cids.len().min(after.len()));
-        prop_assert!(got <= 5 * minimum + 2 * share + 2, "moved {} minimum {}", got, minimum);
+        prop_assert!(got <= 3 * minimum + 4 * share + 4, "moved {} minimum {} share {}", got, minimum, share);
     }
+}
+
+/// Over random groups and single joins and leaves, the queues moved add up to less than two and
+/// a half times the minimum (measured: about 1.9 on the groups, see `BENCHMARKS.md`),
+/// where averagely moves more than five times the minimum.
+#[test]
+fn moves_about_twice_the_minimum_on_random_groups() {
+    use crate::strategy::Averagely;
+    let (ours, theirs) = (BalancedSticky::default(), Averagely);
+    let (mut moved_ours, mut moved_theirs, mut minimum) = (0, 0, 0);
+    let mut seed = 7u64;
+    let mut draw = |n: u64| {
+        seed = hashing::mix64(seed.wrapping_add(0x9e37_79b9_7f4a_7c15));
+        seed % n
+    };
+    for k in 0..60 {
+        let mqs = queues(1 + draw(60) as usize, 16);
+        let n = 2 + draw(120) as u32;
+        let cids = members(0..n);
+        let mut after = cids.clone();
+        if k % 2 == 0 {
+            after.push(ClientId::from("joiner@1"));
+            after.sort();
+        } else {
+            after.remove(draw(n as u64) as usize);
+        }
+        let before = owners(&ours.plan("G", &mqs, &cids).unwrap());
+        let now = owners(&ours.plan("G", &mqs, &after).unwrap());
+        minimum += min_moves(&before, &after, mqs.len());
+        moved_ours += moved(&before, &now);
+        moved_theirs += moved(
+            &owners(&theirs.plan("G", &mqs, &cids).unwrap()),
+            &owners(&theirs.plan("G", &mqs, &after).unwrap()),
+        );
+    }
+    assert!(
+        moved_ours * 2 < minimum * 5,
+        "balanced_sticky moved {moved_ours} for a minimum of {minimum}"
+    );
+    assert!(
+        moved_theirs > minimum * 5,
+        "averagely moved {moved_theirs} for a minimum of {minimum} (balanced_sticky {moved_ours})"
+    );
 }
