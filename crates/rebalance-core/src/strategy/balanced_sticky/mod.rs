@@ -82,6 +82,9 @@ use ring::Ring;
 /// How many member lists (and queue lists) a strategy value remembers.
 const MEMO_ENTRIES: usize = 4;
 
+/// A remembered ring with a remembered queue list's positions.
+type RingAndPositions = (Arc<Ring>, Arc<Vec<u64>>);
+
 /// Balanced (shares differ by at most one) and sticky (few queues move on a join or leave)
 /// without coordination; see the [module docs](self) for the algorithm and its guarantees.
 ///
@@ -95,7 +98,7 @@ pub struct BalancedSticky {
     positions: Memo<[MessageQueue], Vec<u64>>,
     /// Each queue's first ring point, for a remembered (ring, queue list) pair. The key holds
     /// both `Arc`s, so comparing them by address is exact.
-    starts: Memo<(Arc<Ring>, Arc<Vec<u64>>), Vec<u32>>,
+    starts: Memo<RingAndPositions, Vec<u32>>,
 }
 
 impl BalancedSticky {
