@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use md5::{Digest, Md5};
 
+use super::memo::Memo;
 use super::plan::{Plan, distinct_members};
 use super::{AllocateError, AllocateStrategy, validate, validate_group};
 use crate::{ClientId, MessageQueue};
@@ -41,33 +42,47 @@ impl HashFunction for Md5Hash {
 /// (`MessageQueue [topic=…, brokerName=…, queueId=…]`). When one member leaves only its queues
 /// move, but shares are uneven. Collisions and duplicate ids follow the Java client exactly
 /// (last writer wins; a repeated id gets a second batch of points).
-#[derive(Debug, Clone)]
+///
+/// The value remembers the queue hashes of the last few queue lists and the rings of the last
+/// few member lists (keyed by the exact lists), so a round whose inputs did not change hashes
+/// nothing. It is `Send + Sync` and meant to be shared; the hash function must be a pure
+/// function of its key.
+#[derive(Debug)]
 pub struct ConsistentHash {
     virtual_nodes: usize,
     hash: Arc<dyn HashFunction>,
+    queue_hashes: Memo<[MessageQueue], Vec<u64>>,
+    rings: Memo<[ClientId], Ring>,
 }
+
+/// How many queue lists and member lists a strategy value remembers (a machine-room wrapper
+/// calls its inner strategy once per room).
+const MEMO_ENTRIES: usize = 8;
 
 impl ConsistentHash {
     /// The Java client's default number of virtual nodes per member.
     pub const DEFAULT_VIRTUAL_NODES: i64 = 10;
+
+    fn with_parts(virtual_nodes: usize, hash: Arc<dyn HashFunction>) -> Self {
+        Self {
+            virtual_nodes,
+            hash,
+            queue_hashes: Memo::new(MEMO_ENTRIES),
+            rings: Memo::new(MEMO_ENTRIES),
+        }
+    }
 
     /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed (the
     /// ring is empty and nobody gets anything); a negative count is an error, as in Java.
     pub fn new(virtual_node_count: i64) -> Result<Self, AllocateError> {
         let virtual_nodes = usize::try_from(virtual_node_count)
             .map_err(|_| AllocateError::IllegalVirtualNodeCount(virtual_node_count))?;
-        Ok(Self {
-            virtual_nodes,
-            hash: Arc::new(Md5Hash),
-        })
+        Ok(Self::with_parts(virtual_nodes, Arc::new(Md5Hash)))
     }
 
-    /// The same strategy with another hash function.
+    /// The same strategy with another hash function (and nothing remembered).
     pub fn with_hash(self, hash: impl HashFunction + 'static) -> Self {
-        Self {
-            hash: Arc::new(hash),
-            ..self
-        }
+        Self::with_parts(self.virtual_nodes, Arc::new(hash))
     }
 
     /// The number of virtual nodes per member.
@@ -75,53 +90,71 @@ impl ConsistentHash {
         self.virtual_nodes
     }
 
-    fn ring<'c>(&self, cid_all: &'c [ClientId]) -> Ring<'c> {
-        Ring::build(cid_all, self.virtual_nodes, &*self.hash)
+    fn ring(&self, cid_all: &[ClientId]) -> Arc<Ring> {
+        self.rings.get_or_insert_with(
+            |key| key == cid_all,
+            || {
+                let ring = Ring::build(cid_all, self.virtual_nodes, &*self.hash);
+                (cid_all.into(), ring)
+            },
+        )
     }
 
-    /// The ring node (an index into the ring's node list) owning each queue, in `mq_all` order.
-    fn owners<'q>(
-        &'q self,
-        ring: &'q Ring<'_>,
-        mq_all: &'q [MessageQueue],
-    ) -> impl Iterator<Item = Option<u32>> + 'q {
-        let mut key = String::with_capacity(96);
-        mq_all.iter().map(move |mq| {
-            key.clear();
-            // Writing to a String cannot fail.
-            let _ = write!(key, "{mq}");
-            ring.owner(self.hash.hash(&key))
-        })
+    /// The hash of every queue, in `mq_all` order.
+    fn queue_hashes(&self, mq_all: &[MessageQueue]) -> Arc<Vec<u64>> {
+        self.queue_hashes.get_or_insert_with(
+            |key| key == mq_all,
+            || {
+                let mut key = String::with_capacity(96);
+                let hashes = mq_all
+                    .iter()
+                    .map(|mq| {
+                        key.clear();
+                        // Writing to a String cannot fail.
+                        let _ = write!(key, "{mq}");
+                        self.hash.hash(&key)
+                    })
+                    .collect();
+                (mq_all.into(), hashes)
+            },
+        )
     }
 }
 
 impl Default for ConsistentHash {
     fn default() -> Self {
-        Self {
-            virtual_nodes: Self::DEFAULT_VIRTUAL_NODES as usize,
-            hash: Arc::new(Md5Hash),
-        }
+        Self::with_parts(Self::DEFAULT_VIRTUAL_NODES as usize, Arc::new(Md5Hash))
     }
 }
 
-/// The ring: points sorted by hash, each naming a node (a distinct client id).
-struct Ring<'c> {
-    points: Vec<(u64, u32)>,
-    nodes: Vec<&'c ClientId>,
+impl Clone for ConsistentHash {
+    /// The same parameters and hash function, with nothing remembered yet.
+    fn clone(&self) -> Self {
+        Self::with_parts(self.virtual_nodes, self.hash.clone())
+    }
 }
 
-impl<'c> Ring<'c> {
-    fn build(cid_all: &'c [ClientId], virtual_nodes: usize, hash: &dyn HashFunction) -> Self {
+/// The ring: points sorted by hash, each naming a node (a distinct client id, numbered in the
+/// order ids first appear in the member list).
+#[derive(Debug)]
+struct Ring {
+    points: Vec<(u64, u32)>,
+    /// The position in the member list of each node's first occurrence.
+    first_position: Vec<u32>,
+}
+
+impl Ring {
+    fn build(cid_all: &[ClientId], virtual_nodes: usize, hash: &dyn HashFunction) -> Self {
         let mut node_of: HashMap<&str, u32> = HashMap::with_capacity(cid_all.len());
-        let mut nodes: Vec<&ClientId> = Vec::with_capacity(cid_all.len());
+        let mut first_position: Vec<u32> = Vec::with_capacity(cid_all.len());
         let mut points_held: Vec<usize> = Vec::with_capacity(cid_all.len());
         let mut owner: HashMap<u64, u32> = HashMap::with_capacity(cid_all.len() * virtual_nodes);
         let mut key = String::with_capacity(64);
-        for cid in cid_all {
+        for (position, cid) in cid_all.iter().enumerate() {
             let node = *node_of.entry(cid.as_str()).or_insert_with(|| {
-                nodes.push(cid);
+                first_position.push(position as u32);
                 points_held.push(0);
-                (nodes.len() - 1) as u32
+                (first_position.len() - 1) as u32
             });
             // Suffixes continue from the points this id still holds (Java counts them on the ring).
             let first = points_held[node as usize];
@@ -136,7 +169,10 @@ impl<'c> Ring<'c> {
         }
         let mut points: Vec<(u64, u32)> = owner.into_iter().collect();
         points.sort_unstable_by_key(|&(h, _)| h);
-        Self { points, nodes }
+        Self {
+            points,
+            first_position,
+        }
     }
 
     /// The node of the first point at or after `h`, wrapping around.
@@ -148,10 +184,11 @@ impl<'c> Ring<'c> {
             .map(|&(_, n)| n)
     }
 
-    fn node(&self, cid: &str) -> Option<u32> {
-        self.nodes
+    /// The node of `cid`, given the member list the ring was built from.
+    fn node(&self, cid_all: &[ClientId], cid: &str) -> Option<u32> {
+        self.first_position
             .iter()
-            .position(|c| c.as_str() == cid)
+            .position(|&p| cid_all[p as usize].as_str() == cid)
             .map(|i| i as u32)
     }
 }
@@ -172,13 +209,14 @@ impl AllocateStrategy for ConsistentHash {
             return Ok(Vec::new());
         }
         let ring = self.ring(cid_all);
-        let Some(me) = ring.node(current) else {
+        let Some(me) = ring.node(cid_all, current) else {
             return Ok(Vec::new());
         };
-        Ok(self
-            .owners(&ring, mq_all)
+        let hashes = self.queue_hashes(mq_all);
+        Ok(hashes
+            .iter()
             .zip(mq_all)
-            .filter(|(owner, _)| *owner == Some(me))
+            .filter(|&(&h, _)| ring.owner(h) == Some(me))
             .map(|(_, mq)| mq.clone())
             .collect())
     }
@@ -191,9 +229,10 @@ impl AllocateStrategy for ConsistentHash {
     ) -> Result<Plan<'a>, AllocateError> {
         validate_group(mq_all, cid_all)?;
         let ring = self.ring(cid_all);
-        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.nodes.len()];
-        for (p, owner) in self.owners(&ring, mq_all).enumerate() {
-            if let Some(node) = owner {
+        let hashes = self.queue_hashes(mq_all);
+        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.first_position.len()];
+        for (p, &h) in hashes.iter().enumerate() {
+            if let Some(node) = ring.owner(h) {
                 by_node[node as usize].push(p as u32);
             }
         }
@@ -239,6 +278,40 @@ mod tests {
                 s.allocate("G", cid, &mqs, &cids).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn remembered_hashes_and_rings_give_the_same_answers() {
+        let shared = ConsistentHash::default();
+        let mqs = queues(64);
+        let groups = [
+            clients(&["a", "b", "c"]),
+            clients(&["a", "b"]),
+            clients(&["a", "a", "", "b"]),
+            clients(&["a", "b", "c"]),
+        ];
+        for cids in &groups {
+            let cold = ConsistentHash::default();
+            assert_eq!(
+                shared.plan("G", &mqs, cids).unwrap().to_lists(),
+                cold.plan("G", &mqs, cids).unwrap().to_lists()
+            );
+            for cid in cids.iter().filter(|c| !c.is_empty()) {
+                assert_eq!(
+                    shared.allocate("G", cid, &mqs, cids).unwrap(),
+                    cold.allocate("G", cid, &mqs, cids).unwrap()
+                );
+            }
+        }
+        // A clone starts empty, and another hash function never reuses MD5 results.
+        let constant = shared.clone().with_hash(Constant);
+        assert_eq!(
+            constant
+                .allocate("G", &groups[0][2], &mqs, &groups[0])
+                .unwrap()
+                .len(),
+            64
+        );
     }
 
     #[derive(Debug)]
