@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::plan::{Plan, distinct_members};
 use super::{AllocateError, AllocateStrategy, validate, validate_group};
-use crate::{ClientId, MessageQueue, java};
+use crate::{ClientId, MessageQueue};
 
 /// Only queues of brokers named `room@broker` whose room is configured, divided among all
 /// members; the leftover queues at the end of that list go one each to the first members.
@@ -30,16 +30,36 @@ impl ByMachineRoom {
     }
 
     fn eligible(&self, mq: &MessageQueue) -> bool {
-        let fields = java::split(&mq.broker_name, '@');
-        fields.len() == 2 && self.rooms.contains(fields[0])
+        room(&mq.broker_name).is_some_and(|r| self.rooms.contains(r))
     }
 
-    /// Positions (in `mq_all`) of the eligible queues.
+    /// Positions (in `mq_all`) of the eligible queues. Queues of one broker usually come
+    /// together, so the broker name is examined once per run of queues sharing it.
     fn filter(&self, mq_all: &[MessageQueue]) -> Vec<u32> {
+        let mut last: Option<(&Arc<str>, bool)> = None;
         (0..mq_all.len() as u32)
-            .filter(|&p| self.eligible(&mq_all[p as usize]))
+            .filter(|&p| {
+                let broker = &mq_all[p as usize].broker_name;
+                match last {
+                    Some((b, ok)) if Arc::ptr_eq(b, broker) => ok,
+                    _ => {
+                        let ok = self.eligible(&mq_all[p as usize]);
+                        last = Some((broker, ok));
+                        ok
+                    }
+                }
+            })
             .collect()
     }
+}
+
+/// The room of a broker name when Java's `brokerName.split("@")` gives exactly two fields (the
+/// first), without building the fields: trailing empty fields are dropped, so what remains
+/// after trimming trailing `@` must contain exactly one `@`.
+fn room(broker: &str) -> Option<&str> {
+    let trimmed = broker.trim_end_matches('@');
+    let (room, rest) = trimmed.split_once('@')?;
+    (!rest.contains('@')).then_some(room)
 }
 
 /// Positions in the filtered list for the member at position `i` of `n`.
@@ -105,6 +125,29 @@ mod tests {
             got,
             [vec![0, 1, 8], vec![2, 3, 9], vec![4, 5, 10], vec![6, 7]]
         );
+    }
+
+    #[test]
+    fn room_agrees_with_java_split() {
+        for name in [
+            "roomA@b1",
+            "roomA@b1@",
+            "roomA@b1@@",
+            "@b4",
+            "roomA@",
+            "roomA@b@x",
+            "roomA@@b",
+            "@",
+            "@@",
+            "",
+            "plain",
+            "a@b@",
+            "@a@",
+        ] {
+            let fields = crate::java::split(name, '@');
+            let expected = (fields.len() == 2).then(|| fields[0]);
+            assert_eq!(room(name), expected, "{name:?}");
+        }
     }
 
     #[test]

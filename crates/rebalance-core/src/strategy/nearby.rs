@@ -12,6 +12,9 @@ use crate::{ClientId, MessageQueue, java};
 /// Tells which machine room a broker and a consumer are in.
 pub trait MachineRoomResolver: Send + Sync + fmt::Debug {
     /// The room of a queue's broker; `None` or empty when unknown (an error for the strategy).
+    ///
+    /// It depends on the broker only: the strategy asks once for each run of consecutive queues
+    /// with the same broker name and reuses the answer for the rest of the run.
     fn broker_room<'q>(&self, mq: &'q MessageQueue) -> Option<Cow<'q, str>>;
     /// The room of a consumer; `None` or empty when unknown (an error for the strategy).
     fn consumer_room<'c>(&self, cid: &'c ClientId) -> Option<Cow<'c, str>>;
@@ -53,21 +56,34 @@ struct Rooms<'s> {
 }
 
 impl<'s> Rooms<'s> {
+    /// Groups `items` by room. `same_room` says when an item is sure to be in the room of the
+    /// item before it (the resolver is then not asked again).
     fn group<T: 's>(
         items: &'s [T],
         room_of: impl Fn(&'s T) -> Option<Cow<'s, str>>,
+        same_room: impl Fn(&T, &T) -> bool,
         missing: impl Fn(&T) -> AllocateError,
     ) -> Result<Self, AllocateError> {
         let mut index: HashMap<Cow<'s, str>, usize> = HashMap::new();
         let mut rooms: Vec<(Cow<'s, str>, Vec<u32>)> = Vec::new();
+        let mut last: Option<usize> = None;
         for (p, item) in items.iter().enumerate() {
+            if let Some(slot) = last.filter(|_| p > 0 && same_room(&items[p - 1], item)) {
+                rooms[slot].1.push(p as u32);
+                continue;
+            }
             let room = room_of(item)
                 .filter(|r| !r.is_empty())
                 .ok_or_else(|| missing(item))?;
-            let slot = *index.entry(room.clone()).or_insert_with(|| {
-                rooms.push((room, Vec::new()));
-                rooms.len() - 1
-            });
+            // Sorted input keeps a room's items together: skip the lookup while it repeats.
+            let slot = match last {
+                Some(slot) if rooms[slot].0 == room => slot,
+                _ => *index.entry(room.clone()).or_insert_with(|| {
+                    rooms.push((room, Vec::new()));
+                    rooms.len() - 1
+                }),
+            };
+            last = Some(slot);
             rooms[slot].1.push(p as u32);
         }
         rooms.sort_by(|a, b| java::compare_str(&a.0, &b.0));
@@ -82,11 +98,25 @@ impl<'s> Rooms<'s> {
     }
 }
 
-fn pick<T: Clone>(items: &[T], positions: &[u32]) -> Vec<T> {
-    positions
-        .iter()
-        .map(|&p| items[p as usize].clone())
-        .collect()
+/// The items at `positions`: a slice of `items` when the positions are consecutive (a room of
+/// sorted input), a copy otherwise.
+fn pick<'a, T: Clone>(items: &'a [T], positions: &[u32]) -> Cow<'a, [T]> {
+    let contiguous = positions.first().is_some_and(|&first| {
+        positions
+            .iter()
+            .enumerate()
+            .all(|(k, &p)| p as usize == first as usize + k)
+    });
+    if contiguous {
+        let start = positions[0] as usize;
+        return Cow::Borrowed(&items[start..start + positions.len()]);
+    }
+    Cow::Owned(
+        positions
+            .iter()
+            .map(|&p| items[p as usize].clone())
+            .collect(),
+    )
 }
 
 impl MachineRoomNearby {
@@ -114,11 +144,13 @@ impl MachineRoomNearby {
         let queue_rooms = Rooms::group(
             mq_all,
             |mq| self.resolver.broker_room(mq),
+            |a, b| Arc::ptr_eq(&a.broker_name, &b.broker_name) || a.broker_name == b.broker_name,
             |mq| AllocateError::NoRoomForQueue(mq.clone()),
         )?;
         let consumer_rooms = Rooms::group(
             cid_all,
             |cid| self.resolver.consumer_room(cid),
+            |_, _| false,
             |cid| AllocateError::NoRoomForConsumer(cid.clone()),
         )?;
         Ok((queue_rooms, consumer_rooms))
@@ -187,7 +219,7 @@ impl AllocateStrategy for MachineRoomNearby {
         for (room, queue_positions) in &queue_rooms.rooms {
             let room_mqs = pick(mq_all, queue_positions);
             let (cids, target) = match consumer_rooms.get(room) {
-                Some(cid_positions) => (Cow::Owned(pick(cid_all, cid_positions)), &mut own),
+                Some(cid_positions) => (pick(cid_all, cid_positions), &mut own),
                 None => (Cow::Borrowed(cid_all), &mut orphan),
             };
             let room_plan = self.inner.plan(group, &room_mqs, &cids)?;
@@ -242,6 +274,27 @@ mod tests {
                 s.allocate("G", cid, &mqs, &cids).unwrap()
             );
         }
+    }
+
+    #[test]
+    fn rooms_apart_in_the_input_are_copied_and_give_the_same_plan() {
+        let s = MachineRoomNearby::new(Arc::new(Averagely));
+        // Not sorted: room a's queues are not next to each other.
+        let mqs = vec![mq("a@b1", 0), mq("b@b2", 0), mq("a@b1", 1), mq("b@b2", 1)];
+        let cids = clients(&["a@1", "b@1"]);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        assert_eq!(
+            plan.share("a@1").unwrap().to_vec(),
+            vec![mq("a@b1", 0), mq("a@b1", 1)]
+        );
+        for cid in &cids {
+            assert_eq!(
+                plan.share(cid).unwrap().to_vec(),
+                s.allocate("G", cid, &mqs, &cids).unwrap()
+            );
+        }
+        assert!(matches!(pick(&mqs, &[0, 2]), Cow::Owned(_)));
+        assert!(matches!(pick(&mqs, &[1, 2, 3]), Cow::Borrowed(_)));
     }
 
     #[test]
