@@ -142,7 +142,7 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
         }
         free.clear();
         for g in layout.offsets[t]..layout.offsets[t + 1] {
-            let m = ctx.claims.claim[g as usize];
+            let m = ctx.claims.claimant(g);
             if m < CONFLICT && cell_of[m as usize] != NONE && !ctx.rack_mismatch(g, t as u32, m) {
                 let cell = &mut cells.cells[cell_of[m as usize] as usize];
                 let count = if ctx.claims.costly(g) {

@@ -29,7 +29,7 @@ pub(super) fn place(
         slot_of[s.member as usize] = i as u32;
     }
     let claimant_slot = |g: u32, slots: &[Slot], slot_of: &[u32]| -> Option<usize> {
-        let m = ctx.claims.claim[g as usize];
+        let m = ctx.claims.claimant(g);
         if m >= CONFLICT {
             return None;
         }
