@@ -4,8 +4,12 @@
 pub mod allocate;
 pub mod args;
 pub mod assign;
+pub mod bench;
+pub mod compare;
 pub mod jsonl;
 pub mod plan;
 pub mod produce_sim;
+pub mod rng;
 pub mod sim;
 pub mod table;
+pub mod workload;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use rebalance_cli::{allocate, assign, jsonl, plan, produce_sim, sim};
+use rebalance_cli::{bench, compare};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
 
@@ -49,11 +50,17 @@ enum Command {
         #[arg(long)]
         pretty: bool,
     },
+    /// Time a strategy or an assignor on the workloads of the Java reference timings.
+    Bench(bench::BenchArgs),
+    /// Compare strategies: balance, and queues moved when members join and leave.
+    Compare(compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Bench(args) => run_bench(&args),
+        Command::Compare(args) => run_compare(&args),
         Command::Allocate { file, pretty } => run_allocate(file, pretty),
         Command::Assign { file, pretty } => run_assign(file, pretty),
         Command::Simulate(args) => run_simulate(&args),
@@ -154,5 +161,36 @@ fn exit_code(summary: jsonl::Summary) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn run_bench(args: &bench::BenchArgs) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match bench::run(args, &mut out) {
+        Ok(()) => {
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(bench::BenchError::Io(e)) => Err(e),
+        Err(e) => {
+            eprintln!("rebalance bench: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn run_compare(args: &compare::CompareArgs) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match compare::run(args, &mut out) {
+        Ok(_) => {
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(compare::CompareError::Io(e)) => Err(e),
+        Err(e) => {
+            out.flush()?;
+            eprintln!("rebalance compare: {e}");
+            Ok(ExitCode::from(2))
+        }
     }
 }

@@ -191,15 +191,7 @@ impl QueueListener for Recorder {
 }
 
 /// The id of client `i`, built like the Java reference timings' ids.
-pub fn client_id(i: usize) -> ClientId {
-    ClientId::from(format!(
-        "room{}@10.0.{}.{}@{}",
-        i % 3,
-        i / 250,
-        i % 250 + 1,
-        20000 + i
-    ))
-}
+pub use crate::workload::client_id;
 
 /// The route of a topic with `queues` queues over `brokers` brokers named `room{b mod 3}@broker-{b}`.
 pub fn route(queues: i32, brokers: usize) -> TopicRoute {
@@ -237,25 +229,8 @@ pub fn route(queues: i32, brokers: usize) -> TopicRoute {
     }
 }
 
-/// A small, seeded generator (SplitMix64): the simulator needs reproducible jitter, not
-/// cryptographic randomness.
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// Seeds it.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next value.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-}
+/// The seeded generator of the start-up jitter.
+pub use crate::rng::SplitMix64;
 
 struct SimClient {
     id: ClientId,

@@ -1,0 +1,243 @@
+//! `rebalance bench --assignor`: one group assignment on the Kafka reference workload, initially
+//! or after a member left.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rebalance_core::assignor::{AssignorRegistry, GroupAssignment, GroupSubscription};
+use rebalance_core::strategy::Params;
+use serde_json::{Value, json};
+
+use super::BenchError;
+use super::strategy::human;
+use super::timing::{Measured, Sampling, measure, round3};
+use crate::workload;
+
+/// Which assignment is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scenario {
+    /// The first assignment of a fresh group.
+    #[default]
+    Initial,
+    /// The re-assignment after `consumer-{M/2}` left, everyone else owning its first
+    /// assignment at generation 1.
+    MemberLeft,
+}
+
+impl Scenario {
+    /// The name on the command line and in the JSON line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scenario::Initial => "initial",
+            Scenario::MemberLeft => "member_left",
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "initial" => Ok(Scenario::Initial),
+            "member_left" | "member-left" => Ok(Scenario::MemberLeft),
+            _ => Err(format!("unknown scenario `{s}` (initial, member_left)")),
+        }
+    }
+}
+
+/// An assignor benchmark case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AssignorCase {
+    /// The assignor's registered name.
+    pub assignor: String,
+    /// Topics.
+    pub topics: usize,
+    /// Partitions per topic.
+    pub partitions: u32,
+    /// Members at the start.
+    pub members: usize,
+    /// What is timed.
+    pub scenario: Scenario,
+    /// Seeds the topic names.
+    pub seed: u64,
+    /// Exactly this many samples, or fitted into about a second.
+    pub runs: Option<usize>,
+}
+
+/// What an assignor benchmark measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssignorResult {
+    /// The case.
+    pub case: AssignorCase,
+    /// The timed assignment (median, µs).
+    pub assign: Measured,
+    /// Partitions that a remaining member owned but lost (0 for `initial`).
+    pub moved: usize,
+    /// Partitions the departed member owned (0 for `initial`).
+    pub orphaned: usize,
+    /// The smallest and largest share of the timed assignment.
+    pub sizes: (usize, usize),
+}
+
+/// Runs an assignor benchmark case.
+pub fn run(case: &AssignorCase, registry: &AssignorRegistry) -> Result<AssignorResult, BenchError> {
+    if case.topics == 0 || case.partitions == 0 || case.members == 0 {
+        return Err(BenchError::Arguments(
+            "--topics, --partitions and --members must be at least 1".into(),
+        ));
+    }
+    let assignor = registry.build(&case.assignor, &Params::new())?;
+    let topics = workload::topic_names(case.topics, case.seed);
+    let group = workload::kafka_group(&topics, case.partitions, case.members);
+    let assign_error = |e| BenchError::Assign(case.assignor.clone(), e);
+    let (timed, orphaned) = match case.scenario {
+        Scenario::Initial => (group, 0),
+        Scenario::MemberLeft => {
+            let first = assignor.assign(&group).map_err(assign_error)?;
+            let leaving = workload::leaving_member(case.members);
+            let orphaned = first.get(&leaving).map_or(0, |p| p.len());
+            (
+                workload::after_assignment(&group, &first, 1, &leaving),
+                orphaned,
+            )
+        }
+    };
+    if timed.members.is_empty() {
+        return Err(BenchError::Arguments(
+            "member_left needs at least two members".into(),
+        ));
+    }
+    let mut last: Option<GroupAssignment> = None;
+    let assign = measure(Sampling::within_a_second(9, case.runs), || {
+        assignor.assign(&timed).map(|a| {
+            let n = a.assigned_count();
+            last = Some(a);
+            n
+        })
+    })
+    .map_err(assign_error)?;
+    let result = last.unwrap_or_else(|| GroupAssignment::from_lists(Vec::<(String, _)>::new()));
+    let shares: Vec<usize> = result.iter().map(|(_, p)| p.len()).collect();
+    let sizes = (
+        shares.iter().copied().min().unwrap_or(0),
+        shares.iter().copied().max().unwrap_or(0),
+    );
+    Ok(AssignorResult {
+        moved: workload::moved(&timed, &result),
+        orphaned,
+        sizes,
+        assign,
+        case: case.clone(),
+    })
+}
+
+impl AssignorResult {
+    /// The JSON line: `{"assignor", "topics", "partitions", "members", "scenario", "median_us",
+    /// "moved"}`, then `runs`, `orphaned`, `min_share`, `max_share` and `seed`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "assignor": self.case.assignor,
+            "topics": self.case.topics,
+            "partitions": self.case.partitions,
+            "members": self.case.members,
+            "scenario": self.case.scenario.as_str(),
+            "median_us": round3(self.assign.median_us),
+            "moved": self.moved,
+            "runs": self.assign.runs,
+            "orphaned": self.orphaned,
+            "min_share": self.sizes.0,
+            "max_share": self.sizes.1,
+            "seed": self.case.seed,
+        })
+    }
+
+    /// One line for people.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{} {} topics={} partitions={} members={}: {} (median of {}), moved {}, orphaned {}, shares {}..{}",
+            self.case.assignor,
+            self.case.scenario,
+            self.case.topics,
+            self.case.partitions,
+            self.case.members,
+            human(self.assign.median_us),
+            self.assign.runs,
+            self.moved,
+            self.orphaned,
+            self.sizes.0,
+            self.sizes.1,
+        )
+    }
+}
+
+/// Builds the group a case times, for other harnesses (criterion) that time it themselves.
+pub fn timed_group(
+    case: &AssignorCase,
+    registry: &AssignorRegistry,
+) -> Result<GroupSubscription, BenchError> {
+    let assignor = registry.build(&case.assignor, &Params::new())?;
+    let topics = workload::topic_names(case.topics, case.seed);
+    let group = workload::kafka_group(&topics, case.partitions, case.members);
+    match case.scenario {
+        Scenario::Initial => Ok(group),
+        Scenario::MemberLeft => {
+            let first = assignor
+                .assign(&group)
+                .map_err(|e| BenchError::Assign(case.assignor.clone(), e))?;
+            Ok(workload::after_assignment(
+                &group,
+                &first,
+                1,
+                &workload::leaving_member(case.members),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn member_left_on_a_small_group_moves_nothing_with_sticky() {
+        let case = AssignorCase {
+            assignor: "sticky".into(),
+            topics: 3,
+            partitions: 8,
+            members: 5,
+            scenario: Scenario::MemberLeft,
+            seed: 1,
+            runs: Some(3),
+        };
+        let r = run(&case, &AssignorRegistry::default()).unwrap();
+        assert_eq!(r.moved, 0);
+        assert!(r.orphaned > 0);
+        assert!(r.sizes.1 - r.sizes.0 <= 1);
+        let v = r.to_json();
+        for key in [
+            "assignor",
+            "topics",
+            "partitions",
+            "members",
+            "scenario",
+            "median_us",
+            "moved",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing from {v}");
+        }
+        assert_eq!(v["scenario"], "member_left");
+    }
+
+    #[test]
+    fn scenarios_parse() {
+        assert_eq!("initial".parse(), Ok(Scenario::Initial));
+        assert_eq!("member_left".parse(), Ok(Scenario::MemberLeft));
+        assert!("other".parse::<Scenario>().is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! `rebalance bench`: time a strategy or an assignor on the workloads of the Java reference
+//! timings (see [`workload`](crate::workload)), so the figures compare with Java's
+//! (`BENCHMARKS.md`).
+//!
+//! - `rebalance bench --strategy NAME [--param key=value]... --queues Q --consumers N [--json]`:
+//!   after a warm-up, the median of several runs of one `allocate` for the consumer at position
+//!   N/2 and of the whole group's plan. JSON: `{"strategy", "queues", "consumers", "single_us",
+//!   "plan_us", "runs", ...}`.
+//! - `rebalance bench --assignor NAME --topics T --partitions P --members M --scenario
+//!   initial|member_left [--json]`: the median time of one assignment. JSON: `{"assignor",
+//!   "topics", "partitions", "members", "scenario", "median_us", "moved", ...}`.
+
+pub mod assignor;
+pub mod strategy;
+pub mod timing;
+
+use std::io::Write;
+
+use rebalance_core::AllocateError;
+use rebalance_core::assignor::{AssignError, AssignorConfigError, AssignorRegistry};
+use rebalance_core::strategy::{StrategyConfigError, StrategyRegistry};
+use serde_json::Value;
+
+pub use assignor::{AssignorCase, AssignorResult, Scenario};
+pub use strategy::{StrategyCase, StrategyResult};
+
+use crate::args::{params, parse_param};
+
+/// The command's arguments.
+#[derive(Debug, Clone, clap::Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["strategy", "assignor"])))]
+pub struct BenchArgs {
+    /// Time a per-topic allocation strategy (with --queues and --consumers).
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// A strategy parameter, `key=value` (repeatable).
+    #[arg(long = "param", value_parser = parse_param, requires = "strategy")]
+    pub params: Vec<(String, Value)>,
+    /// Queues of the topic (strategy).
+    #[arg(long, requires = "strategy")]
+    pub queues: Option<usize>,
+    /// Consumers of the group (strategy).
+    #[arg(long, requires = "strategy")]
+    pub consumers: Option<usize>,
+    /// Time a group assignor (with --topics, --partitions, --members).
+    #[arg(long)]
+    pub assignor: Option<String>,
+    /// Topics (assignor).
+    #[arg(long, requires = "assignor")]
+    pub topics: Option<usize>,
+    /// Partitions per topic (assignor).
+    #[arg(long, requires = "assignor")]
+    pub partitions: Option<u32>,
+    /// Members (assignor).
+    #[arg(long, requires = "assignor")]
+    pub members: Option<usize>,
+    /// What to time (assignor): the first assignment, or the one after consumer-{M/2} left.
+    #[arg(long, default_value = "initial", requires = "assignor")]
+    pub scenario: Scenario,
+    /// Seeds the topic names (assignor).
+    #[arg(long, default_value_t = crate::workload::DEFAULT_TOPIC_SEED)]
+    pub seed: u64,
+    /// Exactly this many timed runs (default: as many as fit in about a second, 3 at least).
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// One JSON line instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Bad or missing arguments.
+    #[error("{0}")]
+    Arguments(String),
+    /// The strategy could not be built.
+    #[error(transparent)]
+    Strategy(#[from] StrategyConfigError),
+    /// The assignor could not be built.
+    #[error(transparent)]
+    Assignor(#[from] AssignorConfigError),
+    /// The strategy refused the workload.
+    #[error("strategy `{0}` failed: {1}")]
+    Allocate(String, AllocateError),
+    /// The assignor refused the workload.
+    #[error("assignor `{0}` failed: {1}")]
+    Assign(String, AssignError),
+    /// Writing the result failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Runs the benchmark the arguments name and writes its result to `out`.
+pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), BenchError> {
+    let missing = |what: &str| BenchError::Arguments(format!("{what} is required"));
+    let (json, text) = if let Some(name) = &args.strategy {
+        let case = StrategyCase {
+            strategy: name.clone(),
+            params: params(&args.params),
+            queues: args.queues.ok_or_else(|| missing("--queues"))?,
+            consumers: args.consumers.ok_or_else(|| missing("--consumers"))?,
+            runs: args.runs,
+        };
+        let result = strategy::run(&case, &StrategyRegistry::default())?;
+        (result.to_json(), result.to_text())
+    } else if let Some(name) = &args.assignor {
+        let case = AssignorCase {
+            assignor: name.clone(),
+            topics: args.topics.ok_or_else(|| missing("--topics"))?,
+            partitions: args.partitions.ok_or_else(|| missing("--partitions"))?,
+            members: args.members.ok_or_else(|| missing("--members"))?,
+            scenario: args.scenario,
+            seed: args.seed,
+            runs: args.runs,
+        };
+        let result = assignor::run(&case, &AssignorRegistry::default())?;
+        (result.to_json(), result.to_text())
+    } else {
+        return Err(missing("--strategy or --assignor"));
+    };
+    if args.json {
+        writeln!(out, "{json}")?;
+    } else {
+        writeln!(out, "{text}")?;
+    }
+    Ok(())
+}

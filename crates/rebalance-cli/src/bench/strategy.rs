@@ -1,0 +1,232 @@
+//! `rebalance bench --strategy`: one `allocate` and the whole group's plan, on the Java
+//! reference workload.
+
+use std::time::Instant;
+
+use rebalance_core::strategy::{Params, StrategyRegistry};
+use rebalance_core::{AllocateError, ClientId, MessageQueue};
+use serde_json::{Value, json};
+
+use super::BenchError;
+use super::timing::{Measured, Sampling, measure, median, round3};
+use crate::workload;
+
+/// The group name passed to the strategies (only logs use it).
+const GROUP: &str = "bench";
+/// Fresh strategy values timed for the cold plan (fewer when one call is slow).
+const COLD_RUNS: usize = 3;
+
+/// A strategy benchmark case.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategyCase {
+    /// The strategy's registered name.
+    pub strategy: String,
+    /// Its parameters; see [`with_reference_params`] for the defaults filled in.
+    pub params: Params,
+    /// Queues of the topic.
+    pub queues: usize,
+    /// Consumers of the group.
+    pub consumers: usize,
+    /// Exactly this many samples of each measurement, or fitted into about a second.
+    pub runs: Option<usize>,
+}
+
+/// What a strategy benchmark measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StrategyResult {
+    /// The case.
+    pub case: StrategyCase,
+    /// One `allocate` for the consumer at position N/2 (median, µs).
+    pub single: Measured,
+    /// The whole group's plan (median, µs), on a strategy value that has seen the inputs before.
+    pub plan: Measured,
+    /// The whole group's plan on freshly built strategy values (median of up to 3, µs): what
+    /// the first round costs when a strategy keeps results between rounds.
+    pub cold_plan_us: f64,
+    /// Queues in the plan (a check that it covered the topic).
+    pub assigned: usize,
+}
+
+/// Fills in the parameters the Java reference timings used when the case does not name them:
+/// `by_machine_room` consumes rooms `room0,room1`; `by_config` is configured with the first
+/// ceil(Q/N) queues.
+pub fn with_reference_params(
+    strategy: &str,
+    mut params: Params,
+    mq_all: &[MessageQueue],
+    consumers: usize,
+) -> Params {
+    match strategy {
+        "by_machine_room" | "MACHINE_ROOM" => {
+            params
+                .entry("consumer_idcs")
+                .or_insert_with(|| json!("room0,room1"));
+        }
+        "by_config" | "CONFIG" => {
+            params.entry("message_queue_list").or_insert_with(|| {
+                let n = mq_all.len().div_ceil(consumers.max(1));
+                Value::Array(mq_all[..n].iter().map(|q| q.to_json_triple()).collect())
+            });
+        }
+        _ => {}
+    }
+    params
+}
+
+/// Runs a strategy benchmark case.
+pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyResult, BenchError> {
+    if case.queues == 0 || case.consumers == 0 {
+        return Err(BenchError::Arguments(
+            "--queues and --consumers must be at least 1".into(),
+        ));
+    }
+    let mq_all = workload::queues(case.queues);
+    let cid_all = workload::client_ids(case.consumers);
+    let params =
+        with_reference_params(&case.strategy, case.params.clone(), &mq_all, case.consumers);
+    let build = || registry.build(&case.strategy, &params);
+    let strategy = build()?;
+    let current: &ClientId = &cid_all[case.consumers / 2];
+    let allocate_error = |e: AllocateError| BenchError::Allocate(case.strategy.clone(), e);
+
+    let mut cold = Vec::with_capacity(COLD_RUNS);
+    let mut assigned = 0;
+    for _ in 0..COLD_RUNS {
+        let fresh = build()?;
+        let start = Instant::now();
+        let plan = fresh
+            .plan(GROUP, &mq_all, &cid_all)
+            .map_err(allocate_error)?;
+        cold.push(start.elapsed().as_secs_f64() * 1e6);
+        assigned = plan.assigned_count();
+        drop(plan);
+        if cold[0] > 2e6 {
+            break;
+        }
+    }
+    let plan = measure(Sampling::within_a_second(9, case.runs), || {
+        strategy
+            .plan(GROUP, &mq_all, &cid_all)
+            .map(|p| p.assigned_count())
+    })
+    .map_err(allocate_error)?;
+    let single = measure(Sampling::within_a_second(15, case.runs), || {
+        strategy.allocate(GROUP, current, &mq_all, &cid_all)
+    })
+    .map_err(allocate_error)?;
+    Ok(StrategyResult {
+        case: StrategyCase {
+            params,
+            ..case.clone()
+        },
+        single,
+        plan,
+        cold_plan_us: median(&mut cold),
+        assigned,
+    })
+}
+
+impl StrategyResult {
+    /// The JSON line: `{"strategy", "queues", "consumers", "single_us", "plan_us", "runs"}`,
+    /// then `cold_plan_us`, `single_runs`, `assigned` and `params`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "strategy": self.case.strategy,
+            "queues": self.case.queues,
+            "consumers": self.case.consumers,
+            "single_us": round3(self.single.median_us),
+            "plan_us": round3(self.plan.median_us),
+            "runs": self.plan.runs,
+            "cold_plan_us": round3(self.cold_plan_us),
+            "single_runs": self.single.runs,
+            "assigned": self.assigned,
+            "params": shown_params(&self.case.params),
+        })
+    }
+
+    /// One line for people.
+    pub fn to_text(&self) -> String {
+        format!(
+            "{} queues={} consumers={}: allocate {} (median of {}), plan {} (median of {}), first plan {}",
+            self.case.strategy,
+            self.case.queues,
+            self.case.consumers,
+            human(self.single.median_us),
+            self.single.runs,
+            human(self.plan.median_us),
+            self.plan.runs,
+            human(self.cold_plan_us),
+        )
+    }
+}
+
+/// The parameters as echoed in the JSON line: a long list is summarized by its length.
+fn shown_params(params: &Params) -> Value {
+    let shown: Params = params
+        .iter()
+        .map(|(k, v)| match v {
+            Value::Array(items) if items.len() > 8 => {
+                (k.clone(), json!(format!("<{} items>", items.len())))
+            }
+            _ => (k.clone(), v.clone()),
+        })
+        .collect();
+    Value::Object(shown)
+}
+
+/// `12.3 µs`, `4.56 ms`, `1.23 s`.
+pub fn human(us: f64) -> String {
+    if us < 1_000.0 {
+        format!("{us:.2} µs")
+    } else if us < 1_000_000.0 {
+        format!("{:.2} ms", us / 1_000.0)
+    } else {
+        format!("{:.2} s", us / 1_000_000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_params_are_filled_in_only_when_missing() {
+        let mq = workload::queues(10);
+        let p = with_reference_params("by_config", Params::new(), &mq, 3);
+        assert_eq!(p["message_queue_list"].as_array().unwrap().len(), 4);
+        let mut long = Params::new();
+        long.insert("message_queue_list".into(), json!(vec![1; 20]));
+        assert_eq!(shown_params(&long)["message_queue_list"], "<20 items>");
+        let p = with_reference_params("by_machine_room", Params::new(), &mq, 3);
+        assert_eq!(p["consumer_idcs"], "room0,room1");
+        let mut given = Params::new();
+        given.insert("consumer_idcs".into(), json!("room2"));
+        let p = with_reference_params("by_machine_room", given, &mq, 3);
+        assert_eq!(p["consumer_idcs"], "room2");
+    }
+
+    #[test]
+    fn a_small_case_runs_and_reports_every_field() {
+        let case = StrategyCase {
+            strategy: "averagely".into(),
+            params: Params::new(),
+            queues: 64,
+            consumers: 8,
+            runs: Some(3),
+        };
+        let r = run(&case, &StrategyRegistry::default()).unwrap();
+        assert_eq!(r.assigned, 64);
+        let v = r.to_json();
+        for key in [
+            "strategy",
+            "queues",
+            "consumers",
+            "single_us",
+            "plan_us",
+            "runs",
+        ] {
+            assert!(v.get(key).is_some(), "{key} missing from {v}");
+        }
+        assert_eq!(v["runs"], 3);
+    }
+}

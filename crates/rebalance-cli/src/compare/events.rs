@@ -1,0 +1,139 @@
+//! Membership events: `join` (a member with a fresh id) and `leave:i` (the member at position
+//! `i` of the current sorted list; `leave` alone picks a position with the seeded generator).
+
+use std::fmt;
+use std::str::FromStr;
+
+use rebalance_core::ClientId;
+
+use crate::rng::SplitMix64;
+use crate::workload;
+
+/// One membership event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A member with a fresh id joins.
+    Join,
+    /// The member at this position of the sorted list leaves; `None` picks one at random.
+    Leave(Option<usize>),
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Join => f.write_str("join"),
+            Event::Leave(Some(i)) => write!(f, "leave:{i}"),
+            Event::Leave(None) => f.write_str("leave"),
+        }
+    }
+}
+
+impl FromStr for Event {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "join" => Ok(Event::Join),
+            "leave" => Ok(Event::Leave(None)),
+            other => match other.strip_prefix("leave:") {
+                Some(i) => i
+                    .trim()
+                    .parse()
+                    .map(|i| Event::Leave(Some(i)))
+                    .map_err(|_| format!("`{other}`: the position after leave: must be a number")),
+                None => Err(format!("unknown event `{other}` (join, leave, leave:i)")),
+            },
+        }
+    }
+}
+
+/// Parses `join,leave:3,join,leave:0`.
+pub fn parse_events(text: &str) -> Result<Vec<Event>, String> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// A group's member list as events change it: always sorted, fresh ids continuing the
+/// workload's numbering.
+#[derive(Debug, Clone)]
+pub struct Members {
+    ids: Vec<ClientId>,
+    next_id: usize,
+}
+
+impl Members {
+    /// Members `0..n` of the workload, sorted.
+    pub fn new(n: usize) -> Self {
+        Self {
+            ids: workload::client_ids(n),
+            next_id: n,
+        }
+    }
+
+    /// The current sorted list.
+    pub fn ids(&self) -> &[ClientId] {
+        &self.ids
+    }
+
+    /// Applies `event` and says what happened (`join room1@...`, `leave:3 room0@...`).
+    pub fn apply(&mut self, event: Event, rng: &mut SplitMix64) -> Result<String, String> {
+        match event {
+            Event::Join => {
+                let id = workload::client_id(self.next_id);
+                self.next_id += 1;
+                let at = self.ids.partition_point(|c| c < &id);
+                self.ids.insert(at, id.clone());
+                Ok(format!("join {id}"))
+            }
+            Event::Leave(position) => {
+                if self.ids.len() <= 1 {
+                    return Err("the last member cannot leave".into());
+                }
+                let i = position.unwrap_or_else(|| rng.below(self.ids.len() as u64) as usize);
+                if i >= self.ids.len() {
+                    return Err(format!(
+                        "leave:{i}: there are only {} members",
+                        self.ids.len()
+                    ));
+                }
+                let id = self.ids.remove(i);
+                Ok(format!("leave:{i} {id}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_issue_example() {
+        assert_eq!(
+            parse_events("join,leave:3,join,leave:0").unwrap(),
+            [
+                Event::Join,
+                Event::Leave(Some(3)),
+                Event::Join,
+                Event::Leave(Some(0))
+            ]
+        );
+        assert!(parse_events("jump").is_err());
+        assert!(parse_events("leave:x").is_err());
+    }
+
+    #[test]
+    fn members_stay_sorted_and_fresh_ids_are_new() {
+        let mut m = Members::new(3);
+        let mut rng = SplitMix64::new(0);
+        m.apply(Event::Join, &mut rng).unwrap();
+        assert_eq!(m.ids().len(), 4);
+        assert!(m.ids().windows(2).all(|w| w[0] < w[1]));
+        let first = m.ids()[0].clone();
+        let what = m.apply(Event::Leave(Some(0)), &mut rng).unwrap();
+        assert!(what.contains(first.as_str()));
+        assert!(!m.ids().contains(&first));
+        assert!(m.apply(Event::Leave(Some(9)), &mut rng).is_err());
+    }
+}
