@@ -24,37 +24,48 @@ impl Ring {
     /// Builds the ring of `members` (distinct, non-empty ids).
     pub fn build(members: &[ClientId], virtual_nodes: usize) -> Self {
         let seeds: Vec<u64> = members.iter().map(member_seed).collect();
-        let total = members.len() * virtual_nodes;
-        // About 16 points (two cache lines) per bucket, so the index stays small enough to
-        // remain in cache.
-        let bucket_bits = (usize::BITS - (total / 16).leading_zeros()).clamp(1, 24);
-        let bucket = |p: u64| (p >> (64 - bucket_bits)) as usize;
-        let points = || {
-            seeds.iter().enumerate().flat_map(|(i, &seed)| {
+        let points: Vec<(u64, u32)> = seeds
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &seed)| {
                 (0..virtual_nodes as u64).map(move |k| (member_point(seed, k), i as u32))
             })
-        };
-        // Counting sort by bucket, then each (small) bucket on its own: the bucket index comes
-        // for free and no comparison sort runs over the whole ring.
-        let mut starts = vec![0u32; (1 << bucket_bits) + 1];
-        for (p, _) in points() {
-            starts[bucket(p) + 1] += 1;
+            .collect();
+        // Counting sort into buckets of about two points by the top bits, then each bucket on
+        // its own: no comparison sort runs over the whole ring.
+        let sort_bits = bits_for(points.len() / 2);
+        let mut next = vec![0u32; (1 << sort_bits) + 1];
+        for &(p, _) in &points {
+            next[(p >> (64 - sort_bits)) as usize + 1] += 1;
         }
-        for b in 1..starts.len() {
-            starts[b] += starts[b - 1];
+        for b in 1..next.len() {
+            next[b] += next[b - 1];
         }
-        let mut next: Vec<u32> = starts.clone();
-        let mut sorted = vec![(0u64, 0u32); total];
-        for (p, m) in points() {
-            let slot = &mut next[bucket(p)];
+        let bucket_starts = next.clone();
+        let mut sorted = vec![(0u64, 0u32); points.len()];
+        for &(p, m) in &points {
+            let slot = &mut next[(p >> (64 - sort_bits)) as usize];
             sorted[*slot as usize] = (p, m);
             *slot += 1;
         }
-        for b in 0..(1usize << bucket_bits) {
-            sorted[starts[b] as usize..starts[b + 1] as usize].sort_unstable();
+        for w in bucket_starts.windows(2) {
+            if w[1] - w[0] > 1 {
+                sorted[w[0] as usize..w[1] as usize].sort_unstable();
+            }
         }
         let positions: Vec<u64> = sorted.iter().map(|&(p, _)| p).collect();
         let owners: Vec<u32> = sorted.iter().map(|&(_, m)| m).collect();
+        // The lookup index: about 16 points (two cache lines) per bucket, so that it stays
+        // small enough to remain in cache.
+        let bucket_bits = bits_for(positions.len() / 16);
+        let mut starts = Vec::with_capacity((1 << bucket_bits) + 1);
+        let mut at = 0usize;
+        for b in 0..=(1u64 << bucket_bits) {
+            while at < positions.len() && (positions[at] >> (64 - bucket_bits)) < b {
+                at += 1;
+            }
+            starts.push(at as u32);
+        }
         let mut rank_order: Vec<u32> = (0..members.len() as u32).collect();
         rank_order.sort_by(|&a, &b| {
             member_rank(seeds[a as usize])
@@ -102,6 +113,11 @@ impl Ring {
         }
         caps
     }
+}
+
+/// Bits of a bucket number for about `n` buckets (1 to 24).
+fn bits_for(n: usize) -> u32 {
+    (usize::BITS - n.leading_zeros()).clamp(1, 24)
 }
 
 #[cfg(test)]
