@@ -8,7 +8,7 @@ use super::{Row, Summary};
 const WIDTH: f64 = 960.0;
 const PANEL_HEIGHT: f64 = 230.0;
 const LEFT: f64 = 70.0;
-const RIGHT: f64 = 300.0;
+const RIGHT: f64 = 270.0;
 const TOP: f64 = 50.0;
 const GAP: f64 = 80.0;
 const COLORS: [&str; 8] = [
@@ -100,6 +100,13 @@ fn draw_panel(svg: &mut String, p: &Panel<'_>) {
                 escape(event),
                 v
             );
+            let _ = writeln!(
+                svg,
+                r##"<text x="{:.1}" y="{:.1}" font-size="9" text-anchor="middle" fill="#333">{}</text>"##,
+                bx + bar_w / 2.0,
+                y(v) - 3.0,
+                v
+            );
             if let Some(marks) = &p.marks {
                 let m = marks[s][e];
                 let _ = writeln!(
@@ -130,21 +137,23 @@ fn draw_panel(svg: &mut String, p: &Panel<'_>) {
 /// summaries.
 pub fn chart(title: &str, rows: &[Row], summaries: &[Summary]) -> String {
     let strategies: Vec<String> = summaries.iter().map(|s| s.strategy.clone()).collect();
-    let mut events: Vec<String> = Vec::new();
+    // One column per step (events may repeat), labelled by the event.
+    let mut steps: Vec<(usize, String)> = Vec::new();
     for r in rows.iter().filter(|r| r.step > 0) {
-        if !events.contains(&r.event) {
-            events.push(r.event.clone());
+        if !steps.iter().any(|(step, _)| *step == r.step) {
+            steps.push((r.step, r.event.clone()));
         }
     }
+    let events: Vec<String> = steps.iter().map(|(_, e)| e.clone()).collect();
     let grid = |f: &dyn Fn(&Row) -> f64| -> Vec<Vec<f64>> {
         strategies
             .iter()
             .map(|s| {
-                events
+                steps
                     .iter()
-                    .map(|e| {
+                    .map(|(step, _)| {
                         rows.iter()
-                            .find(|r| &r.strategy == s && &r.event == e && r.step > 0)
+                            .find(|r| &r.strategy == s && r.step == *step)
                             .map_or(0.0, f)
                     })
                     .collect()
@@ -186,10 +195,10 @@ pub fn chart(title: &str, rows: &[Row], summaries: &[Summary]) -> String {
     );
     let lx = WIDTH - RIGHT + 20.0;
     for (s, summary) in summaries.iter().enumerate() {
-        let ly = TOP + 20.0 + 44.0 * s as f64;
+        let ly = TOP + 20.0 + 58.0 * s as f64;
         let _ = writeln!(
             svg,
-            r##"<rect x="{lx}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="13">{}</text><text x="{:.1}" y="{:.1}" font-size="11" fill="#444">moved {} / minimum {} ({}), worst spread {}</text>"##,
+            r##"<rect x="{lx}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}" font-size="13">{}</text><text x="{:.1}" y="{:.1}" font-size="11" fill="#444">moved {} / minimum {} ({})</text><text x="{:.1}" y="{:.1}" font-size="11" fill="#444">worst spread {}</text>"##,
             ly - 10.0,
             COLORS[s % COLORS.len()],
             lx + 18.0,
@@ -200,7 +209,25 @@ pub fn chart(title: &str, rows: &[Row], summaries: &[Summary]) -> String {
             summary.moved,
             summary.min_moves,
             summary.ratio_text(),
+            lx + 18.0,
+            ly + 30.0,
             summary.worst_spread
+        );
+    }
+    let note_y = TOP + 20.0 + 58.0 * summaries.len() as f64 + 10.0;
+    for (k, line) in [
+        "The minimum is what any plan with",
+        "shares within one of each other",
+        "must move; a strategy that keeps",
+        "shares uneven can move less.",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = writeln!(
+            svg,
+            r##"<text x="{lx}" y="{:.1}" font-size="11" fill="#666">{line}</text>"##,
+            note_y + 14.0 * k as f64
         );
     }
     svg.push_str("</svg>\n");
