@@ -59,13 +59,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => run_bench(&args),
-        Command::Compare(args) => run_compare(&args),
+        Command::Bench(args) => to_stdout("bench", |out| bench::run(&args, out)),
+        Command::Compare(args) => to_stdout("compare", |out| compare::run(&args, out)),
         Command::Allocate { file, pretty } => run_allocate(file, pretty),
         Command::Assign { file, pretty } => run_assign(file, pretty),
-        Command::Simulate(args) => run_simulate(&args),
-        Command::Plan(args) => run_plan(&args),
-        Command::ProduceSim(args) => run_produce_sim(&args),
+        Command::Simulate(args) => to_stdout("simulate", |out| sim::run(&args, out)),
+        Command::Plan(args) => to_stdout("plan", |out| plan::run(&args, out)),
+        Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
     };
     match result {
         Ok(code) => code,
@@ -93,53 +93,6 @@ fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
     Ok(exit_code(summary))
 }
 
-fn run_simulate(args: &sim::SimulateArgs) -> io::Result<ExitCode> {
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match sim::run(args, &mut out) {
-        Ok(_) => {
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(sim::SimulateError::Io(e)) => Err(e),
-        Err(e) => {
-            out.flush()?;
-            eprintln!("rebalance simulate: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
-}
-
-fn run_produce_sim(args: &produce_sim::ProduceSimArgs) -> io::Result<ExitCode> {
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match produce_sim::run(args, &mut out) {
-        Ok(_) => {
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(produce_sim::ProduceSimError::Io(e)) => Err(e),
-        Err(e) => {
-            out.flush()?;
-            eprintln!("rebalance produce-sim: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
-}
-
-fn run_plan(args: &plan::PlanArgs) -> io::Result<ExitCode> {
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match plan::run(args, &mut out) {
-        Ok(()) => {
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(plan::RunError::Io(e)) => Err(e),
-        Err(plan::RunError::Plan(e)) => {
-            eprintln!("rebalance plan: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
-}
-
 fn run_assign(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
     let input = jsonl::open_input(file.as_deref())?;
     let registry = AssignorRegistry::default();
@@ -164,32 +117,48 @@ fn exit_code(summary: jsonl::Summary) -> ExitCode {
     }
 }
 
-fn run_bench(args: &bench::BenchArgs) -> io::Result<ExitCode> {
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match bench::run(args, &mut out) {
-        Ok(()) => {
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(bench::BenchError::Io(e)) => Err(e),
-        Err(e) => {
-            eprintln!("rebalance bench: {e}");
-            Ok(ExitCode::from(2))
-        }
-    }
+type Stdout = io::BufWriter<io::StdoutLock<'static>>;
+
+/// The errors of a command that writes to standard output, split into "standard output failed"
+/// (the program ends) and the command's own failure (reported, exit status 2).
+trait CommandError: std::fmt::Display + Sized {
+    fn into_io(self) -> Result<io::Error, Self>;
 }
 
-fn run_compare(args: &compare::CompareArgs) -> io::Result<ExitCode> {
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match compare::run(args, &mut out) {
-        Ok(_) => {
-            out.flush()?;
-            Ok(ExitCode::SUCCESS)
+macro_rules! command_error {
+    ($($ty:ty => $io:path),* $(,)?) => {$(
+        impl CommandError for $ty {
+            fn into_io(self) -> Result<io::Error, Self> {
+                match self {
+                    $io(e) => Ok(e),
+                    other => Err(other),
+                }
+            }
         }
-        Err(compare::CompareError::Io(e)) => Err(e),
-        Err(e) => {
-            out.flush()?;
-            eprintln!("rebalance compare: {e}");
+    )*};
+}
+
+command_error! {
+    sim::SimulateError => sim::SimulateError::Io,
+    produce_sim::ProduceSimError => produce_sim::ProduceSimError::Io,
+    plan::RunError => plan::RunError::Io,
+    bench::BenchError => bench::BenchError::Io,
+    compare::CompareError => compare::CompareError::Io,
+}
+
+/// Runs a command writing to (buffered) standard output.
+fn to_stdout<T, E: CommandError>(
+    name: &str,
+    run: impl FnOnce(&mut Stdout) -> Result<T, E>,
+) -> io::Result<ExitCode> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    let result = run(&mut out);
+    out.flush()?;
+    match result.map_err(CommandError::into_io) {
+        Ok(_) => Ok(ExitCode::SUCCESS),
+        Err(Ok(e)) => Err(e),
+        Err(Err(e)) => {
+            eprintln!("rebalance {name}: {e}");
             Ok(ExitCode::from(2))
         }
     }
