@@ -92,6 +92,19 @@ fn churn_converges_with_several_strategies() {
 }
 
 #[test]
+fn group_assignors_converge_leaderlessly() {
+    for assignor in ["range", "roundrobin", "cooperative_sticky"] {
+        let (ok, lines) = simulate(&[
+            "--assignor", assignor, "--topics", "2", "--queues", "6", "--consumers", "3", "--events", CHURN,
+            "--duration", "300s", "--json",
+        ]);
+        assert!(ok, "{assignor}");
+        let summary = &lines.last().expect("summary")["summary"];
+        assert_eq!(summary["converged"], true, "{assignor}: {summary}");
+    }
+}
+
+#[test]
 fn the_same_seed_gives_the_same_story() {
     let args = [
         "--consumers",

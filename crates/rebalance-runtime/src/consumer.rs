@@ -184,6 +184,12 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The allocation: a per-topic strategy or a group assignor.
+    pub fn allocation(mut self, allocation: Allocation) -> Self {
+        self.allocation = Some(allocation);
+        self
+    }
+
     /// A Kafka-style group assignor instead of a per-topic strategy, run leaderlessly (see
     /// [`Allocation::Assignor`] for which assignors make sense that way).
     pub fn assignor(mut self, assignor: AssignorRef) -> Self {

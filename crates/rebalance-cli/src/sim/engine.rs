@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::route::perm;
-use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, StrategyRef, TopicRoute};
+use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
+    Allocation, Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason,
+    RemovedQueue,
 };
 use tokio::time::Instant;
 
@@ -18,8 +19,8 @@ use super::scenario::{Action, Event};
 /// What to simulate.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// The allocation strategy every client uses.
-    pub strategy: StrategyRef,
+    /// The allocation every client uses: a per-topic strategy or a group assignor.
+    pub allocation: Allocation,
     /// Topics `topic-0`, `topic-1`, ….
     pub topics: usize,
     /// Queues per topic.
@@ -278,7 +279,7 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         let id = client_id(index);
         let mut builder = Consumer::builder("sim-group")
             .client_id(id.clone())
-            .strategy(config.strategy.clone())
+            .allocation(config.allocation.clone())
             .cluster(cluster.client(id.clone()))
             .listener(Arc::new(Recorder {
                 client: id.clone(),

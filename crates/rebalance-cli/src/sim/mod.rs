@@ -9,7 +9,9 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use rebalance_core::MessageQueue;
+use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
+use rebalance_runtime::Allocation;
 use serde_json::{Value, json};
 
 pub use self::engine::{Config, Outcome, simulate};
@@ -23,6 +25,10 @@ pub struct SimulateArgs {
     /// The allocation strategy.
     #[arg(long, default_value = "averagely")]
     pub strategy: String,
+    /// A Kafka-style group assignor (`range`, `roundrobin`, `sticky`, `cooperative_sticky`,
+    /// `broadcast`) run leaderlessly, instead of the strategy.
+    #[arg(long, conflicts_with = "strategy")]
+    pub assignor: Option<String>,
     /// A strategy parameter, `key=value` (repeatable).
     #[arg(long = "param", value_parser = parse_param)]
     pub params: Vec<(String, Value)>,
@@ -69,16 +75,25 @@ pub enum SimulateError {
 /// Builds the configuration from the arguments.
 pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
     let params = crate::args::params(&args.params);
-    let strategy = StrategyRegistry::default()
-        .build(&args.strategy, &params)
-        .map_err(|e| SimulateError::Arguments(e.to_string()))?;
+    let allocation = match &args.assignor {
+        Some(name) => Allocation::Assignor(
+            AssignorRegistry::default()
+                .build(name, &params)
+                .map_err(|e| SimulateError::Arguments(e.to_string()))?,
+        ),
+        None => Allocation::Strategy(
+            StrategyRegistry::default()
+                .build(&args.strategy, &params)
+                .map_err(|e| SimulateError::Arguments(e.to_string()))?,
+        ),
+    };
     if args.queues < 0 {
         return Err(SimulateError::Arguments(
             "--queues must not be negative".into(),
         ));
     }
     Ok(Config {
-        strategy,
+        allocation,
         topics: args.topics,
         queues: args.queues,
         brokers: args.brokers,
@@ -149,12 +164,12 @@ pub fn write_text(
 ) -> io::Result<()> {
     writeln!(
         out,
-        "{} topic(s) x {} queues on {} broker(s), {} consumer(s), strategy {}",
+        "{} topic(s) x {} queues on {} broker(s), {} consumer(s), allocation {}",
         config.topics,
         config.queues,
         config.brokers.max(1),
         config.consumers,
-        config.strategy.name()
+        config.allocation.name()
     )?;
     let mut events = config.events.iter().peekable();
     for r in &outcome.records {
