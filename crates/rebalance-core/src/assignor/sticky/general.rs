@@ -12,6 +12,7 @@ use std::collections::BinaryHeap;
 use super::Ctx;
 use super::claims::CONFLICT;
 use super::place::{Slot, place};
+use super::previous::Debts;
 use crate::assignor::layout::NONE;
 
 #[derive(Clone, Copy, Default)]
@@ -126,8 +127,13 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
         }
     }
 
-    // 3. Move single partitions towards members with two or more fewer.
-    let moves = balance(ctx, &mut cells);
+    // 3. Move single partitions towards members with two or more fewer, settling first what
+    // older generations lost (Kafka's previous-owner rule, made valid).
+    let holds = |m: u32, t: u32, g: u32| {
+        ctx.claims.is_owner(g, m) && cells.cell(m, t).is_some() && !ctx.rack_mismatch(g, t, m)
+    };
+    let debts = Debts::find(ctx, holds, &cells.load);
+    let moves = balance(ctx, &mut cells, debts);
 
     // 4. Counts to partitions.
     let members = layout.members().len();
@@ -219,9 +225,10 @@ fn water_fill(ctx: &Ctx<'_>, cells: &mut Cells, t: usize, free: u32) {
 
 /// Repeats passes over the members, most loaded first, moving one partition at a time from a
 /// member to the least-loaded subscriber of its topic while that one has at least two fewer;
-/// stops when a pass moves nothing, which is Kafka's notion of balanced. Each move lowers the
-/// sum of squared loads, so this ends. Returns the number of moves.
-fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
+/// stops when a pass moves nothing, which is Kafka's notion of balanced. In a pass that starts
+/// unbalanced, a member first settles what it can of the debts to older generations ([`pull`]).
+/// Each move lowers the sum of squared loads, so this ends. Returns the number of moves.
+fn balance(ctx: &Ctx<'_>, cells: &mut Cells, mut debts: Option<Debts>) -> usize {
     let topics = ctx.layout.topic_count();
     // Per topic, its subscribers by (load, id), with stale entries skipped lazily.
     let mut heaps: Vec<Heap> = (0..topics)
@@ -240,49 +247,46 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
     loop {
         let mut order = ctx.active.clone();
         order.sort_by_key(|&m| (Reverse(cells.load[m as usize]), ctx.rank[m as usize]));
+        // Kafka applies its previous-owner rule only while the group is not balanced.
+        let pulling = debts.as_ref().is_some_and(Debts::any)
+            && order
+                .iter()
+                .any(|&h| best_move(cells, &mut heaps, h).is_some());
+        if let (true, Some(d)) = (pulling, debts.as_mut()) {
+            d.new_pass();
+        }
         let mut moves = 0;
         for &h in &order {
             loop {
-                let load_h = cells.load[h as usize];
-                // (kind, target load, topic, cell of h, target)
-                let mut best: Option<(u8, u32, u32, usize, u32)> = None;
-                let (s, e) = cells.range[h as usize];
-                for i in s as usize..e as usize {
-                    let (t, c) = cells.by_member[i];
-                    let cell = cells.cells[c as usize];
-                    if cell.total() == 0 {
-                        continue;
+                if pulling
+                    && let Some(d) = debts.as_mut()
+                    && let Some(o) = pull(cells, d, &mut search, h)
+                {
+                    for m in [h, o] {
+                        touched(&mut heaps, Some(d), cells, ctx, m);
                     }
-                    let Some((lmin, l)) = lightest(&mut heaps[t as usize], &cells.load) else {
-                        continue;
-                    };
-                    if lmin + 2 > load_h {
-                        continue;
-                    }
-                    let kind = if cell.fresh > 0 {
-                        0
-                    } else if cell.cheap > 0 {
-                        1
-                    } else {
-                        2
-                    };
-                    if best.is_none_or(|b| (kind, lmin, t) < (b.0, b.1, b.2)) {
-                        best = Some((kind, lmin, t, c as usize, l));
-                    }
+                    moves += 1;
+                    continue;
                 }
-                let Some((kind, _, t, from, to)) = best else {
+                let Some(Move {
+                    kind,
+                    topic: t,
+                    from,
+                    to,
+                }) = best_move(cells, &mut heaps, h)
+                else {
                     break;
                 };
                 // Before taking an owned partition away, look for a chain of moves that only
                 // hands on partitions nobody loses (h gives one to k, k gives one to l, ...).
-                if kind == 2 {
+                if kind == Kind::Costly {
                     let chain = search
-                        .cheap_chain(cells, h, false)
+                        .cheap_chain(cells, h, Goal::Lighter)
                         .map(|l| (h, l))
                         .or_else(|| search.cheap_chain_into(cells, to).map(|k| (k, to)));
                     if let Some((from, into)) = chain {
                         for m in [from, into] {
-                            push_load(&mut heaps, cells, ctx, m);
+                            touched(&mut heaps, debts.as_mut(), cells, ctx, m);
                         }
                         moves += 1;
                         continue;
@@ -293,15 +297,15 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
                 };
                 let cell = &mut cells.cells[from];
                 match kind {
-                    0 => cell.fresh -= 1,
-                    1 => cell.cheap -= 1,
-                    _ => cell.costly -= 1,
+                    Kind::Fresh => cell.fresh -= 1,
+                    Kind::Cheap => cell.cheap -= 1,
+                    Kind::Costly => cell.costly -= 1,
                 }
                 cells.cells[into].fresh += 1;
                 cells.load[h as usize] -= 1;
                 cells.load[to as usize] += 1;
                 for m in [h, to] {
-                    push_load(&mut heaps, cells, ctx, m);
+                    touched(&mut heaps, debts.as_mut(), cells, ctx, m);
                 }
                 moves += 1;
             }
@@ -323,9 +327,9 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
             }
             // Only chains that revoke nothing: balance beyond Kafka's notion is not worth an
             // owned partition (Kafka would not move it either).
-            if let Some(l) = search.cheap_chain(cells, h, false) {
+            if let Some(l) = search.cheap_chain(cells, h, Goal::Lighter) {
                 for m in [h, l] {
-                    push_load(&mut heaps, cells, ctx, m);
+                    touched(&mut heaps, debts.as_mut(), cells, ctx, m);
                 }
                 moves += 1;
             }
@@ -337,14 +341,108 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells) -> usize {
     }
 }
 
+/// What a member gives up in a move: a partition it did not own, one it owned that others also
+/// list (counted as moved whoever gets it), or one only it owned (a revocation).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Fresh,
+    Cheap,
+    Costly,
+}
+
+/// One partition of `topic` from the cell `from` of the member at hand to member `to`.
+struct Move {
+    kind: Kind,
+    topic: u32,
+    from: usize,
+    to: u32,
+}
+
+/// The move member `h` should make, if some subscriber of one of its topics holds at least two
+/// fewer partitions: the cheapest kind, then towards the least-loaded member, then by topic.
+fn best_move(cells: &Cells, heaps: &mut [Heap], h: u32) -> Option<Move> {
+    let load_h = cells.load[h as usize];
+    let mut best: Option<(Kind, u32, Move)> = None;
+    for &(t, c) in cells.of_member(h) {
+        let cell = cells.cells[c as usize];
+        if cell.total() == 0 {
+            continue;
+        }
+        let Some((lmin, l)) = lightest(&mut heaps[t as usize], &cells.load) else {
+            continue;
+        };
+        if lmin + 2 > load_h {
+            continue;
+        }
+        let kind = if cell.fresh > 0 {
+            Kind::Fresh
+        } else if cell.cheap > 0 {
+            Kind::Cheap
+        } else {
+            Kind::Costly
+        };
+        if best
+            .as_ref()
+            .is_none_or(|b| (kind, lmin, t) < (b.0, b.1, b.2.topic))
+        {
+            let m = Move {
+                kind,
+                topic: t,
+                from: c as usize,
+                to: l,
+            };
+            best = Some((kind, lmin, m));
+        }
+    }
+    best.map(|(_, _, m)| m)
+}
+
+/// Kafka's previous-owner rule, made valid. Kafka hands a partition held by `h` back to its
+/// previous owner `o` (an older generation's member that lost it) when `h` holds at least two
+/// more than `o`, even when `o` no longer subscribes to its topic. Here, when `h` holds a
+/// partition nobody would lose (not owned, or owned by several members) of a topic in which `o`
+/// lost one, and `h` has at least two more than `o`, one partition's worth moves from `h` to
+/// `o` along a chain in which every member hands the next a partition nobody would lose: straight
+/// to `o` when `o` subscribes to a topic `h` can give, otherwise through members in between
+/// (`h` gives to `w`, `w` gives `o` a partition of a topic `o` subscribes to). So it revokes
+/// nothing Kafka's move would not. Each lost partition is made up for once. Returns `o`.
+fn pull(cells: &mut Cells, debts: &mut Debts, search: &mut ChainSearch, h: u32) -> Option<u32> {
+    let load_h = cells.load[h as usize];
+    let (s, e) = cells.range[h as usize];
+    for i in s as usize..e as usize {
+        let (t, c) = cells.by_member[i];
+        let cell = cells.cells[c as usize];
+        if cell.fresh + cell.cheap == 0 {
+            continue;
+        }
+        let Some(o) = debts.lightest(t, &cells.load) else {
+            continue;
+        };
+        if cells.load[o as usize] + 2 > load_h {
+            continue;
+        }
+        if search.cheap_chain(cells, h, Goal::Member(o)).is_some() {
+            debts.settle(o, t);
+            tracing::trace!(from = h, to = o, topic = t, "made up for a lost partition");
+            return Some(o);
+        }
+        debts.fail(o);
+    }
+    None
+}
+
 /// Per topic, its subscribers by (load, member id); entries whose load is out of date are
 /// skipped when they surface.
 type Heap = BinaryHeap<Reverse<(u32, u32, u32)>>;
 
-fn push_load(heaps: &mut [Heap], cells: &Cells, ctx: &Ctx<'_>, m: u32) {
+/// Records member `m`'s new load.
+fn touched(heaps: &mut [Heap], debts: Option<&mut Debts>, cells: &Cells, ctx: &Ctx<'_>, m: u32) {
     let entry = Reverse((cells.load[m as usize], ctx.rank[m as usize], m));
     for &(t, _) in cells.of_member(m) {
         heaps[t as usize].push(entry);
+    }
+    if let Some(d) = debts {
+        d.loaded(ctx, m, &cells.load);
     }
 }
 
@@ -358,10 +456,19 @@ fn lightest(heap: &mut Heap, load: &[u32]) -> Option<(u32, u32)> {
     None
 }
 
-/// Breadth-first search for a chain of moves that lowers a member by one and raises a member
-/// holding at least two fewer by one, passing only partitions nobody would lose (`fresh` or
-/// `cheap`) unless told otherwise. Members in the middle give one and take one. Bounded, so that
-/// it stays cheap.
+/// Where a chain of moves may end.
+#[derive(Clone, Copy)]
+enum Goal {
+    /// At any member holding at least two fewer than the first.
+    Lighter,
+    /// At this member.
+    Member(u32),
+}
+
+/// Breadth-first search for a chain of moves that lowers a member by one and raises another
+/// (one holding at least two fewer, or a given one) by one, passing only partitions nobody would
+/// lose (`fresh` or `cheap`). Members in the middle give one and take one. Bounded, so that it
+/// stays cheap.
 struct ChainSearch {
     stamp: Vec<u32>,
     parent: Vec<(u32, u32)>,
@@ -382,11 +489,15 @@ impl ChainSearch {
         }
     }
 
-    /// Applies the first chain found from `h` and returns its last member.
-    fn cheap_chain(&mut self, cells: &mut Cells, h: u32, any_kind: bool) -> Option<u32> {
+    /// Applies the first chain found from `h` to `goal` and returns its last member.
+    fn cheap_chain(&mut self, cells: &mut Cells, h: u32, goal: Goal) -> Option<u32> {
         self.round += 1;
         let round = self.round;
         let limit = cells.load[h as usize].checked_sub(2)?;
+        let reached = |j: u32, load: u32| match goal {
+            Goal::Lighter => load <= limit,
+            Goal::Member(o) => j == o,
+        };
         self.queue.clear();
         self.queue.push(h);
         self.stamp[h as usize] = round;
@@ -397,12 +508,7 @@ impl ChainSearch {
             head += 1;
             for &(t, c) in cells.of_member(k) {
                 let cell = cells.cells[c as usize];
-                let movable = if any_kind {
-                    cell.total()
-                } else {
-                    cell.fresh + cell.cheap
-                };
-                if movable == 0 {
+                if cell.fresh + cell.cheap == 0 {
                     continue;
                 }
                 for s in cells.subscribers(t as usize) {
@@ -412,7 +518,7 @@ impl ChainSearch {
                     }
                     self.stamp[j as usize] = round;
                     self.parent[j as usize] = (k, t);
-                    if cells.load[j as usize] <= limit {
+                    if reached(j, cells.load[j as usize]) {
                         found = Some(j);
                         break 'search;
                     }
@@ -429,10 +535,8 @@ impl ChainSearch {
             let cell = &mut cells.cells[from];
             if cell.fresh > 0 {
                 cell.fresh -= 1;
-            } else if cell.cheap > 0 {
-                cell.cheap -= 1;
             } else {
-                cell.costly -= 1;
+                cell.cheap -= 1;
             }
             cells.cells[into].fresh += 1;
             j = k;

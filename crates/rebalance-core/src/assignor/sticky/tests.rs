@@ -195,32 +195,114 @@ fn members_without_subscriptions_get_nothing() {
     assert_eq!(sizes(&CooperativeSticky.assign(&g).unwrap()), [0, 1]);
 }
 
-#[test]
-fn unsubscribed_partitions_are_never_handed_back() {
-    // Kafka's general path gives a-0 back to X, which no longer subscribes to `a`.
+/// Distinct existing partitions that some member lists but does not get (the vectors' `moved`).
+fn moved_partitions(g: &GroupSubscription, a: &GroupAssignment) -> usize {
+    let sets = as_sets(a);
+    let lost: BTreeSet<(String, i32)> = g
+        .members
+        .iter()
+        .flat_map(|m| m.owned.iter().map(move |tp| (m, tp)))
+        .filter(|(_, tp)| {
+            g.partitions_per_topic
+                .get(tp.topic.as_str())
+                .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n)
+        })
+        .filter(|(m, tp)| {
+            !sets[m.member_id.as_str()].contains(&(tp.topic.to_string(), tp.partition))
+        })
+        .map(|(_, tp)| (tp.topic.to_string(), tp.partition))
+        .collect();
+    lost.len()
+}
+
+/// The `rule_prev_generation_unsubscribed` vector: X (generation 1) owned a-0 and now subscribes
+/// to `b` only; Y (generation 2) owns all of `a`; Z (generation 2) owns nothing. `x_owns` and
+/// `z_owns` replace X's and Z's owned lists, `x_generation` X's generation.
+fn stale_owner_group(
+    x_owns: &[(&str, i32)],
+    x_generation: i32,
+    z_owns: &[(&str, i32)],
+) -> GroupSubscription {
     let mut g = group(
         &[("a", 4), ("b", 2)],
         &[("X", &["b"]), ("Y", &["a", "b"]), ("Z", &["a", "b"])],
     );
     g.members[0] = g.members[0]
         .clone()
-        .with_owned([("a", 0)])
-        .with_generation(1);
+        .with_owned(x_owns.iter().copied())
+        .with_generation(x_generation);
     g.members[1] = g.members[1]
         .clone()
         .with_owned([("a", 0), ("a", 1), ("a", 2), ("a", 3)])
         .with_generation(2);
-    g.members[2] = g.members[2].clone().with_generation(2);
+    g.members[2] = g.members[2]
+        .clone()
+        .with_owned(z_owns.iter().copied())
+        .with_generation(2);
+    g
+}
+
+#[test]
+fn unsubscribed_partitions_are_never_handed_back() {
+    // Kafka's general path gives a-0 back to X, which no longer subscribes to `a`.
+    let g = stale_owner_group(&[("a", 0)], 1, &[]);
     for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
         let a = assignor.assign(&g).unwrap();
         assert_valid(&g, &a);
         assert!(a.get("X").unwrap().iter().all(|(t, _)| t == "b"));
     }
+}
+
+#[test]
+fn an_older_generation_that_lost_an_unsubscribed_partition_is_made_up_for_through_a_chain() {
+    // Kafka moves a-0 from Y (4) back to X (1), then a-1 from Y to Z: 2/2/2, two moved. The
+    // valid analog: Y gives a-0 to Z, Z gives b-1 to X; then Y gives Z one more.
+    let g = stale_owner_group(&[("a", 0)], 1, &[]);
     let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_eq!(sizes(&a), [2, 2, 2]);
+    assert_eq!(lists(&a)[0], "X: b-0 b-1");
+    let y = &as_sets(&a)["Y"];
+    assert!(y.iter().all(|(t, p)| t == "a" && *p > 0), "{y:?}");
+    assert_eq!(moved_partitions(&g, &a), 2, "no more than Kafka's two");
+
+    // Cooperative: Z's two partitions of `a` wait for Y; the next round completes the target
+    // without revoking anything.
+    let round1 = CooperativeSticky.assign(&g).unwrap();
+    assert_valid(&g, &round1);
+    assert_eq!(round1.pending_revocation().len(), 2);
+    assert!(round1.get("Z").unwrap().is_empty());
+    let g2 = owning(g.clone(), &round1, 3);
+    let round2 = CooperativeSticky.assign(&g2).unwrap();
+    assert!(round2.pending_revocation().is_empty());
+    assert_eq!(moved(&g2, &round2), 0);
+    assert_eq!(round2, a);
+}
+
+#[test]
+fn without_a_loss_in_an_older_generation_balance_is_not_bought_with_a_revocation() {
+    // The same group where X, still of an older generation, lost nothing: Kafka stops at 1/3/2
+    // (X cannot take a partition of `a`), and so do we, rather than revoke one more of Y's.
+    for x_generation in [1, -1] {
+        let g = stale_owner_group(&[], x_generation, &[]);
+        let a = Sticky.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        assert_balanced(&g, &a);
+        assert_eq!(sizes(&a), [1, 3, 2]);
+        assert_eq!(moved_partitions(&g, &a), 1);
+    }
+}
+
+#[test]
+fn making_up_for_a_loss_passes_only_partitions_nobody_loses() {
+    // Z owns b-1 alone: reaching X would revoke it, more than Kafka's move of a-0 revokes, so X
+    // stays at one partition and only a-0 changes hands.
+    let g = stale_owner_group(&[("a", 0)], 1, &[("b", 1)]);
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
     assert_balanced(&g, &a);
-    // Only a-0 (claimed by X and Y) changes hands: Y keeps its other three.
-    let y = as_sets(&a)["Y"].clone();
-    assert!((1..4).all(|p| y.contains(&("a".to_string(), p))), "{y:?}");
+    assert_eq!(lists(&a), ["X: b-0", "Y: a-1 a-2 a-3", "Z: a-0 b-1"]);
+    assert_eq!(moved_partitions(&g, &a), 1);
 }
 
 #[test]
@@ -344,7 +426,109 @@ fn arb_group(identical: bool) -> impl Strategy<Value = GroupSubscription> {
     })
 }
 
+/// Keeps only listings that will be kept: existing, subscribed by the lister, listed once.
+fn uncontested(mut g: GroupSubscription) -> GroupSubscription {
+    let mut seen = BTreeSet::new();
+    for m in &mut g.members {
+        let topics = m.topics.clone();
+        let counts = &g.partitions_per_topic;
+        m.owned.retain(|tp| {
+            topics.iter().any(|t| t == &tp.topic)
+                && counts
+                    .get(tp.topic.as_str())
+                    .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n)
+                && seen.insert((tp.topic.to_string(), tp.partition))
+        });
+    }
+    g
+}
+
+/// A settled group (everyone owning its last assignment at generation 5) in which one or two
+/// members fell behind: they report generation 4, some of what they list was meanwhile given to
+/// others (who list it at generation 5), and their subscriptions changed.
+fn arb_stale_group() -> impl Strategy<Value = GroupSubscription> {
+    (arb_group(false), any::<u64>()).prop_map(|(g, seed)| {
+        let mut state = seed | 1;
+        let mut rnd = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n.max(1)
+        };
+        let settled = Sticky.assign(&g).unwrap();
+        let mut g = owning(g, &settled, 5);
+        let names: Vec<String> = g
+            .partitions_per_topic
+            .keys()
+            .map(|t| t.to_string())
+            .collect();
+        let n = g.members.len();
+        for _ in 0..1 + rnd(2) {
+            let stale = rnd(n as u64) as usize;
+            g.members[stale].generation = Some(4);
+            for tp in g.members[stale].owned.clone() {
+                if rnd(3) == 0 {
+                    let other = rnd(n as u64) as usize;
+                    if other != stale {
+                        g.members[other].owned.push(tp);
+                    }
+                }
+            }
+            let mut topics: Vec<String> = g.members[stale]
+                .topics
+                .iter()
+                .map(|t| t.to_string())
+                .collect();
+            if rnd(2) == 0 && !topics.is_empty() {
+                topics.remove(rnd(topics.len() as u64) as usize);
+            }
+            if rnd(3) == 0 {
+                let t = &names[rnd(names.len() as u64) as usize];
+                if !topics.contains(t) {
+                    topics.push(t.clone());
+                }
+            }
+            g.members[stale].topics = topics.into_iter().map(Into::into).collect();
+        }
+        g
+    })
+}
+
 proptest! {
+    #[test]
+    fn generations_matter_only_when_an_older_member_lost_something(g in arb_group(false)) {
+        // Nobody loses a listed partition, so nobody is owed one: the result must not depend
+        // on who reported which generation.
+        let g = uncontested(g);
+        let newest = g.members.iter().filter_map(|m| m.generation).max().unwrap_or(0);
+        let mut same = g.clone();
+        for m in &mut same.members {
+            m.generation = Some(newest);
+        }
+        for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+            prop_assert_eq!(assignor.assign(&g).unwrap(), assignor.assign(&same).unwrap());
+        }
+    }
+
+    #[test]
+    fn members_of_an_older_generation_valid_balanced_and_converging(g in arb_stale_group()) {
+        let a = Sticky.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        assert_balanced(&g, &a);
+        let mut current = g.clone();
+        let mut round = CooperativeSticky.assign(&current).unwrap();
+        assert_valid(&current, &round);
+        let mut rounds = 1;
+        while !round.pending_revocation().is_empty() {
+            prop_assert!(rounds < 4, "still revoking after {rounds} rounds");
+            current = owning(current, &round, 5 + rounds);
+            round = CooperativeSticky.assign(&current).unwrap();
+            rounds += 1;
+        }
+        assert_valid(&current, &round);
+        assert_balanced(&current, &round);
+    }
+
     #[test]
     fn identical_subscriptions_valid_balanced_and_sticky(g in arb_group(true)) {
         let a = Sticky.assign(&g).unwrap();
