@@ -95,8 +95,19 @@ fn churn_converges_with_several_strategies() {
 fn group_assignors_converge_leaderlessly() {
     for assignor in ["range", "roundrobin", "cooperative_sticky"] {
         let (ok, lines) = simulate(&[
-            "--assignor", assignor, "--topics", "2", "--queues", "6", "--consumers", "3", "--events", CHURN,
-            "--duration", "300s", "--json",
+            "--assignor",
+            assignor,
+            "--topics",
+            "2",
+            "--queues",
+            "6",
+            "--consumers",
+            "3",
+            "--events",
+            CHURN,
+            "--duration",
+            "300s",
+            "--json",
         ]);
         assert!(ok, "{assignor}");
         let summary = &lines.last().expect("summary")["summary"];
