@@ -530,20 +530,10 @@ impl ChainSearch {
         let mut j = l;
         while j != h {
             let (k, t) = self.parent[j as usize];
-            let from = cells.cell(k, t)?;
-            let into = cells.cell(j, t)?;
-            let cell = &mut cells.cells[from];
-            if cell.fresh > 0 {
-                cell.fresh -= 1;
-            } else {
-                cell.cheap -= 1;
-            }
-            cells.cells[into].fresh += 1;
+            hand_over(cells, k, j, t)?;
             j = k;
         }
-        cells.load[h as usize] -= 1;
-        cells.load[l as usize] += 1;
-        tracing::trace!(from = h, to = l, "moved along a chain");
+        finish_chain(cells, h, l);
         Some(l)
     }
 
@@ -583,20 +573,32 @@ impl ChainSearch {
         let mut k = h;
         while k != l {
             let (j, t) = self.parent[k as usize];
-            let from = cells.cell(k, t)?;
-            let into = cells.cell(j, t)?;
-            let cell = &mut cells.cells[from];
-            if cell.fresh > 0 {
-                cell.fresh -= 1;
-            } else {
-                cell.cheap -= 1;
-            }
-            cells.cells[into].fresh += 1;
+            hand_over(cells, k, j, t)?;
             k = j;
         }
-        cells.load[h as usize] -= 1;
-        cells.load[l as usize] += 1;
-        tracing::trace!(from = h, to = l, "moved along a chain");
+        finish_chain(cells, h, l);
         Some(h)
     }
+}
+
+/// One hop of a chain: `giver` hands one partition of topic `t` to `taker` (a fresh one when it
+/// has one, else one nobody would lose).
+fn hand_over(cells: &mut Cells, giver: u32, taker: u32, t: u32) -> Option<()> {
+    let from = cells.cell(giver, t)?;
+    let into = cells.cell(taker, t)?;
+    let cell = &mut cells.cells[from];
+    if cell.fresh > 0 {
+        cell.fresh -= 1;
+    } else {
+        cell.cheap -= 1;
+    }
+    cells.cells[into].fresh += 1;
+    Some(())
+}
+
+/// A chain from `h` to `l` moved one partition's worth of load between its ends.
+fn finish_chain(cells: &mut Cells, h: u32, l: u32) {
+    cells.load[h as usize] -= 1;
+    cells.load[l as usize] += 1;
+    tracing::trace!(from = h, to = l, "moved along a chain");
 }
