@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 use rebalance_cli::bench::strategy::with_reference_params;
 use rebalance_cli::workload;
-use rebalance_core::strategy::{Params, build_strategy};
-use serde_json::json;
+use rebalance_core::strategy::build_strategy;
 
 struct Counting;
 
@@ -52,29 +51,7 @@ const LIMIT_PER_QUEUE: f64 = 200.0;
 fn main() {
     let mq_all = workload::queues(QUEUES);
     let cid_all = workload::client_ids(CONSUMERS);
-    let inner = |name: &str| {
-        let mut p = Params::new();
-        p.insert("inner_strategy".into(), json!(name));
-        p
-    };
-    let cases = [
-        ("averagely", "averagely", Params::new()),
-        ("averagely_by_circle", "averagely_by_circle", Params::new()),
-        ("by_config", "by_config", Params::new()),
-        ("by_machine_room", "by_machine_room", Params::new()),
-        ("consistent_hash", "consistent_hash", Params::new()),
-        (
-            "machine_room_nearby",
-            "machine_room_nearby",
-            inner("averagely"),
-        ),
-        (
-            "machine_room_nearby_consistent_hash",
-            "machine_room_nearby",
-            inner("consistent_hash"),
-        ),
-        ("balanced_sticky", "balanced_sticky", Params::new()),
-    ];
+    let cases = workload::reference_strategies();
     println!("{QUEUES} queues, {CONSUMERS} consumers: bytes per queue beyond the input");
     let mut over = Vec::new();
     for (label, name, params) in cases {

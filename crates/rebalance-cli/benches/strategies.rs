@@ -11,37 +11,9 @@ use std::time::Duration;
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
 use rebalance_cli::bench::strategy::with_reference_params;
 use rebalance_cli::workload;
-use rebalance_core::strategy::{Params, StrategyRef, build_strategy};
-use serde_json::json;
+use rebalance_core::strategy::{StrategyRef, build_strategy};
 
 const SIZES: [(usize, usize); 2] = [(16_384, 512), (100_000, 2_000)];
-
-/// (label, strategy, parameters)
-fn cases() -> Vec<(&'static str, &'static str, Params)> {
-    let inner = |name: &str| {
-        let mut p = Params::new();
-        p.insert("inner_strategy".into(), json!(name));
-        p
-    };
-    vec![
-        ("averagely", "averagely", Params::new()),
-        ("averagely_by_circle", "averagely_by_circle", Params::new()),
-        ("by_config", "by_config", Params::new()),
-        ("by_machine_room", "by_machine_room", Params::new()),
-        ("consistent_hash", "consistent_hash", Params::new()),
-        (
-            "machine_room_nearby",
-            "machine_room_nearby",
-            inner("averagely"),
-        ),
-        (
-            "machine_room_nearby_consistent_hash",
-            "machine_room_nearby",
-            inner("consistent_hash"),
-        ),
-        ("balanced_sticky", "balanced_sticky", Params::new()),
-    ]
-}
 
 fn strategies(c: &mut Criterion) {
     for (queues, consumers) in SIZES {
@@ -53,7 +25,7 @@ fn strategies(c: &mut Criterion) {
             .sample_size(10)
             .warm_up_time(Duration::from_millis(500))
             .measurement_time(Duration::from_secs(2));
-        for (label, name, params) in cases() {
+        for (label, name, params) in workload::reference_strategies() {
             let params = with_reference_params(name, params, &mq_all, consumers);
             let build = || -> StrategyRef { build_strategy(name, &params).expect("strategy") };
             let strategy = build();

@@ -12,9 +12,39 @@ use std::sync::Arc;
 use rebalance_core::assignor::{
     GroupAssignment, GroupSubscription, MemberSubscription, Topic, TopicPartition,
 };
+use rebalance_core::strategy::Params;
 use rebalance_core::{ClientId, MessageQueue};
 
 use crate::rng::SplitMix64;
+
+/// The strategies of the Java reference timings: (label, strategy name, parameters before
+/// [`with_reference_params`](crate::bench::strategy::with_reference_params) fills in the
+/// workload's own).
+pub fn reference_strategies() -> Vec<(&'static str, &'static str, Params)> {
+    let inner = |name: &str| {
+        let mut p = Params::new();
+        p.insert("inner_strategy".into(), serde_json::json!(name));
+        p
+    };
+    vec![
+        ("averagely", "averagely", Params::new()),
+        ("averagely_by_circle", "averagely_by_circle", Params::new()),
+        ("by_config", "by_config", Params::new()),
+        ("by_machine_room", "by_machine_room", Params::new()),
+        ("consistent_hash", "consistent_hash", Params::new()),
+        (
+            "machine_room_nearby",
+            "machine_room_nearby",
+            inner("averagely"),
+        ),
+        (
+            "machine_room_nearby_consistent_hash",
+            "machine_room_nearby",
+            inner("consistent_hash"),
+        ),
+        ("balanced_sticky", "balanced_sticky", Params::new()),
+    ]
+}
 
 /// The topic of the RocketMQ workloads.
 pub const TOPIC: &str = "TopicTest";
