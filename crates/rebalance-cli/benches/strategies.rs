@@ -36,7 +36,7 @@ fn strategies(c: &mut Criterion) {
                 b.iter(|| {
                     black_box(
                         strategy
-                            .allocate("bench", current, &mq_all, &cid_all)
+                            .allocate_shared("bench", current, &mq_all, &cid_all)
                             .expect("allocate"),
                     )
                 })

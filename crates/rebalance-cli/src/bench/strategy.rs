@@ -1,4 +1,5 @@
-//! `rebalance bench --strategy`: one `allocate` and the whole group's plan, on the Java
+//! `rebalance bench --strategy`: one allocation for one consumer (`allocate_shared`, what the
+//! runtime calls every round) and the whole group's plan, on the Java
 //! reference workload.
 
 use std::time::Instant;
@@ -36,7 +37,8 @@ pub struct StrategyCase {
 pub struct StrategyResult {
     /// The case.
     pub case: StrategyCase,
-    /// One `allocate` for the consumer at position N/2 (median, µs).
+    /// One `allocate_shared` (the call a client makes every round) for the consumer at position
+    /// N/2 (median, µs).
     pub single: Measured,
     /// The whole group's plan (median, µs), on a strategy value that has seen the inputs before.
     pub plan: Measured,
@@ -111,7 +113,7 @@ pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyR
     })
     .map_err(allocate_error)?;
     let single = measure(Sampling::within_a_second(15, case.runs), || {
-        strategy.allocate(GROUP, current, &mq_all, &cid_all)
+        strategy.allocate_shared(GROUP, current, &mq_all, &cid_all)
     })
     .map_err(allocate_error)?;
     Ok(StrategyResult {

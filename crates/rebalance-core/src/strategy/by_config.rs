@@ -43,6 +43,17 @@ impl AllocateStrategy for ByConfig {
         Ok(self.queues.to_vec())
     }
 
+    /// The configured list itself: one reference count, however long the list.
+    fn allocate_shared(
+        &self,
+        _group: &str,
+        _current: &ClientId,
+        _mq_all: &[MessageQueue],
+        _cid_all: &[ClientId],
+    ) -> Result<Arc<[MessageQueue]>, AllocateError> {
+        Ok(self.queues.clone())
+    }
+
     fn plan<'a>(
         &'a self,
         _group: &str,

@@ -18,6 +18,7 @@ mod plan;
 mod registry;
 
 use std::fmt;
+use std::sync::Arc;
 
 pub use averagely::Averagely;
 pub use balanced_sticky::BalancedSticky;
@@ -68,6 +69,36 @@ pub trait AllocateStrategy: Send + Sync + fmt::Debug {
         mq_all: &[MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Vec<MessageQueue>, AllocateError>;
+
+    /// [`allocate`](Self::allocate)'s answer as a shared, immutable list: what a client calls
+    /// every round, since it only reads its share (to diff it against what it holds and to hand
+    /// it to the application's callback).
+    ///
+    /// The provided version wraps [`allocate`](Self::allocate)'s `Vec` (one copy of the share's
+    /// handles). Override it when the strategy already holds the answer, as [`ByConfig`] does
+    /// with its configured list, to hand it out without copying.
+    ///
+    /// ```
+    /// use rebalance_core::{ClientId, MessageQueue, strategy::{AllocateStrategy, ByConfig}};
+    ///
+    /// let mine = vec![MessageQueue::new("T", "broker-a", 0)];
+    /// let strategy = ByConfig::new(mine.clone());
+    /// let me = ClientId::from("c0");
+    /// let a = strategy.allocate_shared("G", &me, &[], &[]).unwrap();
+    /// let b = strategy.allocate_shared("G", &me, &[], &[]).unwrap();
+    /// assert_eq!(*a, *mine);
+    /// assert!(std::sync::Arc::ptr_eq(&a, &b)); // the configured list itself, not a copy
+    /// ```
+    fn allocate_shared(
+        &self,
+        group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Arc<[MessageQueue]>, AllocateError> {
+        self.allocate(group, current, mq_all, cid_all)
+            .map(Arc::from)
+    }
 
     /// Every member's share at once. Members whose id is empty are left out; an error that every
     /// member would get is returned as the error of the plan.

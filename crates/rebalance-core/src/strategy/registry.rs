@@ -324,6 +324,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    use crate::ClientId;
+
     fn params(v: Value) -> Params {
         match v {
             Value::Object(o) => o,
@@ -394,6 +396,48 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(err, StrategyConfigError::Unknown { .. }));
+    }
+
+    #[test]
+    fn shared_answers_agree_with_allocate() {
+        let r = StrategyRegistry::default();
+        let queues: Vec<MessageQueue> = (0..12)
+            .map(|i| MessageQueue::new("T", format!("b{}", i % 3), i / 3))
+            .collect();
+        let cids: Vec<ClientId> = ["room0@c0", "room1@c1", "room0@c2"]
+            .into_iter()
+            .map(ClientId::from)
+            .collect();
+        let with = |name: &str| match name {
+            "by_machine_room" => params(json!({"consumer_idcs": "room0,room1"})),
+            "by_config" => params(json!({"message_queue_list": [["T", "b1", 0]]})),
+            "machine_room_nearby" => params(json!({"inner_strategy": "averagely"})),
+            "designated" => params(json!({"consumers": ["room1@c1"]})),
+            _ => Params::new(),
+        };
+        // The canonical names (the Java aliases are upper case).
+        let names: Vec<String> = r
+            .names()
+            .filter(|n| n.chars().all(|c| !c.is_ascii_uppercase()))
+            .map(str::to_string)
+            .collect();
+        assert_eq!(names.len(), 8, "{names:?}");
+        for name in names {
+            let strategy = r.build(&name, &with(&name)).unwrap();
+            for cid in &cids {
+                let owned = strategy.allocate("G", cid, &queues, &cids).unwrap();
+                let shared = strategy.allocate_shared("G", cid, &queues, &cids).unwrap();
+                assert_eq!(*shared, *owned, "{name} for {cid}");
+            }
+        }
+        let by_config = r.build("by_config", &with("by_config")).unwrap();
+        let a = by_config
+            .allocate_shared("G", &cids[0], &queues, &cids)
+            .unwrap();
+        let b = by_config
+            .allocate_shared("G", &cids[1], &queues, &cids)
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "by_config copied its list");
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub(super) enum Target {
     /// Hold exactly `mine`.
     Share {
         all: Arc<[MessageQueue]>,
-        mine: Vec<MessageQueue>,
+        mine: Arc<[MessageQueue]>,
         fingerprint: u64,
     },
     /// Release everything of the topic.
@@ -57,7 +57,7 @@ impl Service {
         match &self.ctx.allocation {
             Allocation::Strategy(strategy) => {
                 for (topic, view) in views {
-                    let target = match strategy.allocate(
+                    let target = match strategy.allocate_shared(
                         &self.ctx.group,
                         &self.ctx.client_id,
                         &view.queues,
@@ -96,7 +96,7 @@ impl Service {
                                 topic,
                                 Target::Share {
                                     all: view.queues,
-                                    mine: share,
+                                    mine: share.into(),
                                     fingerprint: view.fingerprint,
                                 },
                             ));
@@ -124,7 +124,7 @@ impl Service {
         if ctx.message_model == MessageModel::Broadcasting {
             let fingerprint = fingerprint(&queues, &[]);
             return Err(Target::Share {
-                mine: queues.to_vec(),
+                mine: queues.clone(),
                 all: queues,
                 fingerprint,
             });
@@ -159,7 +159,7 @@ impl Service {
             );
             return Err(Target::Share {
                 all: queues,
-                mine: Vec::new(),
+                mine: Arc::new([]),
                 fingerprint,
             });
         }
@@ -223,7 +223,7 @@ impl Service {
                     .await;
                 let mut to_add = Vec::new();
                 let mut still_releasing = 0;
-                for q in &mine {
+                for q in mine.iter() {
                     match self.table.get(q) {
                         None => to_add.push(q.clone()),
                         Some(pq) if !pq.is_held() => still_releasing += 1,
