@@ -1,25 +1,14 @@
 //! The quick smoke of `rebalance bench` and `rebalance compare` that CI runs: tiny sizes, and a
 //! check of the JSON lines' shape (the benchmarks themselves are run by hand, see BENCHMARKS.md).
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn rebalance(args: &[&str]) -> Vec<Value> {
-    let output = Command::new(env!("CARGO_BIN_EXE_rebalance"))
-        .args(args)
-        .output()
-        .expect("run rebalance");
-    assert!(
-        output.status.success(),
-        "rebalance {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
+    let run = common::rebalance(args, None);
+    assert!(run.success, "rebalance {args:?}: {}", run.stderr);
+    run.lines
 }
 
 fn number(v: &Value, key: &str) -> f64 {
@@ -109,12 +98,12 @@ fn assignor_bench_prints_one_json_line_with_moves() {
 
 #[test]
 fn bench_refuses_incomplete_arguments() {
-    let status = Command::new(env!("CARGO_BIN_EXE_rebalance"))
-        .args(["bench", "--strategy", "averagely", "--queues", "10"])
-        .output()
-        .expect("run rebalance");
-    assert!(!status.status.success());
-    assert!(String::from_utf8_lossy(&status.stderr).contains("--consumers"));
+    let run = common::rebalance(
+        &["bench", "--strategy", "averagely", "--queues", "10"],
+        None,
+    );
+    assert!(!run.success);
+    assert!(run.stderr.contains("--consumers"));
 }
 
 #[test]

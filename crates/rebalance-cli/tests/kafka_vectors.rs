@@ -28,9 +28,9 @@
 //! - Sequences (join, leave, subscription and partition changes) run step by step, each step
 //!   owning our own previous result wherever the vector's step owns Kafka's previous result.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 use rebalance_cli::assign::parse_group;
 use rebalance_core::assignor::{GroupSubscription, TopicPartition};
@@ -44,23 +44,8 @@ const VECTORS: &str = concat!(
 type Assignment = BTreeMap<String, BTreeSet<(String, i32)>>;
 
 fn run_assign(input: &str) -> (bool, Vec<Value>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rebalance"))
-        .arg("assign")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("run rebalance");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let text = input.to_string();
-    let writer = std::thread::spawn(move || stdin.write_all(text.as_bytes()));
-    let output = child.wait_with_output().expect("wait");
-    writer.join().expect("writer").expect("write");
-    let lines = String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("every output line is JSON"))
-        .collect();
-    (output.status.success(), lines)
+    let run = common::rebalance(&["assign"], Some(input));
+    (run.success, run.lines)
 }
 
 fn parse_assignment(v: &Value) -> Assignment {

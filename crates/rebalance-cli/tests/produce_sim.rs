@@ -1,26 +1,13 @@
 //! `rebalance produce-sim --json`: the line shapes, fault avoidance cutting sends to a slow
 //! broker, retries around a failing one, reproducibility and argument errors.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn produce_sim(args: &[&str]) -> (bool, Vec<Value>, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_rebalance"))
-        .arg("produce-sim")
-        .args(args)
-        .output()
-        .expect("run rebalance");
-    let lines = String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
-    (
-        output.status.success(),
-        lines,
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    let run = common::rebalance(&[&["produce-sim"], args].concat(), None);
+    (run.success, run.lines, run.stderr)
 }
 
 fn broker_line<'a>(lines: &'a [Value], avoidance: bool, broker: &str) -> &'a Value {

@@ -1,22 +1,13 @@
 //! `rebalance simulate --json`: the line shapes, convergence under churn for several
 //! strategies, and reproducibility.
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 fn simulate(args: &[&str]) -> (bool, Vec<Value>) {
-    let output = Command::new(env!("CARGO_BIN_EXE_rebalance"))
-        .arg("simulate")
-        .args(args)
-        .output()
-        .expect("run rebalance");
-    let lines = String::from_utf8(output.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON line"))
-        .collect();
-    (output.status.success(), lines)
+    let run = common::rebalance(&[&["simulate"], args].concat(), None);
+    (run.success, run.lines)
 }
 
 const CHURN: &str =
