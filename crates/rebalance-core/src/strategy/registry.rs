@@ -11,7 +11,7 @@ use super::{
     AllocateError, AllocateStrategy, Averagely, AveragelyByCircle, BalancedSticky, ByConfig,
     ByMachineRoom, ConsistentHash, Designated, MachineRoomNearby,
 };
-use crate::MessageQueue;
+use crate::{ClientId, MessageQueue};
 
 /// A shared strategy.
 pub type StrategyRef = Arc<dyn AllocateStrategy>;
@@ -83,7 +83,8 @@ pub enum StrategyConfigError {
 /// (`MACHINE_ROOM`; `consumer_idcs`), `consistent_hash` (`CONSISTENT_HASH`;
 /// `virtual_node_count`, `hash_function`), `machine_room_nearby` (`inner_strategy`,
 /// `inner_params`), `designated` (`consumers`, `inner_strategy`, `inner_params`), and our own
-/// `balanced_sticky` (`virtual_nodes`).
+/// `balanced_sticky` (`virtual_nodes`; `weights`, an object `{"id": weight}` or a string
+/// `"id:weight,id:weight"`, and `default_weight` for ids not listed, 1 unless given).
 ///
 /// ```
 /// use rebalance_core::strategy::{Params, StrategyRegistry};
@@ -233,7 +234,67 @@ fn balanced_sticky(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
             .filter(|&n| (1..=65_536).contains(&n))
             .ok_or_else(|| param_error(S, "virtual_nodes", "must be between 1 and 65536"))?,
     };
-    Ok(Arc::new(BalancedSticky::new(nodes)))
+    let strategy = BalancedSticky::new(nodes);
+    let default_weight = match integer(p, S, "default_weight")? {
+        None => None,
+        Some(w) => Some(weight(w).ok_or_else(|| param_error(S, "default_weight", WEIGHT_RANGE))?),
+    };
+    let table = weight_table(p)?;
+    if table.is_none() && default_weight.is_none() {
+        return Ok(Arc::new(strategy));
+    }
+    let table = table.unwrap_or_default();
+    let default_weight = default_weight.unwrap_or(1);
+    Ok(Arc::new(strategy.with_weights(move |cid: &ClientId| {
+        table.get(cid).copied().unwrap_or(default_weight)
+    })))
+}
+
+const WEIGHT_RANGE: &str = "must be an integer from 0 to 4294967295";
+
+fn weight(w: i64) -> Option<u32> {
+    u32::try_from(w).ok()
+}
+
+/// balanced_sticky's `weights`: `{"id": weight, ...}` or `"id:weight,id:weight"` (split at the
+/// last colon, so ids may hold colons).
+fn weight_table(p: &Params) -> Result<Option<BTreeMap<ClientId, u32>>, StrategyConfigError> {
+    const S: &str = "balanced_sticky";
+    let bad = |problem: String| param_error(S, "weights", problem);
+    let entries: Vec<(String, Value)> = match p.get("weights") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Some(Value::String(text)) => text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                e.rsplit_once(':')
+                    .map(|(id, w)| (id.trim().to_string(), Value::String(w.trim().to_string())))
+                    .ok_or_else(|| bad(format!("`{e}` is not `id:weight`")))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(bad(
+                "must be an object {\"id\": weight} or a string \"id:weight,...\"".into(),
+            ));
+        }
+    };
+    let mut table = BTreeMap::new();
+    for (id, value) in entries {
+        let w = match &value {
+            Value::Number(n) => n.as_i64(),
+            Value::String(s) => s.parse().ok(),
+            _ => None,
+        }
+        .and_then(weight)
+        .ok_or_else(|| bad(format!("the weight of `{id}` ({value}) {WEIGHT_RANGE}")))?;
+        if id.is_empty() {
+            return Err(bad("has an empty id".into()));
+        }
+        table.insert(ClientId::from(id), w);
+    }
+    Ok(Some(table))
 }
 
 fn consistent_hash(p: &Params) -> Result<StrategyRef, StrategyConfigError> {
@@ -324,8 +385,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    use crate::ClientId;
-
     fn params(v: Value) -> Params {
         match v {
             Value::Object(o) => o,
@@ -365,6 +424,43 @@ mod tests {
             r.build("balanced_sticky", &p),
             Err(StrategyConfigError::Param { .. })
         ));
+    }
+
+    #[test]
+    fn balanced_sticky_weights_from_an_object_or_a_string() {
+        let r = StrategyRegistry::default();
+        let queues: Vec<MessageQueue> = (0..12).map(|i| MessageQueue::new("T", "b", i)).collect();
+        let ids: Vec<ClientId> = ["a", "b", "fe80::1@7"].map(ClientId::from).to_vec();
+        let sizes = |p: Value| {
+            let s = r.build("balanced_sticky", &params(p)).unwrap();
+            let plan = s.plan("G", &queues, &ids).unwrap();
+            ids.iter()
+                .map(|c| plan.share(c).map_or(0, |s| s.len()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(json!({"weights": {"a": 2}})), [6, 3, 3]);
+        assert_eq!(sizes(json!({"weights": "a:2, fe80::1@7:0"})), [8, 4, 0]);
+        assert_eq!(
+            sizes(json!({"weights": {"b": "3"}, "default_weight": 0})),
+            [0, 12, 0]
+        );
+        assert_eq!(sizes(json!({"default_weight": 5})), [4, 4, 4]);
+        for bad in [
+            json!({"weights": "a=2"}),
+            json!({"weights": {"a": -1}}),
+            json!({"weights": {"a": 1.5}}),
+            json!({"weights": [1, 2]}),
+            json!({"weights": ":3"}),
+            json!({"default_weight": 4_294_967_296_i64}),
+        ] {
+            let err = r
+                .build("balanced_sticky", &params(bad.clone()))
+                .unwrap_err();
+            assert!(
+                matches!(&err, StrategyConfigError::Param { key, .. } if key == "weights" || key == "default_weight"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!    and the first `Q mod N` members in a fixed order (a hash of the id, the same in every group
 //!    and independent of who else is present) one more. With fewer queues than members, every
 //!    member may take one (nobody has to hold any, so whoever ends up empty, shares still differ
-//!    by at most one).
+//!    by at most one). With [weights](BalancedSticky::with_weights), a member's capacity is its
+//!    quota `Q * w / W` rounded down, and the queues left over go one each to the first members
+//!    in the same order whose quota is not whole (`capacity.rs`).
 //! 3. **Matching.** Queues are matched to members by deferred acceptance: a queue proposes to the
 //!    members in order of distance; a member holds the closest queues up to its capacity and
 //!    turns the farthest away, which goes on proposing. The result is the *stable* matching: no
@@ -49,6 +51,11 @@
 //!   members hold 64 queues or more, about 3.4 times at 16 to 64, 4.5 at 4 to 16, 5.6 below 4;
 //!   averagely moves 33 times the minimum on the same events. Shares always differ by at most one.
 //!
+//! - **Weights.** The proof above only uses that the capacities add up to `Q`, so it holds for
+//!   weighted capacities too: every member ends exactly at its quota rounded down or up. The ring
+//!   is the same as without weights (giving heavier members more ring points was measured and
+//!   moved no fewer queues), so only the capacities depend on them.
+//!
 //! # Limits
 //! A stateless strategy cannot always move only the minimum: keeping every queue with its member
 //! while others come and go forces each queue to rank the members in a fixed order (a
@@ -69,11 +76,14 @@
 //! assert_eq!(sizes, [3, 3, 4]);
 //! ```
 
+mod capacity;
 mod hashing;
 mod matching;
 mod ring;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod weighted_tests;
 
 use std::sync::Arc;
 
@@ -89,15 +99,18 @@ const MEMO_ENTRIES: usize = 4;
 /// A remembered ring with a remembered queue list's positions.
 type RingAndPositions = (Arc<Ring>, Arc<Vec<u64>>);
 
+/// A member's weight (see [`BalancedSticky::with_weights`]).
+type WeightFn = dyn Fn(&ClientId) -> u32 + Send + Sync;
+
 /// Balanced (shares differ by at most one) and sticky (few queues move on a join or leave)
 /// without coordination; see the [module docs](self) for the algorithm and its guarantees.
 ///
 /// The value remembers the ring of the last few member lists and the positions of the last few
 /// queue lists (compared exactly, so a remembered result is only reused for identical inputs);
 /// it is `Send + Sync` and meant to be shared.
-#[derive(Debug)]
 pub struct BalancedSticky {
     virtual_nodes: usize,
+    weight: Option<Arc<WeightFn>>,
     rings: Memo<[ClientId], Ring>,
     positions: Memo<[MessageQueue], Vec<u64>>,
     /// Each queue's first ring point, for a remembered (ring, queue list) pair. The key holds
@@ -113,6 +126,7 @@ impl BalancedSticky {
     pub fn new(virtual_nodes: usize) -> Self {
         Self {
             virtual_nodes: virtual_nodes.max(1),
+            weight: None,
             rings: Memo::new(MEMO_ENTRIES),
             positions: Memo::new(MEMO_ENTRIES),
             starts: Memo::new(MEMO_ENTRIES),
@@ -122,6 +136,52 @@ impl BalancedSticky {
     /// The number of ring points per member.
     pub fn virtual_nodes(&self) -> usize {
         self.virtual_nodes
+    }
+
+    /// Shares in proportion to `weight(member)` instead of equal ones: every member's share is
+    /// its quota `Q * w / W` (`W` the group's total weight) rounded down or up, and a member of
+    /// weight 0 takes nothing (unless every member weighs 0: then all weigh the same). Equal
+    /// weights give exactly the plan of the unweighted strategy.
+    ///
+    /// Like the member list, the weights must be the same on every client of the group, or
+    /// their plans disagree: derive them from the id (an instance name that carries the size of
+    /// the machine, say) or from configuration that every client shares. The function is asked
+    /// for every member each round, so a weight may change over time; plans change with it.
+    ///
+    /// ```
+    /// use rebalance_core::{ClientId, MessageQueue, strategy::{AllocateStrategy, BalancedSticky}};
+    ///
+    /// let queues: Vec<MessageQueue> = (0..12).map(|i| MessageQueue::new("T", "broker-a", i)).collect();
+    /// let members: Vec<ClientId> = ["big", "small-1", "small-2"].into_iter().map(ClientId::from).collect();
+    /// let strategy = BalancedSticky::default()
+    ///     .with_weights(|cid: &ClientId| if cid.as_str() == "big" { 2 } else { 1 });
+    /// let plan = strategy.plan("G", &queues, &members).unwrap();
+    /// assert_eq!(plan.share(&members[0]).unwrap().len(), 6);
+    /// assert_eq!(plan.share(&members[1]).unwrap().len(), 3);
+    /// ```
+    pub fn with_weights(
+        mut self,
+        weight: impl Fn(&ClientId) -> u32 + Send + Sync + 'static,
+    ) -> Self {
+        self.weight = Some(Arc::new(weight));
+        self
+    }
+
+    /// Whether shares follow weights ([`with_weights`](Self::with_weights)).
+    pub fn is_weighted(&self) -> bool {
+        self.weight.is_some()
+    }
+
+    /// The members' weights, or `None` when they all weigh the same.
+    fn weights(&self, members: &[ClientId]) -> Option<Vec<u32>> {
+        let weight = self.weight.as_ref()?;
+        let weights: Vec<u32> = members.iter().map(|m| weight(m)).collect();
+        let first = *weights.first()?;
+        if weights.iter().all(|&w| w == first) {
+            None
+        } else {
+            Some(weights)
+        }
     }
 
     fn ring(&self, members: &[ClientId]) -> Arc<Ring> {
@@ -154,11 +214,13 @@ impl BalancedSticky {
                 (Arc::new((ring.clone(), positions.clone())), starts)
             },
         );
-        let caps = ring.capacities(mq_all.len());
+        let weights = self.weights(&members);
+        let caps = capacity::capacities(&ring.rank_order, weights.as_deref(), mq_all.len());
         let shares = matching::assign(&ring, &positions, &starts, &caps);
         tracing::trace!(
             queues = mq_all.len(),
             members = members.len(),
+            weighted = weights.is_some(),
             "balanced_sticky plan"
         );
         members.into_iter().zip(shares).collect()
@@ -172,9 +234,21 @@ impl Default for BalancedSticky {
 }
 
 impl Clone for BalancedSticky {
-    /// A strategy with the same parameters and nothing remembered yet.
+    /// A strategy with the same parameters (and weights) and nothing remembered yet.
     fn clone(&self) -> Self {
-        Self::new(self.virtual_nodes)
+        Self {
+            weight: self.weight.clone(),
+            ..Self::new(self.virtual_nodes)
+        }
+    }
+}
+
+impl std::fmt::Debug for BalancedSticky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BalancedSticky")
+            .field("virtual_nodes", &self.virtual_nodes)
+            .field("weighted", &self.weight.is_some())
+            .finish_non_exhaustive()
     }
 }
 

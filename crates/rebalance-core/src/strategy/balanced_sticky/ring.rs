@@ -15,7 +15,7 @@ pub(crate) struct Ring {
     /// lookup reads one small slice instead of binary-searching the whole ring.
     starts: Vec<u32>,
     bucket_bits: u32,
-    /// Member indices in the order that takes the `Q mod N` extra queues: by
+    /// Member indices in the order that takes the queues left over after whole shares: by
     /// [`member_rank`], then by id (Java order) for the astronomically unlikely tie.
     pub rank_order: Vec<u32>,
 }
@@ -93,26 +93,6 @@ impl Ring {
         let i = lo + self.positions[lo..hi].partition_point(|&p| p < position);
         if i == self.positions.len() { 0 } else { i }
     }
-
-    /// Each member's capacity for `queues` queues: `queues / N`, plus one for the first
-    /// `queues % N` members of [`rank_order`](Self::rank_order). With fewer queues than members
-    /// every member may take one: nobody has to hold any, so shares differ by at most one
-    /// whoever ends up empty, and a member that comes or goes then moves only its own queue.
-    pub fn capacities(&self, queues: usize) -> Vec<u32> {
-        let n = self.rank_order.len();
-        if n == 0 {
-            return Vec::new();
-        }
-        if queues < n {
-            return vec![1; n];
-        }
-        let (base, extra) = ((queues / n) as u32, queues % n);
-        let mut caps = vec![base; n];
-        for &m in &self.rank_order[..extra] {
-            caps[m as usize] += 1;
-        }
-        caps
-    }
 }
 
 /// Bits of a bucket number for about `n` buckets (1 to 24).
@@ -126,29 +106,6 @@ mod tests {
 
     fn ids(names: &[&str]) -> Vec<ClientId> {
         names.iter().copied().map(ClientId::from).collect()
-    }
-
-    #[test]
-    fn extra_queues_nest_as_members_come_and_go() {
-        let all = ids(&["a", "b", "c", "d", "e", "f"]);
-        let ring = Ring::build(&all, 4);
-        assert_eq!(ring.len(), 24);
-        assert!(ring.positions.windows(2).all(|w| w[0] <= w[1]));
-        // Whoever has the extra queue among the remaining members had it before a member left,
-        // whenever the base share stays the same.
-        assert_eq!(
-            ring.capacities(4),
-            [1; 6],
-            "fewer queues than members: one each at most"
-        );
-        let caps = ring.capacities(8); // 6 members: base 1, two extras
-        let without_first = Ring::build(&all[1..], 4).capacities(8); // 5 members: base 1, three extras
-        for (i, &cap) in caps.iter().enumerate().skip(1) {
-            if cap == 2 {
-                assert_eq!(without_first[i - 1], 2, "member {i} lost its extra");
-            }
-        }
-        assert_eq!(caps.iter().sum::<u32>(), 8);
     }
 
     #[test]
