@@ -11,7 +11,10 @@ pub enum MessageModel {
     /// The members divide the queues with the allocation strategy.
     #[default]
     Clustering,
-    /// Every member consumes every queue; no locks.
+    /// Every member consumes every queue; no locks. Each member keeps its own progress, so it
+    /// needs a per-client [`OffsetStore`](crate::OffsetStore) (such as
+    /// [`LocalOffsetStore`](crate::LocalOffsetStore)): the consumer refuses to start with the
+    /// group's shared one ([`ConsumerError::SharedOffsetStore`](crate::ConsumerError::SharedOffsetStore)).
     Broadcasting,
 }
 
@@ -87,6 +90,90 @@ pub struct Intervals {
     /// released (90 s, three broker registrations), so a name server that restarts empty does
     /// not empty the assignment.
     pub topic_gone_after: Duration,
+    /// How long a [`QueueListener`](crate::QueueListener) callback may take (10 s).
+    ///
+    /// Rounds, lock renewal and offset persistence wait for the callbacks, so a callback that
+    /// never returns would stop all of them. After this long the callback's future is dropped
+    /// (cancelled at its current `.await`), an error event is logged, the round's report lists
+    /// it in `callback_errors`, and the round goes on as if the callback had returned. For
+    /// [`queues_removed`](crate::QueueListener::queues_removed) that means the hand-off
+    /// proceeds: the last offset committed on the lease is persisted and the lock released, so
+    /// the next owner may start while the application is still consuming; commit the final
+    /// offset and return well within this time. A callback that blocks its thread (instead of
+    /// awaiting) cannot be cut short this way.
+    pub callback_timeout: Duration,
+}
+
+/// The longest interval [`Intervals::validate`] accepts (a year): anything longer is a mistake,
+/// and durations near [`Duration::MAX`] would overflow the timers.
+pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Why an [`Intervals`] value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IntervalsError {
+    /// An interval is zero (a zero period would make its timer panic or spin).
+    #[error("Intervals::{0} is zero; every interval must be longer than zero")]
+    Zero(&'static str),
+    /// An interval is longer than [`MAX_INTERVAL`].
+    #[error("Intervals::{field} is {value:?}, longer than the maximum of {MAX_INTERVAL:?}")]
+    TooLong {
+        /// The field.
+        field: &'static str,
+        /// Its value.
+        value: Duration,
+    },
+}
+
+impl Intervals {
+    /// Checks that every interval is longer than zero and at most [`MAX_INTERVAL`];
+    /// [`ConsumerBuilder::start`](crate::ConsumerBuilder::start) calls it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use rebalance_runtime::config::{Intervals, IntervalsError};
+    ///
+    /// assert_eq!(Intervals::default().validate(), Ok(()));
+    /// let zero = Intervals { heartbeat: Duration::ZERO, ..Intervals::default() };
+    /// assert_eq!(zero.validate(), Err(IntervalsError::Zero("heartbeat")));
+    /// ```
+    pub fn validate(&self) -> Result<(), IntervalsError> {
+        // Destructured so that a new field cannot be forgotten here.
+        let Intervals {
+            poll_name_server,
+            rebalance_wait,
+            rebalance_min,
+            lock_retry,
+            heartbeat,
+            lock_renew,
+            lock_lifetime,
+            persist_offsets,
+            force_unlock_after,
+            topic_gone_after,
+            callback_timeout,
+        } = *self;
+        let fields = [
+            ("poll_name_server", poll_name_server),
+            ("rebalance_wait", rebalance_wait),
+            ("rebalance_min", rebalance_min),
+            ("lock_retry", lock_retry),
+            ("heartbeat", heartbeat),
+            ("lock_renew", lock_renew),
+            ("lock_lifetime", lock_lifetime),
+            ("persist_offsets", persist_offsets),
+            ("force_unlock_after", force_unlock_after),
+            ("topic_gone_after", topic_gone_after),
+            ("callback_timeout", callback_timeout),
+        ];
+        for (field, value) in fields {
+            if value.is_zero() {
+                return Err(IntervalsError::Zero(field));
+            }
+            if value > MAX_INTERVAL {
+                return Err(IntervalsError::TooLong { field, value });
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for Intervals {
@@ -102,6 +189,51 @@ impl Default for Intervals {
             persist_offsets: Duration::from_secs(5),
             force_unlock_after: Duration::from_secs(20),
             topic_gone_after: Duration::from_secs(90),
+            callback_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_zero_field_is_named() {
+        type Field = fn(&mut Intervals) -> &mut Duration;
+        let cases: [(&str, Field); 11] = [
+            ("poll_name_server", |i| &mut i.poll_name_server),
+            ("rebalance_wait", |i| &mut i.rebalance_wait),
+            ("rebalance_min", |i| &mut i.rebalance_min),
+            ("lock_retry", |i| &mut i.lock_retry),
+            ("heartbeat", |i| &mut i.heartbeat),
+            ("lock_renew", |i| &mut i.lock_renew),
+            ("lock_lifetime", |i| &mut i.lock_lifetime),
+            ("persist_offsets", |i| &mut i.persist_offsets),
+            ("force_unlock_after", |i| &mut i.force_unlock_after),
+            ("topic_gone_after", |i| &mut i.topic_gone_after),
+            ("callback_timeout", |i| &mut i.callback_timeout),
+        ];
+        for (name, field) in cases {
+            let mut intervals = Intervals::default();
+            *field(&mut intervals) = Duration::ZERO;
+            assert_eq!(intervals.validate(), Err(IntervalsError::Zero(name)));
+            let mut intervals = Intervals::default();
+            *field(&mut intervals) = Duration::MAX;
+            assert_eq!(
+                intervals.validate(),
+                Err(IntervalsError::TooLong {
+                    field: name,
+                    value: Duration::MAX
+                })
+            );
+            let mut intervals = Intervals::default();
+            *field(&mut intervals) = MAX_INTERVAL;
+            assert_eq!(
+                intervals.validate(),
+                Ok(()),
+                "{name}: the maximum itself is fine"
+            );
         }
     }
 }

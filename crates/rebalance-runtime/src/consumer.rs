@@ -2,7 +2,11 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+
+use futures_util::FutureExt;
 
 use rebalance_core::assignor::{AssignorConfigError, AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
@@ -14,8 +18,11 @@ use tracing::Instrument;
 
 use crate::allocation::Allocation;
 use crate::assignment::{Assignment, RoundReport};
-use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
-use crate::context::Context;
+use crate::callbacks::{TimeLimited, panic_message};
+use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, IntervalsError, MessageModel};
+use crate::context::{Context, uses_locks};
+use crate::directory::Registration;
+use crate::offset_store::OffsetScope;
 use crate::route_sync::{RouteSync, RouteTable};
 use crate::service::{Command, Outputs, Service};
 use crate::wake::{Trigger, WakeReasons};
@@ -39,6 +46,30 @@ pub enum ConsumerError {
     /// The assignor could not be built.
     #[error("assignor: {0}")]
     Assignor(#[from] AssignorConfigError),
+    /// An interval cannot be used (zero, or absurdly long).
+    #[error("intervals: {0}")]
+    Intervals(#[from] IntervalsError),
+    /// Broadcasting was configured with an offset store shared by the group (such as the
+    /// broker's, which [`ConsumerBuilder::cluster`] sets): every client would overwrite the
+    /// others' progress. Give the consumer a per-client store with
+    /// [`ConsumerBuilder::offset_store`] (after `cluster`), e.g. [`LocalOffsetStore`](crate::LocalOffsetStore).
+    #[error(
+        "broadcasting needs a per-client offset store, but the configured one is shared by the group \
+         (every client would overwrite the others' progress); set one with `offset_store` after \
+         `cluster`, e.g. `LocalOffsetStore`"
+    )]
+    SharedOffsetStore,
+    /// A task of the consumer panicked (a panic in a transport or another component the runtime
+    /// calls without containing it). The consumer has stopped: every lease was cancelled and the
+    /// client unregistered (when the directory could be reached), but queues were not announced
+    /// as removed, their last offsets not persisted and their locks not released (they expire).
+    #[error("the consumer's {task} task panicked: {message}")]
+    TaskPanicked {
+        /// Which task.
+        task: &'static str,
+        /// The panic's message.
+        message: String,
+    },
     /// `start` was called outside a tokio runtime.
     #[error("the consumer must be started inside a tokio runtime")]
     NoRuntime,
@@ -166,13 +197,16 @@ impl ConsumerBuilder {
     /// moves to its next owner only after the previous one announced the removal, persisted the
     /// last offset and unlocked it: no duplicate consumption at hand-off, for the price of the
     /// lock requests (and a hand-off that waits for the previous owner's next round). Needs a
-    /// [`locker`](Self::locker). Off by default, as in the Java client.
+    /// [`locker`](Self::locker): [`start`](Self::start) fails with [`ConsumerError::Missing`]
+    /// without one (in clustering mode; broadcasting never locks). Off by default, as in the
+    /// Java client.
     pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
         self.exclusive_hand_off = exclusive;
         self
     }
 
-    /// The timers.
+    /// The timers and the listener's callback timeout; [`start`](Self::start) checks them
+    /// ([`Intervals::validate`]).
     pub fn intervals(mut self, intervals: Intervals) -> Self {
         self.intervals = intervals;
         self
@@ -222,7 +256,9 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Where offsets are stored.
+    /// Where offsets are stored. Broadcasting needs a per-client store
+    /// ([`OffsetScope::Client`], e.g. [`LocalOffsetStore`](crate::LocalOffsetStore)); set it after
+    /// [`cluster`](Self::cluster), which sets the cluster's shared store.
     pub fn offset_store(mut self, offsets: Arc<dyn OffsetStore>) -> Self {
         self.offsets = Some(offsets);
         self
@@ -235,6 +271,8 @@ impl ConsumerBuilder {
     }
 
     /// Sets name server, directory, offset store and locker from one value that implements all.
+    /// Its offset store is the group's shared one: for broadcasting, call
+    /// [`offset_store`](Self::offset_store) afterwards with a per-client store.
     pub fn cluster<C: ClusterAccess>(self, cluster: C) -> Self {
         let cluster = Arc::new(cluster);
         self.name_server(cluster.clone())
@@ -258,6 +296,10 @@ impl ConsumerBuilder {
 
     /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
     /// tasks and runs a first round at once. Must be called inside a tokio runtime.
+    ///
+    /// Fails without starting anything when the configuration cannot work: a missing part
+    /// (including the locker that orderly consumption or an exclusive hand-off needs in
+    /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store.
     pub async fn start(self) -> Result<ConsumerHandle, ConsumerError> {
         tokio::runtime::Handle::try_current().map_err(|_| ConsumerError::NoRuntime)?;
         if self.group.is_empty() {
@@ -267,15 +309,38 @@ impl ConsumerBuilder {
         if client_id.is_empty() {
             return Err(ConsumerError::EmptyClientId);
         }
+        self.intervals.validate()?;
         let locker = self.locker;
-        if self.consume_order == ConsumeOrder::Orderly
-            && self.message_model == MessageModel::Clustering
-            && locker.is_none()
+        if uses_locks(
+            self.message_model,
+            self.consume_order,
+            self.exclusive_hand_off,
+        ) && locker.is_none()
         {
             return Err(ConsumerError::Missing(
-                "a queue locker (orderly clustering consumption)",
+                if self.consume_order == ConsumeOrder::Orderly {
+                    "a queue locker (orderly clustering consumption)"
+                } else {
+                    "a queue locker (exclusive hand-off)"
+                },
             ));
         }
+        let offsets = self
+            .offsets
+            .ok_or(ConsumerError::Missing("an offset store"))?;
+        match (self.message_model, offsets.scope()) {
+            (MessageModel::Broadcasting, OffsetScope::Group) => {
+                return Err(ConsumerError::SharedOffsetStore);
+            }
+            (MessageModel::Clustering, OffsetScope::Client) => tracing::warn!(
+                group = %self.group,
+                "clustering with a per-client offset store: a queue's next owner will not see this client's progress"
+            ),
+            _ => {}
+        }
+        let listener = self
+            .listener
+            .ok_or(ConsumerError::Missing("a queue listener"))?;
         let ctx = Arc::new(Context {
             group: self.group,
             client_id,
@@ -293,13 +358,9 @@ impl ConsumerBuilder {
             directory: self
                 .directory
                 .ok_or(ConsumerError::Missing("a group directory"))?,
-            offsets: self
-                .offsets
-                .ok_or(ConsumerError::Missing("an offset store"))?,
+            offsets,
             locker,
-            listener: self
-                .listener
-                .ok_or(ConsumerError::Missing("a queue listener"))?,
+            listener: Arc::new(TimeLimited::new(listener, self.intervals.callback_timeout)),
         });
         let token = self
             .shutdown
@@ -308,6 +369,7 @@ impl ConsumerBuilder {
         let (subscriptions_tx, subscriptions_rx) = watch::channel(Arc::new(self.topics.clone()));
         let registration = Arc::new(ctx.registration(self.topics.iter().cloned()));
         let (registration_tx, registration_rx) = watch::channel(registration.clone());
+        let last_registration = registration_rx.clone();
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
@@ -334,20 +396,34 @@ impl ConsumerBuilder {
         let heartbeat_now = Arc::new(tokio::sync::Notify::new());
         let helpers = TaskTracker::new();
         let tasks = TaskTracker::new();
+        let failure = Arc::new(OnceLock::new());
         let mut aborts = Vec::new();
         aborts.push(
             helpers
-                .spawn(route_sync.run(token.clone()).instrument(span.clone()))
+                .spawn(
+                    helper(
+                        "route sync",
+                        route_sync.run(token.clone()),
+                        failure.clone(),
+                        token.clone(),
+                    )
+                    .instrument(span.clone()),
+                )
                 .abort_handle(),
         );
         aborts.push(
             helpers
                 .spawn(
-                    heartbeat::run(
-                        ctx.directory.clone(),
-                        registration_rx,
-                        ctx.intervals.heartbeat,
-                        heartbeat_now.clone(),
+                    helper(
+                        "heartbeat",
+                        heartbeat::run(
+                            ctx.directory.clone(),
+                            registration_rx,
+                            ctx.intervals.heartbeat,
+                            heartbeat_now.clone(),
+                            token.clone(),
+                        ),
+                        failure.clone(),
                         token.clone(),
                     )
                     .instrument(span.clone()),
@@ -368,15 +444,19 @@ impl ConsumerBuilder {
             },
             token.child_token(),
         );
-        aborts.push(
-            tasks
-                .spawn(
-                    service
-                        .run(commands_rx, token.clone(), helpers.clone())
-                        .instrument(span.clone()),
-                )
-                .abort_handle(),
-        );
+        let service = {
+            let ctx = ctx.clone();
+            let token = token.clone();
+            let failure = failure.clone();
+            async move {
+                let run = service.run(commands_rx, token.clone(), helpers.clone());
+                if let Err(message) = caught(run).await {
+                    record_failure(&failure, "rebalance service", message);
+                    after_service_panic(&ctx, &token, &helpers, &last_registration).await;
+                }
+            }
+        };
+        aborts.push(tasks.spawn(service.instrument(span.clone())).abort_handle());
         tasks.close();
         Ok(ConsumerHandle {
             inner: Arc::new(HandleInner {
@@ -388,9 +468,67 @@ impl ConsumerBuilder {
                 rounds: rounds_rx,
                 tasks,
                 aborts,
+                failure,
             }),
         })
     }
+}
+
+/// Runs `future`, catching a panic as its message.
+async fn caught(future: impl Future<Output = ()>) -> Result<(), String> {
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .map_err(|panic| panic_message(&*panic))
+}
+
+/// Runs a helper task (route sync, heartbeat). One that panics stops the consumer the ordinary
+/// way, through its token: the service, still alive, releases everything.
+async fn helper(
+    task: &'static str,
+    future: impl Future<Output = ()>,
+    failure: Arc<OnceLock<TaskFailure>>,
+    token: CancellationToken,
+) {
+    if let Err(message) = caught(future).await {
+        record_failure(&failure, task, message);
+        token.cancel();
+    }
+}
+
+/// Logs a task's panic and keeps the first one for [`ConsumerHandle::join`].
+fn record_failure(failure: &OnceLock<TaskFailure>, task: &'static str, message: String) {
+    tracing::error!(task, panic = %message, "a consumer task panicked; the consumer stops");
+    let _ = failure.set(TaskFailure { task, message });
+}
+
+/// What can still be done once the service task (the owner of the queue table) has panicked:
+/// stop the other tasks and cancel every lease (both through the consumer's token), and
+/// unregister so that the group rebalances without waiting for the heartbeat to expire. The
+/// table is gone with the task, so nothing is announced, persisted or unlocked.
+async fn after_service_panic(
+    ctx: &Context,
+    token: &CancellationToken,
+    helpers: &TaskTracker,
+    registration: &watch::Receiver<Arc<Registration>>,
+) {
+    token.cancel();
+    helpers.close();
+    helpers.wait().await;
+    let registration = registration.borrow().clone();
+    match ctx.directory.unregister(&registration).await {
+        Ok(()) => tracing::warn!("unregistered from the group after the service panicked"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not unregister after the service panicked; the directory will expire this client")
+        }
+    }
+}
+
+/// How a task of the consumer ended abnormally.
+#[derive(Debug, Clone)]
+struct TaskFailure {
+    task: &'static str,
+    message: String,
 }
 
 /// The default client id: `ip@pid@nanos`, as unique as the Java client's `ip@pid#nanos`.
@@ -420,6 +558,8 @@ struct HandleInner {
     rounds: watch::Receiver<Arc<RoundReport>>,
     tasks: TaskTracker,
     aborts: Vec<tokio::task::AbortHandle>,
+    /// The first task that panicked.
+    failure: Arc<OnceLock<TaskFailure>>,
 }
 
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
@@ -502,10 +642,28 @@ impl ConsumerHandle {
 
     /// Stops the timers, releases every queue (removed callbacks with reason `shutdown`, last
     /// offsets persisted, locks released), unregisters, and returns when all of that is done.
-    /// Calling it again (or concurrently) waits for the same shutdown.
+    /// Calling it again (or concurrently) waits for the same shutdown. If a task of the consumer
+    /// panicked, an error event was logged and [`join`](Self::join) returns it.
     pub async fn shutdown(&self) {
         self.inner.token.cancel();
         self.inner.tasks.wait().await;
+    }
+
+    /// Waits until the consumer has stopped (after [`shutdown`](Self::shutdown), the
+    /// cancellation of its token, or a crash) without asking it to, and says how it ended:
+    /// `Err(`[`ConsumerError::TaskPanicked`]`)` when one of its tasks panicked. An application
+    /// can await it next to its own work to notice a consumer that died.
+    ///
+    /// After [`abort`](Self::abort) it returns `Ok(())` once the aborted tasks are gone.
+    pub async fn join(&self) -> Result<(), ConsumerError> {
+        self.inner.tasks.wait().await;
+        match self.inner.failure.get() {
+            Some(failure) => Err(ConsumerError::TaskPanicked {
+                task: failure.task,
+                message: failure.message.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Whether the consumer has stopped.

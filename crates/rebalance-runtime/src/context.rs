@@ -31,8 +31,11 @@ impl Context {
     /// Whether queues are locked at the broker: ordered consumption, or an exclusive hand-off,
     /// in clustering mode.
     pub(crate) fn uses_locks(&self) -> bool {
-        self.message_model == MessageModel::Clustering
-            && (self.consume_order == ConsumeOrder::Orderly || self.exclusive_hand_off)
+        uses_locks(
+            self.message_model,
+            self.consume_order,
+            self.exclusive_hand_off,
+        )
     }
 
     /// The locker, when queues must be locked.
@@ -50,4 +53,13 @@ impl Context {
             topics: topics.into_iter().collect(),
         }
     }
+}
+
+/// Whether a consumer so configured locks queues at the broker (and so needs a locker).
+pub(crate) fn uses_locks(
+    model: MessageModel,
+    order: ConsumeOrder,
+    exclusive_hand_off: bool,
+) -> bool {
+    model == MessageModel::Clustering && (order == ConsumeOrder::Orderly || exclusive_hand_off)
 }

@@ -90,7 +90,7 @@ pub use listener::{
 };
 pub use locker::QueueLocker;
 pub use name_server::NameServer;
-pub use offset_store::OffsetStore;
+pub use offset_store::{LocalOffsetStore, OffsetScope, OffsetStore};
 pub use producer::{Producer, ProducerBuilder, ProducerHandle};
 pub use route_sync::{RouteTable, TopicState};
 pub use wake::WakeReasons;

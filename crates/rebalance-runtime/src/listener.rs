@@ -156,6 +156,10 @@ impl QueueLease {
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken
     /// away. Hold the guard while processing (ordered consumption): the runtime releases the
     /// queue's broker lock only when no guard is held, or after `force_unlock_after`.
+    ///
+    /// The guard does not check the age of the broker lock itself: the runtime renews it every
+    /// `lock_renew` and takes the queue away (reason `lost`) when the broker refuses, or when
+    /// renewal has failed for `lock_lifetime` (checked at each renewal).
     pub async fn consume_guard(&self) -> Option<OwnedMutexGuard<()>> {
         if self.state.dropped.load(Ordering::Acquire) {
             return None;
@@ -186,11 +190,16 @@ pub struct RemovedQueue {
 
 /// The application's callbacks.
 ///
-/// Callbacks are awaited: a round waits for them, so a slow callback delays only its own
-/// consumer's round. An error or a panic is contained: it is logged, reported in the round's
-/// outcome, and never stops the runtime. Removals are announced before the queue's last offset
-/// is persisted and its lock released, so commit the final offset on the lease before
-/// returning from [`queues_removed`](Self::queues_removed).
+/// Callbacks are awaited: a round waits for them, so a slow callback delays its own consumer's
+/// round, lock renewal and offset persistence. An error or a panic is contained: it is logged,
+/// reported in the round's outcome, and never stops the runtime. A callback that has not
+/// returned after [`Intervals::callback_timeout`](crate::Intervals::callback_timeout) (10 s) is
+/// cancelled (its future dropped), logged as an error and reported, and the round goes on as if
+/// it had returned. Removals are announced before the queue's last offset is persisted and its
+/// lock released, so commit the final offset on the lease before returning from
+/// [`queues_removed`](Self::queues_removed): when it times out, the hand-off proceeds with
+/// whatever was committed by then, and the next owner may start while this client still
+/// consumes.
 #[async_trait]
 pub trait QueueListener: Send + Sync + 'static {
     /// Queues of `topic` this client now consumes.

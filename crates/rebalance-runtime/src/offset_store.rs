@@ -1,11 +1,35 @@
-//! [`OffsetStore`]: where consumption progress is kept.
+//! [`OffsetStore`]: where consumption progress is kept, and [`LocalOffsetStore`], a per-client
+//! store for broadcasting.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
 
 use crate::RemoteError;
 
+/// Whose progress an [`OffsetStore`] keeps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum OffsetScope {
+    /// One offset per group and queue, shared by every client of the group (RocketMQ: the
+    /// broker's consumer offsets). What clustering needs: the next owner of a queue continues
+    /// where the previous one stopped.
+    #[default]
+    Group,
+    /// One offset per group and queue for this client alone (RocketMQ: the local file store).
+    /// What broadcasting needs: every client consumes every queue, so each keeps its own
+    /// progress.
+    Client,
+}
+
 /// Consumption progress per group and queue (in RocketMQ clustering mode: the broker).
+///
+/// A store says whose progress it keeps with [`scope`](Self::scope). A broadcasting consumer
+/// refuses to start with a [`Group`](OffsetScope::Group) store, since every client would write
+/// its own progress over the others' on the same shared offset: give it a per-client store such
+/// as [`LocalOffsetStore`] (after [`cluster`](crate::ConsumerBuilder::cluster), which sets the
+/// cluster's shared store).
 #[async_trait]
 pub trait OffsetStore: Send + Sync + 'static {
     /// The stored offset of `queue`, or `None` when nothing is stored yet.
@@ -23,5 +47,121 @@ pub trait OffsetStore: Send + Sync + 'static {
     /// persisted its last offset. Stores without local state do nothing (the default).
     async fn remove(&self, _group: &str, _queue: &MessageQueue) -> Result<(), RemoteError> {
         Ok(())
+    }
+
+    /// Whose progress this store keeps: the group's shared offsets (the default, right for a
+    /// broker or any store every client of the group reads and writes) or this client's own.
+    /// Override it to return [`OffsetScope::Client`] only when each client has its own copy.
+    fn scope(&self) -> OffsetScope {
+        OffsetScope::Group
+    }
+}
+
+/// A per-client offset store in memory: each consumer built with its own instance keeps its
+/// own progress, as broadcasting needs ([`OffsetScope::Client`]).
+///
+/// The offsets live as long as the value: a restarted process starts each queue from the
+/// consumer's [`ConsumeFrom`](crate::ConsumeFrom) position again (the Java client keeps them in a
+/// local file; implement [`OffsetStore`] with [`OffsetScope::Client`] over a file or a database
+/// for that). Offsets survive a queue's release and re-addition within the process, so a queue
+/// that comes back (a topic that reappears) continues where it stopped. Never share one
+/// instance between consumers of the same group: they would share one offset again.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::sync::Arc;
+/// use rebalance_runtime::memory::InMemoryCluster;
+/// use rebalance_runtime::{Consumer, LocalOffsetStore, MessageModel};
+/// # use rebalance_runtime::{ListenerError, QueueLease, QueueListener, RemovedQueue};
+/// # struct Quiet;
+/// # #[async_trait::async_trait]
+/// # impl QueueListener for Quiet {
+/// #     async fn queues_added(&self, _: &str, _: &[QueueLease]) -> Result<(), ListenerError> { Ok(()) }
+/// #     async fn queues_removed(&self, _: &str, _: &[RemovedQueue]) -> Result<(), ListenerError> { Ok(()) }
+/// # }
+///
+/// let cluster = InMemoryCluster::new();
+/// cluster.create_topic("Prices", 1, 4);
+/// let consumer = Consumer::builder("price-watchers")
+///     .client_id("10.0.0.1@1")
+///     .subscribe("Prices")
+///     .message_model(MessageModel::Broadcasting)
+///     .cluster(cluster.client("10.0.0.1@1"))
+///     // After `cluster`, which sets the cluster's shared (group) store.
+///     .offset_store(Arc::new(LocalOffsetStore::new()))
+///     .listener(Arc::new(Quiet))
+///     .start()
+///     .await?;
+/// consumer.watch().wait_for(|a| a.len() == 4).await?;
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Default)]
+pub struct LocalOffsetStore {
+    offsets: Mutex<HashMap<(String, MessageQueue), i64>>,
+}
+
+impl LocalOffsetStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The stored offset of `queue` for `group`.
+    pub fn offset(&self, group: &str, queue: &MessageQueue) -> Option<i64> {
+        self.offsets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&(group.to_string(), queue.clone()))
+            .copied()
+    }
+}
+
+#[async_trait]
+impl OffsetStore for LocalOffsetStore {
+    async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
+        Ok(self.offset(group, queue))
+    }
+
+    async fn persist(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<(), RemoteError> {
+        self.offsets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert((group.to_string(), queue.clone()), offset);
+        Ok(())
+    }
+
+    // `remove` keeps the offset (the default does nothing): this store is the only copy.
+
+    fn scope(&self) -> OffsetScope {
+        OffsetScope::Client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn keeps_each_groups_offsets_across_removal() {
+        let store = LocalOffsetStore::new();
+        let q = MessageQueue::new("T", "b", 1);
+        assert_eq!(store.read("G", &q).await, Ok(None));
+        store.persist("G", &q, 7).await.unwrap();
+        store.persist("H", &q, 3).await.unwrap();
+        store.remove("G", &q).await.unwrap();
+        assert_eq!(store.read("G", &q).await, Ok(Some(7)));
+        assert_eq!(store.read("H", &q).await, Ok(Some(3)));
+        assert_eq!(
+            store.read("G", &MessageQueue::new("T", "b", 2)).await,
+            Ok(None)
+        );
+        assert_eq!(store.scope(), OffsetScope::Client);
     }
 }

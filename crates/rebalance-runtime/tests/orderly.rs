@@ -177,6 +177,10 @@ async fn broadcasting_gives_everyone_everything_without_locks() {
     let broadcast = |b: rebalance_runtime::ConsumerBuilder| {
         b.message_model(MessageModel::Broadcasting)
             .consume_order(ConsumeOrder::Orderly)
+            // Each client keeps its own progress (the cluster's store is the group's).
+            .offset_store(std::sync::Arc::new(
+                rebalance_runtime::LocalOffsetStore::new(),
+            ))
     };
     let members = [
         start_with(&cluster, 0, &["T"], broadcast).await,

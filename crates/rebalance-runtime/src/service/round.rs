@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::Service;
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{TopicReport, Unbalanced, fingerprint};
-use crate::callbacks::contained;
+use crate::callbacks::{allocation_contained, contained};
 use crate::config::{ConsumeFrom, MessageModel};
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::route_sync::{RouteTable, TopicState};
@@ -57,12 +57,14 @@ impl Service {
         match &self.ctx.allocation {
             Allocation::Strategy(strategy) => {
                 for (topic, view) in views {
-                    let target = match strategy.allocate_shared(
-                        &self.ctx.group,
-                        &self.ctx.client_id,
-                        &view.queues,
-                        &view.ids,
-                    ) {
+                    let target = match allocation_contained(strategy.name(), || {
+                        strategy.allocate_shared(
+                            &self.ctx.group,
+                            &self.ctx.client_id,
+                            &view.queues,
+                            &view.ids,
+                        )
+                    }) {
                         Ok(mine) => Target::Share {
                             all: view.queues,
                             mine,
@@ -83,7 +85,10 @@ impl Service {
                 let result = if incomplete {
                     Err(Unbalanced::GroupViewIncomplete)
                 } else {
-                    assign_leaderless(assignor, &self.ctx.client_id, &views).map_err(|e| {
+                    allocation_contained(assignor.name(), || {
+                        assign_leaderless(assignor, &self.ctx.client_id, &views)
+                    })
+                    .map_err(|e| {
                         tracing::warn!(assignor = assignor.name(), error = %e, "the assignor refused; keeping the current share");
                         Unbalanced::StrategyFailed(e.to_string())
                     })

@@ -1,0 +1,158 @@
+//! What `start()` refuses: invalid intervals, a missing locker for an exclusive hand-off, and
+//! broadcasting on the group's shared offset store; and broadcasting with per-client stores.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use rebalance_runtime::config::IntervalsError;
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::{
+    ConsumeOrder, ConsumerBuilder, ConsumerError, Intervals, LocalOffsetStore, MessageModel,
+};
+
+/// Member 0's builder wired to `cluster` for everything but the locker.
+fn without_locker(cluster: &InMemoryCluster) -> ConsumerBuilder {
+    let id = client_id(0);
+    let client = Arc::new(cluster.client(id.clone()));
+    rebalance_runtime::Consumer::builder(GROUP)
+        .client_id(id)
+        .subscribe("T")
+        .name_server(client.clone())
+        .directory(client.clone())
+        .offset_store(client)
+        .listener(Recorder::new())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_zero_interval_is_refused_by_name() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .intervals(Intervals {
+            rebalance_min: Duration::ZERO,
+            ..Intervals::default()
+        })
+        .start()
+        .await;
+    match result {
+        Err(ConsumerError::Intervals(IntervalsError::Zero(field))) => {
+            assert_eq!(field, "rebalance_min")
+        }
+        other => panic!("expected a zero-interval error, got {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty(), "nothing was started");
+
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .intervals(Intervals {
+            heartbeat: Duration::MAX,
+            ..Intervals::default()
+        })
+        .start()
+        .await;
+    assert!(
+        matches!(
+            result,
+            Err(ConsumerError::Intervals(IntervalsError::TooLong {
+                field: "heartbeat",
+                ..
+            }))
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_hand_off_needs_a_locker() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let result = without_locker(&cluster)
+        .exclusive_hand_off(true)
+        .start()
+        .await;
+    match result {
+        Err(ConsumerError::Missing(what)) => assert!(what.contains("exclusive hand-off"), "{what}"),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    let result = without_locker(&cluster)
+        .consume_order(ConsumeOrder::Orderly)
+        .start()
+        .await;
+    match result {
+        Err(ConsumerError::Missing(what)) => assert!(what.contains("orderly"), "{what}"),
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty());
+
+    // Without the hand-off (or when broadcasting, which never locks) no locker is needed.
+    let plain = without_locker(&cluster).start().await.unwrap();
+    plain.shutdown().await;
+    let broadcasting = without_locker(&cluster)
+        .exclusive_hand_off(true)
+        .message_model(MessageModel::Broadcasting)
+        .offset_store(Arc::new(LocalOffsetStore::new()))
+        .start()
+        .await
+        .unwrap();
+    broadcasting.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn broadcasting_refuses_the_groups_shared_offset_store() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .message_model(MessageModel::Broadcasting)
+        .start()
+        .await;
+    assert!(
+        matches!(result, Err(ConsumerError::SharedOffsetStore)),
+        "{result:?}"
+    );
+    assert!(cluster.members(GROUP).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn broadcasting_clients_keep_their_own_offsets() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let stores = [
+        Arc::new(LocalOffsetStore::new()),
+        Arc::new(LocalOffsetStore::new()),
+    ];
+    let mut members = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        let store = store.clone();
+        members.push(
+            start_with(&cluster, i, &["T"], |b| {
+                b.message_model(MessageModel::Broadcasting)
+                    .offset_store(store)
+            })
+            .await,
+        );
+    }
+    settle(Duration::from_secs(2)).await;
+    for (i, m) in members.iter().enumerate() {
+        assert_eq!(m.recorder.held(), all, "{}", m.id);
+        for lease in m.recorder.leases.lock().unwrap().values() {
+            lease.commit(100 + i as i64);
+        }
+    }
+    // The periodic persistence, then the final one at shutdown.
+    settle(Duration::from_secs(6)).await;
+    for m in &members {
+        m.handle.shutdown().await;
+    }
+    for q in &all {
+        assert_eq!(
+            cluster.offset(GROUP, q),
+            None,
+            "the shared offset is untouched"
+        );
+        assert_eq!(stores[0].offset(GROUP, q), Some(100));
+        assert_eq!(stores[1].offset(GROUP, q), Some(101));
+    }
+}
