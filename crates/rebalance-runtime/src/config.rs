@@ -90,7 +90,9 @@ pub struct Intervals {
     /// released (90 s, three broker registrations), so a name server that restarts empty does
     /// not empty the assignment.
     pub topic_gone_after: Duration,
-    /// How long a [`QueueListener`](crate::QueueListener) callback may take (10 s).
+    /// How long a [`QueueListener`](crate::QueueListener) callback may take (10 s: with the
+    /// defaults `lock_renew + callback_timeout = lock_lifetime`, so a slow callback cannot delay
+    /// a lock renewal past the lock's lifetime).
     ///
     /// Rounds, lock renewal and offset persistence wait for the callbacks, so a callback that
     /// never returns would stop all of them. After this long the callback's future is dropped
