@@ -1,0 +1,121 @@
+//! The order of a hand-off: the removed callback runs while this client still holds the queue's
+//! lock and before the offset is persisted; the offset it commits is what gets persisted; then
+//! the lock is released, and only then does the next owner lock the queue and start from that
+//! offset.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::{
+    ConsumerBuilder, ListenerError, QueueLease, QueueListener, RemovedQueue, StartPosition,
+};
+
+/// What `queues_removed` saw: the queue, its lock owner and its persisted offset.
+type Seen = (MessageQueue, Option<ClientId>, Option<i64>);
+
+/// Commits `final_offset` from inside `queues_removed`, after checking there what the cluster
+/// shows at that moment.
+struct Committer {
+    id: ClientId,
+    cluster: InMemoryCluster,
+    final_offset: i64,
+    leases: Mutex<BTreeMap<MessageQueue, QueueLease>>,
+    seen_in_callback: Mutex<Vec<Seen>>,
+}
+
+#[async_trait]
+impl QueueListener for Committer {
+    async fn queues_added(&self, _: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+        let mut leases = self.leases.lock().unwrap();
+        for lease in queues {
+            lease.commit(1);
+            leases.insert(lease.queue().clone(), lease.clone());
+        }
+        Ok(())
+    }
+
+    async fn queues_removed(&self, _: &str, queues: &[RemovedQueue]) -> Result<(), ListenerError> {
+        // Take a little (simulated) time, as a consumer finishing its batch would.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for removed in queues {
+            let q = &removed.queue;
+            self.seen_in_callback.lock().unwrap().push((
+                q.clone(),
+                self.cluster.lock_owner(GROUP, q),
+                self.cluster.offset(GROUP, q),
+            ));
+            if let Some(lease) = self.leases.lock().unwrap().remove(q) {
+                lease.commit(self.final_offset);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_callback_then_persist_then_unlock_then_next_owner() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a_id = client_id(0);
+    let committer = Arc::new(Committer {
+        id: a_id.clone(),
+        cluster: cluster.clone(),
+        final_offset: 77,
+        leases: Mutex::default(),
+        seen_in_callback: Mutex::default(),
+    });
+    let exclusive = |b: ConsumerBuilder| b.exclusive_hand_off(true);
+    let a = exclusive(
+        rebalance_runtime::Consumer::builder(GROUP)
+            .client_id(a_id.clone())
+            .cluster(cluster.client(a_id.clone()))
+            .listener(committer.clone())
+            .subscribe("T"),
+    )
+    .start()
+    .await
+    .unwrap();
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(a.assignment().len(), 2);
+
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(Duration::from_secs(5)).await;
+
+    let seen = committer.seen_in_callback.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "one queue moved to b: {seen:?}");
+    let (moved, lock_owner, persisted) = &seen[0];
+    assert_eq!(
+        lock_owner.as_ref(),
+        Some(&committer.id),
+        "the lock is still ours while the callback runs"
+    );
+    assert_ne!(
+        *persisted,
+        Some(77),
+        "the final offset is not persisted before the callback commits it"
+    );
+    assert_eq!(
+        cluster.offset(GROUP, moved),
+        Some(77),
+        "the offset committed in the callback is persisted"
+    );
+    assert_eq!(cluster.lock_owner(GROUP, moved), Some(b.id.clone()));
+    assert_eq!(
+        b.recorder.added(),
+        vec![(moved.clone(), StartPosition::Offset(77))],
+        "the next owner starts where the callback left off"
+    );
+    let held: std::collections::BTreeSet<MessageQueue> = a.assignment().iter().cloned().collect();
+    assert!(!held.contains(moved));
+    assert_eq!(held.len() + b.handle.assignment().len(), all.len());
+    a.shutdown().await;
+    b.handle.shutdown().await;
+}
