@@ -45,6 +45,10 @@ struct Inner {
 /// [`NameServerClient`] built with [`NameServerClient::from_addresses`] has its own), as
 /// separate Java client instances would.
 ///
+/// **Members are listed per group**: the member list of a topic is every client heartbeating
+/// the group, so every member of a group must subscribe to the same topics (see the
+/// [crate documentation](crate)).
+///
 /// The broker only keeps offsets of groups it knows: persist after the first heartbeat
 /// ([`register`](rebalance_runtime::GroupDirectory::register)), or the broker refuses with
 /// code 26 ("subscription group not exist").
