@@ -9,6 +9,11 @@
 //!
 //! The decoder never buffers more than one frame of at most `max_frame_len` bytes, and every
 //! malformed input becomes a [`CodecError`], never a panic.
+//!
+//! Only JSON headers are read. A well-framed frame in another serialization (RocketMQ's binary
+//! one, type 1, which a server configured for it sends) is not garbage: [`FrameDecoder`] hands it
+//! over as an [`UnsupportedFrame`], with the `code`, `opaque` and `flag` of a binary header, so
+//! that a connection can fail the one request it answers, or skip a push, and keep going.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -23,6 +28,13 @@ pub const DEFAULT_MAX_FRAME_LEN: usize = 16 * 1024 * 1024;
 
 /// The serialization type of JSON headers.
 pub const SERIALIZE_JSON: u8 = 0;
+
+/// The serialization type of RocketMQ's binary headers (not read, see [`UnsupportedFrame`]).
+pub const SERIALIZE_ROCKETMQ: u8 = 1;
+
+/// The fixed start of a binary header: code (i16), language (u8), version (i16), opaque (i32),
+/// flag (i32), all big-endian.
+const BINARY_HEADER_START: usize = 13;
 
 /// The largest header length the 24-bit length field can express.
 const MAX_HEADER_LEN: usize = 0x00FF_FFFF;
@@ -173,11 +185,65 @@ fn parse_header(header: &[u8], body: bytes::Bytes) -> Result<RemotingCommand, Co
     })
 }
 
-impl Decoder for RemotingCodec {
-    type Item = RemotingCommand;
-    type Error = CodecError;
+/// One frame off the wire, as [`FrameDecoder`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A frame with a JSON header.
+    Command(RemotingCommand),
+    /// A well-framed frame in a serialization this codec does not read, consumed whole.
+    Unsupported(UnsupportedFrame),
+}
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<RemotingCommand>, CodecError> {
+/// What can be read of a frame whose header is not JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnsupportedFrame {
+    /// The header's serialization type (not [`SERIALIZE_JSON`]).
+    pub serialize_type: u8,
+    /// For a binary header ([`SERIALIZE_ROCKETMQ`]) long enough to hold them: its code, opaque
+    /// and flag. `None` for other types, whose layout is unknown.
+    pub routing: Option<FrameRouting>,
+}
+
+/// The fields of a header that tell what a frame is and which request it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRouting {
+    /// The request or response code.
+    pub code: i32,
+    /// The request id a response answers.
+    pub opaque: i32,
+    /// The flag bits ([`FLAG_RESPONSE`](crate::command::FLAG_RESPONSE),
+    /// [`FLAG_ONEWAY`](crate::command::FLAG_ONEWAY)).
+    pub flag: i32,
+}
+
+impl FrameRouting {
+    /// Whether the frame is a response.
+    pub fn is_response(&self) -> bool {
+        self.flag & crate::command::FLAG_RESPONSE != 0
+    }
+
+    /// Whether the frame is a one-way request (nothing to answer).
+    pub fn is_oneway(&self) -> bool {
+        self.flag & crate::command::FLAG_ONEWAY != 0
+    }
+}
+
+/// The code, opaque and flag at the start of a binary header, if it is long enough.
+fn binary_routing(header: &[u8]) -> Option<FrameRouting> {
+    let start: &[u8; BINARY_HEADER_START] = header.get(..BINARY_HEADER_START)?.try_into().ok()?;
+    let int =
+        |at: usize| i32::from_be_bytes([start[at], start[at + 1], start[at + 2], start[at + 3]]);
+    Some(FrameRouting {
+        code: i32::from(i16::from_be_bytes([start[0], start[1]])),
+        opaque: int(5),
+        flag: int(9),
+    })
+}
+
+impl RemotingCodec {
+    /// Decodes the next frame, JSON or not (see [`Frame`]). Errors are what cannot be framed at
+    /// all; after one, the stream cannot be trusted.
+    pub fn decode_frame(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, CodecError> {
         let Some(prefix) = src.get(..4) else {
             return Ok(None);
         };
@@ -202,9 +268,6 @@ impl Decoder for RemotingCodec {
         let word = frame.get_u32();
         let serialize_type = (word >> 24) as u8;
         let header_len = (word & MAX_HEADER_LEN as u32) as usize;
-        if serialize_type != SERIALIZE_JSON {
-            return Err(CodecError::UnsupportedSerialization(serialize_type));
-        }
         if header_len > frame.len() {
             return Err(CodecError::HeaderLengthOutOfRange {
                 header_len,
@@ -212,11 +275,22 @@ impl Decoder for RemotingCodec {
             });
         }
         let header = frame.split_to(header_len);
-        parse_header(&header, frame.freeze()).map(Some)
+        if serialize_type != SERIALIZE_JSON {
+            let routing = (serialize_type == SERIALIZE_ROCKETMQ)
+                .then(|| binary_routing(&header))
+                .flatten();
+            return Ok(Some(Frame::Unsupported(UnsupportedFrame {
+                serialize_type,
+                routing,
+            })));
+        }
+        parse_header(&header, frame.freeze()).map(|c| Some(Frame::Command(c)))
     }
 
-    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<RemotingCommand>, CodecError> {
-        match self.decode(buf)? {
+    /// [`decode_frame`](Self::decode_frame) at the end of the stream: bytes left over that do
+    /// not make a frame are [`CodecError::Truncated`].
+    pub fn decode_frame_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, CodecError> {
+        match self.decode_frame(buf)? {
             Some(frame) => Ok(Some(frame)),
             None if buf.is_empty() => Ok(None),
             None => {
@@ -229,6 +303,78 @@ impl Decoder for RemotingCodec {
                 Err(CodecError::Truncated { received, expected })
             }
         }
+    }
+}
+
+/// JSON commands only: a frame in another serialization is
+/// [`CodecError::UnsupportedSerialization`]. Use [`FrameDecoder`] to get past such frames.
+impl Decoder for RemotingCodec {
+    type Item = RemotingCommand;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<RemotingCommand>, CodecError> {
+        json_only(self.decode_frame(src))
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<RemotingCommand>, CodecError> {
+        json_only(self.decode_frame_eof(buf))
+    }
+}
+
+fn json_only(
+    frame: Result<Option<Frame>, CodecError>,
+) -> Result<Option<RemotingCommand>, CodecError> {
+    match frame? {
+        None => Ok(None),
+        Some(Frame::Command(command)) => Ok(Some(command)),
+        Some(Frame::Unsupported(u)) => Err(CodecError::UnsupportedSerialization(u.serialize_type)),
+    }
+}
+
+/// A decoder giving every well-framed frame as a [`Frame`], so that a frame in an unsupported
+/// serialization does not end the stream.
+///
+/// ```
+/// use bytes::{BufMut, BytesMut};
+/// use tokio_util::codec::Decoder;
+/// use rebalance_rocketmq::codec::{Frame, FrameDecoder, FrameRouting, SERIALIZE_ROCKETMQ};
+///
+/// // A binary (type 1) header: code 0, language, version, opaque 7, flag 1 (a response), then
+/// // empty remark and extFields.
+/// let header = [0, 0, 0, 0, 1, 0, 0, 0, 7, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+/// let mut buf = BytesMut::new();
+/// buf.put_u32(4 + header.len() as u32);
+/// buf.put_u32(u32::from(SERIALIZE_ROCKETMQ) << 24 | header.len() as u32);
+/// buf.put_slice(&header);
+/// let Some(Frame::Unsupported(frame)) = FrameDecoder::default().decode(&mut buf)? else {
+///     panic!("not skipped");
+/// };
+/// assert_eq!(frame.routing, Some(FrameRouting { code: 0, opaque: 7, flag: 1 }));
+/// assert!(buf.is_empty());
+/// # Ok::<(), rebalance_rocketmq::CodecError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FrameDecoder {
+    codec: RemotingCodec,
+}
+
+impl FrameDecoder {
+    /// A decoder with the frame limit of `codec`.
+    pub fn new(codec: RemotingCodec) -> Self {
+        Self { codec }
+    }
+}
+
+impl Decoder for FrameDecoder {
+    type Item = Frame;
+    type Error = CodecError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, CodecError> {
+        self.codec.decode_frame(src)
+    }
+
+    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, CodecError> {
+        self.codec.decode_frame_eof(buf)
     }
 }
 

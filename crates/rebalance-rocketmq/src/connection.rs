@@ -5,6 +5,11 @@
 //! (the only owner of the write half) sends what the handles queue. Requests wait on a oneshot
 //! channel kept in a map by opaque; no lock is held across an `.await`. When the socket closes,
 //! every waiting request fails with [`TransportError::Closed`].
+//!
+//! A well-framed frame in a header serialization other than JSON does not close the connection:
+//! a response fails only the request it answers
+//! ([`TransportError::UnsupportedSerialization`]), a server request is skipped with a warning
+//! (answered "request code not supported" unless it is one-way).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -18,7 +23,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::{CodecError, DEFAULT_MAX_FRAME_LEN, RemotingCodec};
+use crate::codec::{
+    CodecError, DEFAULT_MAX_FRAME_LEN, Frame, FrameDecoder, RemotingCodec, UnsupportedFrame,
+};
 use crate::command::{FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, response_code};
 use crate::error::TransportError;
 
@@ -201,7 +208,7 @@ impl Connection {
         let codec = RemotingCodec::new(config.max_frame_len);
         tokio::spawn(read_loop(
             shared.clone(),
-            FramedRead::new(read_half, codec),
+            FramedRead::new(read_half, FrameDecoder::new(codec)),
             handler,
             token.clone(),
         ));
@@ -328,7 +335,7 @@ impl Connection {
 
 async fn read_loop<R>(
     shared: Arc<Shared>,
-    mut frames: FramedRead<R, RemotingCodec>,
+    mut frames: FramedRead<R, FrameDecoder>,
     handler: Arc<dyn ServerRequestHandler>,
     token: CancellationToken,
 ) where
@@ -340,8 +347,9 @@ async fn read_loop<R>(
             next = frames.next() => next,
         };
         match next {
-            Some(Ok(command)) if command.is_response() => deliver(&shared, command),
-            Some(Ok(command)) => serve(&shared, &*handler, command),
+            Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
+            Some(Ok(Frame::Command(command))) => serve(&shared, &*handler, command),
+            Some(Ok(Frame::Unsupported(frame))) => skip(&shared, frame),
             Some(Err(e)) => {
                 tracing::warn!(addr = %shared.addr, error = %e, "unreadable data from server, closing");
                 break format!("unreadable data: {e}");
@@ -364,6 +372,46 @@ fn deliver(shared: &Shared, response: RemotingCommand) {
             code = response.code,
             "response for an unknown request (timed out or never sent), dropped"
         ),
+    }
+}
+
+/// A frame whose header this client cannot read: fails the request it answers, answers a
+/// server request "not supported", or (when it cannot tell what the frame is) just skips it.
+fn skip(shared: &Shared, frame: UnsupportedFrame) {
+    let serialize_type = frame.serialize_type;
+    let Some(routing) = frame.routing else {
+        tracing::warn!(addr = %shared.addr, serialize_type, "frame in an unreadable header serialization skipped");
+        return;
+    };
+    let (code, opaque) = (routing.code, routing.opaque);
+    if routing.is_response() {
+        if shared.pending.contains_key(&opaque) {
+            tracing::warn!(addr = %shared.addr, serialize_type, code, opaque, "answer in an unsupported header serialization; failing that request only");
+            shared.fail(
+                opaque,
+                TransportError::UnsupportedSerialization {
+                    addr: shared.addr.clone(),
+                    serialize_type,
+                },
+            );
+        } else {
+            tracing::warn!(addr = %shared.addr, serialize_type, code, opaque, "answer in an unsupported header serialization for an unknown request, dropped");
+        }
+        return;
+    }
+    tracing::warn!(addr = %shared.addr, serialize_type, code, opaque, oneway = routing.is_oneway(), "server request in an unsupported header serialization skipped");
+    if routing.is_oneway() {
+        return;
+    }
+    let response = RemotingCommand::response(
+        response_code::REQUEST_CODE_NOT_SUPPORTED,
+        opaque,
+        Some(format!(
+            "header serialization type {serialize_type} not supported; send JSON (0)"
+        )),
+    );
+    if let Err(e) = shared.outbound.try_send(response) {
+        tracing::warn!(addr = %shared.addr, code, error = %e, "cannot answer server request");
     }
 }
 

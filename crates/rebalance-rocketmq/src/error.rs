@@ -41,6 +41,18 @@ pub enum TransportError {
         /// The timeout.
         after: Duration,
     },
+    /// The server answered in a header serialization this client does not read (only JSON is;
+    /// a server configured for RocketMQ's binary serialization, type 1, answers in that). Only
+    /// this request fails; the connection stays open.
+    #[error(
+        "{addr} answered in header serialization type {serialize_type}; only JSON (0) is supported"
+    )]
+    UnsupportedSerialization {
+        /// The server's address.
+        addr: String,
+        /// The answer's serialization type.
+        serialize_type: u8,
+    },
     /// The request could not be encoded (for example it is larger than the frame limit).
     #[error("cannot send to {addr}: {reason}")]
     Encode {
@@ -55,7 +67,9 @@ impl From<TransportError> for RemoteError {
     fn from(e: TransportError) -> Self {
         match e {
             TransportError::Timeout { after, .. } => RemoteError::Timeout(after),
-            TransportError::Encode { .. } => RemoteError::BadResponse(e.to_string()),
+            TransportError::Encode { .. } | TransportError::UnsupportedSerialization { .. } => {
+                RemoteError::BadResponse(e.to_string())
+            }
             TransportError::Connect { .. }
             | TransportError::BackingOff { .. }
             | TransportError::Closed { .. } => RemoteError::Unreachable(e.to_string()),
@@ -106,5 +120,12 @@ mod tests {
             let text = e.to_string();
             assert_eq!(RemoteError::from(e), RemoteError::Unreachable(text));
         }
+        let binary = TransportError::UnsupportedSerialization {
+            addr: addr.clone(),
+            serialize_type: 1,
+        };
+        let text = binary.to_string();
+        assert!(text.contains("type 1"), "{text}");
+        assert_eq!(RemoteError::from(binary), RemoteError::BadResponse(text));
     }
 }

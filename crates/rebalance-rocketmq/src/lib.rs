@@ -13,6 +13,14 @@
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
 //!
+//! **Every member of a group must subscribe to the same topics.** RocketMQ brokers list a
+//! group's members per group, not per topic (GET_CONSUMER_LIST_BY_GROUP names only the group),
+//! so [`BrokerClient`]'s `consumer_ids(group, topic)` is every client heartbeating the group: a
+//! member that does not subscribe to `topic` is still given a share of its queues, which then
+//! nobody consumes. The Java client has the same constraint. Roll out a subscription change to
+//! a whole group (or give the new subscription a group of its own); the broker client logs a
+//! warning about this the first time it lists a topic's members.
+//!
 //! Wiring a name server address into the runtime's traits:
 //!
 //! ```no_run

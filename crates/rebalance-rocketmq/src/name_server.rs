@@ -51,8 +51,10 @@ struct Inner {
 /// Fetches topic routes (GET_ROUTEINFO_BY_TOPIC) from a list of name servers, trying the next
 /// address when one fails and remembering the one that answered. Implements the runtime's
 /// [`NameServer`]; every route it fetches lands in its [`RouteCache`], where the broker clients
-/// find broker addresses. A "topic not found" answer leaves the cached route in place (the
-/// runtime decides when a topic is gone).
+/// find broker addresses. A "topic not found" answer forgets the topic's cached route, so that
+/// heartbeats, unregistrations and member lists stop using the brokers of a topic that is gone;
+/// the brokers' addresses stay known (other topics may use them), and the runtime keeps its own
+/// last good route until it decides the topic is gone.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -155,10 +157,19 @@ impl NameServerClient {
                             Ok(route)
                         }
                         None => {
-                            // The cached route stays: a name server that restarted empty says
-                            // "not found" until the brokers register again, and the broker
-                            // clients still need the addresses meanwhile.
-                            tracing::debug!(addr, topic, "topic not found");
+                            // The topic's route goes; its brokers' addresses stay, for offsets
+                            // and locks of queues still held (a name server that restarted empty
+                            // says "not found" until the brokers register again). Brokers
+                            // heartbeated are still unregistered at (see `BrokerClient`).
+                            if self.inner.routes.forget(topic) {
+                                tracing::info!(
+                                    addr,
+                                    topic,
+                                    "topic not found; cached route forgotten"
+                                );
+                            } else {
+                                tracing::debug!(addr, topic, "topic not found");
+                            }
                             Err(RouteError::TopicNotFound(topic.to_string()))
                         }
                     };

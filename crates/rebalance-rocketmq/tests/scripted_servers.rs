@@ -2,7 +2,7 @@
 //! odd codes, silence), to check the clients' handling of them.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -185,5 +185,177 @@ async fn broker_requests_carry_the_fields_the_servers_expect() {
             code: 26,
             remark: "subscription group not exist".into()
         })
+    );
+}
+
+type Log = Arc<std::sync::Mutex<Vec<RemotingCommand>>>;
+
+/// A broker that accepts everything and keeps what it got.
+async fn recording_broker() -> (String, Log) {
+    let log = Log::default();
+    let kept = log.clone();
+    let (addr, _) = scripted(move |req| {
+        kept.lock().unwrap().push(req.clone());
+        Some(RemotingCommand::response(0, 0, None))
+    })
+    .await;
+    (addr, log)
+}
+
+fn codes(log: &Log, code: i32) -> Vec<RemotingCommand> {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.code == code)
+        .cloned()
+        .collect()
+}
+
+fn route_to(broker_name: &str, addr: &str) -> String {
+    format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{addr}"}},"brokerName":"{broker_name}","cluster":"c"}}],"queueDatas":[{{"brokerName":"{broker_name}","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+    )
+}
+
+/// A name server routing topic T to broker-a at `a`, and topic U to broker-b at `b` while
+/// `u_exists` holds ("topic not exist", code 17, after).
+async fn name_server_for(a: &str, b: &str, u_exists: Arc<AtomicBool>) -> String {
+    let (t, u) = (route_to("broker-a", a), route_to("broker-b", b));
+    let (addr, _) = scripted(move |req| match req.ext("topic") {
+        Some("T") => Some(ok(&t)),
+        Some("U") if u_exists.load(Ordering::SeqCst) => Some(ok(&u)),
+        _ => Some(RemotingCommand::response(
+            17,
+            0,
+            Some("No topic route info".into()),
+        )),
+    })
+    .await;
+    addr
+}
+
+fn registration(topics: &[&str]) -> rebalance_runtime::Registration {
+    rebalance_runtime::Registration {
+        client_id: "c1".into(),
+        group: "G".into(),
+        message_model: Default::default(),
+        consume_order: Default::default(),
+        consume_from: Default::default(),
+        topics: topics.iter().map(|t| t.to_string()).collect(),
+    }
+}
+
+/// The subVersion of each topic in a heartbeat, in the order sent.
+fn sub_versions(heartbeat: &RemotingCommand) -> Vec<(String, i64)> {
+    let body: serde_json::Value = serde_json::from_slice(&heartbeat.body).unwrap();
+    body["consumerDataSet"][0]["subscriptionDataSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["topic"].as_str().unwrap().to_string(),
+                s["subVersion"].as_i64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn unregistering_reaches_every_broker_heartbeated() {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    // U dropped at run time: only broker-a is heartbeated now.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 2);
+    assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
+
+    // No subscription left: both brokers are still told.
+    brokers.unregister(&registration(&[])).await.unwrap();
+    for log in [&a_log, &b_log] {
+        let sent = codes(log, request_code::UNREGISTER_CLIENT);
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert_eq!(sent[0].ext("clientID"), Some("c1"));
+        assert_eq!(sent[0].ext("consumerGroup"), Some("G"));
+    }
+    // Once unregistered, there is nothing left to tell.
+    brokers.unregister(&registration(&[])).await.unwrap();
+    assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 1);
+    assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}
+
+#[tokio::test]
+async fn each_subscription_carries_the_version_of_when_it_was_made() {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+
+    brokers.register(&registration(&["T"])).await.unwrap();
+    brokers.register(&registration(&["T"])).await.unwrap();
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    let beats = codes(&a_log, request_code::HEART_BEAT);
+    let first = sub_versions(&beats[0]);
+    let [(ref topic, t)] = first[..] else {
+        panic!("{first:?}")
+    };
+    assert_eq!(topic, "T");
+    assert_eq!(
+        sub_versions(&beats[1]),
+        first,
+        "a heartbeat is not a new subscription"
+    );
+    let later = sub_versions(&beats[2]);
+    assert_eq!(later[0], ("T".to_string(), t), "T keeps its version");
+    assert_eq!(later[1].0, "U");
+    assert!(
+        later[1].1 > t,
+        "U, subscribed at run time, is newer: {later:?}"
+    );
+    // Every broker gets the same versions.
+    assert_eq!(
+        sub_versions(&codes(&b_log, request_code::HEART_BEAT)[0]),
+        later
+    );
+}
+
+#[tokio::test]
+async fn a_topic_the_name_server_no_longer_knows_loses_its_cached_route() {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let u_exists = Arc::new(AtomicBool::new(true));
+    let namesrv = name_server_for(&a, &b, u_exists.clone()).await;
+    let name_server = NameServerClient::from_addresses(&namesrv).unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+
+    name_server.topic_route("U").await.unwrap();
+    assert!(name_server.routes().topic("U").is_some());
+    u_exists.store(false, Ordering::SeqCst);
+    assert_eq!(
+        name_server.topic_route("U").await,
+        Err(RouteError::TopicNotFound("U".into()))
+    );
+    assert_eq!(name_server.routes().topic("U"), None, "forgotten");
+    assert_eq!(
+        name_server.routes().master_addr("broker-b"),
+        Some(b.clone()),
+        "the broker's address stays known"
+    );
+
+    // Member lists and heartbeats no longer go to the gone topic's broker.
+    assert!(matches!(
+        brokers.consumer_ids("G", "U").await,
+        Err(RemoteError::Refused { code: 17, .. })
+    ));
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 1);
+    assert!(
+        b_log.lock().unwrap().is_empty(),
+        "{:?}",
+        b_log.lock().unwrap()
     );
 }

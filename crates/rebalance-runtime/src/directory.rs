@@ -35,6 +35,10 @@ pub trait GroupDirectory: Send + Sync + 'static {
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError>;
 
     /// The ids of the group's members that consume `topic`, in any order.
+    ///
+    /// A directory may not know who consumes what: RocketMQ brokers list a group's members per
+    /// group, so over that transport this is every member of the group, and every member must
+    /// subscribe to the same topics (as with the Java client).
     async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError>;
 
     /// A receiver whose value changes whenever the directory learns that the group's

@@ -6,11 +6,12 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::model::route::{BrokerData, TopicRoute, perm};
+use crate::model::route::{BrokerData, MAX_QUEUES_PER_BROKER, TopicRoute, perm};
 use crate::{MessageQueue, java};
 
 /// The most publish queues a topic may have. A route asking for more is garbage (a corrupt
-/// queue count), not a reason to allocate gigabytes.
+/// queue count), not a reason to allocate gigabytes. Each broker is also held to
+/// [`MAX_QUEUES_PER_BROKER`].
 pub const MAX_PUBLISH_QUEUES: usize = 1 << 20;
 
 /// A topic's publish queues: the queues a producer may send to, grouped by broker.
@@ -97,6 +98,17 @@ pub enum PublishError {
     NoMaster {
         /// The writable brokers, without a master.
         brokers: Vec<String>,
+    },
+    /// A broker's write queue count (or its count in `orderTopicConf`) is above
+    /// [`MAX_QUEUES_PER_BROKER`].
+    #[error("broker `{broker}` announces {count} publish queues, more than the {max} allowed")]
+    TooManyBrokerQueues {
+        /// The broker name.
+        broker: String,
+        /// Its queue count.
+        count: i32,
+        /// The limit, [`MAX_QUEUES_PER_BROKER`].
+        max: i32,
     },
     /// The route asks for more than [`MAX_PUBLISH_QUEUES`] queues.
     #[error("the route lists {count} publish queues, more than the {MAX_PUBLISH_QUEUES} allowed")]
@@ -220,6 +232,13 @@ impl PublishInfo {
         ordered: bool,
         brokers: &[(&str, i32)],
     ) -> Result<Self, PublishError> {
+        if let Some((broker, count)) = brokers.iter().find(|(_, n)| *n > MAX_QUEUES_PER_BROKER) {
+            return Err(PublishError::TooManyBrokerQueues {
+                broker: broker.to_string(),
+                count: *count,
+                max: MAX_QUEUES_PER_BROKER,
+            });
+        }
         let count: u64 = brokers.iter().map(|(_, n)| *n as u64).sum();
         if count > MAX_PUBLISH_QUEUES as u64 {
             return Err(PublishError::TooManyQueues { count });
@@ -491,25 +510,63 @@ mod tests {
                 brokers: vec!["z".into()]
             })
         );
-        assert!(matches!(
-            route("a:2000000000").publish_info("T"),
-            Err(PublishError::TooManyQueues {
-                count: 2_000_000_000
+        assert_eq!(
+            route("a:1;b:2000000000").publish_info("T"),
+            Err(PublishError::TooManyBrokerQueues {
+                broker: "b".into(),
+                count: 2_000_000_000,
+                max: MAX_QUEUES_PER_BROKER,
             })
-        ));
+        );
     }
 
     #[test]
     fn corrupt_counts_do_not_allocate_the_world() {
         let route = TopicRoute {
-            queue_datas: vec![qd("a", i32::MAX, 6), qd("b", i32::MAX, 6)],
+            queue_datas: vec![qd("a", 4, 6), qd("b", i32::MAX, 6)],
             broker_datas: vec![bd("a", &[0]), bd("b", &[0])],
             order_topic_conf: None,
         };
-        assert!(matches!(
+        let err = route.publish_info("T").unwrap_err();
+        assert_eq!(
+            err,
+            PublishError::TooManyBrokerQueues {
+                broker: "b".into(),
+                count: i32::MAX,
+                max: MAX_QUEUES_PER_BROKER,
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "broker `b` announces 2147483647 publish queues, more than the 65536 allowed"
+        );
+        // At the cap each broker is fine, but enough of them still exceed the topic's limit.
+        let brokers = MAX_PUBLISH_QUEUES / MAX_QUEUES_PER_BROKER as usize + 1;
+        let names: Vec<String> = (0..brokers).map(|i| format!("b{i:02}")).collect();
+        let route = TopicRoute {
+            queue_datas: names
+                .iter()
+                .map(|n| qd(n, MAX_QUEUES_PER_BROKER, 6))
+                .collect(),
+            broker_datas: names.iter().map(|n| bd(n, &[0])).collect(),
+            order_topic_conf: None,
+        };
+        assert_eq!(
             route.publish_info("T"),
-            Err(PublishError::TooManyQueues { .. })
-        ));
+            Err(PublishError::TooManyQueues {
+                count: brokers as u64 * MAX_QUEUES_PER_BROKER as u64
+            })
+        );
+        // One broker at the cap is a good topic.
+        let at_cap = TopicRoute {
+            queue_datas: vec![qd("a", MAX_QUEUES_PER_BROKER, 6)],
+            broker_datas: vec![bd("a", &[0])],
+            order_topic_conf: None,
+        };
+        assert_eq!(
+            at_cap.publish_info("T").map(|i| i.len()),
+            Ok(MAX_QUEUES_PER_BROKER as usize)
+        );
     }
 
     /// A broker of a generated route: name, write queues, perm, has a master, has broker data.

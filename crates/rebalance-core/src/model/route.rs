@@ -31,6 +31,15 @@ pub mod perm {
 /// The broker id of a master in [`BrokerData::broker_addrs`].
 pub const MASTER_ID: i64 = 0;
 
+/// The most read or write queues one broker may serve a topic with.
+///
+/// Real topics have from a handful to a few hundred queues per broker. A route announcing more
+/// carries a corrupt count (the counts come from the network), and trusting it would build that
+/// many queues in memory: [`TopicRoute::validate`] rejects it with
+/// [`RouteDefect::TooManyQueues`], [`TopicRoute::subscribable_queues`] never builds more than
+/// this many per broker, and publish queues are held to the same limit.
+pub const MAX_QUEUES_PER_BROKER: i32 = 65_536;
+
 /// How one broker (a master and its slaves, under one broker name) serves a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -112,6 +121,9 @@ impl TopicRoute {
     /// The queues consumers may subscribe to, as the Java client computes them: ids
     /// `0..read_queue_nums` of every readable queue data, sorted the Java way, without
     /// duplicates. No master is required (consumers may read from slaves).
+    ///
+    /// A count above [`MAX_QUEUES_PER_BROKER`] (a route that fails [`validate`](Self::validate))
+    /// gives only that many queues: memory stays bounded whatever the route says.
     pub fn subscribable_queues(&self, topic: &str) -> Vec<MessageQueue> {
         let topic: Arc<str> = topic.into();
         let mut queues: Vec<MessageQueue> = self
@@ -121,7 +133,7 @@ impl TopicRoute {
             .flat_map(|q| {
                 let broker: Arc<str> = q.broker_name.as_str().into();
                 let topic = topic.clone();
-                (0..q.read_queue_nums.max(0))
+                (0..q.read_queue_nums.clamp(0, MAX_QUEUES_PER_BROKER))
                     .map(move |id| MessageQueue::new(topic.clone(), broker.clone(), id))
             })
             .collect();
@@ -151,9 +163,27 @@ impl TopicRoute {
         route
     }
 
-    /// Checks that the route makes sense: named brokers, no negative queue count, no broker listed
-    /// twice, and broker data for every readable broker. A route that fails this is garbage to
-    /// be ignored (keep the last good one), not an empty topic.
+    /// Checks that the route makes sense: named brokers, no negative queue count, no count above
+    /// [`MAX_QUEUES_PER_BROKER`], no broker listed twice, and broker data for every readable
+    /// broker. A route that fails this is garbage to be ignored (keep the last good one), not an
+    /// empty topic.
+    ///
+    /// ```
+    /// use rebalance_core::route::{MAX_QUEUES_PER_BROKER, RouteDefect};
+    /// use rebalance_core::{QueueData, TopicRoute};
+    ///
+    /// let route = TopicRoute {
+    ///     queue_datas: vec![QueueData { broker_name: "broker-a".into(), read_queue_nums: 4,
+    ///                                   write_queue_nums: i32::MAX, perm: 2, topic_sys_flag: 0 }],
+    ///     ..Default::default()
+    /// };
+    /// let defect = route.validate().unwrap_err();
+    /// assert_eq!(defect, RouteDefect::TooManyQueues {
+    ///     broker: "broker-a".into(), count: i32::MAX, max: MAX_QUEUES_PER_BROKER,
+    /// });
+    /// assert_eq!(defect.to_string(),
+    ///            "broker `broker-a` announces 2147483647 queues, more than the 65536 allowed");
+    /// ```
     pub fn validate(&self) -> Result<(), RouteDefect> {
         let mut seen = std::collections::HashSet::new();
         for q in &self.queue_datas {
@@ -165,6 +195,14 @@ impl TopicRoute {
             }
             if q.read_queue_nums < 0 || q.write_queue_nums < 0 {
                 return Err(RouteDefect::NegativeQueueCount(q.broker_name.clone()));
+            }
+            let count = q.read_queue_nums.max(q.write_queue_nums);
+            if count > MAX_QUEUES_PER_BROKER {
+                return Err(RouteDefect::TooManyQueues {
+                    broker: q.broker_name.clone(),
+                    count,
+                    max: MAX_QUEUES_PER_BROKER,
+                });
             }
             if perm::is_readable(q.perm)
                 && q.read_queue_nums > 0
@@ -194,6 +232,16 @@ pub enum RouteDefect {
     /// A broker has a negative queue count.
     #[error("broker `{0}` has a negative queue count")]
     NegativeQueueCount(String),
+    /// A broker announces more read or write queues than [`MAX_QUEUES_PER_BROKER`].
+    #[error("broker `{broker}` announces {count} queues, more than the {max} allowed")]
+    TooManyQueues {
+        /// The broker name.
+        broker: String,
+        /// The larger of its read and write queue counts.
+        count: i32,
+        /// The limit, [`MAX_QUEUES_PER_BROKER`].
+        max: i32,
+    },
     /// A readable broker has no address.
     #[error("readable broker `{0}` has no broker data")]
     MissingBrokerData(String),
@@ -263,6 +311,40 @@ mod tests {
             Err(RouteDefect::DuplicateBroker(_))
         ));
         assert_eq!(TopicRoute::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn queue_counts_above_the_cap_are_garbage() {
+        let bd = BrokerData {
+            cluster: "c".into(),
+            broker_name: "a".into(),
+            broker_addrs: [(0, "a:1".to_string())].into(),
+        };
+        let route = |read: i32, write: i32| TopicRoute {
+            queue_datas: vec![QueueData {
+                write_queue_nums: write,
+                ..qd("a", read, 6)
+            }],
+            broker_datas: vec![bd.clone()],
+            order_topic_conf: None,
+        };
+        let cap = MAX_QUEUES_PER_BROKER;
+        assert_eq!(route(cap, cap).validate(), Ok(()), "the cap itself is fine");
+        let too_many = |count| {
+            Err(RouteDefect::TooManyQueues {
+                broker: "a".into(),
+                count,
+                max: cap,
+            })
+        };
+        assert_eq!(route(cap + 1, 8).validate(), too_many(cap + 1));
+        assert_eq!(route(8, cap + 1).validate(), too_many(cap + 1));
+        assert_eq!(route(i32::MAX, 8).validate(), too_many(i32::MAX));
+        // Unvalidated, the route still builds no more than the cap.
+        assert_eq!(
+            route(i32::MAX, 8).subscribable_queues("T").len(),
+            cap as usize
+        );
     }
 
     #[test]

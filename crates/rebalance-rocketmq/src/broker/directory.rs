@@ -1,5 +1,13 @@
 //! [`GroupDirectory`] over the brokers: heartbeats, consumer lists, unregistration and the
 //! brokers' membership-change pushes.
+//!
+//! **Members are listed per group, not per topic.** A RocketMQ broker answers
+//! GET_CONSUMER_LIST_BY_GROUP with every client heartbeating the group, whatever they
+//! subscribe to, so [`consumer_ids`](GroupDirectory::consumer_ids) for a topic is the whole
+//! group. Every member of a group must therefore subscribe to the same topics, as with the Java
+//! client: a member that does not subscribe to a topic is still given a share of its queues,
+//! which then nobody consumes. (The in-memory directory filters by topic; this one cannot.) The
+//! first time a client asks for a topic's members, it logs a warning saying so.
 
 use std::collections::BTreeSet;
 
@@ -42,35 +50,43 @@ impl BrokerClient {
         (addrs, error)
     }
 
-    /// Sends `request` to every address, all at once; the first failure, if any, after all
-    /// answered.
+    /// Sends `request` to every address, all at once. Returns the addresses that failed, each
+    /// with its error, after all answered.
     async fn broadcast(
         &self,
         what: &'static str,
         addrs: &BTreeSet<String>,
         request: RemotingCommand,
-    ) -> Result<(), RemoteError> {
+    ) -> Vec<(String, RemoteError)> {
         let calls = addrs.iter().map(|addr| {
             let request = request.clone();
             async move { (addr, self.call_ok(addr, request).await) }
         });
-        let mut first_error = None;
+        let mut failures = Vec::new();
         for (addr, result) in join_all(calls).await {
             match result {
                 Ok(_) => tracing::debug!(broker = %addr, what, "broker accepted"),
                 Err(e) => {
                     tracing::warn!(broker = %addr, what, error = %e, "broker request failed");
-                    first_error.get_or_insert(e);
+                    failures.push((addr.clone(), e));
                 }
             }
         }
-        first_error.map_or(Ok(()), Err)
+        failures
     }
+}
+
+/// The first failure of a broadcast, if any.
+fn first_failure(failures: Vec<(String, RemoteError)>) -> Result<(), RemoteError> {
+    failures.into_iter().next().map_or(Ok(()), |(_, e)| Err(e))
 }
 
 #[async_trait]
 impl GroupDirectory for BrokerClient {
-    /// HEART_BEAT to the master of every broker serving a subscribed topic.
+    /// HEART_BEAT to the master of every broker serving a subscribed topic. Each subscription
+    /// carries the version of when its topic was subscribed (a topic added at run time carries
+    /// a newer one), and every broker heartbeated is remembered for
+    /// [`unregister`](GroupDirectory::unregister).
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (masters, route_error) = self.brokers_of(&registration.topics, false).await;
         if masters.is_empty() {
@@ -81,15 +97,25 @@ impl GroupDirectory for BrokerClient {
                 ))
             }));
         }
+        let sub_versions = self.inner.registrations.sub_versions(registration);
         let request = RemotingCommand::request(request_code::HEART_BEAT)
-            .with_body(heartbeat_body(registration, self.inner.sub_version));
+            .with_body(heartbeat_body(registration, &sub_versions));
+        // Remembered before sending: a heartbeat that timed out may still have registered.
+        self.inner
+            .registrations
+            .heartbeating(registration, &masters);
         tracing::debug!(client = %registration.client_id, group = %registration.group, brokers = masters.len(), "heartbeat");
-        self.broadcast("heartbeat", &masters, request).await
+        first_failure(self.broadcast("heartbeat", &masters, request).await)
     }
 
-    /// UNREGISTER_CLIENT at every broker address of the subscribed topics.
+    /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
+    /// heartbeated since the last unregistration (also those of topics dropped since, or gone,
+    /// and when no topic is subscribed any more). A broker that fails is tried again by the next
+    /// unregistration.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (addrs, route_error) = self.brokers_of(&registration.topics, true).await;
+        let (mut addrs, route_error) = self.brokers_of(&registration.topics, true).await;
+        let heartbeated = self.inner.registrations.take_heartbeated(registration);
+        addrs.extend(heartbeated);
         if addrs.is_empty() {
             return match route_error {
                 Some(e) => Err(e),
@@ -100,12 +126,31 @@ impl GroupDirectory for BrokerClient {
             .with_ext("clientID", registration.client_id.as_str())
             .with_ext("consumerGroup", &registration.group);
         tracing::info!(client = %registration.client_id, group = %registration.group, brokers = addrs.len(), "unregistering");
-        self.broadcast("unregister", &addrs, request).await
+        let failures = self.broadcast("unregister", &addrs, request).await;
+        self.inner.registrations.still_registered(
+            registration,
+            failures.iter().map(|(addr, _)| addr.clone()).collect(),
+        );
+        first_failure(failures)
     }
 
     /// GET_CONSUMER_LIST_BY_GROUP from a broker serving `topic`, trying the next broker when one
     /// fails. "No consumer for this group" (code 1, or no body) is an empty list.
+    ///
+    /// The broker lists the whole **group**, not the consumers of `topic` (see the module
+    /// documentation): every member of a group must subscribe to the same topics.
     async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        if self
+            .inner
+            .member_lists_asked
+            .insert((group.to_string(), topic.to_string()))
+        {
+            tracing::warn!(
+                group,
+                topic,
+                "RocketMQ lists a group's members per group, not per topic: every member of the group must subscribe to the same topics, or queues go to members that do not consume them"
+            );
+        }
         let route = self.route(topic).await?;
         let addrs: Vec<String> = route
             .broker_datas

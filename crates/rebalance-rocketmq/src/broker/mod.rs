@@ -3,10 +3,13 @@
 mod directory;
 mod locks;
 mod offsets;
+mod registrations;
 mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use dashmap::DashSet;
 
 use rebalance_core::{MessageQueue, TopicRoute};
 use rebalance_runtime::{RemoteError, RouteError};
@@ -15,10 +18,14 @@ use crate::client::RemotingClient;
 use crate::command::{RemotingCommand, response_code};
 use crate::name_server::NameServerClient;
 use crate::route::RouteCache;
+use registrations::Registrations;
 
 struct Inner {
     name_server: NameServerClient,
-    sub_version: i64,
+    /// Subscription versions and heartbeated brokers of every registration sent.
+    registrations: Registrations,
+    /// The (group, topic) pairs whose member lists were asked for, each warned about once.
+    member_lists_asked: DashSet<(String, String)>,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
@@ -37,6 +44,10 @@ struct Inner {
 /// invalid"). Give every consumer of a process its own [`RemotingClient`] (a
 /// [`NameServerClient`] built with [`NameServerClient::from_addresses`] has its own), as
 /// separate Java client instances would.
+///
+/// **Members are listed per group**: the member list of a topic is every client heartbeating
+/// the group, so every member of a group must subscribe to the same topics (see the
+/// [crate documentation](crate)).
 ///
 /// The broker only keeps offsets of groups it knows: persist after the first heartbeat
 /// ([`register`](rebalance_runtime::GroupDirectory::register)), or the broker refuses with
@@ -75,7 +86,8 @@ impl BrokerClient {
         Self {
             inner: Arc::new(Inner {
                 name_server,
-                sub_version: subscription_version(),
+                registrations: Registrations::default(),
+                member_lists_asked: DashSet::new(),
             }),
         }
     }
@@ -206,14 +218,4 @@ pub(crate) fn refused(response: &RemotingCommand) -> RemoteError {
         code: response.code,
         remark: response.remark_or_empty().to_string(),
     }
-}
-
-/// The `subVersion` of this client's subscriptions. The Java client stamps each subscription
-/// with the wall-clock time it was made, and brokers keep the newest one per topic; this is a
-/// version stamp on the wire, not a timer.
-fn subscription_version() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }

@@ -43,12 +43,14 @@ pub(crate) struct HeartbeatData<'a> {
     pub without_sub: bool,
 }
 
-/// The heartbeat body of `registration`: one consumer data with a `*` subscription per topic.
-pub(crate) fn heartbeat_body(registration: &Registration, sub_version: i64) -> Vec<u8> {
+/// The heartbeat body of `registration`: one consumer data with a `*` subscription per topic,
+/// each with its `subVersion` from `sub_versions` (in the order of `registration.topics`).
+pub(crate) fn heartbeat_body(registration: &Registration, sub_versions: &[i64]) -> Vec<u8> {
     let subscriptions = registration
         .topics
         .iter()
-        .map(|topic| SubscriptionData {
+        .zip(sub_versions)
+        .map(|(topic, &sub_version)| SubscriptionData {
             class_filter_mode: false,
             topic,
             sub_string: "*",
@@ -145,10 +147,10 @@ mod tests {
             topics: vec!["T".into(), "U".into()],
         };
         let body: serde_json::Value =
-            serde_json::from_slice(&heartbeat_body(&registration, 42)).unwrap();
-        let sub = |t: &str| {
+            serde_json::from_slice(&heartbeat_body(&registration, &[42, 43])).unwrap();
+        let sub = |t: &str, v: i64| {
             json!({"classFilterMode": false, "topic": t, "subString": "*", "tagsSet": [],
-                   "codeSet": [], "subVersion": 42, "expressionType": "TAG"})
+                   "codeSet": [], "subVersion": v, "expressionType": "TAG"})
         };
         assert_eq!(
             body,
@@ -161,7 +163,7 @@ mod tests {
                     "messageModel": "BROADCASTING",
                     "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
                     "unitMode": false,
-                    "subscriptionDataSet": [sub("T"), sub("U")],
+                    "subscriptionDataSet": [sub("T", 42), sub("U", 43)],
                 }],
                 "heartbeatFingerprint": 0,
                 "withoutSub": false,

@@ -200,6 +200,70 @@ fn non_json_headers_and_other_serialization_types_are_refused() {
 }
 
 #[test]
+fn frames_in_other_serializations_are_framed_and_skipped_whole() {
+    // A binary header: code 40, language, version, opaque 77, flag 2 (one-way), remark and
+    // extFields lengths (0), then a body.
+    let mut binary = vec![0, 40, 0, 1, 219];
+    binary.extend_from_slice(&77i32.to_be_bytes());
+    binary.extend_from_slice(&FLAG_ONEWAY.to_be_bytes());
+    binary.extend_from_slice(&[0; 8]);
+    let mut buf = frame(SERIALIZE_ROCKETMQ, &binary, b"body");
+    buf.extend_from_slice(&frame(SERIALIZE_ROCKETMQ, &[0, 1, 2], b"")); // too short to read
+    buf.extend_from_slice(&frame(7, b"???", b"x")); // a type of unknown layout
+    buf.extend_from_slice(&encode(&sample()));
+    let mut codec = RemotingCodec::default();
+    let routing = FrameRouting {
+        code: 40,
+        opaque: 77,
+        flag: FLAG_ONEWAY,
+    };
+    assert!(routing.is_oneway() && !routing.is_response());
+    let unsupported = |serialize_type, routing| {
+        Some(Frame::Unsupported(UnsupportedFrame {
+            serialize_type,
+            routing,
+        }))
+    };
+    assert_eq!(
+        codec.decode_frame(&mut buf).unwrap(),
+        unsupported(1, Some(routing))
+    );
+    assert_eq!(codec.decode_frame(&mut buf).unwrap(), unsupported(1, None));
+    assert_eq!(codec.decode_frame(&mut buf).unwrap(), unsupported(7, None));
+    // The JSON frame after them is intact.
+    assert_eq!(
+        codec.decode_frame(&mut buf).unwrap(),
+        Some(Frame::Command(sample()))
+    );
+    assert!(buf.is_empty());
+    // Through FrameDecoder, the same; a header length beyond the frame is still garbage.
+    let mut decoder = FrameDecoder::new(codec);
+    let mut bad = BytesMut::new();
+    bad.put_u32(8);
+    bad.put_u32((1 << 24) | 100);
+    bad.put_u32(0);
+    assert!(matches!(
+        decoder.decode(&mut bad).unwrap_err(),
+        CodecError::HeaderLengthOutOfRange { .. }
+    ));
+    // A response code is read as a signed 16-bit number.
+    let mut negative = vec![0xFF, 0xFE, 0, 0, 0];
+    negative.extend_from_slice(&5i32.to_be_bytes());
+    negative.extend_from_slice(&FLAG_RESPONSE.to_be_bytes());
+    assert_eq!(
+        decoder.decode_eof(&mut frame(1, &negative, b"")).unwrap(),
+        unsupported(
+            1,
+            Some(FrameRouting {
+                code: -2,
+                opaque: 5,
+                flag: FLAG_RESPONSE
+            })
+        )
+    );
+}
+
+#[test]
 fn impossible_lengths_are_refused() {
     let mut codec = RemotingCodec::default();
     let mut buf = BytesMut::new();

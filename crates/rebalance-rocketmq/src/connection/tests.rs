@@ -1,7 +1,7 @@
 use std::sync::Mutex;
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::DuplexStream;
+use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio_util::codec::Framed;
 
 use super::*;
@@ -144,17 +144,136 @@ async fn garbage_from_the_server_closes_the_connection_with_the_reason() {
         async move { conn.request(RemotingCommand::request(1), T).await }
     });
     let mut raw = server.into_inner();
-    use tokio::io::AsyncWriteExt;
-    // A frame of 8 bytes whose header claims the binary serialization type.
-    raw.write_all(&[0, 0, 0, 8, 1, 0, 0, 4, b'{', b'}', b' ', b' '])
-        .await
-        .unwrap();
+    // A frame of 12 bytes whose JSON header is not JSON.
+    raw.write_all(&[0, 0, 0, 12, 0, 0, 0, 8]).await.unwrap();
+    raw.write_all(b"not json").await.unwrap();
     let err = waiting.await.unwrap().unwrap_err();
     assert!(
-        matches!(&err, TransportError::Closed { reason, .. } if reason.contains("serialization type 1")),
+        matches!(&err, TransportError::Closed { reason, .. } if reason.contains("not a JSON remoting header")),
         "{err}"
     );
     assert!(!conn.is_open());
+}
+
+/// A frame with RocketMQ's binary header (serialization type 1): code, language, version,
+/// opaque, flag, then an empty remark and empty extFields.
+fn binary_frame(code: i16, opaque: i32, flag: i32) -> Vec<u8> {
+    let mut header = Vec::new();
+    header.extend_from_slice(&code.to_be_bytes());
+    header.push(0); // JAVA
+    header.extend_from_slice(&475i16.to_be_bytes());
+    header.extend_from_slice(&opaque.to_be_bytes());
+    header.extend_from_slice(&flag.to_be_bytes());
+    header.extend_from_slice(&0i32.to_be_bytes());
+    header.extend_from_slice(&0i32.to_be_bytes());
+    let mut frame = ((4 + header.len()) as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&((1u32 << 24) | header.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&header);
+    frame
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_binary_answer_fails_only_its_request() {
+    let (conn, mut server) = pair();
+    let first = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    let first_req = next(&mut server).await;
+    let second = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let second_req = next(&mut server).await;
+    // The first is answered in the binary serialization, the second in JSON.
+    server
+        .get_mut()
+        .write_all(&binary_frame(0, first_req.opaque, FLAG_RESPONSE))
+        .await
+        .unwrap();
+    // An answer to nothing, in the binary serialization: dropped.
+    server
+        .get_mut()
+        .write_all(&binary_frame(0, 9999, FLAG_RESPONSE))
+        .await
+        .unwrap();
+    server
+        .send(RemotingCommand::response(0, second_req.opaque, None))
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    assert_eq!(
+        first.await.unwrap(),
+        Err(TransportError::UnsupportedSerialization {
+            addr: "test:1".into(),
+            serialize_type: 1
+        })
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::ZERO,
+        "failed at once, no timeout"
+    );
+    assert_eq!(second.await.unwrap().unwrap().code, 0);
+    assert!(conn.is_open());
+    assert_eq!(conn.pending_len(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn binary_server_requests_are_skipped_and_the_connection_goes_on() {
+    let recorder = Arc::new(Recorder::default());
+    let (conn, mut server) = pair_with(ConnectionConfig::default(), recorder.clone());
+    // A one-way NOTIFY in the binary serialization: skipped, not answered.
+    server
+        .get_mut()
+        .write_all(&binary_frame(
+            request_code::NOTIFY_CONSUMER_IDS_CHANGED as i16,
+            100,
+            FLAG_ONEWAY,
+        ))
+        .await
+        .unwrap();
+    // A type nobody knows the layout of: skipped whole.
+    server
+        .get_mut()
+        .write_all(&[0, 0, 0, 7, 9, 0, 0, 3, 1, 2, 3])
+        .await
+        .unwrap();
+    // A binary request expecting an answer: "not supported", with its opaque.
+    server
+        .get_mut()
+        .write_all(&binary_frame(307, 101, 0))
+        .await
+        .unwrap();
+    let answer = next(&mut server).await;
+    assert!(answer.is_response());
+    assert_eq!(
+        (answer.code, answer.opaque),
+        (response_code::REQUEST_CODE_NOT_SUPPORTED, 101)
+    );
+    // A JSON NOTIFY after all that still reaches the handler.
+    let mut notify = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
+        .with_ext("consumerGroup", "G");
+    notify.flag = FLAG_ONEWAY;
+    server.send(notify).await.unwrap();
+    // And requests still get their answers.
+    let asking = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(5), T).await }
+    });
+    let req = next(&mut server).await;
+    server
+        .send(RemotingCommand::response(0, req.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(asking.await.unwrap().unwrap().code, 0);
+    assert!(conn.is_open());
+    let seen: Vec<i32> = recorder.0.lock().unwrap().iter().map(|c| c.code).collect();
+    assert_eq!(
+        seen,
+        [request_code::NOTIFY_CONSUMER_IDS_CHANGED],
+        "only the JSON push"
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -35,11 +35,11 @@ impl RouteCache {
         self.tables.topics.insert(topic.to_string(), route.clone());
     }
 
-    /// Forgets the route of `topic`, for a caller that decided the topic is gone (the name
-    /// server client never does: it keeps the last route when told "not found"). Broker
-    /// addresses are kept: other topics may use the same brokers.
-    pub fn forget(&self, topic: &str) {
-        self.tables.topics.remove(topic);
+    /// Forgets the route of `topic`, which is gone (the name server client calls it when told
+    /// "topic not found"). Broker addresses are kept: other topics may use the same brokers.
+    /// Returns whether a route was cached.
+    pub fn forget(&self, topic: &str) -> bool {
+        self.tables.topics.remove(topic).is_some()
     }
 
     /// The last route of `topic`.
@@ -112,7 +112,8 @@ mod tests {
         assert_eq!(shared.master_addr("b"), None);
         assert_eq!(shared.any_addr("b").as_deref(), Some("s:1"));
         assert_eq!(shared.any_addr("zz"), None);
-        shared.forget("T");
+        assert!(shared.forget("T"));
+        assert!(!shared.forget("T"), "already forgotten");
         assert_eq!(cache.topic("T"), None);
         assert_eq!(
             cache.master_addr("a").as_deref(),

@@ -1,0 +1,214 @@
+//! What a [`BrokerClient`](super::BrokerClient) told the brokers about each of its
+//! registrations: when each topic was subscribed (its `subVersion`) and which brokers were
+//! heartbeated, so that unregistering reaches all of them.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use rebalance_runtime::Registration;
+use tokio::time::Instant;
+
+/// Subscription versions: milliseconds since the Unix epoch, as the Java client stamps
+/// `subVersion`, strictly increasing within a client. Brokers keep the subscription with the
+/// newest version, so a topic subscribed later must carry a larger one.
+///
+/// The wall clock is read once, at creation, to line versions up with other clients'; after
+/// that, time comes from tokio's clock (paused in tests).
+#[derive(Debug)]
+struct VersionClock {
+    base_millis: i64,
+    start: Instant,
+    last: i64,
+}
+
+impl VersionClock {
+    fn new() -> Self {
+        let base_millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Self {
+            base_millis,
+            start: Instant::now(),
+            last: i64::MIN,
+        }
+    }
+
+    fn next(&mut self) -> i64 {
+        let elapsed = i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let now = self.base_millis.saturating_add(elapsed);
+        self.last = now.max(self.last.saturating_add(1));
+        self.last
+    }
+}
+
+/// One client id in one group.
+#[derive(Debug, Default)]
+struct Record {
+    /// The `subVersion` of each subscribed topic: when it was first seen subscribed.
+    versions: BTreeMap<String, i64>,
+    /// Every broker heartbeated since the last unregistration.
+    heartbeated: BTreeSet<String>,
+}
+
+#[derive(Debug)]
+struct State {
+    clock: VersionClock,
+    records: HashMap<(String, String), Record>,
+}
+
+/// The bookkeeping of every registration a broker client sent. Never held across an `.await`.
+#[derive(Debug)]
+pub(crate) struct Registrations {
+    state: Mutex<State>,
+}
+
+impl Default for Registrations {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(State {
+                clock: VersionClock::new(),
+                records: HashMap::new(),
+            }),
+        }
+    }
+}
+
+fn key(registration: &Registration) -> (String, String) {
+    (
+        registration.client_id.as_str().to_string(),
+        registration.group.clone(),
+    )
+}
+
+impl Registrations {
+    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // A panic elsewhere while holding the lock leaves consistent maps: keep going.
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut state)
+    }
+
+    /// The `subVersion` of each of `registration.topics`, in that order. A topic not
+    /// subscribed in the previous registration gets a new, larger version (as the Java client
+    /// stamps a subscription when it is made); a topic dropped is forgotten, so subscribing it
+    /// again is a new subscription.
+    pub(crate) fn sub_versions(&self, registration: &Registration) -> Vec<i64> {
+        self.with(|state| {
+            let record = state.records.entry(key(registration)).or_default();
+            let subscribed: BTreeSet<&str> =
+                registration.topics.iter().map(String::as_str).collect();
+            record
+                .versions
+                .retain(|topic, _| subscribed.contains(topic.as_str()));
+            registration
+                .topics
+                .iter()
+                .map(|topic| match record.versions.get(topic) {
+                    Some(version) => *version,
+                    None => {
+                        let version = state.clock.next();
+                        tracing::debug!(group = %registration.group, topic, version, "new subscription");
+                        record.versions.insert(topic.clone(), version);
+                        version
+                    }
+                })
+                .collect()
+        })
+    }
+
+    /// Records that `brokers` are sent a heartbeat for `registration`.
+    pub(crate) fn heartbeating(&self, registration: &Registration, brokers: &BTreeSet<String>) {
+        self.with(|state| {
+            let record = state.records.entry(key(registration)).or_default();
+            record.heartbeated.extend(brokers.iter().cloned());
+        })
+    }
+
+    /// Takes the brokers heartbeated for `registration` (to unregister at) and forgets its
+    /// subscriptions: registering again afterwards is a new subscription.
+    pub(crate) fn take_heartbeated(&self, registration: &Registration) -> BTreeSet<String> {
+        self.with(|state| {
+            state
+                .records
+                .remove(&key(registration))
+                .map(|record| record.heartbeated)
+                .unwrap_or_default()
+        })
+    }
+
+    /// Puts back brokers an unregistration did not reach, so that the next one tries again.
+    pub(crate) fn still_registered(&self, registration: &Registration, brokers: BTreeSet<String>) {
+        if brokers.is_empty() {
+            return;
+        }
+        self.with(|state| {
+            let record = state.records.entry(key(registration)).or_default();
+            record.heartbeated.extend(brokers);
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn registration(group: &str, topics: &[&str]) -> Registration {
+        Registration {
+            client_id: "c".into(),
+            group: group.into(),
+            message_model: Default::default(),
+            consume_order: Default::default(),
+            consume_from: Default::default(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_topic_keeps_the_version_of_its_subscription() {
+        let book = Registrations::default();
+        let [t] = book.sub_versions(&registration("G", &["T"]))[..] else {
+            panic!("one version per topic")
+        };
+        assert_eq!(
+            book.sub_versions(&registration("G", &["T"])),
+            [t],
+            "unchanged"
+        );
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let both = book.sub_versions(&registration("G", &["T", "U"]));
+        assert_eq!(both[0], t, "T keeps its version");
+        assert_eq!(both[1], t + 5_000, "U stamped when subscribed, 5 s later");
+        // Dropped, then subscribed again: a newer subscription, even within the millisecond.
+        assert_eq!(book.sub_versions(&registration("G", &["U"])), [both[1]]);
+        let again = book.sub_versions(&registration("G", &["T", "U"]));
+        assert_eq!(again, [both[1] + 1, both[1]]);
+        // Another group of the same client has subscriptions of its own.
+        let other = book.sub_versions(&registration("H", &["T"]));
+        assert!(other[0] > again[0]);
+        assert_eq!(book.sub_versions(&registration("G", &["T", "U"])), again);
+    }
+
+    #[test]
+    fn heartbeated_brokers_are_remembered_until_unregistered() {
+        let book = Registrations::default();
+        let set =
+            |addrs: &[&str]| -> BTreeSet<String> { addrs.iter().map(|a| a.to_string()).collect() };
+        let g = registration("G", &["T", "U"]);
+        book.heartbeating(&g, &set(&["a:1", "b:1"]));
+        // U dropped, and now every topic: the brokers heartbeated before are still known.
+        book.heartbeating(&registration("G", &["T"]), &set(&["a:1"]));
+        book.heartbeating(&registration("H", &["T"]), &set(&["c:1"]));
+        let empty = registration("G", &[]);
+        assert_eq!(book.take_heartbeated(&empty), set(&["a:1", "b:1"]));
+        assert_eq!(book.take_heartbeated(&empty), set(&[]), "taken");
+        // What an unregistration did not reach is tried again next time.
+        book.still_registered(&empty, set(&["b:1"]));
+        assert_eq!(book.take_heartbeated(&g), set(&["b:1"]));
+        assert_eq!(
+            book.take_heartbeated(&registration("H", &[])),
+            set(&["c:1"])
+        );
+    }
+}
