@@ -201,17 +201,29 @@ async fn a_locked_queue_goes_to_another_client_only_after_unlock() {
     let range = |r: std::ops::Range<i32>| r.map(q).collect::<Vec<_>>();
 
     assert_eq!(
-        a.brokers.lock("G4", &a_id, &range(0..4)).await.unwrap(),
+        a.brokers
+            .lock("G4", &a_id, &range(0..4))
+            .await
+            .unwrap()
+            .granted,
         range(0..4)
     );
     // B asks for 2..6: 2 and 3 are A's.
     assert_eq!(
-        b.brokers.lock("G4", &b_id, &range(2..6)).await.unwrap(),
+        b.brokers
+            .lock("G4", &b_id, &range(2..6))
+            .await
+            .unwrap()
+            .granted,
         range(4..6)
     );
     // Renewing is granted to the holder.
     assert_eq!(
-        a.brokers.lock("G4", &a_id, &range(0..4)).await.unwrap(),
+        a.brokers
+            .lock("G4", &a_id, &range(0..4))
+            .await
+            .unwrap()
+            .granted,
         range(0..4)
     );
     // Another group locks independently.
@@ -219,18 +231,27 @@ async fn a_locked_queue_goes_to_another_client_only_after_unlock() {
         b.brokers
             .lock("G4-other", &b_id, &range(0..2))
             .await
-            .unwrap(),
+            .unwrap()
+            .granted,
         range(0..2)
     );
 
     a.brokers.unlock("G4", &a_id, &range(2..4)).await.unwrap();
     assert_eq!(
-        b.brokers.lock("G4", &b_id, &range(2..6)).await.unwrap(),
+        b.brokers
+            .lock("G4", &b_id, &range(2..6))
+            .await
+            .unwrap()
+            .granted,
         range(2..6)
     );
     // A still holds 0 and 1, and can no longer have 2.
     assert_eq!(
-        a.brokers.lock("G4", &a_id, &range(0..3)).await.unwrap(),
+        a.brokers
+            .lock("G4", &a_id, &range(0..3))
+            .await
+            .unwrap()
+            .granted,
         range(0..2)
     );
     // Unlocking somebody else's queue does nothing.
@@ -240,6 +261,7 @@ async fn a_locked_queue_goes_to_another_client_only_after_unlock() {
             .lock("G4", &a_id, &range(4..6))
             .await
             .unwrap()
+            .granted
             .is_empty()
     );
 }
@@ -341,17 +363,26 @@ async fn two_brokers_heartbeats_and_locks_reach_both() {
     }
     let queues = route.subscribable_queues("TwoBrokers");
     let locked = a.brokers.lock("G6", &a_id, &queues).await.unwrap();
-    assert_eq!(locked, queues, "both brokers granted their queues");
-    // With broker-b gone, broker-a's queues are still granted; broker-b's are left out.
+    assert_eq!(locked.granted, queues, "both brokers granted their queues");
+    // With broker-b gone, broker-a's queues are still granted; broker-b's are unanswered (not
+    // refused: nobody said another client holds them).
     cluster.kill_broker("broker-b").unwrap();
     let other = common::client_id("other");
     let locked = a.brokers.lock("G6-b", &other, &queues).await.unwrap();
-    let expected: Vec<MessageQueue> = queues
-        .iter()
-        .filter(|q| &*q.broker_name == "broker-a")
-        .cloned()
-        .collect();
-    assert_eq!(locked, expected);
+    let on = |broker: &str| -> Vec<MessageQueue> {
+        queues
+            .iter()
+            .filter(|q| &*q.broker_name == broker)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(locked.granted, on("broker-a"));
+    assert_eq!(locked.unanswered, on("broker-b"));
+    assert!(locked.refused.is_empty(), "{locked:?}");
+    // Asked again by a's client, broker-a refuses: its queues are other's now.
+    let again = a.brokers.lock("G6-b", &a_id, &queues).await.unwrap();
+    assert_eq!(again.refused, on("broker-a"));
+    assert_eq!(again.unanswered, on("broker-b"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

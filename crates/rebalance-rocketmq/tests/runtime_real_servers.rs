@@ -281,7 +281,8 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
     let granted = intruder
         .lock(&group, &intruder_id, &all_list)
         .await
-        .unwrap();
+        .unwrap()
+        .granted;
     assert!(granted.is_empty(), "locked by the members: {granted:?}");
     // Each member holds exactly the locks of its share: the other cannot take them.
     let a_queues: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
@@ -292,7 +293,8 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
         &a_queues,
     )
     .await
-    .unwrap();
+    .unwrap()
+    .granted;
     assert!(stolen.is_empty(), "b could lock a's queues: {stolen:?}");
 
     a.handle.shutdown().await;
@@ -306,12 +308,14 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
     let granted = intruder
         .lock(&group, &intruder_id, &all_list)
         .await
-        .unwrap();
+        .unwrap()
+        .granted;
     assert!(granted.is_empty(), "b holds every lock now: {granted:?}");
     b.handle.shutdown().await;
     let granted = intruder
         .lock(&group, &intruder_id, &all_list)
         .await
-        .unwrap();
+        .unwrap()
+        .granted;
     assert_eq!(granted.len(), 8, "shutdown released every lock");
 }

@@ -88,7 +88,7 @@ pub use error::{RemoteError, RouteError};
 pub use listener::{
     ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue, StartPosition,
 };
-pub use locker::QueueLocker;
+pub use locker::{LockOutcome, QueueLocker};
 pub use name_server::NameServer;
 pub use offset_store::{LocalOffsetStore, OffsetScope, OffsetStore};
 pub use producer::{Producer, ProducerBuilder, ProducerHandle};

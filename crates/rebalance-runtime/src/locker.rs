@@ -1,5 +1,7 @@
 //! [`QueueLocker`]: exclusive locks for ordered consumption.
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use rebalance_core::{ClientId, MessageQueue};
 
@@ -11,14 +13,17 @@ use crate::RemoteError;
 /// them every `lock_renew_interval`.
 #[async_trait]
 pub trait QueueLocker: Send + Sync + 'static {
-    /// Locks (or renews) `queues` for `client`; returns the queues the client holds now. A queue
-    /// locked by another client is simply left out.
+    /// Locks (or renews) `queues` for `client` and says, queue by queue, what happened: granted,
+    /// refused (the broker answered: another client holds it), or unanswered (the broker serving
+    /// it could not be asked or did not answer, so the lock's state is unknown).
+    ///
+    /// `Err` means that no broker answered at all: the caller treats every queue as unanswered.
     async fn lock(
         &self,
         group: &str,
         client: &ClientId,
         queues: &[MessageQueue],
-    ) -> Result<Vec<MessageQueue>, RemoteError>;
+    ) -> Result<LockOutcome, RemoteError>;
 
     /// Releases `client`'s locks on `queues`.
     async fn unlock(
@@ -27,4 +32,106 @@ pub trait QueueLocker: Send + Sync + 'static {
         client: &ClientId,
         queues: &[MessageQueue],
     ) -> Result<(), RemoteError>;
+}
+
+/// The answer to [`QueueLocker::lock`]: every queue asked for is in exactly one of the lists.
+///
+/// The difference between refused and unanswered matters when locks are renewed: a refused
+/// queue belongs to someone else now and is released at once, while an unanswered one may
+/// still be ours, so it keeps being consumed until `lock_lifetime` has passed since its last
+/// granted renewal.
+///
+/// ```
+/// use rebalance_core::MessageQueue;
+/// use rebalance_runtime::LockOutcome;
+///
+/// let q = |i| MessageQueue::new("T", "broker-a", i);
+/// let outcome = LockOutcome::answered(&[q(0), q(1)], vec![q(1)]);
+/// assert_eq!(outcome.granted, vec![q(1)]);
+/// assert_eq!(outcome.refused, vec![q(0)]);
+/// assert!(outcome.unanswered.is_empty());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockOutcome {
+    /// Locked (or renewed) for the client.
+    pub granted: Vec<MessageQueue>,
+    /// The broker answered and did not grant them (held by another client).
+    pub refused: Vec<MessageQueue>,
+    /// No answer for them (broker unreachable, no known master, unreadable answer).
+    pub unanswered: Vec<MessageQueue>,
+}
+
+impl LockOutcome {
+    /// The outcome when a broker answered for every queue of `asked`: `granted` (limited to the
+    /// queues asked for) are granted, the rest refused.
+    pub fn answered(asked: &[MessageQueue], granted: Vec<MessageQueue>) -> Self {
+        let granted_set: HashSet<&MessageQueue> = granted.iter().collect();
+        let refused = asked
+            .iter()
+            .filter(|q| !granted_set.contains(q))
+            .cloned()
+            .collect();
+        let asked: HashSet<&MessageQueue> = asked.iter().collect();
+        let granted = granted
+            .iter()
+            .filter(|q| asked.contains(q))
+            .cloned()
+            .collect();
+        Self {
+            granted,
+            refused,
+            unanswered: Vec::new(),
+        }
+    }
+
+    /// The outcome when nobody answered: every queue of `asked` is unanswered.
+    pub fn unanswered(asked: &[MessageQueue]) -> Self {
+        Self {
+            granted: Vec::new(),
+            refused: Vec::new(),
+            unanswered: asked.to_vec(),
+        }
+    }
+
+    /// Adds `other`'s queues to this outcome (one broker's answer to the whole batch's).
+    pub fn merge(&mut self, other: LockOutcome) {
+        self.granted.extend(other.granted);
+        self.refused.extend(other.refused);
+        self.unanswered.extend(other.unanswered);
+    }
+
+    /// Sorts every list (the Java order), for stable results and logs.
+    pub fn sort(&mut self) {
+        self.granted.sort();
+        self.refused.sort();
+        self.unanswered.sort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(i: i32) -> MessageQueue {
+        MessageQueue::new("T", "b", i)
+    }
+
+    #[test]
+    fn answered_splits_the_batch_and_ignores_queues_not_asked_for() {
+        let outcome = LockOutcome::answered(&[q(0), q(1), q(2)], vec![q(2), q(0), q(9)]);
+        assert_eq!(outcome.granted, vec![q(2), q(0)]);
+        assert_eq!(outcome.refused, vec![q(1)]);
+        assert!(outcome.unanswered.is_empty());
+    }
+
+    #[test]
+    fn merge_keeps_each_brokers_answer() {
+        let mut outcome = LockOutcome::answered(&[q(3), q(1)], vec![q(3)]);
+        outcome.merge(LockOutcome::unanswered(&[q(2)]));
+        outcome.merge(LockOutcome::answered(&[q(0)], vec![q(0)]));
+        outcome.sort();
+        assert_eq!(outcome.granted, vec![q(0), q(3)]);
+        assert_eq!(outcome.refused, vec![q(1)]);
+        assert_eq!(outcome.unanswered, vec![q(2)]);
+    }
 }

@@ -187,26 +187,6 @@ async fn listener_errors_and_panics_are_contained() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_refused_final_offset_is_retried_and_not_lost() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 2);
-    let a = start(&cluster, 0, &["T"]).await;
-    settle(MIN).await;
-    for lease in a.recorder.leases.lock().unwrap().values() {
-        lease.commit(77);
-    }
-    cluster.fail_next(Operation::PersistOffset, 2);
-    let b = start(&cluster, 1, &["T"]).await;
-    settle(MIN).await;
-    let moved = a.recorder.removed_with(RemovalReason::Reassigned);
-    assert_eq!(moved.len(), 1);
-    // The next persistence tick (5 s) stores it.
-    settle(Duration::from_secs(6)).await;
-    assert_eq!(cluster.offset(GROUP, &moved[0]), Some(77));
-    drop(b);
-}
-
-#[tokio::test(start_paused = true)]
 async fn an_unreadable_offset_delays_the_queue() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);

@@ -7,7 +7,9 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
-use rebalance_runtime::{ConsumeOrder, MessageModel, QueueLocker, RemovalReason};
+use rebalance_runtime::{
+    ConsumeOrder, Intervals, MessageModel, QueueLocker, RemovalReason, WakeReasons,
+};
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -26,7 +28,11 @@ async fn a_refused_lock_is_retried_until_granted() {
     let intruder = ClientId::from("intruder@1");
     let other = cluster.client(intruder.clone());
     assert_eq!(
-        other.lock(GROUP, &intruder, &[queue(0)]).await.unwrap(),
+        other
+            .lock(GROUP, &intruder, &[queue(0)])
+            .await
+            .unwrap()
+            .granted,
         vec![queue(0)]
     );
 
@@ -43,10 +49,104 @@ async fn a_refused_lock_is_retried_until_granted() {
     }
     settle(Duration::from_secs(3)).await;
     other.unlock(GROUP, &intruder, &[queue(0)]).await.unwrap();
-    // Retried every second while unbalanced.
-    settle(MIN + Duration::from_millis(10)).await;
+    // Retried every `lock_retry` (500 ms), sooner than the `rebalance_min` (1 s) spacing of
+    // other rounds: the lock freed at 3.01 s is taken by the retry at 3.5 s.
+    let retry = Intervals::default().lock_retry;
+    assert!(retry < MIN);
+    settle(retry + Duration::from_millis(10)).await;
     assert_eq!(a.handle.assignment().len(), 4);
     assert_eq!(cluster.lock_owner(GROUP, &queue(0)), Some(a.id.clone()));
+    let report = a.handle.rounds().borrow().clone();
+    assert!(
+        report.reasons.contains(WakeReasons::LOCK_RETRY),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn lock_retries_run_every_half_second_while_refused() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let intruder = ClientId::from("intruder@1");
+    cluster
+        .client(intruder.clone())
+        .lock(GROUP, &intruder, &[queue(0)])
+        .await
+        .unwrap();
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(Duration::from_millis(10)).await;
+    let mut rounds = a.handle.rounds();
+    let first = rounds.borrow_and_update().round;
+    settle(Duration::from_millis(5_000)).await;
+    let last = rounds.borrow_and_update().round;
+    // 10 retries in 5 s (one every 500 ms), not 5 (one per `rebalance_min`).
+    assert_eq!(last - first, 10, "rounds {first}..{last}");
+    assert_eq!(a.handle.assignment().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_in_memory_locker_tells_refused_from_unanswered() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let all: Vec<MessageQueue> = all_queues(&cluster, &["T"]).into_iter().collect();
+    let (one, two) = (ClientId::from("one@1"), ClientId::from("two@2"));
+    let first = cluster.client(one.clone());
+    let second = cluster.client(two.clone());
+    first.lock(GROUP, &one, &all[..1]).await.unwrap();
+    cluster.set_lock_broker_down("broker-1", true);
+    let outcome = second.lock(GROUP, &two, &all).await.unwrap();
+    assert_eq!(outcome.granted, vec![queue(1)]);
+    assert_eq!(outcome.refused, vec![queue(0)]);
+    assert_eq!(outcome.unanswered, all[2..].to_vec());
+    assert!(second.unlock(GROUP, &two, &all).await.is_err());
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(1)),
+        None,
+        "broker-0 unlocked"
+    );
+    cluster.set_lock_broker_down("broker-1", false);
+    assert_eq!(
+        second.lock(GROUP, &two, &all[2..]).await.unwrap().granted,
+        all[2..].to_vec()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broker_silent_at_renewal_keeps_its_queues_for_the_lock_lifetime() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let on = |broker: &str| -> Vec<MessageQueue> {
+        all.iter()
+            .filter(|q| &*q.broker_name == broker)
+            .cloned()
+            .collect()
+    };
+    let intervals = Intervals::default();
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    // broker-1 stops answering lock requests; broker-0 keeps renewing.
+    cluster.set_lock_broker_down("broker-1", true);
+    // The renewal at 20 s gets no answer for broker-1's queues: their locks were granted at
+    // 0 s and may still be ours, so they are kept.
+    settle(intervals.lock_renew).await;
+    assert_eq!(a.handle.assignment().len(), 4, "not released at once");
+    assert!(a.recorder.removed_with(RemovalReason::Lost).is_empty());
+    // The renewal at 40 s finds them past the lock lifetime (30 s): released as lost, while
+    // broker-0's queues, renewed, stay.
+    settle(intervals.lock_renew).await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), on("broker-1"));
+    let held: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
+    assert_eq!(held, on("broker-0"));
+    for q in on("broker-0") {
+        assert_eq!(cluster.lock_owner(GROUP, &q), Some(a.id.clone()));
+    }
+    // Once broker-1 answers again, the 500 ms lock retry takes its queues back.
+    cluster.set_lock_broker_down("broker-1", false);
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    assert_partition(&[&a], &all);
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::{QueueLocker, RemoteError};
+use rebalance_runtime::{LockOutcome, QueueLocker, RemoteError};
 
 use super::BrokerClient;
 use super::wire::{LockBatchAnswer, LockBatchBody, WireQueue};
@@ -50,21 +50,24 @@ fn granted(
 
 #[async_trait]
 impl QueueLocker for BrokerClient {
-    /// Locks at each broker master the queues it serves. Queues of a broker that fails or has no
-    /// known master are left out (not locked); the call fails only when no broker answered.
+    /// Locks at each broker master the queues it serves. A broker's answer grants some of its
+    /// queues and refuses the others; the queues of a broker that fails or has no known master
+    /// are unanswered. The call fails only when no broker answered.
     async fn lock(
         &self,
         group: &str,
         client: &ClientId,
         queues: &[MessageQueue],
-    ) -> Result<Vec<MessageQueue>, RemoteError> {
+    ) -> Result<LockOutcome, RemoteError> {
         if queues.is_empty() {
-            return Ok(Vec::new());
+            return Ok(LockOutcome::default());
         }
         let (by_master, unknown) = self.by_master(queues).await;
+        let mut outcome = LockOutcome::default();
         let mut first_error = None;
         for (queue, e) in unknown {
             tracing::warn!(?queue, error = %e, "cannot lock: no master for the queue's broker");
+            outcome.unanswered.push(queue.clone());
             first_error.get_or_insert(e);
         }
         let calls = by_master.iter().map(|(addr, asked)| async move {
@@ -73,19 +76,20 @@ impl QueueLocker for BrokerClient {
                 .call_ok(addr, request)
                 .await
                 .and_then(|r| granted(&r, asked));
-            (addr, asked.len(), result)
+            (addr, asked, result)
         });
-        let mut locked = Vec::new();
         let mut answered = false;
         for (addr, asked, result) in join_all(calls).await {
+            let asked: Vec<MessageQueue> = asked.iter().map(|q| (*q).clone()).collect();
             match result {
                 Ok(got) => {
-                    tracing::debug!(broker = %addr, group, %client, asked, granted = got.len(), "locked");
+                    tracing::debug!(broker = %addr, group, %client, asked = asked.len(), granted = got.len(), "locked");
                     answered = true;
-                    locked.extend(got);
+                    outcome.merge(LockOutcome::answered(&asked, got));
                 }
                 Err(e) => {
-                    tracing::warn!(broker = %addr, group, %client, error = %e, "lock failed");
+                    tracing::warn!(broker = %addr, group, %client, unanswered = asked.len(), error = %e, "lock failed");
+                    outcome.merge(LockOutcome::unanswered(&asked));
                     first_error.get_or_insert(e);
                 }
             }
@@ -93,8 +97,8 @@ impl QueueLocker for BrokerClient {
         match first_error {
             Some(e) if !answered => Err(e),
             _ => {
-                locked.sort();
-                Ok(locked)
+                outcome.sort();
+                Ok(outcome)
             }
         }
     }

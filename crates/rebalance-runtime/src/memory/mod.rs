@@ -35,7 +35,9 @@ use tokio::time::Instant;
 use self::faults::Faults;
 pub use self::faults::Operation;
 use crate::directory::Registration;
-use crate::{GroupDirectory, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError};
+use crate::{
+    GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
+};
 
 /// Timings of the in-memory cluster, with RocketMQ's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +112,8 @@ struct Inner {
     faults: Faults,
     partitioned: HashSet<ClientId>,
     name_server_down: bool,
+    /// Brokers that do not answer lock and unlock requests.
+    lock_brokers_down: HashSet<String>,
 }
 
 #[derive(Debug)]
@@ -242,6 +246,17 @@ impl InMemoryCluster {
     /// Takes the name server down (every route call fails as unreachable) or brings it back.
     pub fn set_name_server_down(&self, down: bool) {
         self.lock().name_server_down = down;
+    }
+
+    /// Makes the broker named `broker` stop answering lock and unlock requests (its queues come
+    /// back unanswered while the other brokers answer as usual), or brings it back.
+    pub fn set_lock_broker_down(&self, broker: &str, down: bool) {
+        let mut inner = self.lock();
+        if down {
+            inner.lock_brokers_down.insert(broker.to_string());
+        } else {
+            inner.lock_brokers_down.remove(broker);
+        }
     }
 
     /// Cuts one client off (every call it makes fails as unreachable, so its heartbeats stop
@@ -472,17 +487,23 @@ impl OffsetStore for ClusterClient {
 
 #[async_trait]
 impl QueueLocker for ClusterClient {
+    /// Grants the queues that are free, expired or already the client's; queues of a broker set
+    /// down with [`InMemoryCluster::set_lock_broker_down`] are unanswered.
     async fn lock(
         &self,
         group: &str,
         client: &ClientId,
         queues: &[MessageQueue],
-    ) -> Result<Vec<MessageQueue>, RemoteError> {
+    ) -> Result<LockOutcome, RemoteError> {
         let now = Instant::now();
         let until = now + self.state.config.lock_expiry;
         self.call(Operation::Lock, |inner| {
-            let mut granted = Vec::new();
+            let mut outcome = LockOutcome::default();
             for q in queues {
+                if inner.lock_brokers_down.contains(&*q.broker_name) {
+                    outcome.unanswered.push(q.clone());
+                    continue;
+                }
                 let key = (group.to_string(), q.clone());
                 let free = inner
                     .locks
@@ -496,14 +517,18 @@ impl QueueLocker for ClusterClient {
                             until,
                         },
                     );
-                    granted.push(q.clone());
+                    outcome.granted.push(q.clone());
+                } else {
+                    outcome.refused.push(q.clone());
                 }
             }
-            granted
+            outcome
         })
         .await
     }
 
+    /// Frees the client's locks on `queues`; fails (after freeing the others) when a queue's
+    /// broker is down.
     async fn unlock(
         &self,
         group: &str,
@@ -511,13 +536,24 @@ impl QueueLocker for ClusterClient {
         queues: &[MessageQueue],
     ) -> Result<(), RemoteError> {
         self.call(Operation::Unlock, |inner| {
+            let mut down = None;
             for q in queues {
+                if inner.lock_brokers_down.contains(&*q.broker_name) {
+                    down = Some(q.broker_name.clone());
+                    continue;
+                }
                 let key = (group.to_string(), q.clone());
                 if inner.locks.get(&key).is_some_and(|l| l.owner == *client) {
                     inner.locks.remove(&key);
                 }
             }
+            down
         })
-        .await
+        .await?
+        .map_or(Ok(()), |broker| {
+            Err(RemoteError::Unreachable(format!(
+                "{broker} does not answer lock requests"
+            )))
+        })
     }
 }

@@ -4,6 +4,9 @@
 //! persists offsets, applies subscription changes, and at shutdown releases everything. Doing
 //! all of that in one task means no two of them ever race on a queue.
 
+mod directory_trouble;
+mod locks;
+mod offsets;
 mod round;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -16,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use self::offsets::PendingOffset;
 use self::round::{ReleaseMode, Target};
 use crate::assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 use crate::context::Context;
@@ -49,9 +53,15 @@ pub(crate) struct Service {
     routes: watch::Receiver<Arc<RouteTable>>,
     trigger: Arc<Trigger>,
     outputs: Outputs,
-    /// Final offsets the store refused, retried with every persistence tick.
-    pending_offsets: HashMap<MessageQueue, i64>,
+    /// Final offsets the store refused (locked queues only), retried with every persistence
+    /// tick until their lock may have passed to someone else.
+    pending_offsets: HashMap<MessageQueue, PendingOffset>,
+    /// When a refused lock is tried again (`lock_retry` after the refusal).
     lock_retry_at: Option<Instant>,
+    /// Per topic, since when the directory answers without this client.
+    missing_since: HashMap<String, Instant>,
+    /// When the rebalance last asked the heartbeat task for a heartbeat.
+    last_heartbeat_request: Option<Instant>,
     round: u64,
     last_round_start: Option<Instant>,
     next_due: Instant,
@@ -78,6 +88,8 @@ impl Service {
             outputs,
             pending_offsets: HashMap::new(),
             lock_retry_at: None,
+            missing_since: HashMap::new(),
+            last_heartbeat_request: None,
             round: 0,
             last_round_start: None,
             next_due: Instant::now(),
@@ -138,7 +150,9 @@ impl Service {
     }
 
     /// When the next round may run: as soon as allowed if a wake-up is pending, else when the
-    /// timer says; never sooner than `rebalance_min` after the previous round started.
+    /// timer says; never sooner than `rebalance_min` after the previous round started, except
+    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the refusal as
+    /// the Java client's `rebalanceLater(500)` does.
     fn next_run_at(&self) -> Instant {
         let min = self.ctx.intervals.rebalance_min;
         let earliest = self.last_round_start.map_or_else(Instant::now, |s| s + min);
@@ -146,10 +160,11 @@ impl Service {
         if !self.trigger.pending().is_empty() {
             due = Instant::now();
         }
-        if let Some(retry) = self.lock_retry_at {
-            due = due.min(retry);
+        let due = due.max(earliest);
+        match self.lock_retry_at {
+            Some(retry) => due.min(retry),
+            None => due,
         }
-        due.max(earliest)
     }
 
     fn handle(&mut self, command: Command) {
@@ -226,7 +241,10 @@ impl Service {
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
         let subscribed: Vec<String> = self.subscriptions.iter().cloned().collect();
+        let subscriptions = &self.subscriptions;
+        self.missing_since.retain(|t, _| subscriptions.contains(t));
         for (topic, target) in self.targets(&subscribed, &routes).await {
+            let target = self.limit_absence(&topic, target, started);
             let mut report = topic_report(&topic);
             self.apply(&topic, target, &mut report).await;
             topics.push(report);
@@ -255,7 +273,7 @@ impl Service {
             )
         });
         if directory_trouble {
-            self.outputs.heartbeat_now.notify_one();
+            self.request_heartbeat();
         }
         self.publish_assignment(balanced);
         let report = RoundReport {
@@ -314,122 +332,6 @@ impl Service {
         }));
     }
 
-    /// Renews the locks of held ordered queues; a queue whose lock is gone, or not renewed for
-    /// `lock_lifetime`, is released as lost (and taken again when its lock comes back).
-    async fn renew_locks(&mut self) {
-        let Some(locker) = self.ctx.locks().cloned() else {
-            return;
-        };
-        let mut held: Vec<MessageQueue> = self
-            .table
-            .iter()
-            .filter(|(_, pq)| pq.is_held())
-            .map(|(q, _)| q.clone())
-            .collect();
-        held.sort();
-        if held.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let lifetime = self.ctx.intervals.lock_lifetime;
-        let lost: Vec<MessageQueue> = match locker
-            .lock(&self.ctx.group, &self.ctx.client_id, &held)
-            .await
-        {
-            Ok(granted) => {
-                let granted: std::collections::HashSet<MessageQueue> =
-                    granted.into_iter().collect();
-                for (q, pq) in self.table.iter_mut() {
-                    if granted.contains(q) {
-                        pq.last_locked = Some(now);
-                    }
-                }
-                held.into_iter().filter(|q| !granted.contains(q)).collect()
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "lock renewal failed");
-                held.into_iter()
-                    .filter(|q| {
-                        self.table
-                            .get(q)
-                            .and_then(|pq| pq.last_locked)
-                            .is_none_or(|at| now.duration_since(at) >= lifetime)
-                    })
-                    .collect()
-            }
-        };
-        if lost.is_empty() {
-            return;
-        }
-        tracing::warn!(count = lost.len(), queues = ?lost, "lost the lock of ordered queues; releasing them");
-        let mut by_topic: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
-        for q in lost {
-            by_topic.entry(q.topic.to_string()).or_default().push(q);
-        }
-        for (topic, queues) in by_topic {
-            let mut report = topic_report(&topic);
-            self.release(
-                &topic,
-                queues,
-                RemovalReason::Lost,
-                ReleaseMode::Try,
-                &mut report,
-            )
-            .await;
-        }
-        self.publish_assignment(false);
-        self.trigger.wake(WakeReasons::LOCK_LOST);
-    }
-
-    /// Persists the offsets the application committed since the last time, and retries final
-    /// offsets the store refused earlier.
-    async fn persist_offsets(&mut self) {
-        let due: Vec<(MessageQueue, i64)> = self
-            .table
-            .iter()
-            .filter(|(_, pq)| pq.is_held())
-            .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
-            .collect();
-        for (queue, offset) in due {
-            match self
-                .ctx
-                .offsets
-                .persist(&self.ctx.group, &queue, offset)
-                .await
-            {
-                Ok(()) => {
-                    if let Some(pq) = self.table.get_mut(&queue) {
-                        pq.persisted = Some(offset);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
-                }
-            }
-        }
-        let pending: Vec<(MessageQueue, i64)> = self
-            .pending_offsets
-            .iter()
-            .map(|(q, o)| (q.clone(), *o))
-            .collect();
-        for (queue, offset) in pending {
-            match self
-                .ctx
-                .offsets
-                .persist(&self.ctx.group, &queue, offset)
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(queue = ?queue, offset, "persisted a released queue's final offset");
-                    self.pending_offsets.remove(&queue);
-                }
-                Err(e) => {
-                    tracing::warn!(queue = ?queue, offset, error = %e, "final offset still not persisted")
-                }
-            }
-        }
-    }
-
     /// Releases everything (waiting for ordered consumers up to `force_unlock_after`), retries
     /// refused offsets once more, and unregisters.
     async fn shutdown(&mut self) {
@@ -445,7 +347,15 @@ impl Service {
             }
             self.persist_offsets().await;
             if !self.pending_offsets.is_empty() {
-                tracing::error!(offsets = ?self.pending_offsets, "shutting down with offsets the store refused");
+                let mut given_up: Vec<(MessageQueue, i64)> = self
+                    .pending_offsets
+                    .drain()
+                    .map(|(q, p)| (q, p.offset))
+                    .collect();
+                given_up.sort();
+                tracing::error!(offsets = ?given_up, "shutting down with final offsets the store refused; their next owners resume from the last stored offsets");
+                self.unlock_released(given_up.into_iter().map(|(q, _)| q).collect())
+                    .await;
             }
             let registration = self.ctx.registration(self.subscriptions.iter().cloned());
             match self.ctx.directory.unregister(&registration).await {

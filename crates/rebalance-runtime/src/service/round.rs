@@ -7,11 +7,13 @@ use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
 use super::Service;
+use super::offsets::PendingOffset;
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
 use crate::config::{ConsumeFrom, MessageModel};
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
+use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
 
 /// Where a topic should go this round.
@@ -26,6 +28,9 @@ pub(super) enum Target {
     ReleaseAll(RemovalReason),
     /// Change nothing: the view is incomplete.
     Keep(Unbalanced),
+    /// Release everything of the topic: the directory has not listed this client for too long
+    /// (the other members have split its queues).
+    ReleaseAbsent,
 }
 
 /// How a release waits for the consumer of an ordered queue to finish its batch.
@@ -191,6 +196,18 @@ impl Service {
                 .await;
                 report.unbalanced = Some(why);
             }
+            Target::ReleaseAbsent => {
+                let all = self.table.queues_of(topic);
+                self.release(
+                    topic,
+                    all,
+                    RemovalReason::Reassigned,
+                    ReleaseMode::Try,
+                    report,
+                )
+                .await;
+                report.unbalanced = Some(Unbalanced::NotInConsumerList);
+            }
             Target::ReleaseAll(reason) => {
                 let all = self.table.queues_of(topic);
                 let not_released = self
@@ -334,24 +351,36 @@ impl Service {
             let Some(pq) = self.table.get(&queue) else {
                 continue;
             };
-            let mut persisted = true;
+            let mut settled = true;
             if let Some(offset) = pq.unpersisted_offset() {
+                // Retrying is safe only while our lock keeps the next owner off the queue.
+                let retry_until = pq
+                    .last_locked
+                    .filter(|_| locks.is_some())
+                    .map(|at| at + self.ctx.intervals.lock_lifetime)
+                    .filter(|&until| Instant::now() < until);
                 match self.ctx.offsets.persist(&group, &queue, offset).await {
                     Ok(()) => {
                         tracing::debug!(topic, queue = ?queue, offset, "final offset persisted")
                     }
-                    Err(e) => {
-                        tracing::warn!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; will retry");
-                        self.pending_offsets.insert(queue.clone(), offset);
-                        persisted = false;
-                    }
+                    Err(e) => match retry_until {
+                        Some(until) => {
+                            tracing::warn!(topic, queue = ?queue, offset, error = %e, retry_for = ?until.duration_since(Instant::now()), "could not persist the final offset; keeping the lock and retrying while it lasts");
+                            self.pending_offsets
+                                .insert(queue.clone(), PendingOffset { offset, until });
+                            settled = false;
+                        }
+                        None => {
+                            tracing::error!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; not retrying, since no lock keeps the next owner off the queue: it resumes from the last stored offset");
+                        }
+                    },
                 }
             }
             if let Err(e) = self.ctx.offsets.remove(&group, &queue).await {
                 tracing::warn!(topic, queue = ?queue, error = %e, "offset store could not forget the queue");
             }
-            // Never unlock before the last offset is stored: the next owner would read an old one.
-            if locks.is_some() && persisted {
+            // Never unlock before the last offset is settled: the next owner would read an old one.
+            if locks.is_some() && settled {
                 to_unlock.push(queue.clone());
             }
             self.table.remove(&queue);
@@ -379,28 +408,47 @@ impl Service {
         let group = self.ctx.group.clone();
         let mut locked_at = None;
         if let Some(locker) = self.ctx.locks().cloned() {
-            let refused = match locker.lock(&group, &self.ctx.client_id, &queues).await {
-                Ok(granted) => {
-                    let granted: HashSet<MessageQueue> = granted.into_iter().collect();
-                    let before = queues.len();
-                    queues.retain(|q| granted.contains(q));
-                    before - queues.len()
-                }
+            let outcome = match locker.lock(&group, &self.ctx.client_id, &queues).await {
+                Ok(outcome) => outcome,
                 Err(e) => {
-                    tracing::warn!(topic, error = %e, "lock request failed");
-                    std::mem::take(&mut queues).len()
+                    tracing::warn!(topic, error = %e, "lock request failed at every broker");
+                    LockOutcome::unanswered(&queues)
                 }
             };
-            if refused > 0 {
-                tracing::info!(topic, refused, retry_in = ?self.ctx.intervals.lock_retry, "locks refused; trying again soon");
-                self.lock_retry_at = Some(Instant::now() + self.ctx.intervals.lock_retry);
+            let granted: HashSet<MessageQueue> = outcome.granted.into_iter().collect();
+            let before = queues.len();
+            queues.retain(|q| granted.contains(q));
+            let not_locked = before - queues.len();
+            if not_locked > 0 {
+                let retry_at = Instant::now() + self.ctx.intervals.lock_retry;
+                tracing::info!(
+                    topic,
+                    refused = outcome.refused.len(),
+                    unanswered = outcome.unanswered.len(),
+                    retry_in = ?self.ctx.intervals.lock_retry,
+                    "locks not granted; trying again soon"
+                );
+                self.lock_retry_at =
+                    Some(self.lock_retry_at.map_or(retry_at, |at| at.min(retry_at)));
             }
             locked_at = Some(Instant::now());
         }
         let mut leases = Vec::with_capacity(queues.len());
         for queue in queues {
-            let start = match self.pending_offsets.remove(&queue) {
-                Some(offset) => StartPosition::Offset(offset),
+            // Our lock was granted again before the refused final offset's window closed: nobody
+            // else held the queue meanwhile, so the value is still its latest progress.
+            let pending = self.pending_offsets.remove(&queue).filter(|p| {
+                let fresh = Instant::now() < p.until;
+                if !fresh {
+                    tracing::warn!(topic, queue = ?queue, offset = p.offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
+                }
+                fresh
+            });
+            let start = match pending {
+                Some(p) => {
+                    tracing::info!(topic, queue = ?queue, offset = p.offset, "taking the queue back: resuming from the final offset the store refused");
+                    StartPosition::Offset(p.offset)
+                }
                 None => match self.ctx.offsets.read(&group, &queue).await {
                     Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
                     Ok(_) => match self.ctx.consume_from {

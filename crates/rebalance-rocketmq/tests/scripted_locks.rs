@@ -1,0 +1,109 @@
+//! The broker locker against scripted brokers on loopback: with several brokers, one answer
+//! grants and refuses, and a failing broker's queues come back unanswered (not refused), so the
+//! runtime keeps them for the lock lifetime instead of releasing them at once.
+
+use std::sync::Arc;
+
+use futures_util::{SinkExt, StreamExt};
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_rocketmq::{
+    BrokerClient, NameServerClient, RemotingCodec, RemotingCommand, request_code,
+};
+use rebalance_runtime::{QueueLocker, RemoteError};
+use tokio::net::TcpListener;
+use tokio_util::codec::Framed;
+
+/// A server answering each request with `answer(request)`.
+async fn scripted<F>(answer: F) -> String
+where
+    F: Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut framed = Framed::new(socket, RemotingCodec::default());
+                while let Some(Ok(request)) = framed.next().await {
+                    let mut response = answer(&request);
+                    response.opaque = request.opaque;
+                    if framed.send(response).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A route of topic T on broker-a and broker-b, two queues each.
+fn route(a: &str, b: &str) -> String {
+    format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{a}"}},"brokerName":"broker-a","cluster":"C"}},{{"brokerAddrs":{{"0":"{b}"}},"brokerName":"broker-b","cluster":"C"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+    )
+}
+
+/// broker-a grants queue 0 only (queue 1 is held by someone else).
+async fn granting_broker() -> String {
+    scripted(|req| {
+        assert_eq!(req.code, request_code::LOCK_BATCH_MQ);
+        RemotingCommand::response(0, 0, None).with_body(
+            r#"{"lockOKMQSet":[{"topic":"T","brokerName":"broker-a","queueId":0}]}"#.as_bytes(),
+        )
+    })
+    .await
+}
+
+/// A broker that answers every request with a system error.
+async fn failing_broker() -> String {
+    scripted(|_| RemotingCommand::response(1, 0, Some("system busy".into()))).await
+}
+
+async fn locker(a: &str, b: &str) -> BrokerClient {
+    let route = route(a, b);
+    let namesrv = scripted(move |_| {
+        RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+    })
+    .await;
+    BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap())
+}
+
+fn q(broker: &str, id: i32) -> MessageQueue {
+    MessageQueue::new("T", broker, id)
+}
+
+#[tokio::test]
+async fn a_failing_broker_leaves_its_queues_unanswered_not_refused() {
+    let a = granting_broker().await;
+    let b = failing_broker().await;
+    let brokers = locker(&a, &b).await;
+    let all = [
+        q("broker-a", 0),
+        q("broker-a", 1),
+        q("broker-b", 0),
+        q("broker-b", 1),
+    ];
+    let outcome = brokers
+        .lock("G", &ClientId::from("c1"), &all)
+        .await
+        .unwrap();
+    assert_eq!(outcome.granted, vec![q("broker-a", 0)]);
+    assert_eq!(outcome.refused, vec![q("broker-a", 1)]);
+    assert_eq!(outcome.unanswered, vec![q("broker-b", 0), q("broker-b", 1)]);
+}
+
+#[tokio::test]
+async fn the_lock_fails_only_when_no_broker_answers() {
+    let a = failing_broker().await;
+    let b = failing_broker().await;
+    let brokers = locker(&a, &b).await;
+    let all = [q("broker-a", 0), q("broker-b", 0)];
+    let err = brokers
+        .lock("G", &ClientId::from("c1"), &all)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::Refused { code: 1, .. }), "{err}");
+}

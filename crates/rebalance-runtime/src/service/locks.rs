@@ -1,0 +1,109 @@
+//! Lock renewal of held ordered queues.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rebalance_core::MessageQueue;
+use tokio::time::Instant;
+
+use super::round::ReleaseMode;
+use super::{Service, topic_report};
+use crate::listener::RemovalReason;
+use crate::locker::LockOutcome;
+use crate::wake::WakeReasons;
+
+impl Service {
+    /// Renews the locks of held ordered queues; a queue whose lock is gone, or not renewed for
+    /// `lock_lifetime`, is released as lost (and taken again when its lock comes back).
+    pub(super) async fn renew_locks(&mut self) {
+        let Some(locker) = self.ctx.locks().cloned() else {
+            return;
+        };
+        let mut held: Vec<MessageQueue> = self
+            .table
+            .iter()
+            .filter(|(_, pq)| pq.is_held())
+            .map(|(q, _)| q.clone())
+            .collect();
+        held.sort();
+        if held.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let lifetime = self.ctx.intervals.lock_lifetime;
+        let outcome = match locker
+            .lock(&self.ctx.group, &self.ctx.client_id, &held)
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                tracing::warn!(error = %e, "lock renewal failed at every broker");
+                LockOutcome::unanswered(&held)
+            }
+        };
+        let granted: HashSet<&MessageQueue> = outcome.granted.iter().collect();
+        let unanswered: HashSet<&MessageQueue> = outcome.unanswered.iter().collect();
+        for (q, pq) in self.table.iter_mut() {
+            if granted.contains(q) {
+                pq.last_locked = Some(now);
+            }
+        }
+        // A refused queue (or one the locker did not mention) belongs to someone else now. No
+        // answer says nothing about the lock: it may still be ours, so the queue is kept until
+        // its last granted lock is `lock_lifetime` old, as when every broker fails.
+        let mut refused = Vec::new();
+        let mut expired = Vec::new();
+        let mut trusted = Vec::new();
+        for q in held {
+            if granted.contains(&q) {
+                continue;
+            }
+            if !unanswered.contains(&q) {
+                refused.push(q);
+                continue;
+            }
+            let fresh = self
+                .table
+                .get(&q)
+                .and_then(|pq| pq.last_locked)
+                .is_some_and(|at| now.duration_since(at) < lifetime);
+            if fresh {
+                trusted.push(q);
+            } else {
+                expired.push(q);
+            }
+        }
+        if !refused.is_empty() {
+            tracing::warn!(count = refused.len(), queues = ?refused, "the broker refused to renew the lock of ordered queues");
+        }
+        if !trusted.is_empty() {
+            tracing::warn!(count = trusted.len(), queues = ?trusted, "no answer to the lock renewal of ordered queues; keeping them until their lock lifetime ends");
+        }
+        if !expired.is_empty() {
+            tracing::warn!(count = expired.len(), queues = ?expired, "no answer to the lock renewal and the lock lifetime is over");
+        }
+        let mut lost = refused;
+        lost.extend(expired);
+        lost.sort();
+        if lost.is_empty() {
+            return;
+        }
+        tracing::warn!(count = lost.len(), queues = ?lost, "lost the lock of ordered queues; releasing them");
+        let mut by_topic: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
+        for q in lost {
+            by_topic.entry(q.topic.to_string()).or_default().push(q);
+        }
+        for (topic, queues) in by_topic {
+            let mut report = topic_report(&topic);
+            self.release(
+                &topic,
+                queues,
+                RemovalReason::Lost,
+                ReleaseMode::Try,
+                &mut report,
+            )
+            .await;
+        }
+        self.publish_assignment(false);
+        self.trigger.wake(WakeReasons::LOCK_LOST);
+    }
+}

@@ -1,0 +1,115 @@
+//! Offset persistence: committed offsets of held queues, and the final offsets of released
+//! queues that the store refused.
+
+use rebalance_core::MessageQueue;
+use tokio::time::Instant;
+
+use super::Service;
+
+/// A released queue's final offset that the store refused, kept for retries while this
+/// client's broker lock still keeps every other client off the queue.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PendingOffset {
+    pub(super) offset: i64,
+    /// When the lock may have passed to someone else (`last_locked + lock_lifetime`): from
+    /// then on the value is neither retried nor reused.
+    pub(super) until: Instant,
+}
+
+impl Service {
+    /// Persists the offsets the application committed since the last time, and retries final
+    /// offsets the store refused earlier.
+    pub(super) async fn persist_offsets(&mut self) {
+        let due: Vec<(MessageQueue, i64)> = self
+            .table
+            .iter()
+            .filter(|(_, pq)| pq.is_held())
+            .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
+            .collect();
+        for (queue, offset) in due {
+            match self
+                .ctx
+                .offsets
+                .persist(&self.ctx.group, &queue, offset)
+                .await
+            {
+                Ok(()) => {
+                    if let Some(pq) = self.table.get_mut(&queue) {
+                        pq.persisted = Some(offset);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
+                }
+            }
+        }
+        self.retry_final_offsets().await;
+    }
+
+    /// Retries the final offsets of released queues that the store refused. A value is retried
+    /// only while this client's broker lock (not released while the offset is pending) still
+    /// keeps every other client off the queue, that is until `lock_lifetime` after the lock was
+    /// last granted; once stored, the queue is unlocked so that its next owner gets it at once.
+    /// When that window ends the value is dropped and the queue unlocked: the next owner
+    /// resumes from the last stored offset (some messages may be consumed twice), and no late
+    /// write can move its offset backwards.
+    async fn retry_final_offsets(&mut self) {
+        if self.pending_offsets.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut pending: Vec<(MessageQueue, PendingOffset)> = self
+            .pending_offsets
+            .iter()
+            .map(|(q, p)| (q.clone(), *p))
+            .collect();
+        pending.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut to_unlock = Vec::new();
+        for (queue, pending) in pending {
+            let offset = pending.offset;
+            if now >= pending.until {
+                tracing::error!(queue = ?queue, offset, "giving up a released queue's final offset: the store kept refusing it and the queue's lock may pass to another client now; the next owner resumes from the last stored offset");
+                self.pending_offsets.remove(&queue);
+                to_unlock.push(queue);
+                continue;
+            }
+            match self
+                .ctx
+                .offsets
+                .persist(&self.ctx.group, &queue, offset)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(queue = ?queue, offset, "persisted a released queue's final offset; unlocking the queue");
+                    self.pending_offsets.remove(&queue);
+                    to_unlock.push(queue);
+                }
+                Err(e) => {
+                    tracing::warn!(queue = ?queue, offset, error = %e, retry_for = ?pending.until.duration_since(now), "final offset still not persisted; will retry while the lock lasts")
+                }
+            }
+        }
+        self.unlock_released(to_unlock).await;
+    }
+
+    /// Unlocks released queues whose final offset is settled (stored or given up), unless this
+    /// client holds them again.
+    pub(super) async fn unlock_released(&mut self, mut queues: Vec<MessageQueue>) {
+        queues.retain(|q| self.table.get(q).is_none());
+        let Some(locker) = self.ctx.locks().cloned() else {
+            return;
+        };
+        if queues.is_empty() {
+            return;
+        }
+        match locker
+            .unlock(&self.ctx.group, &self.ctx.client_id, &queues)
+            .await
+        {
+            Ok(()) => tracing::debug!(queues = ?queues, "unlocked released queues"),
+            Err(e) => {
+                tracing::warn!(queues = ?queues, error = %e, "unlock failed; the broker lock will expire")
+            }
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! When the directory misbehaves: a client the directory no longer lists keeps its queues only
+//! for a bounded time, and the heartbeats the rebalance asks for are rate-limited.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use rebalance_core::ClientId;
+use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::{
+    GroupDirectory, Intervals, Registration, RemoteError, RemovalReason, Unbalanced,
+};
+use tokio::sync::watch;
+
+const MIN: Duration = Duration::from_secs(1);
+
+/// The in-memory directory, with heartbeats counted and refused on demand.
+struct Directory {
+    inner: ClusterClient,
+    refuse: AtomicBool,
+    registers: AtomicUsize,
+}
+
+impl Directory {
+    fn new(inner: ClusterClient) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            refuse: AtomicBool::new(false),
+            registers: AtomicUsize::new(0),
+        })
+    }
+
+    fn registers(&self) -> usize {
+        self.registers.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl GroupDirectory for Directory {
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.registers.fetch_add(1, Ordering::SeqCst);
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(RemoteError::Unreachable(
+                "heartbeats refused by the test".into(),
+            ));
+        }
+        self.inner.register(registration).await
+    }
+
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.unregister(registration).await
+    }
+
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        self.inner.consumer_ids(group, topic).await
+    }
+
+    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
+        self.inner.membership_changes(group)
+    }
+}
+
+async fn start_observed(cluster: &InMemoryCluster, i: usize) -> (Member, Arc<Directory>) {
+    let directory = Directory::new(cluster.client(client_id(i)));
+    let observed = directory.clone();
+    let member = start_with(cluster, i, &["T"], move |b| b.directory(observed)).await;
+    (member, directory)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_missing_from_the_member_list_releases_its_queues_after_the_lock_lifetime() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let expiry = ClusterConfig::default().heartbeat_expiry;
+    let lifetime = Intervals::default().lock_lifetime;
+    let (a, directory) = start_observed(&cluster, 0).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    // a's heartbeats stop reaching the directory, which drops a at about 120 s; b then takes
+    // every queue. a keeps its two (a directory hiccup is no reason to stop at once)…
+    directory.refuse.store(true, Ordering::SeqCst);
+    settle(expiry + MIN).await;
+    assert_eq!(cluster.members(GROUP), vec![b.id.clone()]);
+    assert_eq!(b.handle.assignment().len(), 4);
+    assert_eq!(a.handle.assignment().len(), 2, "kept at first");
+    settle(lifetime - 5 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2, "kept for the lock lifetime");
+    // …but not longer than the lock lifetime: then it stops consuming them twice.
+    settle(6 * MIN).await;
+    assert!(a.handle.assignment().is_empty());
+    assert_eq!(a.recorder.removed_with(RemovalReason::Reassigned).len(), 2);
+    assert_eq!(
+        a.handle.rounds().borrow().topics[0].unbalanced,
+        Some(Unbalanced::NotInConsumerList)
+    );
+    assert_partition(&[&a, &b], &all);
+    // Once its heartbeats get through again, a rejoins and takes its share back.
+    directory.refuse.store(false, Ordering::SeqCst);
+    settle(10 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2);
+    assert_partition(&[&a, &b], &all);
+}
+
+#[tokio::test(start_paused = true)]
+async fn heartbeats_asked_for_by_directory_trouble_are_rate_limited() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let (a, directory) = start_observed(&cluster, 0).await;
+    settle(MIN).await;
+    let before = directory.registers();
+    // The directory fails for the next 20 rounds; unbalanced rounds run every second.
+    cluster.fail_next(Operation::ConsumerIds, 20);
+    a.handle.rebalance_now();
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(
+        directory.registers(),
+        before + 1,
+        "the first trouble asks at once"
+    );
+    // 19 more failing rounds in the next 19 s (before the 30 s heartbeat tick): one heartbeat
+    // every 5 s at most, not one per round.
+    settle(Duration::from_secs(19)).await;
+    let asked = directory.registers() - before;
+    assert!((3..=5).contains(&asked), "{asked} heartbeats in 19 s");
+    settle(5 * MIN).await;
+    assert!(a.handle.assignment().balanced);
+}

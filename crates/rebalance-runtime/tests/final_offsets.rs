@@ -1,0 +1,150 @@
+//! Final offsets the store refuses when a queue is released: retried only while this client's
+//! broker lock keeps everyone else off the queue, never written over the next owner's progress.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rebalance_core::MessageQueue;
+use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::{ConsumerBuilder, Intervals, RemovalReason, StartPosition};
+
+const MIN: Duration = Duration::from_secs(1);
+
+fn queue(i: i32) -> MessageQueue {
+    MessageQueue::new("T", "broker-0", i)
+}
+
+fn exclusive(b: ConsumerBuilder) -> ConsumerBuilder {
+    b.exclusive_hand_off(true)
+}
+
+/// Member 0 holds queues 0 and 1 and has consumed queue 1 up to 77; member 1 will take queue 1.
+async fn first_member(
+    cluster: &InMemoryCluster,
+    configure: fn(ConsumerBuilder) -> ConsumerBuilder,
+) -> Member {
+    let a = start_with(cluster, 0, &["T"], configure).await;
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2);
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
+    a
+}
+
+fn start_of(m: &Member, q: &MessageQueue) -> Option<StartPosition> {
+    m.recorder
+        .added()
+        .into_iter()
+        .rev()
+        .find(|(added, _)| added == q)
+        .map(|(_, start)| start)
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_lock_a_refused_final_offset_is_not_written_over_the_next_owner() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let a = first_member(&cluster, |b| b).await;
+    // a's final write of queue 1 (at 1 s) is refused, and so is the next persistence call:
+    // with retries, a's tick at 5 s would fail and the one at 10 s would store 77 after b
+    // stored its own progress at 6 s.
+    cluster.fail_next(Operation::PersistOffset, 2);
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    assert_eq!(
+        start_of(&b, &queue(1)),
+        Some(StartPosition::Latest),
+        "nothing stored for b to resume from"
+    );
+    b.recorder.leases.lock().unwrap()[&queue(1)].commit(100);
+    settle(Duration::from_secs(60)).await;
+    assert_eq!(
+        cluster.offset(GROUP, &queue(1)),
+        Some(100),
+        "a's late retry moved the next owner's offset"
+    );
+    assert_partition(&[&a, &b], &all_queues(&cluster, &["T"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_lock_a_refused_final_offset_is_retried_then_the_queue_handed_over() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    cluster.fail_next(Operation::PersistOffset, 1);
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(3 * MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(1)),
+        Some(a.id.clone()),
+        "a keeps the lock while its final offset is not stored"
+    );
+    assert!(b.handle.assignment().is_empty());
+    // a's persistence tick at 5 s stores 77 and unlocks; b's next lock retry takes the queue.
+    settle(3 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(77));
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+    assert_eq!(start_of(&b, &queue(1)), Some(StartPosition::Offset(77)));
+    assert_partition(&[&a, &b], &all_queues(&cluster, &["T"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_lock_a_refused_final_offset_is_given_up_when_the_lock_may_pass() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let lifetime = Intervals::default().lock_lifetime;
+    let a = first_member(&cluster, exclusive).await;
+    // The store refuses a's final write at 1 s and every retry (5 s, 10 s, … 25 s, maybe 30 s).
+    cluster.fail_next(Operation::PersistOffset, 7);
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    // The lock of queue 1 was granted at 0 s: up to `lock_lifetime` (30 s) nobody else can
+    // have it, and a keeps it.
+    settle(lifetime - 2 * MIN).await;
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(a.id.clone()));
+    assert!(b.handle.assignment().is_empty());
+    // Then a gives the value up and unlocks (without waiting for the broker's 60 s expiry):
+    // b resumes from the last stored offset.
+    settle(7 * MIN).await;
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+    assert_eq!(start_of(&b, &queue(1)), Some(StartPosition::Offset(10)));
+    b.recorder.leases.lock().unwrap()[&queue(1)].commit(100);
+    settle(Duration::from_secs(120)).await;
+    assert_eq!(
+        cluster.offset(GROUP, &queue(1)),
+        Some(100),
+        "a's given-up value never lands over b's progress"
+    );
+    assert_partition(&[&a, &b], &all_queues(&cluster, &["T"]));
+}
+
+#[tokio::test(start_paused = true)]
+async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    cluster.fail_next(Operation::PersistOffset, 1);
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(Duration::from_millis(500)).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    // b leaves before a's next persistence tick: queue 1 comes back to a, whose lock never
+    // lapsed, so nobody consumed it meanwhile and 77 is still its progress.
+    b.handle.shutdown().await;
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2);
+    assert_eq!(start_of(&a, &queue(1)), Some(StartPosition::Offset(77)));
+}
