@@ -72,8 +72,8 @@ pub struct Intervals {
     pub rebalance_wait: Duration,
     /// The wait after an unbalanced round, and the least time between two rounds (1 s).
     pub rebalance_min: Duration,
-    /// How soon a queue whose lock was refused is tried again (500 ms; never sooner than
-    /// `rebalance_min` after the previous round).
+    /// How soon a queue whose lock was refused is tried again (500 ms; such a retry may run
+    /// sooner than `rebalance_min` after the previous round).
     pub lock_retry: Duration,
     /// How often heartbeats are sent (30 s).
     pub heartbeat: Duration,
