@@ -403,6 +403,11 @@ storePathRootDir = {store_str}
 haListenAddress = "127.0.0.1"
 haListenPort = {ha_port}
 mappedFileSizeCommitLog = 67108864
+# With the default disk limits (85 % and 90 % used) the broker refuses to start on a fuller disk;
+# the tests write a few kilobytes, so only a nearly full disk should stop them.
+diskMaxUsedSpaceRatio = 95
+diskSpaceWarningLevelRatio = 99
+diskSpaceCleanForciblyRatio = 98
 "#,
             namesrv = toml_str(&self.namesrv_addr()),
             expiry = self.options.channel_expired_timeout.as_millis(),
