@@ -1,12 +1,14 @@
 //! [`QueueListener`]: the application's callbacks, and the lease it gets for each queue.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
 use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// An error returned by a listener callback.
@@ -67,15 +69,43 @@ pub(crate) struct LeaseState {
     /// The next offset to consume as the application reported it; -1 when it reported nothing.
     pub(crate) committed: AtomicI64,
     pub(crate) consume_lock: Arc<Mutex<()>>,
+    /// Ordered consumption and exclusive hand-off: when the broker lock was last granted.
+    last_locked: std::sync::Mutex<Option<Instant>>,
+    /// How long a granted lock is trusted without renewal.
+    lock_lifetime: Duration,
 }
 
 impl LeaseState {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(locked_at: Option<Instant>, lock_lifetime: Duration) -> Self {
         Self {
             dropped: AtomicBool::new(false),
             committed: AtomicI64::new(-1),
             consume_lock: Arc::new(Mutex::new(())),
+            last_locked: std::sync::Mutex::new(locked_at),
+            lock_lifetime,
         }
+    }
+
+    /// When the broker lock was last granted (`None`: the queue is not locked).
+    pub(crate) fn last_locked(&self) -> Option<Instant> {
+        *self
+            .last_locked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn set_last_locked(&self, at: Instant) {
+        *self
+            .last_locked
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+    }
+
+    /// Whether the queue is locked and its lock is older than its lifetime: it may belong to
+    /// someone else by now.
+    pub(crate) fn lock_expired(&self, now: Instant) -> bool {
+        self.last_locked()
+            .is_some_and(|at| now.duration_since(at) >= self.lock_lifetime)
     }
 
     pub(crate) fn committed(&self) -> Option<i64> {
@@ -154,18 +184,26 @@ impl QueueLease {
     }
 
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken
-    /// away. Hold the guard while processing (ordered consumption): the runtime releases the
-    /// queue's broker lock only when no guard is held, or after `force_unlock_after`.
+    /// away, and while its broker lock is older than `lock_lifetime` without a renewal (it may
+    /// belong to someone else by then: consumption pauses until the lock is renewed, or the
+    /// queue is taken away). Hold the guard while processing (ordered consumption): the runtime
+    /// releases the queue's broker lock only when no guard is held, or after
+    /// `force_unlock_after`.
     ///
-    /// The guard does not check the age of the broker lock itself: the runtime renews it every
-    /// `lock_renew` and takes the queue away (reason `lost`) when the broker refuses, or when
-    /// renewal has failed for `lock_lifetime` (checked at each renewal).
+    /// The runtime renews locks every `lock_renew` and takes the queue away (reason `lost`) when
+    /// the broker refuses, or when renewal has failed for `lock_lifetime`; this check covers the
+    /// time until that renewal, or a renewal held up by a slow callback.
     pub async fn consume_guard(&self) -> Option<OwnedMutexGuard<()>> {
         if self.state.dropped.load(Ordering::Acquire) {
             return None;
         }
         let guard = self.state.consume_lock.clone().lock_owned().await;
-        (!self.state.dropped.load(Ordering::Acquire)).then_some(guard)
+        let usable =
+            !self.state.dropped.load(Ordering::Acquire) && !self.state.lock_expired(Instant::now());
+        if !usable {
+            tracing::debug!(queue = ?self.queue, "no consume guard: the queue is released or its lock expired");
+        }
+        usable.then_some(guard)
     }
 }
 

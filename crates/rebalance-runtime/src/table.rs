@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use tokio::time::Instant;
@@ -22,8 +23,6 @@ pub(crate) struct Release {
 pub(crate) struct ProcessQueue {
     pub(crate) state: Arc<LeaseState>,
     token: CancellationToken,
-    /// Ordered consumption: when the broker lock was last granted.
-    pub(crate) last_locked: Option<Instant>,
     /// The last offset the store accepted.
     pub(crate) persisted: Option<i64>,
     /// Set once the queue is being released.
@@ -34,6 +33,17 @@ impl ProcessQueue {
     /// Whether the queue is held (not being released).
     pub(crate) fn is_held(&self) -> bool {
         self.release.is_none()
+    }
+
+    /// Ordered consumption and exclusive hand-off: when the broker lock was last granted
+    /// (shared with the lease, whose consume guard checks it).
+    pub(crate) fn last_locked(&self) -> Option<Instant> {
+        self.state.last_locked()
+    }
+
+    /// Records a granted lock.
+    pub(crate) fn set_last_locked(&self, at: Instant) {
+        self.state.set_last_locked(at);
     }
 
     /// The offset to persist, if the application reported one the store does not have yet.
@@ -53,15 +63,17 @@ pub(crate) struct ProcessQueueTable {
 }
 
 impl ProcessQueueTable {
-    /// Inserts a newly added queue and returns its lease.
+    /// Inserts a newly added queue and returns its lease. `locked_at`: when its broker lock was
+    /// granted (trusted for `lock_lifetime` without renewal), if it is locked.
     pub(crate) fn insert(
         &mut self,
         queue: MessageQueue,
         start: StartPosition,
         parent: &CancellationToken,
         locked_at: Option<Instant>,
+        lock_lifetime: Duration,
     ) -> QueueLease {
-        let state = Arc::new(LeaseState::new());
+        let state = Arc::new(LeaseState::new(locked_at, lock_lifetime));
         let token = parent.child_token();
         let lease = QueueLease::new(queue.clone(), start, token.clone(), state.clone());
         self.changed = true;
@@ -70,7 +82,6 @@ impl ProcessQueueTable {
             ProcessQueue {
                 state,
                 token,
-                last_locked: locked_at,
                 persisted: match start {
                     StartPosition::Offset(o) => Some(o),
                     _ => None,
@@ -179,7 +190,13 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        let lease = table.insert(
+            q.clone(),
+            StartPosition::Offset(5),
+            &root,
+            None,
+            Duration::from_secs(30),
+        );
         assert!(!lease.is_cancelled());
         assert_eq!(table.held()["T"], vec![q.clone()]);
         assert!(table.start_release(&q, Instant::now()));
@@ -195,7 +212,13 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        let lease = table.insert(
+            q.clone(),
+            StartPosition::Offset(5),
+            &root,
+            None,
+            Duration::from_secs(30),
+        );
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
         lease.commit(9);
         lease.commit(7);

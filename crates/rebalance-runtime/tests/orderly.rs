@@ -225,6 +225,33 @@ async fn a_lost_lock_releases_the_queue_until_it_is_back() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn no_consume_guard_once_the_lock_is_older_than_its_lifetime() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    assert!(lease.consume_guard().await.is_some());
+    // Locked at about 1 s. Broker down: the renewal at about 21 s gets no answer, so the queue
+    // is kept, trusted until its lock is 30 s old; the next renewal (about 41 s) gives it up.
+    cluster.set_lock_broker_down("broker-0", true);
+    settle(Duration::from_secs(25)).await; // about 26 s
+    assert!(
+        lease.consume_guard().await.is_some(),
+        "lock 25 s old: still trusted"
+    );
+    settle(Duration::from_secs(8)).await; // about 34 s
+    assert!(!lease.is_cancelled(), "not yet given up by a renewal");
+    assert!(
+        lease.consume_guard().await.is_none(),
+        "lock older than its lifetime: no batch may start"
+    );
+    settle(Duration::from_secs(10)).await; // about 44 s
+    assert!(lease.is_cancelled());
+    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(0)]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn shutdown_persists_then_unlocks() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);

@@ -44,7 +44,7 @@ impl Service {
         let unanswered: HashSet<&MessageQueue> = outcome.unanswered.iter().collect();
         for (q, pq) in self.table.iter_mut() {
             if granted.contains(q) {
-                pq.last_locked = Some(now);
+                pq.set_last_locked(now);
             }
         }
         // A refused queue (or one the locker did not mention) belongs to someone else now. No
@@ -64,7 +64,7 @@ impl Service {
             let fresh = self
                 .table
                 .get(&q)
-                .and_then(|pq| pq.last_locked)
+                .and_then(|pq| pq.last_locked())
                 .is_some_and(|at| now.duration_since(at) < lifetime);
             if fresh {
                 trusted.push(q);

@@ -355,7 +355,7 @@ impl Service {
             if let Some(offset) = pq.unpersisted_offset() {
                 // Retrying is safe only while our lock keeps the next owner off the queue.
                 let retry_until = pq
-                    .last_locked
+                    .last_locked()
                     .filter(|_| locks.is_some())
                     .map(|at| at + self.ctx.intervals.lock_lifetime)
                     .filter(|&until| Instant::now() < until);
@@ -462,10 +462,13 @@ impl Service {
                     }
                 },
             };
-            leases.push(
-                self.table
-                    .insert(queue, start, &self.queues_token, locked_at),
-            );
+            leases.push(self.table.insert(
+                queue,
+                start,
+                &self.queues_token,
+                locked_at,
+                self.ctx.intervals.lock_lifetime,
+            ));
         }
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
