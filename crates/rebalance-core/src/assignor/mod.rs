@@ -44,7 +44,7 @@ mod racks;
 mod range;
 mod registry;
 mod round_robin;
-mod sticky;
+pub mod sticky;
 mod subscription;
 mod topic;
 

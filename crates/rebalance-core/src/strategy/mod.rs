@@ -5,7 +5,7 @@
 //! whole group's [`Plan`] in one call.
 
 mod averagely;
-mod balanced_sticky;
+pub mod balanced_sticky;
 mod by_circle;
 mod by_config;
 mod consistent_hash;
