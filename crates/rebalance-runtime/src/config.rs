@@ -114,16 +114,27 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IntervalsError {
     /// An interval is zero (a zero period would make its timer panic or spin).
-    #[error("Intervals::{0} is zero; every interval must be longer than zero")]
+    #[error("the interval `{0}` is zero; every interval must be longer than zero")]
     Zero(&'static str),
     /// An interval is longer than [`MAX_INTERVAL`].
-    #[error("Intervals::{field} is {value:?}, longer than the maximum of {MAX_INTERVAL:?}")]
+    #[error("the interval `{field}` is {value:?}, longer than the maximum of {MAX_INTERVAL:?}")]
     TooLong {
         /// The field.
         field: &'static str,
         /// Its value.
         value: Duration,
     },
+}
+
+/// Checks one interval: longer than zero and at most [`MAX_INTERVAL`].
+pub(crate) fn check_interval(field: &'static str, value: Duration) -> Result<(), IntervalsError> {
+    if value.is_zero() {
+        return Err(IntervalsError::Zero(field));
+    }
+    if value > MAX_INTERVAL {
+        return Err(IntervalsError::TooLong { field, value });
+    }
+    Ok(())
 }
 
 impl Intervals {
@@ -167,12 +178,7 @@ impl Intervals {
             ("callback_timeout", callback_timeout),
         ];
         for (field, value) in fields {
-            if value.is_zero() {
-                return Err(IntervalsError::Zero(field));
-            }
-            if value > MAX_INTERVAL {
-                return Err(IntervalsError::TooLong { field, value });
-            }
+            check_interval(field, value)?;
         }
         Ok(())
     }

@@ -458,3 +458,34 @@ fn futures_lite_block_on<F: std::future::Future>(future: F) -> F::Output {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn zero_or_absurd_intervals_are_refused_at_start() {
+    use rebalance_runtime::config::IntervalsError;
+    use rebalance_runtime::producer::ProducerError;
+    let cluster = InMemoryCluster::new();
+    let base = || Producer::builder("P").name_server(Arc::new(cluster.client("producer")));
+    let err = base()
+        .poll_interval(Duration::ZERO)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ProducerError::Interval(IntervalsError::Zero("poll_interval"))
+    ));
+    assert!(err.to_string().contains("poll_interval"), "{err}");
+    let err = base()
+        .topic_gone_after(Duration::MAX)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ProducerError::Interval(IntervalsError::TooLong {
+            field: "topic_gone_after",
+            ..
+        })
+    ));
+    assert!(base().start().await.is_ok());
+}

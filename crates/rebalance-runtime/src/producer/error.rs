@@ -18,6 +18,10 @@ pub enum ProducerError {
     /// `start` was called outside a tokio runtime.
     #[error("the producer must be started inside a tokio runtime")]
     NoRuntime,
+    /// An interval is zero or absurdly long (`poll_interval`, `route_timeout`,
+    /// `topic_gone_after`).
+    #[error(transparent)]
+    Interval(#[from] crate::config::IntervalsError),
 }
 
 /// Why no queue could be chosen for a message.

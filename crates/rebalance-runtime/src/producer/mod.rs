@@ -66,6 +66,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::config::check_interval;
+
 pub use self::error::{ProducerError, SelectError};
 pub use self::faults::{AvoidPolicy, FaultItem, LatencyFaultTracker};
 pub use self::keyed::{
@@ -181,6 +183,9 @@ impl ProducerBuilder {
         if self.group.is_empty() {
             return Err(ProducerError::EmptyGroup);
         }
+        check_interval("poll_interval", self.poll_interval)?;
+        check_interval("route_timeout", self.route_timeout)?;
+        check_interval("topic_gone_after", self.topic_gone_after)?;
         let name_server = self
             .name_server
             .ok_or(ProducerError::Missing("a name server"))?;
