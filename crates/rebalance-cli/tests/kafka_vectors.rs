@@ -33,7 +33,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use rebalance_cli::assign::parse_group;
-use rebalance_core::assignor::{GroupSubscription, TopicPartition};
+use rebalance_core::assignor::{GroupSubscription, Topic, TopicPartition};
 use serde_json::{Value, json};
 
 const VECTORS: &str = concat!(
@@ -119,7 +119,7 @@ struct Checked {
 fn exists(group: &GroupSubscription, t: &str, p: i32) -> bool {
     group
         .partitions_per_topic
-        .get(t)
+        .get(&Topic::from(t))
         .is_some_and(|&n| p >= 0 && (p as i64) < n as i64)
 }
 
@@ -132,12 +132,7 @@ fn effective(group: &GroupSubscription) -> HashMap<String, BTreeSet<String>> {
             let topics = m
                 .topics
                 .iter()
-                .filter(|t| {
-                    group
-                        .partitions_per_topic
-                        .get(t.as_str())
-                        .is_some_and(|&n| n > 0)
-                })
+                .filter(|t| group.partitions_per_topic.get(*t).is_some_and(|&n| n > 0))
                 .map(|t| t.to_string())
                 .collect();
             (m.member_id.to_string(), topics)
@@ -176,7 +171,8 @@ fn check_sticky(group: &GroupSubscription, got: &Assignment, complete: bool) -> 
         .values()
         .flatten()
         .flat_map(|t| {
-            (0..group.partitions_per_topic[t.as_str()] as i32).map(move |p| (t.clone(), p))
+            (0..group.partitions_per_topic[&Topic::from(t.as_str())] as i32)
+                .map(move |p| (t.clone(), p))
         })
         .collect();
     let mut unassigned = 0;

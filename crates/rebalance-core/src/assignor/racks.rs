@@ -35,7 +35,7 @@ impl Racks {
         let mut racks = Vec::new();
         off.push(0);
         for (t, topic) in layout.topics.iter().enumerate() {
-            let listed = group.partition_racks.get(topic.as_str());
+            let listed = group.partition_racks.get(*topic);
             for p in 0..layout.partition_count(t as u32) {
                 let start = racks.len();
                 if let Some(replicas) = listed.and_then(|l| l.get(p as usize)) {

@@ -262,4 +262,32 @@ mod tests {
         let a = Range.assign(&g).unwrap();
         assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
     }
+
+    /// Topics whose Java (UTF-16) order differs from their byte order: U+1F600 sorts before
+    /// U+E000 in Java, after it in UTF-8. Each topic's racks must still be found.
+    #[test]
+    fn racks_are_found_whatever_the_topic_order() {
+        let (emoji, private) = ("\u{1F600}", "\u{E000}");
+        let mut g = group(
+            &[(emoji, 2), (private, 2)],
+            &[("c0", &[emoji, private]), ("c1", &[emoji, private])],
+        )
+        .with_partition_racks(emoji, [["r1"], ["r0"]])
+        .with_partition_racks(private, [["r1"], ["r0"]]);
+        g.members[0].rack = Some("r0".into());
+        g.members[1].rack = Some("r1".into());
+        let a = Range.assign(&g).unwrap();
+        let mine = |m: &str| -> Vec<String> {
+            lists(&a)
+                .into_iter()
+                .find(|l| l.starts_with(m))
+                .unwrap()
+                .split(' ')
+                .skip(1)
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(mine("c0:"), [format!("{emoji}-1"), format!("{private}-1")]);
+        assert_eq!(mine("c1:"), [format!("{emoji}-0"), format!("{private}-0")]);
+    }
 }

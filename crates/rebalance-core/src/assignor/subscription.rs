@@ -109,7 +109,7 @@ impl MemberSubscription {
 ///     .with_member(MemberSubscription::new("c0", ["t0", "t1"]))
 ///     .with_member(MemberSubscription::new("c1", ["t0", "t1"]));
 /// assert_eq!(group.members.len(), 2);
-/// assert_eq!(group.partitions_per_topic["t1"], 3);
+/// assert_eq!(group.partitions("t1"), Some(3));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupSubscription {
@@ -126,6 +126,12 @@ impl GroupSubscription {
     /// An empty group.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The partition count of `topic`, if the cluster knows it. (The maps are ordered the Java
+    /// way, which is not `str`'s order, so they are looked up by [`Topic`], not by `&str`.)
+    pub fn partitions(&self, topic: &str) -> Option<u32> {
+        self.partitions_per_topic.get(&Topic::from(topic)).copied()
     }
 
     /// Adds (or replaces) a topic with its partition count.

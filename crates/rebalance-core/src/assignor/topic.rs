@@ -1,6 +1,5 @@
 //! [`Topic`] and [`TopicPartition`]: what a group assignor hands out.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::fmt;
 use std::ops::Deref;
@@ -54,12 +53,6 @@ impl PartialOrd for Topic {
 impl Deref for Topic {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for Topic {
-    fn borrow(&self) -> &str {
         &self.0
     }
 }

@@ -1,6 +1,5 @@
 //! [`ClientId`]: the identity of one member of a consumer group.
 
-use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::fmt;
 use std::ops::Deref;
@@ -90,12 +89,6 @@ impl PartialOrd for ClientId {
 impl Deref for ClientId {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Borrow<str> for ClientId {
-    fn borrow(&self) -> &str {
         &self.0
     }
 }

@@ -32,7 +32,7 @@ fn assert_valid(g: &GroupSubscription, a: &GroupAssignment) {
                 sub.iter().any(|s| s == t),
                 "{m} got {t}-{p} without subscribing"
             );
-            assert!(p >= 0 && (p as u32) < g.partitions_per_topic[t.as_str()]);
+            assert!(p >= 0 && (p as u32) < g.partitions_per_topic[t]);
             assert!(seen.insert((t.to_string(), p)), "{t}-{p} twice");
         }
     }
@@ -204,7 +204,7 @@ fn moved_partitions(g: &GroupSubscription, a: &GroupAssignment) -> usize {
         .flat_map(|m| m.owned.iter().map(move |tp| (m, tp)))
         .filter(|(_, tp)| {
             g.partitions_per_topic
-                .get(tp.topic.as_str())
+                .get(&tp.topic)
                 .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n)
         })
         .filter(|(m, tp)| {
@@ -435,7 +435,7 @@ fn uncontested(mut g: GroupSubscription) -> GroupSubscription {
         m.owned.retain(|tp| {
             topics.iter().any(|t| t == &tp.topic)
                 && counts
-                    .get(tp.topic.as_str())
+                    .get(&tp.topic)
                     .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n)
                 && seen.insert((tp.topic.to_string(), tp.partition))
         });
@@ -589,7 +589,7 @@ fn valid_claims(g: &GroupSubscription) -> Vec<((String, i32), String)> {
             let subscribed = m.topics.iter().any(|t| t == &tp.topic);
             let exists = g
                 .partitions_per_topic
-                .get(tp.topic.as_str())
+                .get(&tp.topic)
                 .is_some_and(|&n| tp.partition >= 0 && (tp.partition as u32) < n);
             if !exists {
                 continue;
