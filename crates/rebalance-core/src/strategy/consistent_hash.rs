@@ -72,11 +72,18 @@ impl ConsistentHash {
         }
     }
 
+    /// The most virtual nodes per member [`new`](Self::new) accepts (Java accepts any `int`, and
+    /// runs out of memory long before its maximum).
+    pub const MAX_VIRTUAL_NODES: i64 = 65_536;
+
     /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed (the
-    /// ring is empty and nobody gets anything); a negative count is an error, as in Java.
+    /// ring is empty and nobody gets anything); a negative count is an error, as in Java, and so
+    /// is one above [`MAX_VIRTUAL_NODES`](Self::MAX_VIRTUAL_NODES).
     pub fn new(virtual_node_count: i64) -> Result<Self, AllocateError> {
         let virtual_nodes = usize::try_from(virtual_node_count)
-            .map_err(|_| AllocateError::IllegalVirtualNodeCount(virtual_node_count))?;
+            .ok()
+            .filter(|_| virtual_node_count <= Self::MAX_VIRTUAL_NODES)
+            .ok_or(AllocateError::IllegalVirtualNodeCount(virtual_node_count))?;
         Ok(Self::with_parts(virtual_nodes, Arc::new(Md5Hash)))
     }
 
@@ -148,7 +155,8 @@ impl Ring {
         let mut node_of: HashMap<&str, u32> = HashMap::with_capacity(cid_all.len());
         let mut first_position: Vec<u32> = Vec::with_capacity(cid_all.len());
         let mut points_held: Vec<usize> = Vec::with_capacity(cid_all.len());
-        let mut owner: HashMap<u64, u32> = HashMap::with_capacity(cid_all.len() * virtual_nodes);
+        let mut owner: HashMap<u64, u32> =
+            HashMap::with_capacity(cid_all.len().saturating_mul(virtual_nodes).min(1 << 24));
         let mut key = String::with_capacity(64);
         for (position, cid) in cid_all.iter().enumerate() {
             let node = *node_of.entry(cid.as_str()).or_insert_with(|| {
@@ -258,6 +266,12 @@ mod tests {
             ConsistentHash::new(-1).err(),
             Some(AllocateError::IllegalVirtualNodeCount(-1))
         );
+        assert_eq!(
+            ConsistentHash::new(i64::MAX).err(),
+            Some(AllocateError::IllegalVirtualNodeCount(i64::MAX)),
+            "a count that cannot be built is refused, not a panic"
+        );
+        assert!(ConsistentHash::new(ConsistentHash::MAX_VIRTUAL_NODES).is_ok());
         let s = ConsistentHash::new(0).unwrap();
         let cids = clients(&["a", "b"]);
         let mqs = queues(4);

@@ -18,7 +18,8 @@ pub enum AllocateError {
     /// There are no consumers to divide among.
     #[error("cidAll is null or cidAll empty")]
     EmptyConsumers,
-    /// A consistent-hash ring was configured with a negative number of virtual nodes.
+    /// A consistent-hash ring was configured with a negative number of virtual nodes (or more
+    /// than [`ConsistentHash::MAX_VIRTUAL_NODES`](crate::strategy::ConsistentHash::MAX_VIRTUAL_NODES)).
     #[error("illegal virtualNodeCnt :{0}")]
     IllegalVirtualNodeCount(i64),
     /// The machine-room resolver found no room for a queue's broker.
