@@ -114,6 +114,16 @@ impl<'a> Layout<'a> {
             if renumber[i] == NONE {
                 continue;
             }
+            if *n > i32::MAX as u32 {
+                // Partition numbers are Java ints: a larger count has no valid partition ids.
+                return Err(AssignError::Other {
+                    assignor: "layout".into(),
+                    message: format!(
+                        "topic `{topic}` has {n} partitions; partition numbers go up to {}",
+                        i32::MAX
+                    ),
+                });
+            }
             renumber[i] = topics.len() as u32;
             topics.push(*topic);
             total += u64::from(*n);
@@ -250,4 +260,32 @@ pub(crate) fn ranks(order: &[u32]) -> Vec<u32> {
         rank[m as usize] = i as u32;
     }
     rank
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assignor::{Broadcast, GroupAssignor, MemberSubscription, Range};
+
+    #[test]
+    fn partition_counts_beyond_java_ints_are_refused_before_any_allocation() {
+        let group = GroupSubscription::new()
+            .with_topic("small", 3)
+            .with_topic("huge", 3_000_000_000)
+            .with_member(MemberSubscription::new("a", ["small", "huge"]));
+        for result in [Broadcast.assign(&group), Range.assign(&group)] {
+            let err = result.unwrap_err();
+            assert!(
+                err.to_string().contains("`huge` has 3000000000 partitions"),
+                "{err}"
+            );
+        }
+        let fits = GroupSubscription::new()
+            .with_topic("t", i32::MAX as u32)
+            .with_member(MemberSubscription::new("a", ["t"]));
+        assert!(
+            Layout::build(&fits).is_ok(),
+            "exactly i32::MAX partitions is a valid layout"
+        );
+    }
 }
