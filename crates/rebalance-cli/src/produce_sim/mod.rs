@@ -427,6 +427,21 @@ mod tests {
     }
 
     #[test]
+    fn limits_allow_long_runs_and_refuse_endless_ones() {
+        let c = config(&args(&["--messages", "10000000", "--retries", "9"])).unwrap();
+        assert_eq!((c.messages, c.retries), (10_000_000, 9));
+        assert!(matches!(
+            config(&args(&["--messages", "10000000", "--retries", "10"])),
+            Err(ProduceSimError::Arguments(m)) if m.contains("110000000 send attempts")
+        ));
+        let c = config(&args(&["--latency", "1h", "--interval", "3600s", "--slow-broker", "broker-1:3600000"]))
+            .unwrap();
+        assert_eq!(c.latency_of("broker-1"), Duration::from_secs(3600));
+        assert!(parse_slow_broker("broker-1:3600001").is_err());
+        assert!(parse_messages("10000001").is_err());
+    }
+
+    #[test]
     fn text_output_names_every_broker_and_both_runs() {
         let mut out = Vec::new();
         let a = args(&[

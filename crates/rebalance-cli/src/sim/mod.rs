@@ -284,3 +284,56 @@ pub fn write_text(
         summary.rounds
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<SimulateArgs, clap::Error> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        Cli::try_parse_from([&["simulate"], extra].concat()).map(|c| c.args)
+    }
+
+    fn refusal(extra: &[&str]) -> String {
+        match config(&args(extra).unwrap()) {
+            Err(SimulateError::Arguments(m)) => m,
+            other => panic!("{extra:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn limits_allow_big_groups_and_refuse_just_above() {
+        // Far above the benchmark sizes: 10,000,000 queues, 2,000 clients on balanced_sticky.
+        let big = [
+            "--strategy",
+            "balanced_sticky",
+            "--topics",
+            "1000",
+            "--queues",
+            "10000",
+            "--brokers",
+            "1000",
+            "--consumers",
+            "2000",
+            "--duration",
+            "168h",
+            "--events",
+            "join@168h",
+        ];
+        let c = config(&args(&big).unwrap()).unwrap();
+        assert_eq!((c.topics, c.queues, c.consumers), (1000, 10000, 2000));
+        assert!(refusal(&["--topics", "1001", "--queues", "10000", "--brokers", "1000"])
+            .contains("10000000 queues in all"));
+        assert!(refusal(&["--topics", "11", "--brokers", "100000"]).contains("route entries"));
+        assert!(refusal(&["--queues", "131073", "--brokers", "2"]).contains("65537 queues on a broker"));
+        assert!(refusal(&["--consumers", "10000", "--events", "join@1s"]).contains("10001 clients"));
+        assert!(refusal(&["--queues=-1"]).contains("--queues must not be negative"));
+        assert!(args(&["--duration", "169h"]).is_err());
+        assert!(args(&["--brokers", "0"]).is_err());
+    }
+}
