@@ -434,8 +434,15 @@ mod tests {
             config(&args(&["--messages", "10000000", "--retries", "10"])),
             Err(ProduceSimError::Arguments(m)) if m.contains("110000000 send attempts")
         ));
-        let c = config(&args(&["--latency", "1h", "--interval", "3600s", "--slow-broker", "broker-1:3600000"]))
-            .unwrap();
+        let c = config(&args(&[
+            "--latency",
+            "1h",
+            "--interval",
+            "3600s",
+            "--slow-broker",
+            "broker-1:3600000",
+        ]))
+        .unwrap();
         assert_eq!(c.latency_of("broker-1"), Duration::from_secs(3600));
         assert!(parse_slow_broker("broker-1:3600001").is_err());
         assert!(parse_messages("10000001").is_err());

@@ -327,11 +327,17 @@ mod tests {
         ];
         let c = config(&args(&big).unwrap()).unwrap();
         assert_eq!((c.topics, c.queues, c.consumers), (1000, 10000, 2000));
-        assert!(refusal(&["--topics", "1001", "--queues", "10000", "--brokers", "1000"])
-            .contains("10000000 queues in all"));
+        assert!(
+            refusal(&["--topics", "1001", "--queues", "10000", "--brokers", "1000"])
+                .contains("10000000 queues in all")
+        );
         assert!(refusal(&["--topics", "11", "--brokers", "100000"]).contains("route entries"));
-        assert!(refusal(&["--queues", "131073", "--brokers", "2"]).contains("65537 queues on a broker"));
-        assert!(refusal(&["--consumers", "10000", "--events", "join@1s"]).contains("10001 clients"));
+        assert!(
+            refusal(&["--queues", "131073", "--brokers", "2"]).contains("65537 queues on a broker")
+        );
+        assert!(
+            refusal(&["--consumers", "10000", "--events", "join@1s"]).contains("10001 clients")
+        );
         assert!(refusal(&["--queues=-1"]).contains("--queues must not be negative"));
         assert!(args(&["--duration", "169h"]).is_err());
         assert!(args(&["--brokers", "0"]).is_err());
