@@ -3,21 +3,29 @@
 //!
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
-//!     [--strategy NAME] [--client-id ID] [--rebalance-interval 2s] [--json]
+//!     [--strategy NAME] [--param key=value]... [--client-id ID] [--rebalance-interval 2s] [--json]
 //! ```
+//!
+//! `--param` gives the strategy its parameters, as `rebalance simulate` does (the value is JSON
+//! when it parses as JSON, a string otherwise): `--strategy by_machine_room --param
+//! consumer_idcs=room1`, `--strategy designated --param consumers=10.0.0.1,10.0.0.2`. Logs go
+//! to standard error (`RUST_LOG`, `warn` by default), so standard output holds only the
+//! callbacks; an error is printed in words and the exit status is 1.
 //!
 //! With `--json`, one line per callback, shaped like `rebalance simulate --json`'s:
 //! `{"t_ms": ..., "client": ..., "event": "added" | "removed", "topic": ..., "queues": [[topic, broker, queue_id], ...]}`.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use clap::Parser;
+use rebalance::core::strategy::Params;
 use rebalance::runtime::{Intervals, ListenerError, default_client_id};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::time::Instant;
 
 #[derive(Parser)]
@@ -35,6 +43,9 @@ struct Args {
     /// The allocation strategy (`averagely`, `consistent_hash`, …).
     #[arg(long, default_value = "averagely")]
     strategy: String,
+    /// A strategy parameter, `key=value` (repeatable), e.g. `consumer_idcs=room1`.
+    #[arg(long = "param", value_parser = parse_param)]
+    params: Vec<(String, Value)>,
     /// This client's id (default: ip@pid@nanos).
     #[arg(long)]
     client_id: Option<String>,
@@ -55,6 +66,15 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("`{text}` is not a duration (e.g. 2s, 500ms)"))?;
     Duration::try_from_secs_f64(value * scale).map_err(|e| e.to_string())
+}
+
+/// `key=value`; the value is JSON when it parses as JSON, a string otherwise.
+fn parse_param(text: &str) -> Result<(String, Value), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not key=value"))?;
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    Ok((key.trim().to_string(), value))
 }
 
 struct Printer {
@@ -116,18 +136,30 @@ impl QueueListener for Printer {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
     let args = Args::parse();
-    if !args.json {
-        tracing_subscriber::fmt()
-            .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
-            .init();
+    // Logs on standard error, never mixed with the callbacks on standard output.
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rocketmq_consumer: {e}");
+            ExitCode::FAILURE
+        }
     }
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let params: Params = args.params.iter().cloned().collect();
     let name_server = NameServerClient::from_addresses(&args.namesrv)?;
     let brokers = BrokerClient::new(name_server.clone());
     let builder = Consumer::builder(args.group.as_str())
         .subscribe(args.topic.as_str())
-        .strategy_named(&args.strategy, &Default::default())?
+        .strategy_named(&args.strategy, &params)?
         .intervals(Intervals {
             rebalance_wait: args.rebalance_interval,
             ..Intervals::default()

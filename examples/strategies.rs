@@ -20,10 +20,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     queues.sort();
     members.sort();
 
-    let cases: [(&str, serde_json::Value); 7] = [
+    let cases: [(&str, serde_json::Value); 8] = [
         ("averagely", json!({})),
         ("averagely_by_circle", json!({})),
         ("consistent_hash", json!({"virtual_node_count": 10})),
+        ("balanced_sticky", json!({})),
         ("by_machine_room", json!({"consumer_idcs": ["room1"]})),
         (
             "machine_room_nearby",

@@ -23,6 +23,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::jsonl::{LineError, field};
+use crate::limits::{MAX_BROADCAST_PAIRS, MAX_QUEUES};
 use crate::table;
 
 /// The answer to one case.
@@ -39,7 +40,8 @@ pub struct CaseAnswer {
 #[derive(Deserialize)]
 struct CaseJson {
     assignor: String,
-    partitions_per_topic: BTreeMap<String, u32>,
+    /// Read wider than Kafka's `int` so that an out-of-range count gets its own message.
+    partitions_per_topic: BTreeMap<String, i64>,
     members: OrderedMembers,
     #[serde(default)]
     partition_racks: Option<BTreeMap<String, Vec<Vec<Option<String>>>>>,
@@ -95,8 +97,16 @@ pub fn parse_group(line: &str) -> Result<(String, GroupSubscription), LineError>
             .or_insert_with_key(|n| Topic::from(n.as_str()))
             .clone()
     };
+    let mut total: u64 = 0;
     for (name, count) in case.partitions_per_topic {
+        let count = partition_count(&name, count)?;
+        total += u64::from(count);
         group.partitions_per_topic.insert(topic(name), count);
+    }
+    if total > MAX_QUEUES as u64 {
+        return Err(LineError(format!(
+            "the case has {total} partitions in all; at most {MAX_QUEUES} per case"
+        )));
     }
     for (name, racks) in case.partition_racks.unwrap_or_default() {
         let racks = racks
@@ -124,7 +134,44 @@ pub fn parse_group(line: &str) -> Result<(String, GroupSubscription), LineError>
         member.group_instance_id = m.group_instance_id;
         group.members.push(member);
     }
+    if case.assignor == "broadcast" {
+        let pairs = broadcast_pairs(&group);
+        if pairs > MAX_BROADCAST_PAIRS as u64 {
+            return Err(LineError(format!(
+                "broadcast would give {pairs} member-partition pairs; at most \
+                 {MAX_BROADCAST_PAIRS} per case"
+            )));
+        }
+    }
     Ok((case.assignor, group))
+}
+
+/// A topic's partition count: from 0 to Kafka's largest `int`.
+fn partition_count(topic: &str, count: i64) -> Result<u32, LineError> {
+    if count < 0 {
+        return Err(LineError(format!(
+            "partitions_per_topic `{topic}`: {count} is negative"
+        )));
+    }
+    u32::try_from(count)
+        .ok()
+        .filter(|&c| c <= i32::MAX as u32)
+        .ok_or_else(|| {
+            LineError(format!(
+                "partitions_per_topic `{topic}`: {count} is more than {}",
+                i32::MAX
+            ))
+        })
+}
+
+/// What a broadcast assignment holds: every member's subscribed partitions, summed.
+pub fn broadcast_pairs(group: &GroupSubscription) -> u64 {
+    group
+        .members
+        .iter()
+        .flat_map(|m| m.topics.iter())
+        .map(|t| u64::from(group.partitions_per_topic.get(t).copied().unwrap_or(0)))
+        .fold(0, u64::saturating_add)
 }
 
 /// Computes one case: `line` is the case's text, `case` the same parsed as a [`Value`].
@@ -290,6 +337,36 @@ mod tests {
                 .contains("invalid length 1")
         );
         assert!(err(r#"{"assignor":"range"}"#).contains("missing field `id`"));
+    }
+
+    #[test]
+    fn absurd_partition_counts_are_refused_before_anything_is_built() {
+        let registry = AssignorRegistry::default();
+        let err = |line: &str| {
+            let case: Value = serde_json::from_str(line).unwrap();
+            answer(line, &case, &registry).unwrap_err().0
+        };
+        let case = |assignor: &str, counts: &str, members: &str| {
+            format!(
+                r#"{{"id":1,"assignor":"{assignor}","partitions_per_topic":{counts},"members":{members}}}"#
+            )
+        };
+        let one = r#"{"a":{"topics":["t","u"]}}"#;
+        let e = err(&case("broadcast", r#"{"t":3000000000}"#, one));
+        assert!(e.contains("`t`: 3000000000 is more than 2147483647"), "{e}");
+        let e = err(&case("range", r#"{"t":-5}"#, one));
+        assert!(e.contains("`t`: -5 is negative"), "{e}");
+        let e = err(&case("range", r#"{"t":6000000,"u":4000001}"#, one));
+        assert!(
+            e.contains("10000001 partitions in all; at most 10000000"),
+            "{e}"
+        );
+        // 3 members x 4,000,000 partitions: fine for range, too big an answer for broadcast.
+        let three = r#"{"a":{"topics":["t"]},"b":{"topics":["t"]},"c":{"topics":["t"]}}"#;
+        let e = err(&case("broadcast", r#"{"t":4000000}"#, three));
+        assert!(e.contains("12000000 member-partition pairs"), "{e}");
+        let line = case("broadcast", r#"{"t":2}"#, three);
+        assert_eq!(parse_group(&line).map(|(_, g)| broadcast_pairs(&g)), Ok(6));
     }
 
     #[test]

@@ -2,16 +2,71 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 /// Opens `path` for reading, or standard input when it is absent or `-`.
-pub fn open_input(path: Option<&Path>) -> io::Result<Box<dyn BufRead>> {
+pub fn open_input(path: Option<&Path>) -> Result<Box<dyn BufRead>, BatchError> {
     match path {
         None => Ok(Box::new(BufReader::new(io::stdin()))),
         Some(p) if p.as_os_str() == "-" => Ok(Box::new(BufReader::new(io::stdin()))),
-        Some(p) => Ok(Box::new(BufReader::new(File::open(p)?))),
+        Some(p) => match File::open(p) {
+            Ok(f) => Ok(Box::new(BufReader::new(f))),
+            Err(source) => Err(BatchError::Open {
+                path: p.to_path_buf(),
+                source,
+            }),
+        },
+    }
+}
+
+/// The name of the input in messages: the file's path, or `standard input`.
+pub fn input_name(path: Option<&Path>) -> String {
+    match path {
+        Some(p) if p.as_os_str() != "-" => format!("`{}`", p.display()),
+        _ => "standard input".into(),
+    }
+}
+
+/// Why a batch run stopped (a bad line does not stop it).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// The input file could not be opened.
+    #[error("cannot open `{}`: {source}", path.display())]
+    Open {
+        /// The file named on the command line.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// Reading the input failed (other than a line that is not UTF-8, which is reported as
+    /// that line's error).
+    #[error("reading line {line} of {input} failed: {source}")]
+    Read {
+        /// What was read: `the input`, until [`BatchError::reading`] names it.
+        input: String,
+        /// The line that could not be read.
+        line: usize,
+        /// Why.
+        source: io::Error,
+    },
+    /// Writing an answer to standard output failed.
+    #[error("writing standard output failed: {0}")]
+    Write(#[source] io::Error),
+}
+
+impl BatchError {
+    /// Names the input a read error comes from (see [`input_name`]).
+    pub fn reading(self, name: String) -> Self {
+        match self {
+            BatchError::Read { line, source, .. } => BatchError::Read {
+                input: name,
+                line,
+                source,
+            },
+            other => other,
+        }
     }
 }
 
@@ -36,8 +91,9 @@ impl<E: std::fmt::Display> From<E> for LineError {
 
 /// Runs `handle` on every non-blank line parsed as JSON and writes what it returns (one complete
 /// line each). A line that is not JSON, or that `handle` rejects, becomes
-/// `{"line": n, "id": ..., "error": "line n: problem"}` and the loop goes on.
-pub fn run<R, W, F>(input: R, out: W, mut handle: F) -> io::Result<Summary>
+/// `{"line": n, "id": ..., "error": "line n: problem"}` and the loop goes on. `out` is flushed
+/// after every line, so what was answered is out even if a later line brings the process down.
+pub fn run<R, W, F>(input: R, out: W, mut handle: F) -> Result<Summary, BatchError>
 where
     R: BufRead,
     W: Write,
@@ -48,7 +104,7 @@ where
 
 /// Like [`run`], also handing `handle` the line's text, for commands that must read something
 /// [`Value`] does not keep (such as the order of an object's keys).
-pub fn run_lines<R, W, F>(input: R, mut out: W, mut handle: F) -> io::Result<Summary>
+pub fn run_lines<R, W, F>(input: R, mut out: W, mut handle: F) -> Result<Summary, BatchError>
 where
     R: BufRead,
     W: Write,
@@ -58,20 +114,28 @@ where
     let mut buf = Vec::new();
     for (n, line) in input.lines().enumerate() {
         let line_no = n + 1;
+        buf.clear();
         let line = match line {
             Ok(l) => l,
             // Not UTF-8: report the line and keep going; any other I/O error ends the run.
             Err(e) if e.kind() == io::ErrorKind::InvalidData => {
                 summary.failed += 1;
                 write_error(
-                    &mut out,
+                    &mut buf,
                     line_no,
                     &Value::Null,
                     &format!("not valid UTF-8: {e}"),
-                )?;
+                );
+                emit(&mut out, &buf)?;
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(source) => {
+                return Err(BatchError::Read {
+                    input: "the input".into(),
+                    line: line_no,
+                    source,
+                });
+            }
         };
         if line.trim().is_empty() {
             continue;
@@ -80,34 +144,41 @@ where
             Ok(v) => v,
             Err(e) => {
                 summary.failed += 1;
-                write_error(&mut out, line_no, &Value::Null, &format!("bad JSON: {e}"))?;
+                write_error(&mut buf, line_no, &Value::Null, &format!("bad JSON: {e}"));
+                emit(&mut out, &buf)?;
                 continue;
             }
         };
-        buf.clear();
         match handle(&line, &case, &mut buf) {
-            Ok(()) => {
-                summary.answered += 1;
-                out.write_all(&buf)?;
-            }
+            Ok(()) => summary.answered += 1,
             Err(LineError(problem)) => {
                 summary.failed += 1;
+                // Whatever the handler wrote before failing is dropped: never a partial line.
+                buf.clear();
                 let id = case.get("id").cloned().unwrap_or(Value::Null);
-                write_error(&mut out, line_no, &id, &problem)?;
+                write_error(&mut buf, line_no, &id, &problem);
             }
         }
+        emit(&mut out, &buf)?;
     }
-    out.flush()?;
+    out.flush().map_err(BatchError::Write)?;
     Ok(summary)
 }
 
-fn write_error<W: Write>(out: &mut W, line_no: usize, id: &Value, problem: &str) -> io::Result<()> {
+/// Writes one line's answer and flushes it.
+fn emit<W: Write>(out: &mut W, bytes: &[u8]) -> Result<(), BatchError> {
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(BatchError::Write)
+}
+
+fn write_error(buf: &mut Vec<u8>, line_no: usize, id: &Value, problem: &str) {
     let line = serde_json::json!({
         "line": line_no,
         "id": id,
         "error": format!("line {line_no}: {problem}"),
     });
-    writeln!(out, "{line}")
+    buf.extend_from_slice(format!("{line}\n").as_bytes());
 }
 
 /// A required field of a case.
@@ -128,7 +199,69 @@ pub fn str_field<'v>(case: &'v Value, key: &str) -> Result<&'v str, LineError> {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
     use super::*;
+
+    /// Keeps what was written apart from what was flushed.
+    #[derive(Default, Clone)]
+    struct Flushed {
+        pending: Rc<RefCell<Vec<u8>>>,
+        out: Rc<RefCell<Vec<u8>>>,
+    }
+
+    impl Write for Flushed {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.pending.borrow_mut().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            let pending = std::mem::take(&mut *self.pending.borrow_mut());
+            self.out.borrow_mut().extend(pending);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_line_is_flushed_before_the_next_is_handled() {
+        let input = "{\"id\": 1}\nnot json\n{\"id\": 3}\n{\"id\": 4}\n";
+        let out = Flushed::default();
+        let seen = out.clone();
+        let mut flushed_before = Vec::new();
+        run(input.as_bytes(), out, |case, buf| {
+            flushed_before.push(String::from_utf8(seen.out.borrow().clone()).unwrap());
+            if case["id"] == 3 {
+                buf.extend_from_slice(b"partial");
+                return Err(LineError("three".into()));
+            }
+            buf.extend_from_slice(format!("answer {}\n", case["id"]).as_bytes());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(flushed_before[0], "");
+        assert!(flushed_before[1].starts_with("answer 1\n{\"error\":\"line 2: bad JSON"));
+        assert!(
+            flushed_before[2].ends_with("line 3: three\",\"id\":3,\"line\":3}\n"),
+            "{}",
+            flushed_before[2]
+        );
+        let all = String::from_utf8(seen.out.borrow().clone()).unwrap();
+        assert!(!all.contains("partial"), "{all}");
+        assert!(all.ends_with("answer 4\n"), "{all}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let err = open_input(Some(Path::new("/nonexistent/cases.jsonl")))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("cannot open `/nonexistent/cases.jsonl`: "),
+            "{err}"
+        );
+    }
 
     #[test]
     fn bad_lines_are_reported_and_the_run_goes_on() {

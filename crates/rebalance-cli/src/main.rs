@@ -24,6 +24,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run RocketMQ allocation cases (JSON Lines, one case per line) and print every member's share.
+    ///
+    /// Each answer is written out (flushed) as soon as its case is done. A line that cannot be
+    /// answered gets an error line naming it, and the run goes on; the exit status is then 1.
     Allocate {
         /// The cases; standard input when absent or `-`.
         file: Option<PathBuf>,
@@ -33,16 +36,34 @@ enum Command {
     },
     /// Run real runtime clients on the in-memory cluster through a scripted scenario, on a
     /// simulated clock, and report what happened.
+    ///
+    /// Limits (checked before anything runs): at most 100,000 topics, 100,000 brokers per topic
+    /// and 1,000,000 topics x brokers; at most 10,000,000 queues in all (topics x queues) and
+    /// 65,536 per broker; at most 10,000 clients (the initial ones and those that join); a hash
+    /// ring of at most 20,000,000 points (clients x virtual nodes); a duration of at most 168h.
     Simulate(sim::SimulateArgs),
     /// Send simulated messages through the producer's queue selector with slow and failing
     /// brokers, on a simulated clock, without and with latency fault avoidance, and report where
     /// they went.
+    ///
+    /// Limits (checked before anything runs): at most 65,536 brokers x queues; latencies and the
+    /// interval at most 1h; at most 10,000,000 messages, 100 retries and 100,000,000 send
+    /// attempts (messages x (retries + 1)).
     ProduceSim(produce_sim::ProduceSimArgs),
     /// Ask a RocketMQ name server and broker for a topic's queues and a group's members, and
     /// print the whole group's current plan.
+    ///
+    /// The strategy is built before any server is asked, so a bad name or parameter fails at
+    /// once.
     Plan(plan::PlanArgs),
     /// Run Kafka-style group assignment cases (JSON Lines, one case per line) and print every
     /// member's partitions.
+    ///
+    /// Limits per case: partition counts from 0 to 2,147,483,647 per topic and at most
+    /// 10,000,000 partitions in all; with `broadcast`, at most 10,000,000 member-partition pairs.
+    /// A case above them gets an error line. Each answer is written out (flushed) as soon as its
+    /// case is done; a line that cannot be answered gets an error line naming it, and the run
+    /// goes on; the exit status is then 1.
     Assign {
         /// The cases; standard input when absent or `-`.
         file: Option<PathBuf>,
@@ -51,20 +72,41 @@ enum Command {
         pretty: bool,
     },
     /// Time a strategy or an assignor on the workloads of the Java reference timings.
+    ///
+    /// Limits (checked before anything is built): at most 10,000,000 queues and 1,000,000
+    /// consumers; a hash ring of at most 20,000,000 points (consumers x virtual nodes); at most
+    /// 1,000,000 topics, 1,000,000 members and 10,000,000 partitions in all (topics x
+    /// partitions); for `broadcast`, at most 100,000,000 member-partition pairs; 1 to 1,000 runs.
     Bench(bench::BenchArgs),
     /// Compare strategies: balance, and queues moved when members join and leave.
+    ///
+    /// Limits (checked before anything is built): at most 10,000,000 queues, 1,000,000 members
+    /// (with the ones that join), a hash ring of at most 20,000,000 points (members x virtual
+    /// nodes: balanced_sticky has 128 per member, consistent_hash 10) and 1,000,000 samples.
     Compare(compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Bench(args) => to_stdout("bench", |out| bench::run(&args, out)),
-        Command::Compare(args) => to_stdout("compare", |out| compare::run(&args, out)),
-        Command::Allocate { file, pretty } => run_allocate(file, pretty),
-        Command::Assign { file, pretty } => run_assign(file, pretty),
-        Command::Simulate(args) => to_stdout("simulate", |out| sim::run(&args, out)),
-        Command::Plan(args) => to_stdout("plan", |out| plan::run(&args, out)),
+        Command::Bench(args) => {
+            warn("bench", bench::warnings(&args));
+            to_stdout("bench", |out| bench::run(&args, out))
+        }
+        Command::Compare(args) => {
+            warn("compare", compare::warnings(&args));
+            to_stdout("compare", |out| compare::run(&args, out))
+        }
+        Command::Allocate { file, pretty } => batch("allocate", run_allocate(file, pretty)),
+        Command::Assign { file, pretty } => batch("assign", run_assign(file, pretty)),
+        Command::Simulate(args) => {
+            warn("simulate", sim::warnings(&args));
+            to_stdout("simulate", |out| sim::run(&args, out))
+        }
+        Command::Plan(args) => {
+            warn("plan", plan::warnings(&args));
+            to_stdout("plan", |out| plan::run(&args, out))
+        }
         Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
     };
     match result {
@@ -76,7 +118,26 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
+/// Prints a command's warnings (arguments it accepts but ignores) on standard error.
+fn warn(name: &str, warnings: Vec<String>) {
+    for w in warnings {
+        eprintln!("rebalance {name}: warning: {w}");
+    }
+}
+
+/// The outcome of a JSON Lines command: a run that stopped (missing file, unreadable input)
+/// is reported with the command's name, exit status 2.
+fn batch(name: &str, result: Result<ExitCode, jsonl::BatchError>) -> io::Result<ExitCode> {
+    match result {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("rebalance {name}: {e}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+fn run_allocate(file: Option<PathBuf>, pretty: bool) -> Result<ExitCode, jsonl::BatchError> {
     let input = jsonl::open_input(file.as_deref())?;
     let registry = StrategyRegistry::default();
     let stdout = io::stdout().lock();
@@ -88,12 +149,12 @@ fn run_allocate(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
             answer.write_json(buf)?;
         }
         Ok(())
-    })?;
-    io::stderr().flush()?;
+    })
+    .map_err(|e| e.reading(jsonl::input_name(file.as_deref())))?;
     Ok(exit_code(summary))
 }
 
-fn run_assign(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
+fn run_assign(file: Option<PathBuf>, pretty: bool) -> Result<ExitCode, jsonl::BatchError> {
     let input = jsonl::open_input(file.as_deref())?;
     let registry = AssignorRegistry::default();
     let stdout = io::stdout().lock();
@@ -105,7 +166,8 @@ fn run_assign(file: Option<PathBuf>, pretty: bool) -> io::Result<ExitCode> {
             answer.write_json(buf)?;
         }
         Ok(())
-    })?;
+    })
+    .map_err(|e| e.reading(jsonl::input_name(file.as_deref())))?;
     Ok(exit_code(summary))
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use rebalance_core::strategy::{Params, StrategyConfigError, build_strategy};
+use rebalance_core::strategy::{Params, StrategyConfigError, StrategyRef, build_strategy};
 use rebalance_core::{AllocateError, ClientId, MessageQueue};
 use rebalance_rocketmq::{
     AddressError, BrokerClient, ClientConfig, NameServerClient, RemotingClient,
@@ -31,7 +31,8 @@ pub struct PlanArgs {
     /// The allocation strategy.
     #[arg(long, default_value = "averagely")]
     pub strategy: String,
-    /// A strategy parameter, `key=value` (repeatable).
+    /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is
+    /// ignored with a warning).
     #[arg(long = "param", value_parser = parse_param)]
     pub params: Vec<(String, Value)>,
     /// One JSON line instead of a table.
@@ -80,6 +81,10 @@ pub struct GroupPlan {
 /// Asks the name server for the topic's queues and a broker for the group's members, then
 /// computes the plan.
 pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
+    // The strategy first: a misspelled name or a bad parameter is reported without any
+    // network call.
+    let params: Params = args.params.iter().cloned().collect();
+    let strategy = build_strategy(&args.strategy, &params)?;
     let remoting = RemotingClient::new(ClientConfig {
         request_timeout: args.timeout,
         connect_timeout: args.timeout,
@@ -91,15 +96,20 @@ pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
     let members = BrokerClient::new(name_server)
         .consumer_ids(&args.group, &args.topic)
         .await?;
-    let params: Params = args.params.iter().cloned().collect();
-    compute(
+    compute_with(
         &args.group,
         &args.topic,
         &args.strategy,
-        &params,
+        &strategy,
         queues,
         members,
     )
+}
+
+/// What the arguments ask for that will be ignored: `--param` keys the strategy does not read.
+pub fn warnings(args: &PlanArgs) -> Vec<String> {
+    let params: Params = args.params.iter().cloned().collect();
+    crate::limits::unknown_param_warnings(&args.strategy, false, &params)
 }
 
 /// The plan of `members` over `queues` (both sorted the Java way first, members deduplicated).
@@ -109,10 +119,22 @@ pub fn compute(
     topic: &str,
     strategy_name: &str,
     params: &Params,
+    queues: Vec<MessageQueue>,
+    members: Vec<ClientId>,
+) -> Result<GroupPlan, PlanError> {
+    let strategy = build_strategy(strategy_name, params)?;
+    compute_with(group, topic, strategy_name, &strategy, queues, members)
+}
+
+/// Like [`compute`], with the strategy already built (`strategy_name` is only shown).
+pub fn compute_with(
+    group: &str,
+    topic: &str,
+    strategy_name: &str,
+    strategy: &StrategyRef,
     mut queues: Vec<MessageQueue>,
     mut members: Vec<ClientId>,
 ) -> Result<GroupPlan, PlanError> {
-    let strategy = build_strategy(strategy_name, params)?;
     queues.sort();
     queues.dedup();
     members.sort();

@@ -53,7 +53,7 @@ fn runs(ids: &[i32]) -> String {
     let mut i = 0;
     while i < ids.len() {
         let mut j = i;
-        while j + 1 < ids.len() && ids[j + 1] == ids[j].wrapping_add(1) {
+        while j + 1 < ids.len() && ids[j].checked_add(1) == Some(ids[j + 1]) {
             j += 1;
         }
         parts.push(if j > i + 1 {
@@ -84,6 +84,19 @@ mod tests {
             q("b", 1),
         ]);
         assert_eq!(got, "T/a:0-2,5,6 T/b:1");
+    }
+
+    #[test]
+    fn runs_do_not_wrap_around_the_integer_range() {
+        let q = |i| MessageQueue::new("T", "b", i);
+        assert_eq!(
+            compact_queues(&[q(i32::MAX), q(i32::MIN), q(i32::MIN + 1)]),
+            "T/b:2147483647,-2147483648,-2147483647"
+        );
+        assert_eq!(
+            compact_queues(&[q(i32::MAX - 1), q(i32::MAX), q(i32::MIN)]),
+            "T/b:2147483646,2147483647,-2147483648"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::BenchError;
 use super::strategy::human;
 use super::timing::{Measured, Sampling, measure, round3};
-use crate::workload;
+use crate::{limits, workload};
 
 /// Which assignment is timed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -92,6 +92,7 @@ pub fn run(case: &AssignorCase, registry: &AssignorRegistry) -> Result<AssignorR
             "--topics, --partitions and --members must be at least 1".into(),
         ));
     }
+    check_sizes(case)?;
     let assignor = registry.build(&case.assignor, &Params::new())?;
     let topics = workload::topic_names(case.topics, case.seed);
     let group = workload::kafka_group(&topics, case.partitions, case.members);
@@ -135,6 +136,38 @@ pub fn run(case: &AssignorCase, registry: &AssignorRegistry) -> Result<AssignorR
         assign,
         case: case.clone(),
     })
+}
+
+/// Refuses a workload above the limits of [`limits`] before anything is built.
+fn check_sizes(case: &AssignorCase) -> Result<(), BenchError> {
+    let bad = |m: String| Err(BenchError::Arguments(m));
+    if case.topics > limits::MAX_TOPICS || case.members > limits::MAX_CONSUMERS {
+        return bad(format!(
+            "at most {} --topics and {} --members",
+            limits::MAX_TOPICS,
+            limits::MAX_CONSUMERS
+        ));
+    }
+    let total = case.topics.saturating_mul(case.partitions as usize);
+    if total > limits::MAX_QUEUES {
+        return bad(format!(
+            "--topics {} x --partitions {} is more than {} partitions in all",
+            case.topics,
+            case.partitions,
+            limits::MAX_QUEUES
+        ));
+    }
+    if case.assignor == "broadcast"
+        && total.saturating_mul(case.members) > limits::MAX_BENCH_BROADCAST_PAIRS
+    {
+        return bad(format!(
+            "broadcast gives every member every partition: --members {} x {total} partitions \
+             is more than {} member-partition pairs",
+            case.members,
+            limits::MAX_BENCH_BROADCAST_PAIRS
+        ));
+    }
+    super::check_runs(case.runs)
 }
 
 impl AssignorResult {
@@ -181,6 +214,7 @@ pub fn timed_group(
     case: &AssignorCase,
     registry: &AssignorRegistry,
 ) -> Result<GroupSubscription, BenchError> {
+    check_sizes(case)?;
     let assignor = registry.build(&case.assignor, &Params::new())?;
     let topics = workload::topic_names(case.topics, case.seed);
     let group = workload::kafka_group(&topics, case.partitions, case.members);

@@ -25,34 +25,41 @@ pub use assignor::{AssignorCase, AssignorResult, Scenario};
 pub use strategy::{StrategyCase, StrategyResult};
 
 use crate::args::{params, parse_param};
+use crate::limits;
 
 /// The command's arguments.
+///
+/// Limits (checked before anything is built): at most 10,000,000 queues and 1,000,000
+/// consumers; a hash ring of at most 20,000,000 points (consumers × virtual nodes); at most
+/// 1,000,000 topics, 1,000,000 members and 10,000,000 partitions in all (topics × partitions);
+/// for `broadcast`, at most 100,000,000 member-partition pairs; 1 to 1,000 runs.
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["strategy", "assignor"])))]
 pub struct BenchArgs {
     /// Time a per-topic allocation strategy (with --queues and --consumers).
     #[arg(long)]
     pub strategy: Option<String>,
-    /// A strategy parameter, `key=value` (repeatable).
+    /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is
+    /// ignored with a warning).
     #[arg(long = "param", value_parser = parse_param, requires = "strategy")]
     pub params: Vec<(String, Value)>,
-    /// Queues of the topic (strategy).
-    #[arg(long, requires = "strategy")]
+    /// Queues of the topic (strategy), from 1 to 10,000,000.
+    #[arg(long, requires = "strategy", value_parser = limits::count(1, limits::MAX_QUEUES))]
     pub queues: Option<usize>,
-    /// Consumers of the group (strategy).
-    #[arg(long, requires = "strategy")]
+    /// Consumers of the group (strategy), from 1 to 1,000,000.
+    #[arg(long, requires = "strategy", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub consumers: Option<usize>,
     /// Time a group assignor (with --topics, --partitions, --members).
     #[arg(long)]
     pub assignor: Option<String>,
-    /// Topics (assignor).
-    #[arg(long, requires = "assignor")]
+    /// Topics (assignor), from 1 to 1,000,000.
+    #[arg(long, requires = "assignor", value_parser = limits::count(1, limits::MAX_TOPICS))]
     pub topics: Option<usize>,
-    /// Partitions per topic (assignor).
-    #[arg(long, requires = "assignor")]
+    /// Partitions per topic (assignor), at most 10,000,000 over all topics.
+    #[arg(long, requires = "assignor", value_parser = parse_partitions)]
     pub partitions: Option<u32>,
-    /// Members (assignor).
-    #[arg(long, requires = "assignor")]
+    /// Members (assignor), from 1 to 1,000,000.
+    #[arg(long, requires = "assignor", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub members: Option<usize>,
     /// What to time (assignor): the first assignment, or the one after consumer-{M/2} left.
     #[arg(long, default_value = "initial", requires = "assignor")]
@@ -60,12 +67,39 @@ pub struct BenchArgs {
     /// Seeds the topic names (assignor).
     #[arg(long, default_value_t = crate::workload::DEFAULT_TOPIC_SEED)]
     pub seed: u64,
-    /// Exactly this many timed runs (default: as many as fit in about a second, 3 at least).
-    #[arg(long)]
+    /// Exactly this many timed runs, from 1 to 1,000 (default: as many as fit in about a
+    /// second, 3 at least).
+    #[arg(long, value_parser = limits::count(1, limits::MAX_RUNS))]
     pub runs: Option<usize>,
     /// One JSON line instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Parses `--partitions`: from 1 to 10,000,000.
+fn parse_partitions(text: &str) -> Result<u32, String> {
+    let n = limits::count(1, limits::MAX_QUEUES)(text)?;
+    u32::try_from(n).map_err(|_| format!("must be at most {}", limits::MAX_QUEUES))
+}
+
+/// Refuses `--runs 0` or more than [`MAX_RUNS`](limits::MAX_RUNS) (for cases built without the
+/// command line).
+fn check_runs(runs: Option<usize>) -> Result<(), BenchError> {
+    match runs {
+        Some(r) if r == 0 || r > limits::MAX_RUNS => Err(BenchError::Arguments(format!(
+            "--runs must be from 1 to {}",
+            limits::MAX_RUNS
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// What the arguments ask for that will be ignored: `--param` keys the strategy does not read.
+pub fn warnings(args: &BenchArgs) -> Vec<String> {
+    match &args.strategy {
+        Some(name) => limits::unknown_param_warnings(name, false, &params(&args.params)),
+        None => Vec::new(),
+    }
 }
 
 /// Why a benchmark could not run.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::BenchError;
 use super::timing::{Measured, Sampling, measure, median, round3};
-use crate::workload;
+use crate::{limits, workload};
 
 /// The group name passed to the strategies (only logs use it).
 const GROUP: &str = "bench";
@@ -82,6 +82,16 @@ pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyR
             "--queues and --consumers must be at least 1".into(),
         ));
     }
+    if case.queues > limits::MAX_QUEUES || case.consumers > limits::MAX_CONSUMERS {
+        return Err(BenchError::Arguments(format!(
+            "at most {} --queues and {} --consumers",
+            limits::MAX_QUEUES,
+            limits::MAX_CONSUMERS
+        )));
+    }
+    super::check_runs(case.runs)?;
+    limits::check_ring(&case.strategy, &case.params, case.consumers)
+        .map_err(BenchError::Arguments)?;
     let mq_all = workload::queues(case.queues);
     let cid_all = workload::client_ids(case.consumers);
     let params =

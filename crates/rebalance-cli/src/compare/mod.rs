@@ -19,14 +19,14 @@ pub mod metrics;
 pub mod svg;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rebalance_core::strategy::{Params, StrategyRef, StrategyRegistry};
 use rebalance_core::{AllocateError, ClientId, MessageQueue};
 use serde_json::{Value, json};
 
 use crate::rng::SplitMix64;
-use crate::{table, workload};
+use crate::{limits, table, workload};
 use events::{Event, Members, parse_events};
 use metrics::Owners;
 
@@ -41,13 +41,17 @@ pub const DEFAULT_STRATEGIES: [&str; 5] = [
 ];
 
 /// The command's arguments.
+///
+/// Limits (checked before anything is built): at most 10,000,000 queues, 1,000,000 members
+/// (with the ones that join), a hash ring of at most 20,000,000 points (members × virtual nodes:
+/// `balanced_sticky` has 128 per member, `consistent_hash` 10) and 1,000,000 samples.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CompareArgs {
-    /// Queues of the topic (with --sample: the largest number drawn).
-    #[arg(long)]
+    /// Queues of the topic (with --sample: the largest number drawn), from 1 to 10,000,000.
+    #[arg(long, value_parser = limits::count(1, limits::MAX_QUEUES))]
     pub queues: usize,
-    /// Members at the start (with --sample: the largest number drawn).
-    #[arg(long)]
+    /// Members at the start (with --sample: the largest number drawn), from 1 to 1,000,000.
+    #[arg(long, value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub consumers: usize,
     /// Events applied in turn: `join`, `leave:i` (position in the sorted list), `leave` (random).
     #[arg(long)]
@@ -62,13 +66,26 @@ pub struct CompareArgs {
     /// JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Also write an SVG chart of moves and spread to this file.
+    /// Also write an SVG chart of moves and spread to this file (created before the comparison
+    /// runs, so a path that cannot be written fails at once).
     #[arg(long)]
     pub svg: Option<PathBuf>,
-    /// Instead of one group and a list of events, draw this many random groups with one join or
-    /// leave each and print totals.
-    #[arg(long)]
+    /// Instead of one group and a list of events, draw this many random groups (at most
+    /// 1,000,000) with one join or leave each and print totals.
+    #[arg(long, value_parser = limits::count(0, limits::MAX_SAMPLES))]
     pub sample: Option<usize>,
+}
+
+/// What the arguments ask for that will be ignored: `--svg` with `--sample` (the chart shows
+/// the events of one group).
+pub fn warnings(args: &CompareArgs) -> Vec<String> {
+    match (&args.svg, args.sample) {
+        (Some(path), Some(_)) => vec![format!(
+            "--svg {}: no chart is drawn with --sample; ignored",
+            path.display()
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// Why the comparison failed.
@@ -83,6 +100,14 @@ pub enum CompareError {
     /// A strategy refused the inputs.
     #[error("strategy `{0}` failed: {1}")]
     Allocate(String, AllocateError),
+    /// The `--svg` file could not be created or written.
+    #[error("--svg `{}`: {source}", path.display())]
+    Svg {
+        /// The file named with `--svg`.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Output failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -161,17 +186,20 @@ impl Summary {
     }
 }
 
-fn strategies(args: &CompareArgs) -> Result<Vec<(String, StrategyRef)>, CompareError> {
-    let registry = StrategyRegistry::default();
-    let names: Vec<String> = if args.strategies.is_empty() {
+fn strategy_names(args: &CompareArgs) -> Vec<String> {
+    if args.strategies.is_empty() {
         DEFAULT_STRATEGIES.iter().map(|s| s.to_string()).collect()
     } else {
         args.strategies
             .iter()
             .map(|s| s.trim().to_string())
             .collect()
-    };
-    names
+    }
+}
+
+fn strategies(args: &CompareArgs) -> Result<Vec<(String, StrategyRef)>, CompareError> {
+    let registry = StrategyRegistry::default();
+    strategy_names(args)
         .into_iter()
         .map(|name| {
             let s = registry.build(&name, &Params::new())?;
@@ -192,15 +220,84 @@ fn plan_owners(
     Ok(metrics::owners(&plan, queues))
 }
 
+/// Refuses sizes above the limits of [`limits`] before anything is built.
+fn check_sizes(args: &CompareArgs, joins: usize) -> Result<(), CompareError> {
+    let bad = |m: String| Err(CompareError::Arguments(m));
+    if args.queues == 0 || args.consumers == 0 {
+        return bad("--queues and --consumers must be at least 1".into());
+    }
+    if args.queues > limits::MAX_QUEUES {
+        return bad(format!("--queues must be at most {}", limits::MAX_QUEUES));
+    }
+    let members = args.consumers.saturating_add(joins);
+    if members > limits::MAX_CONSUMERS {
+        return bad(format!(
+            "--consumers {} and {joins} join(s) make {members} members; at most {}",
+            args.consumers,
+            limits::MAX_CONSUMERS
+        ));
+    }
+    if args.sample.is_some_and(|k| k > limits::MAX_SAMPLES) {
+        return bad(format!("--sample must be at most {}", limits::MAX_SAMPLES));
+    }
+    for name in strategy_names(args) {
+        limits::check_ring(&name, &Params::new(), members).map_err(CompareError::Arguments)?;
+    }
+    Ok(())
+}
+
+/// The `--svg` file, created before the comparison runs so that a bad path fails at once; a
+/// file that did not exist before is removed again if the comparison fails.
+struct SvgFile {
+    path: PathBuf,
+    file: std::fs::File,
+    created: bool,
+}
+
+impl SvgFile {
+    fn open(path: &Path) -> Result<Self, CompareError> {
+        let created = !path.exists();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|source| CompareError::Svg {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            created,
+        })
+    }
+
+    fn write(mut self, text: &str) -> Result<(), CompareError> {
+        let result = self
+            .file
+            .set_len(0)
+            .and_then(|()| self.file.write_all(text.as_bytes()))
+            .and_then(|()| self.file.flush());
+        result.map_err(|source| CompareError::Svg {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    fn abandon(self) {
+        if self.created {
+            // Best effort: the comparison's own error is the one reported.
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Runs the comparison the arguments describe and writes it to `out` (and the chart to
 /// `--svg`).
 pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<Vec<Summary>, CompareError> {
-    if args.queues == 0 || args.consumers == 0 {
-        return Err(CompareError::Arguments(
-            "--queues and --consumers must be at least 1".into(),
-        ));
-    }
     if let Some(samples) = args.sample {
+        check_sizes(args, 1)?;
         return sample(args, samples, out);
     }
     let events =
@@ -208,23 +305,39 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<Vec<Summary>, Comp
             CompareError::Arguments("--events is required (or --sample K)".into())
         })?)
         .map_err(CompareError::Arguments)?;
+    let joins = events.iter().filter(|e| **e == Event::Join).count();
+    check_sizes(args, joins)?;
+    let svg = args.svg.as_deref().map(SvgFile::open).transpose()?;
+    match compare(args, &events, out) {
+        Ok((rows, summaries)) => {
+            if let Some(svg) = svg {
+                let title = format!(
+                    "{} queues, {} members, events {}",
+                    args.queues,
+                    args.consumers,
+                    args.events.as_deref().unwrap_or_default()
+                );
+                svg.write(&svg::chart(&title, &rows, &summaries))?;
+            }
+            Ok(summaries)
+        }
+        Err(e) => {
+            if let Some(svg) = svg {
+                svg.abandon();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Applies the events to every strategy and writes the table or JSON lines.
+fn compare(
+    args: &CompareArgs,
+    events: &[Event],
+    out: &mut dyn Write,
+) -> Result<(Vec<Row>, Vec<Summary>), CompareError> {
     let strategies = strategies(args)?;
     let queues = workload::queues(args.queues);
-
-    // The member lists after each event, the same for every strategy.
-    let mut members = Members::new(args.consumers);
-    let mut rng = SplitMix64::new(args.seed);
-    let mut steps: Vec<(String, Vec<ClientId>)> = vec![("start".into(), members.ids().to_vec())];
-    for event in &events {
-        let what = members
-            .apply(*event, &mut rng)
-            .map_err(CompareError::Arguments)?;
-        let label = match event {
-            Event::Join => "join".to_string(),
-            Event::Leave(_) => what.split(' ').next().unwrap_or("leave").to_string(),
-        };
-        steps.push((label, members.ids().to_vec()));
-    }
 
     let mut rows = Vec::new();
     let mut summaries = Vec::new();
@@ -233,8 +346,25 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<Vec<Summary>, Comp
             strategy: name.clone(),
             ..Summary::default()
         };
+        // The member lists after each event are the same for every strategy (same events, same
+        // seed); they are replayed per strategy rather than all kept in memory.
+        let mut members = Members::new(args.consumers);
+        let mut rng = SplitMix64::new(args.seed);
         let mut previous: Option<Owners> = None;
-        for (step, (event, ids)) in steps.iter().enumerate() {
+        for step in 0..=events.len() {
+            let event = match step.checked_sub(1).map(|i| events[i]) {
+                None => "start".to_string(),
+                Some(event) => {
+                    let what = members
+                        .apply(event, &mut rng)
+                        .map_err(CompareError::Arguments)?;
+                    match event {
+                        Event::Join => "join".to_string(),
+                        Event::Leave(_) => what.split(' ').next().unwrap_or("leave").to_string(),
+                    }
+                }
+            };
+            let ids = members.ids();
             let owners = plan_owners(name, strategy, &queues, ids)?;
             let balance = metrics::balance(&owners, ids);
             let (moved, min_moves) = match &previous {
@@ -247,7 +377,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<Vec<Summary>, Comp
             let row = Row {
                 strategy: name.clone(),
                 step,
-                event: event.clone(),
+                event,
                 members: ids.len(),
                 spread: balance.spread,
                 max_over_mean: balance.max_over_mean,
@@ -268,16 +398,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> Result<Vec<Summary>, Comp
     } else {
         write_table(out, &rows, &summaries)?;
     }
-    if let Some(path) = &args.svg {
-        let title = format!(
-            "{} queues, {} members, events {}",
-            args.queues,
-            args.consumers,
-            args.events.as_deref().unwrap_or_default()
-        );
-        std::fs::write(path, svg::chart(&title, &rows, &summaries))?;
-    }
-    Ok(summaries)
+    Ok((rows, summaries))
 }
 
 fn write_table(out: &mut dyn Write, rows: &[Row], summaries: &[Summary]) -> std::io::Result<()> {

@@ -28,42 +28,57 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 pub use self::engine::{Config, Counts, EngineError, Outcome, simulate};
-use crate::args::parse_duration;
-use crate::table;
+use crate::{limits, table};
 
 /// The command's arguments.
+///
+/// Limits (checked before anything runs): at most 65,536 brokers × queues; latencies and the
+/// interval at most 1 hour; at most 10,000,000 messages, 100 retries and 100,000,000 attempts
+/// (messages × (retries + 1)).
 #[derive(Debug, clap::Args)]
 pub struct ProduceSimArgs {
-    /// Brokers, named `broker-0`, `broker-1`, ….
+    /// Brokers, named `broker-0`, `broker-1`, … (brokers × queues at most 65,536).
     #[arg(long, default_value_t = 4)]
     pub brokers: usize,
     /// Write queues per broker.
     #[arg(long, default_value_t = 4)]
     pub queues: i32,
-    /// A slow broker and its latency, `NAME:LATENCY_MS` (repeatable).
+    /// A slow broker and its latency, `NAME:LATENCY_MS` (repeatable; at most 3600000 ms).
     #[arg(long = "slow-broker", value_parser = parse_slow_broker)]
     pub slow_brokers: Vec<(String, Duration)>,
     /// A broker whose sends fail (repeatable).
     #[arg(long = "fail-broker")]
     pub fail_brokers: Vec<String>,
-    /// Messages to send, one after another.
-    #[arg(long, default_value_t = 1000)]
+    /// Messages to send, one after another (at most 10,000,000).
+    #[arg(long, default_value_t = 1000, value_parser = parse_messages)]
     pub messages: u64,
-    /// The latency of the other brokers.
-    #[arg(long, default_value = "5ms", value_parser = parse_duration)]
+    /// The latency of the other brokers (at most 1h).
+    #[arg(long, default_value = "5ms", value_parser = limits::duration_up_to(limits::MAX_PRODUCE_DELAY))]
     pub latency: Duration,
-    /// Retries after a failed attempt.
-    #[arg(long, default_value_t = 2)]
+    /// Retries after a failed attempt (at most 100).
+    #[arg(long, default_value_t = 2, value_parser = limits::count(0, limits::MAX_RETRIES))]
     pub retries: usize,
-    /// The pause between messages.
-    #[arg(long, default_value = "0ms", value_parser = parse_duration)]
+    /// The pause between messages (at most 1h).
+    #[arg(long, default_value = "0ms", value_parser = limits::duration_up_to(limits::MAX_PRODUCE_DELAY))]
     pub interval: Duration,
     /// JSON lines instead of tables.
     #[arg(long)]
     pub json: bool,
 }
 
-/// Parses `NAME:LATENCY_MS`.
+/// Parses `--messages`: at most [`MAX_MESSAGES`](limits::MAX_MESSAGES).
+fn parse_messages(text: &str) -> Result<u64, String> {
+    let n: u64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a whole number"))?;
+    if n > limits::MAX_MESSAGES {
+        return Err(format!("must be at most {}", limits::MAX_MESSAGES));
+    }
+    Ok(n)
+}
+
+/// Parses `NAME:LATENCY_MS` (at most one hour).
 pub fn parse_slow_broker(text: &str) -> Result<(String, Duration), String> {
     let (name, ms) = text
         .rsplit_once(':')
@@ -75,7 +90,14 @@ pub fn parse_slow_broker(text: &str) -> Result<(String, Duration), String> {
     if name.is_empty() {
         return Err(format!("`{text}` has no broker name"));
     }
-    Ok((name.to_string(), Duration::from_millis(ms)))
+    let latency = Duration::from_millis(ms);
+    if latency > limits::MAX_PRODUCE_DELAY {
+        return Err(format!(
+            "`{text}`: the latency must be at most {} ms",
+            limits::MAX_PRODUCE_DELAY.as_millis()
+        ));
+    }
+    Ok((name.to_string(), latency))
 }
 
 /// Why the command failed.
@@ -107,6 +129,33 @@ pub fn config(args: &ProduceSimArgs) -> Result<Config, ProduceSimError> {
     if args.brokers.saturating_mul(args.queues as usize) > MAX_QUEUES {
         return Err(bad(format!(
             "--brokers x --queues must be at most {MAX_QUEUES}"
+        )));
+    }
+    let delays = args.slow_brokers.iter().map(|(_, d)| d);
+    if [&args.latency, &args.interval]
+        .into_iter()
+        .chain(delays)
+        .any(|d| *d > limits::MAX_PRODUCE_DELAY)
+    {
+        return Err(bad(format!(
+            "--latency, --interval and --slow-broker latencies must be at most {:?}",
+            limits::MAX_PRODUCE_DELAY
+        )));
+    }
+    if args.messages > limits::MAX_MESSAGES || args.retries > limits::MAX_RETRIES {
+        return Err(bad(format!(
+            "at most {} --messages and {} --retries",
+            limits::MAX_MESSAGES,
+            limits::MAX_RETRIES
+        )));
+    }
+    let attempts = args.messages.saturating_mul(args.retries as u64 + 1);
+    if attempts > limits::MAX_ATTEMPTS {
+        return Err(bad(format!(
+            "--messages {} with --retries {} allows {attempts} send attempts; at most {}",
+            args.messages,
+            args.retries,
+            limits::MAX_ATTEMPTS
         )));
     }
     let known = |name: &str| {
@@ -375,6 +424,28 @@ mod tests {
         assert_eq!(c.latency_of("broker-3"), Duration::from_millis(700));
         assert_eq!(c.latency_of("broker-2"), Duration::from_millis(5));
         assert!(c.failing.contains("broker-0"));
+    }
+
+    #[test]
+    fn limits_allow_long_runs_and_refuse_endless_ones() {
+        let c = config(&args(&["--messages", "10000000", "--retries", "9"])).unwrap();
+        assert_eq!((c.messages, c.retries), (10_000_000, 9));
+        assert!(matches!(
+            config(&args(&["--messages", "10000000", "--retries", "10"])),
+            Err(ProduceSimError::Arguments(m)) if m.contains("110000000 send attempts")
+        ));
+        let c = config(&args(&[
+            "--latency",
+            "1h",
+            "--interval",
+            "3600s",
+            "--slow-broker",
+            "broker-1:3600000",
+        ]))
+        .unwrap();
+        assert_eq!(c.latency_of("broker-1"), Duration::from_secs(3600));
+        assert!(parse_slow_broker("broker-1:3600001").is_err());
+        assert!(parse_messages("10000001").is_err());
     }
 
     #[test]

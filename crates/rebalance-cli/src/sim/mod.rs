@@ -10,16 +10,23 @@ use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use rebalance_core::assignor::AssignorRegistry;
+use rebalance_core::route::MAX_QUEUES_PER_BROKER;
 use rebalance_core::strategy::StrategyRegistry;
 use rebalance_runtime::Allocation;
 use serde_json::{Value, json};
 
 pub use self::engine::{Config, Outcome, simulate};
 pub use self::report::{Summary, summarize};
-use crate::args::{parse_duration, parse_param};
-use crate::table;
+use self::scenario::{Action, Event};
+use crate::args::parse_param;
+use crate::{limits, table};
 
 /// The command's arguments.
+///
+/// Limits (checked before anything runs): at most 100,000 topics, 100,000 brokers per topic and
+/// 1,000,000 topics × brokers; at most 10,000,000 queues in all (topics × queues) and 65,536 per
+/// broker; at most 10,000 clients (the initial ones and those that join); a hash ring of at most
+/// 20,000,000 points (clients × virtual nodes); a duration of at most 7 days (168h).
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The allocation strategy.
@@ -29,26 +36,28 @@ pub struct SimulateArgs {
     /// `broadcast`) run leaderlessly, instead of the strategy.
     #[arg(long, conflicts_with = "strategy")]
     pub assignor: Option<String>,
-    /// A strategy parameter, `key=value` (repeatable).
+    /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is
+    /// ignored with a warning).
     #[arg(long = "param", value_parser = parse_param)]
     pub params: Vec<(String, Value)>,
-    /// Topics (`topic-0`, `topic-1`, …).
-    #[arg(long, default_value_t = 1)]
+    /// Topics (`topic-0`, `topic-1`, …), at most 100,000.
+    #[arg(long, default_value_t = 1, value_parser = limits::count(0, limits::MAX_SIM_TOPICS))]
     pub topics: usize,
-    /// Queues per topic.
+    /// Queues per topic (at most 10,000,000 over all topics, and 65,536 per broker).
     #[arg(long, default_value_t = 8)]
     pub queues: i32,
-    /// Brokers per topic, named `room{b mod 3}@broker-{b}`.
-    #[arg(long, default_value_t = 2)]
+    /// Brokers per topic, named `room{b mod 3}@broker-{b}`, from 1 to 100,000.
+    #[arg(long, default_value_t = 2, value_parser = limits::count(1, limits::MAX_SIM_BROKERS))]
     pub brokers: usize,
-    /// Clients at the start, numbered from 0.
-    #[arg(long, default_value_t = 3)]
+    /// Clients at the start, numbered from 0 (at most 10,000 with the ones that join).
+    #[arg(long, default_value_t = 3, value_parser = limits::count(0, limits::MAX_SIM_CLIENTS))]
     pub consumers: usize,
-    /// Scripted events: `join@5s,leave:2@10s,crash:3@15s,ns-down@20s,ns-up@40s`.
+    /// Scripted events: `join@5s,leave:2@10s,crash:3@15s,ns-down@20s,ns-up@40s` (none later
+    /// than --duration).
     #[arg(long, default_value = "")]
     pub events: String,
-    /// Simulated duration.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// Simulated duration, at most 168h (7 days).
+    #[arg(long, default_value = "60s", value_parser = limits::duration_up_to(limits::MAX_SIM_DURATION))]
     pub duration: Duration,
     /// Seeds the start-up jitter of the initial clients.
     #[arg(long, default_value_t = 0)]
@@ -72,8 +81,66 @@ pub enum SimulateError {
     Io(#[from] io::Error),
 }
 
+/// Checks the sizes the arguments ask for, before anything is built.
+fn check_sizes(args: &SimulateArgs, events: &[Event]) -> Result<(), SimulateError> {
+    let bad = |m: String| Err(SimulateError::Arguments(m));
+    if args.queues < 0 {
+        return bad("--queues must not be negative".into());
+    }
+    if args.brokers == 0 {
+        return bad("--brokers must be at least 1".into());
+    }
+    let queues = args.queues as usize;
+    if args.topics.saturating_mul(queues) > limits::MAX_QUEUES {
+        return bad(format!(
+            "--topics {} x --queues {queues} is more than {} queues in all",
+            args.topics,
+            limits::MAX_QUEUES
+        ));
+    }
+    let per_broker = queues.div_ceil(args.brokers);
+    if per_broker > MAX_QUEUES_PER_BROKER as usize {
+        return bad(format!(
+            "--queues {queues} over --brokers {} puts {per_broker} queues on a broker; a \
+             broker serves at most {MAX_QUEUES_PER_BROKER} (use more --brokers)",
+            args.brokers
+        ));
+    }
+    if args.topics.saturating_mul(args.brokers) > limits::MAX_SIM_ROUTE_ENTRIES {
+        return bad(format!(
+            "--topics {} x --brokers {} is more than {} route entries",
+            args.topics,
+            args.brokers,
+            limits::MAX_SIM_ROUTE_ENTRIES
+        ));
+    }
+    let joins = events.iter().filter(|e| e.action == Action::Join).count();
+    let clients = args.consumers.saturating_add(joins);
+    if clients > limits::MAX_SIM_CLIENTS {
+        return bad(format!(
+            "--consumers {} and {joins} join event(s) make {clients} clients; at most {}",
+            args.consumers,
+            limits::MAX_SIM_CLIENTS
+        ));
+    }
+    if args.assignor.is_none() {
+        let params = crate::args::params(&args.params);
+        limits::check_ring(&args.strategy, &params, clients).map_err(SimulateError::Arguments)?;
+    }
+    if let Some(late) = events.iter().find(|e| e.at > args.duration) {
+        return bad(format!(
+            "--events: {:?} at {:?} comes after the end of the simulation (--duration {:?}); \
+             it would never happen",
+            late.action, late.at, args.duration
+        ));
+    }
+    Ok(())
+}
+
 /// Builds the configuration from the arguments.
 pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
+    let events = scenario::parse_events(&args.events).map_err(SimulateError::Arguments)?;
+    check_sizes(args, &events)?;
     let params = crate::args::params(&args.params);
     let allocation = match &args.assignor {
         Some(name) => Allocation::Assignor(
@@ -87,21 +154,26 @@ pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
                 .map_err(|e| SimulateError::Arguments(e.to_string()))?,
         ),
     };
-    if args.queues < 0 {
-        return Err(SimulateError::Arguments(
-            "--queues must not be negative".into(),
-        ));
-    }
     Ok(Config {
         allocation,
         topics: args.topics,
         queues: args.queues,
         brokers: args.brokers,
         consumers: args.consumers,
-        events: scenario::parse_events(&args.events).map_err(SimulateError::Arguments)?,
+        events,
         duration: args.duration,
         seed: args.seed,
     })
+}
+
+/// What the arguments ask for that will be ignored: `--param` keys the strategy (or assignor)
+/// does not read.
+pub fn warnings(args: &SimulateArgs) -> Vec<String> {
+    let params = crate::args::params(&args.params);
+    match &args.assignor {
+        Some(name) => limits::unknown_param_warnings(name, true, &params),
+        None => limits::unknown_param_warnings(&args.strategy, false, &params),
+    }
 }
 
 /// Runs the command.
@@ -167,7 +239,7 @@ pub fn write_text(
         "{} topic(s) x {} queues on {} broker(s), {} consumer(s), allocation {}",
         config.topics,
         config.queues,
-        config.brokers.max(1),
+        config.brokers,
         config.consumers,
         config.allocation.name()
     )?;
@@ -211,4 +283,63 @@ pub fn write_text(
         summary.moves,
         summary.rounds
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Result<SimulateArgs, clap::Error> {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SimulateArgs,
+        }
+        Cli::try_parse_from([&["simulate"], extra].concat()).map(|c| c.args)
+    }
+
+    fn refusal(extra: &[&str]) -> String {
+        match config(&args(extra).unwrap()) {
+            Err(SimulateError::Arguments(m)) => m,
+            other => panic!("{extra:?}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn limits_allow_big_groups_and_refuse_just_above() {
+        // Far above the benchmark sizes: 10,000,000 queues, 2,000 clients on balanced_sticky.
+        let big = [
+            "--strategy",
+            "balanced_sticky",
+            "--topics",
+            "1000",
+            "--queues",
+            "10000",
+            "--brokers",
+            "1000",
+            "--consumers",
+            "2000",
+            "--duration",
+            "168h",
+            "--events",
+            "join@168h",
+        ];
+        let c = config(&args(&big).unwrap()).unwrap();
+        assert_eq!((c.topics, c.queues, c.consumers), (1000, 10000, 2000));
+        assert!(
+            refusal(&["--topics", "1001", "--queues", "10000", "--brokers", "1000"])
+                .contains("10000000 queues in all")
+        );
+        assert!(refusal(&["--topics", "11", "--brokers", "100000"]).contains("route entries"));
+        assert!(
+            refusal(&["--queues", "131073", "--brokers", "2"]).contains("65537 queues on a broker")
+        );
+        assert!(
+            refusal(&["--consumers", "10000", "--events", "join@1s"]).contains("10001 clients")
+        );
+        assert!(refusal(&["--queues=-1"]).contains("--queues must not be negative"));
+        assert!(args(&["--duration", "169h"]).is_err());
+        assert!(args(&["--brokers", "0"]).is_err());
+    }
 }

@@ -52,3 +52,28 @@ pub fn rebalance(args: &[&str], stdin: Option<&str>) -> Run {
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// What one run of the binary gave, as text.
+pub struct TextRun {
+    /// Its exit status (`None` when killed by a signal).
+    pub code: Option<i32>,
+    /// Its standard output.
+    pub stdout: String,
+    /// Its standard error.
+    pub stderr: String,
+}
+
+/// Runs `rebalance ARGS` with no standard input and returns its output as text (for commands
+/// whose output is not JSON, and for runs that must fail).
+pub fn rebalance_text(args: &[&str]) -> TextRun {
+    let output = Command::new(env!("CARGO_BIN_EXE_rebalance"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rebalance");
+    TextRun {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
