@@ -4,7 +4,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn queues(brokers: usize, per_broker: i32) -> Vec<MessageQueue> {
+pub(super) fn queues(brokers: usize, per_broker: i32) -> Vec<MessageQueue> {
     let mut v: Vec<MessageQueue> = (0..brokers)
         .flat_map(|b| {
             (0..per_broker).map(move |i| MessageQueue::new("T", format!("broker-{b}"), i))
@@ -14,18 +14,19 @@ fn queues(brokers: usize, per_broker: i32) -> Vec<MessageQueue> {
     v
 }
 
-fn members(ids: impl IntoIterator<Item = u32>) -> Vec<ClientId> {
-    let mut v: Vec<ClientId> = ids
-        .into_iter()
-        .map(|i| ClientId::from(format!("10.0.{}.{}@{}", i / 250, i % 250, 9000 + i)))
-        .collect();
+pub(super) fn member(i: u32) -> ClientId {
+    ClientId::from(format!("10.0.{}.{}@{}", i / 250, i % 250, 9000 + i))
+}
+
+pub(super) fn members(ids: impl IntoIterator<Item = u32>) -> Vec<ClientId> {
+    let mut v: Vec<ClientId> = ids.into_iter().map(member).collect();
     v.sort();
     v.dedup();
     v
 }
 
 /// queue -> owner, checking on the way that no queue has two owners.
-fn owners(plan: &Plan<'_>) -> HashMap<MessageQueue, ClientId> {
+pub(super) fn owners(plan: &Plan<'_>) -> HashMap<MessageQueue, ClientId> {
     let mut owner = HashMap::new();
     for (cid, share) in plan.iter() {
         for mq in share.iter() {
@@ -61,7 +62,10 @@ fn min_moves(before: &HashMap<MessageQueue, ClientId>, after: &[ClientId], total
             .sum::<usize>()
 }
 
-fn moved(a: &HashMap<MessageQueue, ClientId>, b: &HashMap<MessageQueue, ClientId>) -> usize {
+pub(super) fn moved(
+    a: &HashMap<MessageQueue, ClientId>,
+    b: &HashMap<MessageQueue, ClientId>,
+) -> usize {
     a.iter().filter(|(q, o)| b.get(*q) != Some(*o)).count()
 }
 

@@ -6,49 +6,13 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
+use super::tests::{member, members, moved, owners, queues};
 use super::*;
-
-fn queues(brokers: usize, per_broker: i32) -> Vec<MessageQueue> {
-    let mut v: Vec<MessageQueue> = (0..brokers)
-        .flat_map(|b| {
-            (0..per_broker).map(move |i| MessageQueue::new("T", format!("broker-{b}"), i))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-fn member(i: u32) -> ClientId {
-    ClientId::from(format!("10.0.{}.{}@{}", i / 250, i % 250, 9000 + i))
-}
-
-fn members(ids: impl IntoIterator<Item = u32>) -> Vec<ClientId> {
-    let mut v: Vec<ClientId> = ids.into_iter().map(member).collect();
-    v.sort();
-    v
-}
 
 /// A strategy whose weights come from a table (weight 1 for ids not in it).
 fn weighted(table: HashMap<ClientId, u32>) -> BalancedSticky {
     let table = Arc::new(table);
     BalancedSticky::default().with_weights(move |cid: &ClientId| *table.get(cid).unwrap_or(&1))
-}
-
-fn owners(plan: &Plan<'_>) -> HashMap<MessageQueue, ClientId> {
-    let mut owner = HashMap::new();
-    for (cid, share) in plan.iter() {
-        for mq in share.iter() {
-            assert!(
-                owner.insert(mq.clone(), cid.clone()).is_none(),
-                "{mq:?} twice"
-            );
-        }
-    }
-    owner
-}
-
-fn moved(a: &HashMap<MessageQueue, ClientId>, b: &HashMap<MessageQueue, ClientId>) -> usize {
-    a.iter().filter(|(q, o)| b.get(*q) != Some(*o)).count()
 }
 
 prop_compose! {
