@@ -6,31 +6,41 @@ use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use futures_util::FutureExt;
-use rebalance_core::MessageQueue;
 use tokio::time::Instant;
 
-use crate::listener::{ListenerError, QueueLease, QueueListener, RemovedQueue};
+use crate::listener::ListenerError;
 
 /// Callbacks slower than this are reported.
 const SLOW: Duration = Duration::from_secs(1);
 
-/// Awaits a listener callback; an error or a panic becomes `Err(description)` and a log event,
-/// never a failure of the calling task.
+/// Awaits a listener callback; an error, a panic, or not returning within `timeout`
+/// (`callback_timeout`: the callback's future is then dropped, cancelling it at its current
+/// `.await`) becomes `Err(description)` and a log event, never a failure of the calling task.
 pub(crate) async fn contained<F>(
     callback: &'static str,
     topic: &str,
+    timeout: Duration,
     future: F,
 ) -> Result<(), String>
 where
     F: Future<Output = Result<(), ListenerError>>,
 {
     let started = Instant::now();
-    let outcome = AssertUnwindSafe(future).catch_unwind().await;
+    let Ok(outcome) = tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await
+    else {
+        tracing::error!(
+            callback,
+            topic,
+            ?timeout,
+            "listener callback did not return within callback_timeout; cancelled it, the round goes on as if it had returned"
+        );
+        return Err(format!(
+            "{callback}({topic}) failed: did not return within {timeout:?} (callback_timeout); it was cancelled"
+        ));
+    };
     let elapsed = started.elapsed();
     if elapsed >= SLOW {
         tracing::warn!(
@@ -43,10 +53,7 @@ where
     match outcome {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
-            // A timeout was logged as an error where it happened.
-            if !e.is::<CallbackTimedOut>() {
-                tracing::warn!(callback, topic, error = %e, "listener callback failed");
-            }
+            tracing::warn!(callback, topic, error = %e, "listener callback failed");
             Err(format!("{callback}({topic}) failed: {e}"))
         }
         Err(panic) => {
@@ -86,105 +93,23 @@ pub(crate) fn allocation_contained<T, E: fmt::Display>(
     }
 }
 
-/// A listener callback that did not return within the callback timeout.
-#[derive(Debug, thiserror::Error)]
-#[error("did not return within {timeout:?} (callback_timeout); it was cancelled")]
-pub(crate) struct CallbackTimedOut {
-    timeout: Duration,
-}
-
-/// The application's listener, with every callback cut short after `timeout`: the callback's
-/// future is dropped, an error event is logged, and the call fails with [`CallbackTimedOut`],
-/// so the round goes on as if it had returned.
-pub(crate) struct TimeLimited {
-    inner: Arc<dyn QueueListener>,
-    timeout: Duration,
-}
-
-impl TimeLimited {
-    pub(crate) fn new(inner: Arc<dyn QueueListener>, timeout: Duration) -> Self {
-        Self { inner, timeout }
-    }
-
-    async fn call<F>(
-        &self,
-        callback: &'static str,
-        topic: &str,
-        future: F,
-    ) -> Result<(), ListenerError>
-    where
-        F: Future<Output = Result<(), ListenerError>>,
-    {
-        match tokio::time::timeout(self.timeout, future).await {
-            Ok(result) => result,
-            Err(_) => {
-                tracing::error!(
-                    callback,
-                    topic,
-                    timeout = ?self.timeout,
-                    "listener callback did not return within callback_timeout; cancelled it, the round goes on as if it had returned"
-                );
-                Err(Box::new(CallbackTimedOut {
-                    timeout: self.timeout,
-                }))
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl QueueListener for TimeLimited {
-    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
-        self.call(
-            "queues_added",
-            topic,
-            self.inner.queues_added(topic, queues),
-        )
-        .await
-    }
-
-    async fn queues_removed(
-        &self,
-        topic: &str,
-        queues: &[RemovedQueue],
-    ) -> Result<(), ListenerError> {
-        self.call(
-            "queues_removed",
-            topic,
-            self.inner.queues_removed(topic, queues),
-        )
-        .await
-    }
-
-    async fn message_queue_changed(
-        &self,
-        topic: &str,
-        all: &[MessageQueue],
-        mine: &[MessageQueue],
-    ) -> Result<(), ListenerError> {
-        self.call(
-            "message_queue_changed",
-            topic,
-            self.inner.message_queue_changed(topic, all, mine),
-        )
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
     use super::*;
 
+    const LONG: Duration = Duration::from_secs(10);
+
     #[tokio::test]
     async fn errors_and_panics_are_contained() {
-        assert_eq!(contained("cb", "T", async { Ok(()) }).await, Ok(()));
-        let err = contained("cb", "T", async { Err("boom".into()) })
+        assert_eq!(contained("cb", "T", LONG, async { Ok(()) }).await, Ok(()));
+        let err = contained("cb", "T", LONG, async { Err("boom".into()) })
             .await
             .unwrap_err();
         assert!(err.contains("boom"));
-        let err = contained("cb", "T", async { panic!("kaboom") })
+        let err = contained("cb", "T", LONG, async { panic!("kaboom") })
             .await
             .unwrap_err();
         assert!(err.contains("panicked: kaboom"), "{err}");
@@ -201,11 +126,6 @@ mod tests {
         assert_eq!(err, "mine panicked: bad 42");
     }
 
-    /// Hangs in every callback until dropped, and records that it was dropped.
-    struct Hangs {
-        dropped: Arc<AtomicBool>,
-    }
-
     struct SetOnDrop(Arc<AtomicBool>);
 
     impl Drop for SetOnDrop {
@@ -214,32 +134,19 @@ mod tests {
         }
     }
 
-    #[async_trait]
-    impl QueueListener for Hangs {
-        async fn queues_added(&self, _: &str, _: &[QueueLease]) -> Result<(), ListenerError> {
-            let _guard = SetOnDrop(self.dropped.clone());
-            std::future::pending().await
-        }
-
-        async fn queues_removed(&self, _: &str, _: &[RemovedQueue]) -> Result<(), ListenerError> {
-            Ok(())
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn a_hung_callback_is_dropped_after_the_timeout() {
         let dropped = Arc::new(AtomicBool::new(false));
-        let listener = TimeLimited::new(
-            Arc::new(Hangs {
-                dropped: dropped.clone(),
-            }),
-            Duration::from_secs(10),
-        );
+        let guard = SetOnDrop(dropped.clone());
+        let hangs = async move {
+            let _guard = guard;
+            std::future::pending::<Result<(), ListenerError>>().await
+        };
         let started = Instant::now();
-        let err = contained("queues_added", "T", listener.queues_added("T", &[]))
+        let err = contained("queues_added", "T", LONG, hangs)
             .await
             .unwrap_err();
-        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert_eq!(started.elapsed(), LONG);
         assert!(err.contains("did not return within 10s"), "{err}");
         assert!(
             dropped.load(Ordering::SeqCst),
@@ -247,9 +154,9 @@ mod tests {
         );
         // Quick callbacks pass through untouched.
         assert_eq!(
-            contained("queues_removed", "T", listener.queues_removed("T", &[])).await,
+            contained("queues_removed", "T", LONG, async { Ok(()) }).await,
             Ok(())
         );
-        assert_eq!(started.elapsed(), Duration::from_secs(10));
+        assert_eq!(started.elapsed(), LONG);
     }
 }

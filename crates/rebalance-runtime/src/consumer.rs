@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use crate::allocation::Allocation;
 use crate::assignment::{Assignment, RoundReport};
-use crate::callbacks::{TimeLimited, panic_message};
+use crate::callbacks::panic_message;
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, IntervalsError, MessageModel};
 use crate::context::{Context, uses_locks};
 use crate::directory::Registration;
@@ -360,7 +360,7 @@ impl ConsumerBuilder {
                 .ok_or(ConsumerError::Missing("a group directory"))?,
             offsets,
             locker,
-            listener: Arc::new(TimeLimited::new(listener, self.intervals.callback_timeout)),
+            listener,
         });
         let token = self
             .shutdown

@@ -264,6 +264,7 @@ impl Service {
                     let changed = contained(
                         "message_queue_changed",
                         topic,
+                        self.ctx.intervals.callback_timeout,
                         listener.message_queue_changed(topic, &all, &mine),
                     )
                     .await;
@@ -313,6 +314,7 @@ impl Service {
             let result = contained(
                 "queues_removed",
                 topic,
+                self.ctx.intervals.callback_timeout,
                 listener.queues_removed(topic, &announced),
             )
             .await;
@@ -473,8 +475,13 @@ impl Service {
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
             let listener = self.ctx.listener.clone();
-            let result =
-                contained("queues_added", topic, listener.queues_added(topic, &leases)).await;
+            let result = contained(
+                "queues_added",
+                topic,
+                self.ctx.intervals.callback_timeout,
+                listener.queues_added(topic, &leases),
+            )
+            .await;
             self.note_callback(result);
             report
                 .added
