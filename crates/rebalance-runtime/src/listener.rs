@@ -3,7 +3,6 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
@@ -69,43 +68,41 @@ pub(crate) struct LeaseState {
     /// The next offset to consume as the application reported it; -1 when it reported nothing.
     pub(crate) committed: AtomicI64,
     pub(crate) consume_lock: Arc<Mutex<()>>,
-    /// Ordered consumption and exclusive hand-off: when the broker lock was last granted.
-    last_locked: std::sync::Mutex<Option<Instant>>,
-    /// How long a granted lock is trusted without renewal.
-    lock_lifetime: Duration,
+    /// Ordered consumption and exclusive hand-off: until when the broker lock is trusted (its
+    /// last grant plus `lock_lifetime`); `None` when the queue is not locked.
+    lock_valid_until: std::sync::Mutex<Option<Instant>>,
 }
 
 impl LeaseState {
-    pub(crate) fn new(locked_at: Option<Instant>, lock_lifetime: Duration) -> Self {
+    pub(crate) fn new(lock_valid_until: Option<Instant>) -> Self {
         Self {
             dropped: AtomicBool::new(false),
             committed: AtomicI64::new(-1),
             consume_lock: Arc::new(Mutex::new(())),
-            last_locked: std::sync::Mutex::new(locked_at),
-            lock_lifetime,
+            lock_valid_until: std::sync::Mutex::new(lock_valid_until),
         }
     }
 
-    /// When the broker lock was last granted (`None`: the queue is not locked).
-    pub(crate) fn last_locked(&self) -> Option<Instant> {
+    /// Until when the broker lock is trusted (`None`: the queue is not locked).
+    pub(crate) fn lock_valid_until(&self) -> Option<Instant> {
         *self
-            .last_locked
+            .lock_valid_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn set_last_locked(&self, at: Instant) {
+    /// Records a granted lock, trusted until `until`.
+    pub(crate) fn set_lock_valid_until(&self, until: Instant) {
         *self
-            .last_locked
+            .lock_valid_until
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(at);
+            .unwrap_or_else(PoisonError::into_inner) = Some(until);
     }
 
-    /// Whether the queue is locked and its lock is older than its lifetime: it may belong to
-    /// someone else by now.
+    /// Whether the queue is locked and its lock is no longer trusted: it may belong to someone
+    /// else by now.
     pub(crate) fn lock_expired(&self, now: Instant) -> bool {
-        self.last_locked()
-            .is_some_and(|at| now.duration_since(at) >= self.lock_lifetime)
+        self.lock_valid_until().is_some_and(|until| now >= until)
     }
 
     pub(crate) fn committed(&self) -> Option<i64> {

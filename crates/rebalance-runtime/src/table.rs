@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use tokio::time::Instant;
@@ -35,15 +34,15 @@ impl ProcessQueue {
         self.release.is_none()
     }
 
-    /// Ordered consumption and exclusive hand-off: when the broker lock was last granted
+    /// Ordered consumption and exclusive hand-off: until when the broker lock is trusted
     /// (shared with the lease, whose consume guard checks it).
-    pub(crate) fn last_locked(&self) -> Option<Instant> {
-        self.state.last_locked()
+    pub(crate) fn lock_valid_until(&self) -> Option<Instant> {
+        self.state.lock_valid_until()
     }
 
-    /// Records a granted lock.
-    pub(crate) fn set_last_locked(&self, at: Instant) {
-        self.state.set_last_locked(at);
+    /// Records a granted lock, trusted until `until`.
+    pub(crate) fn set_lock_valid_until(&self, until: Instant) {
+        self.state.set_lock_valid_until(until);
     }
 
     /// The offset to persist, if the application reported one the store does not have yet.
@@ -63,17 +62,16 @@ pub(crate) struct ProcessQueueTable {
 }
 
 impl ProcessQueueTable {
-    /// Inserts a newly added queue and returns its lease. `locked_at`: when its broker lock was
-    /// granted (trusted for `lock_lifetime` without renewal), if it is locked.
+    /// Inserts a newly added queue and returns its lease. `lock_valid_until`: until when its
+    /// broker lock is trusted without renewal, if it is locked.
     pub(crate) fn insert(
         &mut self,
         queue: MessageQueue,
         start: StartPosition,
         parent: &CancellationToken,
-        locked_at: Option<Instant>,
-        lock_lifetime: Duration,
+        lock_valid_until: Option<Instant>,
     ) -> QueueLease {
-        let state = Arc::new(LeaseState::new(locked_at, lock_lifetime));
+        let state = Arc::new(LeaseState::new(lock_valid_until));
         let token = parent.child_token();
         let lease = QueueLease::new(queue.clone(), start, token.clone(), state.clone());
         self.changed = true;
@@ -127,10 +125,6 @@ impl ProcessQueueTable {
     /// Every entry, held or being released.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&MessageQueue, &ProcessQueue)> {
         self.topics.values().flatten()
-    }
-
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&MessageQueue, &mut ProcessQueue)> {
-        self.topics.values_mut().flatten()
     }
 
     /// Entries of `topic` (held or being released), in no particular order.
@@ -190,13 +184,7 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(
-            q.clone(),
-            StartPosition::Offset(5),
-            &root,
-            None,
-            Duration::from_secs(30),
-        );
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
         assert!(!lease.is_cancelled());
         assert_eq!(table.held()["T"], vec![q.clone()]);
         assert!(table.start_release(&q, Instant::now()));
@@ -212,13 +200,7 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(
-            q.clone(),
-            StartPosition::Offset(5),
-            &root,
-            None,
-            Duration::from_secs(30),
-        );
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
         lease.commit(9);
         lease.commit(7);

@@ -42,9 +42,9 @@ impl Service {
         };
         let granted: HashSet<&MessageQueue> = outcome.granted.iter().collect();
         let unanswered: HashSet<&MessageQueue> = outcome.unanswered.iter().collect();
-        for (q, pq) in self.table.iter_mut() {
-            if granted.contains(q) {
-                pq.set_last_locked(now);
+        for q in &outcome.granted {
+            if let Some(pq) = self.table.get(q) {
+                pq.set_lock_valid_until(now + lifetime);
             }
         }
         // A refused queue (or one the locker did not mention) belongs to someone else now. No
@@ -64,8 +64,8 @@ impl Service {
             let fresh = self
                 .table
                 .get(&q)
-                .and_then(|pq| pq.last_locked())
-                .is_some_and(|at| now.duration_since(at) < lifetime);
+                .and_then(|pq| pq.lock_valid_until())
+                .is_some_and(|until| now < until);
             if fresh {
                 trusted.push(q);
             } else {

@@ -357,9 +357,8 @@ impl Service {
             if let Some(offset) = pq.unpersisted_offset() {
                 // Retrying is safe only while our lock keeps the next owner off the queue.
                 let retry_until = pq
-                    .last_locked()
+                    .lock_valid_until()
                     .filter(|_| locks.is_some())
-                    .map(|at| at + self.ctx.intervals.lock_lifetime)
                     .filter(|&until| Instant::now() < until);
                 match self.ctx.offsets.persist(&group, &queue, offset).await {
                     Ok(()) => {
@@ -408,7 +407,7 @@ impl Service {
         }
         let wanted = queues.len();
         let group = self.ctx.group.clone();
-        let mut locked_at = None;
+        let mut lock_valid_until = None;
         if let Some(locker) = self.ctx.locks().cloned() {
             let outcome = match locker.lock(&group, &self.ctx.client_id, &queues).await {
                 Ok(outcome) => outcome,
@@ -433,7 +432,7 @@ impl Service {
                 self.lock_retry_at =
                     Some(self.lock_retry_at.map_or(retry_at, |at| at.min(retry_at)));
             }
-            locked_at = Some(Instant::now());
+            lock_valid_until = Some(Instant::now() + self.ctx.intervals.lock_lifetime);
         }
         let mut leases = Vec::with_capacity(queues.len());
         for queue in queues {
@@ -464,13 +463,10 @@ impl Service {
                     }
                 },
             };
-            leases.push(self.table.insert(
-                queue,
-                start,
-                &self.queues_token,
-                locked_at,
-                self.ctx.intervals.lock_lifetime,
-            ));
+            leases.push(
+                self.table
+                    .insert(queue, start, &self.queues_token, lock_valid_until),
+            );
         }
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
