@@ -140,14 +140,12 @@ impl GroupDirectory for BrokerClient {
     /// The broker lists the whole **group**, not the consumers of `topic` (see the module
     /// documentation): every member of a group must subscribe to the same topics.
     async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
-        if self
-            .inner
-            .member_lists_asked
-            .insert((group.to_string(), topic.to_string()))
+        // Once per group, without allocating on later rounds.
+        if !self.inner.member_lists_asked.contains(group)
+            && self.inner.member_lists_asked.insert(group.to_string())
         {
-            tracing::warn!(
+            tracing::info!(
                 group,
-                topic,
                 "RocketMQ lists a group's members per group, not per topic: every member of the group must subscribe to the same topics, or queues go to members that do not consume them"
             );
         }

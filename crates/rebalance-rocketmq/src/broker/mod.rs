@@ -24,8 +24,8 @@ struct Inner {
     name_server: NameServerClient,
     /// Subscription versions and heartbeated brokers of every registration sent.
     registrations: Registrations,
-    /// The (group, topic) pairs whose member lists were asked for, each warned about once.
-    member_lists_asked: DashSet<(String, String)>,
+    /// The groups whose member lists were asked for, each told about once.
+    member_lists_asked: DashSet<String>,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
