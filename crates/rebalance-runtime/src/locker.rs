@@ -1,4 +1,4 @@
-//! [`QueueLocker`]: exclusive locks for ordered consumption.
+//! [`QueueLocker`]: exclusive broker locks, for ordered consumption and exclusive hand-off.
 
 use std::collections::HashSet;
 

@@ -1,4 +1,4 @@
-//! Lock renewal of held ordered queues.
+//! Lock renewal of held locked queues (ordered consumption, or exclusive hand-off).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -12,7 +12,7 @@ use crate::locker::LockOutcome;
 use crate::wake::WakeReasons;
 
 impl Service {
-    /// Renews the locks of held ordered queues; a queue whose lock is gone, or not renewed for
+    /// Renews the locks of held locked queues; a queue whose lock is gone, or not renewed for
     /// `lock_lifetime`, is released as lost (and taken again when its lock comes back).
     pub(super) async fn renew_locks(&mut self) {
         let Some(locker) = self.ctx.locks().cloned() else {

@@ -56,7 +56,7 @@ pub(crate) struct Service {
     /// Final offsets the store refused (locked queues only), retried with every persistence
     /// tick until their lock may have passed to someone else.
     pending_offsets: HashMap<MessageQueue, PendingOffset>,
-    /// When a refused lock is tried again (`lock_retry` after the refusal).
+    /// When a lock that was refused or not answered is tried again (`lock_retry` later).
     lock_retry_at: Option<Instant>,
     /// Per topic, since when the directory answers without this client.
     missing_since: HashMap<String, Instant>,
