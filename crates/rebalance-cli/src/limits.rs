@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use rebalance_core::strategy::Params;
+use rebalance_core::strategy::{BalancedSticky, ConsistentHash, Params};
 use serde_json::Value;
 
 /// Queues of one topic (`bench`, `compare`), of a whole simulation (`simulate`: topics ×
@@ -124,8 +124,13 @@ pub fn ring_points_per_member(name: &str, params: &Params) -> Option<usize> {
         }
     };
     match name {
-        "consistent_hash" | "CONSISTENT_HASH" => Some(integer("virtual_node_count")?.unwrap_or(10)),
-        "balanced_sticky" => Some(integer("virtual_nodes")?.unwrap_or(128)),
+        "consistent_hash" | "CONSISTENT_HASH" => Some(
+            integer("virtual_node_count")?
+                .unwrap_or(ConsistentHash::DEFAULT_VIRTUAL_NODES as usize),
+        ),
+        "balanced_sticky" => {
+            Some(integer("virtual_nodes")?.unwrap_or(BalancedSticky::DEFAULT_VIRTUAL_NODES))
+        }
         "machine_room_nearby" | "designated" => {
             let inner = match params.get("inner_strategy") {
                 None | Some(Value::Null) => "averagely",

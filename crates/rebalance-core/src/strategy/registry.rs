@@ -208,20 +208,26 @@ fn param_error(strategy: &str, key: &str, problem: impl Into<String>) -> Strateg
     }
 }
 
+/// An integer given as a JSON number or a numeric string.
+fn int_value(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
 /// An optional integer parameter, as a JSON number or a numeric string.
 fn integer(p: &Params, strategy: &str, key: &str) -> Result<Option<i64>, StrategyConfigError> {
     match p.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .map(Some)
-            .ok_or_else(|| param_error(strategy, key, "must be an integer")),
-        Some(Value::String(s)) => s
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| param_error(strategy, key, format!("must be an integer, not `{s}`"))),
-        Some(_) => Err(param_error(strategy, key, "must be an integer")),
+        Some(v) => int_value(v).map(Some).ok_or_else(|| {
+            let problem = match v {
+                Value::String(s) => format!("must be an integer, not `{s}`"),
+                _ => "must be an integer".to_string(),
+            };
+            param_error(strategy, key, problem)
+        }),
     }
 }
 
@@ -261,19 +267,23 @@ fn weight(w: i64) -> Option<u32> {
 fn weight_table(p: &Params) -> Result<Option<BTreeMap<ClientId, u32>>, StrategyConfigError> {
     const S: &str = "balanced_sticky";
     let bad = |problem: String| param_error(S, "weights", problem);
-    let entries: Vec<(String, Value)> = match p.get("weights") {
+    let entries: Vec<(&str, Option<i64>, String)> = match p.get("weights") {
         None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(o)) => o.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        Some(Value::Object(o)) => o
+            .iter()
+            .map(|(id, v)| (id.as_str(), int_value(v), v.to_string()))
+            .collect(),
         Some(Value::String(text)) => text
             .split(',')
             .map(str::trim)
             .filter(|e| !e.is_empty())
             .map(|e| {
-                e.rsplit_once(':')
-                    .map(|(id, w)| (id.trim().to_string(), Value::String(w.trim().to_string())))
-                    .ok_or_else(|| bad(format!("`{e}` is not `id:weight`")))
+                let (id, w) = e
+                    .rsplit_once(':')
+                    .ok_or_else(|| bad(format!("`{e}` is not `id:weight`")))?;
+                Ok((id.trim(), w.trim().parse().ok(), w.trim().to_string()))
             })
-            .collect::<Result<_, _>>()?,
+            .collect::<Result<_, StrategyConfigError>>()?,
         Some(_) => {
             return Err(bad(
                 "must be an object {\"id\": weight} or a string \"id:weight,...\"".into(),
@@ -281,14 +291,10 @@ fn weight_table(p: &Params) -> Result<Option<BTreeMap<ClientId, u32>>, StrategyC
         }
     };
     let mut table = BTreeMap::new();
-    for (id, value) in entries {
-        let w = match &value {
-            Value::Number(n) => n.as_i64(),
-            Value::String(s) => s.parse().ok(),
-            _ => None,
-        }
-        .and_then(weight)
-        .ok_or_else(|| bad(format!("the weight of `{id}` ({value}) {WEIGHT_RANGE}")))?;
+    for (id, w, text) in entries {
+        let w = w
+            .and_then(weight)
+            .ok_or_else(|| bad(format!("the weight of `{id}` ({text}) {WEIGHT_RANGE}")))?;
         if id.is_empty() {
             return Err(bad("has an empty id".into()));
         }

@@ -171,11 +171,6 @@ impl BalancedSticky {
         self
     }
 
-    /// Whether shares follow weights ([`with_weights`](Self::with_weights)).
-    pub fn is_weighted(&self) -> bool {
-        self.weight.is_some()
-    }
-
     /// The members' weights, or `None` when they all weigh the same.
     fn weights(&self, members: &[ClientId]) -> Option<Vec<u32>> {
         let weight = self.weight.as_ref()?;
