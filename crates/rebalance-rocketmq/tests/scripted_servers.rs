@@ -269,9 +269,7 @@ async fn unregistering_reaches_every_broker_heartbeated() {
     let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
 
     brokers.register(&registration(&["T", "U"])).await.unwrap();
-    // U dropped at run time: only broker-a is heartbeated now.
-    brokers.register(&registration(&["T"])).await.unwrap();
-    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 2);
+    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 1);
     assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
 
     // No subscription left: both brokers are still told.
@@ -285,6 +283,63 @@ async fn unregistering_reaches_every_broker_heartbeated() {
     // Once unregistered, there is nothing left to tell.
     brokers.unregister(&registration(&[])).await.unwrap();
     assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 1);
+    assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}
+
+#[tokio::test]
+async fn the_broker_of_a_dropped_topic_is_told_with_the_next_heartbeat() {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    // U dropped at run time: broker-a is heartbeated with T only, and broker-b, which serves
+    // nothing subscribed any more, is told to forget the client at once.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    let beats = codes(&a_log, request_code::HEART_BEAT);
+    assert_eq!(beats.len(), 2);
+    let topics: Vec<String> = sub_versions(&beats[1])
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(topics, ["T"], "the heartbeat no longer lists U");
+    assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
+    let told = codes(&b_log, request_code::UNREGISTER_CLIENT);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].ext("clientID"), Some("c1"));
+    assert_eq!(told[0].ext("consumerGroup"), Some("G"));
+    assert!(codes(&a_log, request_code::UNREGISTER_CLIENT).is_empty());
+
+    // Told once: later heartbeats and the final unregistration leave broker-b alone.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    brokers.unregister(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
+    assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}
+
+#[tokio::test]
+async fn a_subscribed_topic_without_a_route_keeps_its_broker_registered() {
+    let (a, _a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let u_exists = Arc::new(AtomicBool::new(true));
+    let namesrv = name_server_for(&a, &b, u_exists.clone()).await;
+    let name_server = NameServerClient::from_addresses(&namesrv).unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    // U still subscribed, but its route cannot be had: broker-b is not heartbeated, and not
+    // told to forget the client either (its route may come back).
+    u_exists.store(false, Ordering::SeqCst);
+    assert!(name_server.topic_route("U").await.is_err());
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
+    assert!(codes(&b_log, request_code::UNREGISTER_CLIENT).is_empty());
+    // The final unregistration still reaches it.
+    brokers
+        .unregister(&registration(&["T", "U"]))
+        .await
+        .unwrap();
     assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
 }
 

@@ -124,6 +124,28 @@ impl Registrations {
         })
     }
 
+    /// The brokers heartbeated for `registration` that are not among `serving` (the brokers of
+    /// its topics now): those of topics dropped since.
+    pub(crate) fn left(
+        &self,
+        registration: &Registration,
+        serving: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        self.with(|state| match state.records.get(&key(registration)) {
+            Some(record) => record.heartbeated.difference(serving).cloned().collect(),
+            None => BTreeSet::new(),
+        })
+    }
+
+    /// Forgets `brokers`, which accepted the unregistration of `registration`'s client.
+    pub(crate) fn unregistered(&self, registration: &Registration, brokers: &BTreeSet<String>) {
+        self.with(|state| {
+            if let Some(record) = state.records.get_mut(&key(registration)) {
+                record.heartbeated.retain(|b| !brokers.contains(b));
+            }
+        })
+    }
+
     /// Takes the brokers heartbeated for `registration` (to unregister at) and forgets its
     /// subscriptions: registering again afterwards is a new subscription.
     pub(crate) fn take_heartbeated(&self, registration: &Registration) -> BTreeSet<String> {
@@ -188,6 +210,31 @@ mod tests {
         let other = book.sub_versions(&registration("H", &["T"]));
         assert!(other[0] > again[0]);
         assert_eq!(book.sub_versions(&registration("G", &["T", "U"])), again);
+    }
+
+    #[test]
+    fn brokers_left_are_those_heartbeated_and_no_longer_serving() {
+        let book = Registrations::default();
+        let set =
+            |addrs: &[&str]| -> BTreeSet<String> { addrs.iter().map(|a| a.to_string()).collect() };
+        let g = registration("G", &["T", "U"]);
+        assert_eq!(
+            book.left(&g, &set(&[])),
+            set(&[]),
+            "nothing heartbeated yet"
+        );
+        book.heartbeating(&g, &set(&["a:1", "b:1"]));
+        book.heartbeating(&registration("H", &["U"]), &set(&["b:1"]));
+        let t_only = registration("G", &["T"]);
+        assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&["b:1"]));
+        book.unregistered(&t_only, &set(&["b:1"]));
+        assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&[]), "told once");
+        assert_eq!(book.take_heartbeated(&t_only), set(&["a:1"]));
+        // Another group's registration at the same broker is its own.
+        assert_eq!(
+            book.take_heartbeated(&registration("H", &[])),
+            set(&["b:1"])
+        );
     }
 
     #[test]
