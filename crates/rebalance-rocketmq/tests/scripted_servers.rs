@@ -234,6 +234,17 @@ async fn name_server_for(a: &str, b: &str, u_exists: Arc<AtomicBool>) -> String 
     addr
 }
 
+/// Two recording brokers (broker-a serving T, broker-b serving U while `u_exists` holds), their
+/// name server and a broker client, with the brokers' logs.
+async fn two_brokers(u_exists: Arc<AtomicBool>) -> (BrokerClient, NameServerClient, Log, Log) {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let namesrv = name_server_for(&a, &b, u_exists).await;
+    let name_server = NameServerClient::from_addresses(&namesrv).unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+    (brokers, name_server, a_log, b_log)
+}
+
 fn registration(topics: &[&str]) -> rebalance_runtime::Registration {
     rebalance_runtime::Registration {
         client_id: "c1".into(),
@@ -263,10 +274,7 @@ fn sub_versions(heartbeat: &RemotingCommand) -> Vec<(String, i64)> {
 
 #[tokio::test]
 async fn unregistering_reaches_every_broker_heartbeated() {
-    let (a, a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
-    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
-    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
 
     brokers.register(&registration(&["T", "U"])).await.unwrap();
     assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 1);
@@ -288,10 +296,7 @@ async fn unregistering_reaches_every_broker_heartbeated() {
 
 #[tokio::test]
 async fn the_broker_of_a_dropped_topic_is_told_with_the_next_heartbeat() {
-    let (a, a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
-    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
-    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
 
     brokers.register(&registration(&["T", "U"])).await.unwrap();
     // U dropped at run time: broker-a is heartbeated with T only, and broker-b, which serves
@@ -320,12 +325,8 @@ async fn the_broker_of_a_dropped_topic_is_told_with_the_next_heartbeat() {
 
 #[tokio::test]
 async fn a_subscribed_topic_without_a_route_keeps_its_broker_registered() {
-    let (a, _a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
     let u_exists = Arc::new(AtomicBool::new(true));
-    let namesrv = name_server_for(&a, &b, u_exists.clone()).await;
-    let name_server = NameServerClient::from_addresses(&namesrv).unwrap();
-    let brokers = BrokerClient::new(name_server.clone());
+    let (brokers, name_server, _, b_log) = two_brokers(u_exists.clone()).await;
 
     brokers.register(&registration(&["T", "U"])).await.unwrap();
     // U still subscribed, but its route cannot be had: broker-b is not heartbeated, and not
@@ -345,10 +346,7 @@ async fn a_subscribed_topic_without_a_route_keeps_its_broker_registered() {
 
 #[tokio::test]
 async fn each_subscription_carries_the_version_of_when_it_was_made() {
-    let (a, a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
-    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
-    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
 
     brokers.register(&registration(&["T"])).await.unwrap();
     brokers.register(&registration(&["T"])).await.unwrap();

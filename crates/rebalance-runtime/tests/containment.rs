@@ -440,37 +440,32 @@ async fn a_panic_in_route_sync_stops_the_consumer_cleanly_and_is_reported() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_panic_in_the_first_route_poll_fails_start_with_a_typed_error() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 4);
-    let (builder, panicky, recorder) = panicky_consumer(&cluster);
-    panicky.name_server.store(true, Ordering::SeqCst);
-    match builder.start().await {
-        Err(ConsumerError::TaskPanicked { task, message }) => {
-            assert_eq!(task, "route sync", "as when a later poll panics");
-            assert_eq!(message, "injected name server panic");
+async fn a_panic_in_the_first_route_poll_or_heartbeat_fails_start_with_a_typed_error() {
+    // The tasks named as when a later poll or heartbeat panics.
+    for (part, task) in [("name server", "route sync"), ("heartbeat", "heartbeat")] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 4);
+        let (builder, panicky, recorder) = panicky_consumer(&cluster);
+        let flag = match part {
+            "name server" => &panicky.name_server,
+            _ => &panicky.heartbeat,
+        };
+        flag.store(true, Ordering::SeqCst);
+        match builder.start().await {
+            Err(ConsumerError::TaskPanicked {
+                task: panicked,
+                message,
+            }) => {
+                assert_eq!(panicked, task);
+                assert_eq!(message, format!("injected {part} panic"));
+            }
+            other => panic!("{part}: expected TaskPanicked, got {other:?}"),
         }
-        other => panic!("expected TaskPanicked, got {other:?}"),
+        settle(Duration::from_secs(60)).await;
+        assert!(
+            cluster.members(GROUP).is_empty(),
+            "{part}: never registered"
+        );
+        assert!(recorder.added().is_empty(), "{part}: nothing taken");
     }
-    settle(Duration::from_secs(60)).await;
-    assert!(cluster.members(GROUP).is_empty(), "never registered");
-    assert!(recorder.added().is_empty(), "nothing taken");
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_panic_in_the_first_heartbeat_fails_start_with_a_typed_error() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 4);
-    let (builder, panicky, recorder) = panicky_consumer(&cluster);
-    panicky.heartbeat.store(true, Ordering::SeqCst);
-    match builder.start().await {
-        Err(ConsumerError::TaskPanicked { task, message }) => {
-            assert_eq!(task, "heartbeat", "as when a later heartbeat panics");
-            assert_eq!(message, "injected heartbeat panic");
-        }
-        other => panic!("expected TaskPanicked, got {other:?}"),
-    }
-    settle(Duration::from_secs(60)).await;
-    assert!(cluster.members(GROUP).is_empty());
-    assert!(recorder.added().is_empty());
 }

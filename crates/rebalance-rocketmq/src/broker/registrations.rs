@@ -187,6 +187,10 @@ mod tests {
         }
     }
 
+    fn set(addrs: &[&str]) -> BTreeSet<String> {
+        addrs.iter().map(|a| a.to_string()).collect()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn each_topic_keeps_the_version_of_its_subscription() {
         let book = Registrations::default();
@@ -215,8 +219,6 @@ mod tests {
     #[test]
     fn brokers_left_are_those_heartbeated_and_no_longer_serving() {
         let book = Registrations::default();
-        let set =
-            |addrs: &[&str]| -> BTreeSet<String> { addrs.iter().map(|a| a.to_string()).collect() };
         let g = registration("G", &["T", "U"]);
         assert_eq!(
             book.left(&g, &set(&[])),
@@ -240,8 +242,6 @@ mod tests {
     #[test]
     fn heartbeated_brokers_are_remembered_until_unregistered() {
         let book = Registrations::default();
-        let set =
-            |addrs: &[&str]| -> BTreeSet<String> { addrs.iter().map(|a| a.to_string()).collect() };
         let g = registration("G", &["T", "U"]);
         book.heartbeating(&g, &set(&["a:1", "b:1"]));
         // U dropped, and now every topic: the brokers heartbeated before are still known.
