@@ -403,35 +403,38 @@ fn skip(shared: &Shared, frame: UnsupportedFrame) {
     if routing.is_oneway() {
         return;
     }
-    let response = RemotingCommand::response(
-        response_code::REQUEST_CODE_NOT_SUPPORTED,
-        opaque,
-        Some(format!(
-            "header serialization type {serialize_type} not supported; send JSON (0)"
-        )),
-    );
-    if let Err(e) = shared.outbound.try_send(response) {
-        tracing::warn!(addr = %shared.addr, code, error = %e, "cannot answer server request");
-    }
+    let remark = format!("header serialization type {serialize_type} not supported; send JSON (0)");
+    answer(shared, code, not_supported(opaque, remark));
 }
 
 fn serve(shared: &Shared, handler: &dyn ServerRequestHandler, request: RemotingCommand) {
     tracing::debug!(addr = %shared.addr, code = request.code, oneway = request.is_oneway(), "request from server");
-    let answer = handler.handle(&shared.addr, &request);
+    let handled = handler.handle(&shared.addr, &request);
     if request.is_oneway() {
         return;
     }
-    let mut response = answer.unwrap_or_else(|| {
-        RemotingCommand::response(
-            response_code::REQUEST_CODE_NOT_SUPPORTED,
-            request.opaque,
-            Some(format!("request code {} not supported", request.code)),
-        )
+    let mut response = handled.unwrap_or_else(|| {
+        let remark = format!("request code {} not supported", request.code);
+        not_supported(request.opaque, remark)
     });
     response.opaque = request.opaque;
     response.flag = (response.flag | FLAG_RESPONSE) & !FLAG_ONEWAY;
+    answer(shared, request.code, response);
+}
+
+/// The answer "request code not supported" to the server request `opaque`.
+fn not_supported(opaque: i32, remark: String) -> RemotingCommand {
+    RemotingCommand::response(
+        response_code::REQUEST_CODE_NOT_SUPPORTED,
+        opaque,
+        Some(remark),
+    )
+}
+
+/// Queues the answer to a server request (of `code`) without waiting: the reader must not block.
+fn answer(shared: &Shared, code: i32, response: RemotingCommand) {
     if let Err(e) = shared.outbound.try_send(response) {
-        tracing::warn!(addr = %shared.addr, code = request.code, error = %e, "cannot answer server request");
+        tracing::warn!(addr = %shared.addr, code, error = %e, "cannot answer server request");
     }
 }
 

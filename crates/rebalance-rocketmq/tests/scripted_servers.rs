@@ -234,6 +234,17 @@ async fn name_server_for(a: &str, b: &str, u_exists: Arc<AtomicBool>) -> String 
     addr
 }
 
+/// Two recording brokers (broker-a serving T, broker-b serving U while `u_exists` holds), their
+/// name server and a broker client, with the brokers' logs.
+async fn two_brokers(u_exists: Arc<AtomicBool>) -> (BrokerClient, NameServerClient, Log, Log) {
+    let (a, a_log) = recording_broker().await;
+    let (b, b_log) = recording_broker().await;
+    let namesrv = name_server_for(&a, &b, u_exists).await;
+    let name_server = NameServerClient::from_addresses(&namesrv).unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+    (brokers, name_server, a_log, b_log)
+}
+
 fn registration(topics: &[&str]) -> rebalance_runtime::Registration {
     rebalance_runtime::Registration {
         client_id: "c1".into(),
@@ -263,15 +274,10 @@ fn sub_versions(heartbeat: &RemotingCommand) -> Vec<(String, i64)> {
 
 #[tokio::test]
 async fn unregistering_reaches_every_broker_heartbeated() {
-    let (a, a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
-    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
-    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
 
     brokers.register(&registration(&["T", "U"])).await.unwrap();
-    // U dropped at run time: only broker-a is heartbeated now.
-    brokers.register(&registration(&["T"])).await.unwrap();
-    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 2);
+    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 1);
     assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
 
     // No subscription left: both brokers are still told.
@@ -289,11 +295,58 @@ async fn unregistering_reaches_every_broker_heartbeated() {
 }
 
 #[tokio::test]
+async fn the_broker_of_a_dropped_topic_is_told_with_the_next_heartbeat() {
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
+
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    // U dropped at run time: broker-a is heartbeated with T only, and broker-b, which serves
+    // nothing subscribed any more, is told to forget the client at once.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    let beats = codes(&a_log, request_code::HEART_BEAT);
+    assert_eq!(beats.len(), 2);
+    let topics: Vec<String> = sub_versions(&beats[1])
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(topics, ["T"], "the heartbeat no longer lists U");
+    assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
+    let told = codes(&b_log, request_code::UNREGISTER_CLIENT);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0].ext("clientID"), Some("c1"));
+    assert_eq!(told[0].ext("consumerGroup"), Some("G"));
+    assert!(codes(&a_log, request_code::UNREGISTER_CLIENT).is_empty());
+
+    // Told once: later heartbeats and the final unregistration leave broker-b alone.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    brokers.unregister(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
+    assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}
+
+#[tokio::test]
+async fn a_subscribed_topic_without_a_route_keeps_its_broker_registered() {
+    let u_exists = Arc::new(AtomicBool::new(true));
+    let (brokers, name_server, _, b_log) = two_brokers(u_exists.clone()).await;
+
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    // U still subscribed, but its route cannot be had: broker-b is not heartbeated, and not
+    // told to forget the client either (its route may come back).
+    u_exists.store(false, Ordering::SeqCst);
+    assert!(name_server.topic_route("U").await.is_err());
+    brokers.register(&registration(&["T", "U"])).await.unwrap();
+    assert_eq!(codes(&b_log, request_code::HEART_BEAT).len(), 1);
+    assert!(codes(&b_log, request_code::UNREGISTER_CLIENT).is_empty());
+    // The final unregistration still reaches it.
+    brokers
+        .unregister(&registration(&["T", "U"]))
+        .await
+        .unwrap();
+    assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}
+
+#[tokio::test]
 async fn each_subscription_carries_the_version_of_when_it_was_made() {
-    let (a, a_log) = recording_broker().await;
-    let (b, b_log) = recording_broker().await;
-    let namesrv = name_server_for(&a, &b, Arc::new(AtomicBool::new(true))).await;
-    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let (brokers, _, a_log, b_log) = two_brokers(Arc::new(AtomicBool::new(true))).await;
 
     brokers.register(&registration(&["T"])).await.unwrap();
     brokers.register(&registration(&["T"])).await.unwrap();

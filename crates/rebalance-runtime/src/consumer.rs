@@ -63,6 +63,11 @@ pub enum ConsumerError {
     /// calls without containing it). The consumer has stopped: every lease was cancelled and the
     /// client unregistered (when the directory could be reached), but queues were not announced
     /// as removed, their last offsets not persisted and their locks not released (they expire).
+    ///
+    /// [`ConsumerBuilder::start`] returns it when the first route poll or the first heartbeat,
+    /// which it runs itself, panics: then nothing was started and no queue was taken (a
+    /// heartbeat that panicked half-way may have registered the client, which the directory
+    /// expires).
     #[error("the consumer's {task} task panicked: {message}")]
     TaskPanicked {
         /// Which task.
@@ -299,7 +304,10 @@ impl ConsumerBuilder {
     ///
     /// Fails without starting anything when the configuration cannot work: a missing part
     /// (including the locker that orderly consumption or an exclusive hand-off needs in
-    /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store.
+    /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store;
+    /// and with [`ConsumerError::TaskPanicked`] when the name server or the directory panics in
+    /// the first route poll or heartbeat (the failures they report are not errors here: the
+    /// consumer starts and its tasks try again).
     pub async fn start(self) -> Result<ConsumerHandle, ConsumerError> {
         tokio::runtime::Handle::try_current().map_err(|_| ConsumerError::NoRuntime)?;
         if self.group.is_empty() {
@@ -384,13 +392,24 @@ impl ConsumerBuilder {
             routes_tx,
             trigger.clone(),
         );
-        async {
+        // The first poll and heartbeat run here, in the caller's task: a panic in them is
+        // contained as it is in the tasks that repeat them later, and reported the same way.
+        let first_contact = async {
             tracing::info!(topics = ?self.topics, allocation = ctx.allocation.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
-            route_sync.poll_all().await;
-            heartbeat::beat(&*ctx.directory, &registration).await;
+            caught(route_sync.poll_all())
+                .await
+                .map_err(|message| ("route sync", message))?;
+            caught(heartbeat::beat(&*ctx.directory, &registration))
+                .await
+                .map_err(|message| ("heartbeat", message))?;
+            Ok(())
         }
         .instrument(span.clone())
         .await;
+        if let Err((task, message)) = first_contact {
+            span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
+            return Err(ConsumerError::TaskPanicked { task, message });
+        }
         trigger.wake(WakeReasons::START);
 
         let heartbeat_now = Arc::new(tokio::sync::Notify::new());
@@ -475,7 +494,7 @@ impl ConsumerBuilder {
 }
 
 /// Runs `future`, catching a panic as its message.
-async fn caught(future: impl Future<Output = ()>) -> Result<(), String> {
+async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
     AssertUnwindSafe(future)
         .catch_unwind()
         .await

@@ -62,21 +62,12 @@ pub struct LockOutcome {
 }
 
 impl LockOutcome {
-    /// The outcome when a broker answered for every queue of `asked`: `granted` (limited to the
-    /// queues asked for) are granted, the rest refused.
+    /// The outcome when a broker answered for every queue of `asked`: those of `asked` that
+    /// the broker's answer, `granted`, names are granted, the rest refused. Queues in the
+    /// answer that were not asked for are ignored, so transports pass the answer as it came.
     pub fn answered(asked: &[MessageQueue], granted: Vec<MessageQueue>) -> Self {
-        let granted_set: HashSet<&MessageQueue> = granted.iter().collect();
-        let refused = asked
-            .iter()
-            .filter(|q| !granted_set.contains(q))
-            .cloned()
-            .collect();
-        let asked: HashSet<&MessageQueue> = asked.iter().collect();
-        let granted = granted
-            .iter()
-            .filter(|q| asked.contains(q))
-            .cloned()
-            .collect();
+        let granted: HashSet<MessageQueue> = granted.into_iter().collect();
+        let (granted, refused) = asked.iter().cloned().partition(|q| granted.contains(q));
         Self {
             granted,
             refused,
@@ -118,8 +109,12 @@ mod tests {
 
     #[test]
     fn answered_splits_the_batch_and_ignores_queues_not_asked_for() {
-        let outcome = LockOutcome::answered(&[q(0), q(1), q(2)], vec![q(2), q(0), q(9)]);
-        assert_eq!(outcome.granted, vec![q(2), q(0)]);
+        let outcome = LockOutcome::answered(&[q(0), q(1), q(2)], vec![q(2), q(0), q(9), q(0)]);
+        assert_eq!(
+            outcome.granted,
+            vec![q(0), q(2)],
+            "in the order asked, once each"
+        );
         assert_eq!(outcome.refused, vec![q(1)]);
         assert!(outcome.unanswered.is_empty());
     }

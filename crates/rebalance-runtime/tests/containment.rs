@@ -282,10 +282,12 @@ async fn a_panicking_assignor_fails_only_its_round() {
     assert!(a.handle.join().await.is_ok());
 }
 
-/// The cluster's directory and name server, each panicking on demand.
+/// The cluster's directory and name server, each panicking on demand: `directory` in member
+/// lists, `heartbeat` in registrations, `name_server` in routes.
 struct Panicky {
     inner: ClusterClient,
     directory: AtomicBool,
+    heartbeat: AtomicBool,
     name_server: AtomicBool,
 }
 
@@ -298,6 +300,7 @@ fn check(flag: &AtomicBool, what: &str) {
 #[async_trait]
 impl GroupDirectory for Panicky {
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        check(&self.heartbeat, "heartbeat");
         self.inner.register(registration).await
     }
 
@@ -323,26 +326,38 @@ impl NameServer for Panicky {
     }
 }
 
-async fn start_panicky(cluster: &InMemoryCluster) -> (Member, Arc<Panicky>) {
+/// A consumer of T whose name server and directory are `panicky` (nothing panics yet).
+fn panicky_consumer(
+    cluster: &InMemoryCluster,
+) -> (
+    rebalance_runtime::ConsumerBuilder,
+    Arc<Panicky>,
+    Arc<Recorder>,
+) {
     let id = client_id(0);
     let client = Arc::new(cluster.client(id.clone()));
     let panicky = Arc::new(Panicky {
         inner: cluster.client(id.clone()),
         directory: AtomicBool::new(false),
+        heartbeat: AtomicBool::new(false),
         name_server: AtomicBool::new(false),
     });
     let recorder = Recorder::new();
-    let handle = rebalance_runtime::Consumer::builder(GROUP)
-        .client_id(id.clone())
+    let builder = rebalance_runtime::Consumer::builder(GROUP)
+        .client_id(id)
         .subscribe("T")
         .name_server(panicky.clone())
         .directory(panicky.clone())
         .offset_store(client.clone())
         .locker(client)
-        .listener(recorder.clone())
-        .start()
-        .await
-        .unwrap();
+        .listener(recorder.clone());
+    (builder, panicky, recorder)
+}
+
+async fn start_panicky(cluster: &InMemoryCluster) -> (Member, Arc<Panicky>) {
+    let (builder, panicky, recorder) = panicky_consumer(cluster);
+    let id = client_id(0);
+    let handle = builder.start().await.unwrap();
     settle(Duration::from_millis(10)).await;
     assert_eq!(handle.assignment().len(), 4);
     (
@@ -422,4 +437,35 @@ async fn a_panic_in_route_sync_stops_the_consumer_cleanly_and_is_reported() {
         "the live service released everything"
     );
     assert!(cluster.members(GROUP).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_the_first_route_poll_or_heartbeat_fails_start_with_a_typed_error() {
+    // The tasks named as when a later poll or heartbeat panics.
+    for (part, task) in [("name server", "route sync"), ("heartbeat", "heartbeat")] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 4);
+        let (builder, panicky, recorder) = panicky_consumer(&cluster);
+        let flag = match part {
+            "name server" => &panicky.name_server,
+            _ => &panicky.heartbeat,
+        };
+        flag.store(true, Ordering::SeqCst);
+        match builder.start().await {
+            Err(ConsumerError::TaskPanicked {
+                task: panicked,
+                message,
+            }) => {
+                assert_eq!(panicked, task);
+                assert_eq!(message, format!("injected {part} panic"));
+            }
+            other => panic!("{part}: expected TaskPanicked, got {other:?}"),
+        }
+        settle(Duration::from_secs(60)).await;
+        assert!(
+            cluster.members(GROUP).is_empty(),
+            "{part}: never registered"
+        );
+        assert!(recorder.added().is_empty(), "{part}: nothing taken");
+    }
 }

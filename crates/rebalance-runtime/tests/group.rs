@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
-use rebalance_runtime::{RemovalReason, StartPosition, WakeReasons};
+use rebalance_runtime::{GroupDirectory, RemovalReason, StartPosition, WakeReasons};
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -218,6 +218,39 @@ async fn subscriptions_change_at_run_time() {
         a.recorder.removed_with(RemovalReason::Unsubscribed).len(),
         2
     );
+    assert_eq!(
+        a.handle.assignment().queues.keys().collect::<Vec<_>>(),
+        ["U"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unsubscribed_topic_leaves_the_directory_with_the_next_heartbeat_at_once() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    cluster.create_topic("U", 1, 2);
+    let a = start(&cluster, 0, &["T", "U"]).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    let directory = cluster.client(client_id(9));
+    let mut t_members = directory.consumer_ids(GROUP, "T").await.unwrap();
+    t_members.sort();
+    assert_eq!(t_members, [a.id.clone(), b.id.clone()]);
+
+    assert!(a.handle.unsubscribe("T").await.unwrap());
+    // Far sooner than the 30 s heartbeat interval: the registration change is sent at once.
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(
+        directory.consumer_ids(GROUP, "T").await.unwrap(),
+        std::slice::from_ref(&b.id)
+    );
+    assert_eq!(
+        directory.consumer_ids(GROUP, "U").await.unwrap(),
+        std::slice::from_ref(&a.id)
+    );
+    // So b, notified, takes all of T in its next round.
+    settle(2 * MIN).await;
+    assert_partition(&[&b], &all_queues(&cluster, &["T"]));
     assert_eq!(
         a.handle.assignment().queues.keys().collect::<Vec<_>>(),
         ["U"]

@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
-use futures_util::future::join_all;
+use futures_util::future::{join, join_all};
 use rebalance_core::ClientId;
 use rebalance_runtime::{GroupDirectory, Registration, RemoteError};
 use tokio::sync::watch;
@@ -74,6 +74,33 @@ impl BrokerClient {
         }
         failures
     }
+
+    /// UNREGISTER_CLIENT at `brokers`, which serve none of `registration`'s topics any more.
+    /// They are forgotten once they accepted; the others stay remembered, so that the next
+    /// heartbeat (or unregistration) tries them again.
+    async fn leave(&self, registration: &Registration, brokers: BTreeSet<String>) {
+        if brokers.is_empty() {
+            return;
+        }
+        tracing::info!(client = %registration.client_id, group = %registration.group, ?brokers, "unregistering at brokers that serve no subscribed topic any more");
+        let failures = self
+            .broadcast("unregister", &brokers, unregister_request(registration))
+            .await;
+        let mut accepted = brokers;
+        for (addr, _) in failures {
+            accepted.remove(&addr);
+        }
+        self.inner
+            .registrations
+            .unregistered(registration, &accepted);
+    }
+}
+
+/// UNREGISTER_CLIENT for `registration`'s client and group.
+fn unregister_request(registration: &Registration) -> RemotingCommand {
+    RemotingCommand::request(request_code::UNREGISTER_CLIENT)
+        .with_ext("clientID", registration.client_id.as_str())
+        .with_ext("consumerGroup", &registration.group)
 }
 
 /// The first failure of a broadcast, if any.
@@ -87,9 +114,21 @@ impl GroupDirectory for BrokerClient {
     /// carries the version of when its topic was subscribed (a topic added at run time carries
     /// a newer one), and every broker heartbeated is remembered for
     /// [`unregister`](GroupDirectory::unregister).
+    ///
+    /// A broker heartbeated before that serves none of the subscribed topics any more (their
+    /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
+    /// that it stops listing the client at once rather than at shutdown or expiry; one that
+    /// fails is tried again by the next heartbeat. That is done only when every subscribed
+    /// topic's route is known: a route that failed to come says nothing about its brokers.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (masters, route_error) = self.brokers_of(&registration.topics, false).await;
+        let left = match route_error {
+            None => self.inner.registrations.left(registration, &masters),
+            Some(_) => BTreeSet::new(),
+        };
+        let leaving = self.leave(registration, left);
         if masters.is_empty() {
+            leaving.await;
             return Err(route_error.unwrap_or_else(|| {
                 RemoteError::Unreachable(format!(
                     "no master broker serves the topics {:?}",
@@ -105,7 +144,8 @@ impl GroupDirectory for BrokerClient {
             .registrations
             .heartbeating(registration, &masters);
         tracing::debug!(client = %registration.client_id, group = %registration.group, brokers = masters.len(), "heartbeat");
-        first_failure(self.broadcast("heartbeat", &masters, request).await)
+        let (failures, ()) = join(self.broadcast("heartbeat", &masters, request), leaving).await;
+        first_failure(failures)
     }
 
     /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
@@ -122,11 +162,10 @@ impl GroupDirectory for BrokerClient {
                 None => Ok(()),
             };
         }
-        let request = RemotingCommand::request(request_code::UNREGISTER_CLIENT)
-            .with_ext("clientID", registration.client_id.as_str())
-            .with_ext("consumerGroup", &registration.group);
         tracing::info!(client = %registration.client_id, group = %registration.group, brokers = addrs.len(), "unregistering");
-        let failures = self.broadcast("unregister", &addrs, request).await;
+        let failures = self
+            .broadcast("unregister", &addrs, unregister_request(registration))
+            .await;
         self.inner.registrations.still_registered(
             registration,
             failures.iter().map(|(addr, _)| addr.clone()).collect(),

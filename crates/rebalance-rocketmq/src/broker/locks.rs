@@ -1,8 +1,6 @@
 //! [`QueueLocker`] at the broker masters: LOCK_BATCH_MQ and UNLOCK_BATCH_MQ, one request per
 //! broker.
 
-use std::collections::HashSet;
-
 use async_trait::async_trait;
 use futures_util::future::join_all;
 use rebalance_core::{ClientId, MessageQueue};
@@ -28,23 +26,19 @@ fn lock_request(
     RemotingCommand::request(code).with_body(serde_json::to_vec(&body).unwrap_or_default())
 }
 
-/// The queues a LOCK_BATCH_MQ answer grants, limited to those asked for.
-fn granted(
-    response: &RemotingCommand,
-    asked: &[&MessageQueue],
-) -> Result<Vec<MessageQueue>, RemoteError> {
+/// The queues a LOCK_BATCH_MQ answer grants, as the broker named them
+/// ([`LockOutcome::answered`] keeps those asked for).
+fn granted(response: &RemotingCommand) -> Result<Vec<MessageQueue>, RemoteError> {
     if response.body.is_empty() {
         return Ok(Vec::new());
     }
     let answer: LockBatchAnswer = serde_json::from_slice(&response.body)
         .map_err(|e| RemoteError::BadResponse(format!("lock answer: {e}")))?;
-    let asked: HashSet<&MessageQueue> = asked.iter().copied().collect();
     Ok(answer
         .lock_ok_mq_set
         .unwrap_or_default()
         .into_iter()
         .map(MessageQueue::from)
-        .filter(|q| asked.contains(q))
         .collect())
 }
 
@@ -72,10 +66,7 @@ impl QueueLocker for BrokerClient {
         }
         let calls = by_master.iter().map(|(addr, asked)| async move {
             let request = lock_request(request_code::LOCK_BATCH_MQ, group, client, asked);
-            let result = self
-                .call_ok(addr, request)
-                .await
-                .and_then(|r| granted(&r, asked));
+            let result = self.call_ok(addr, request).await.and_then(|r| granted(&r));
             (addr, asked, result)
         });
         let mut answered = false;
@@ -137,21 +128,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grants_only_what_was_asked() {
-        let a = MessageQueue::new("T", "b", 0);
+    fn reads_the_granted_queues() {
         let b = MessageQueue::new("T", "b", 1);
         let response = RemotingCommand::response(0, 1, None).with_body(
             r#"{"lockOKMQSet":[{"topic":"T","brokerName":"b","queueId":1},{"topic":"T","brokerName":"b","queueId":7}]}"#
                 .as_bytes(),
         );
-        assert_eq!(granted(&response, &[&a, &b]).unwrap(), vec![b]);
+        let got = granted(&response).unwrap();
+        assert_eq!(got, vec![b.clone(), MessageQueue::new("T", "b", 7)]);
+        // Queue 7, not asked for, is not granted.
+        let a = MessageQueue::new("T", "b", 0);
+        let outcome = LockOutcome::answered(&[a.clone(), b.clone()], got);
+        assert_eq!((outcome.granted, outcome.refused), (vec![b], vec![a]));
         let empty = RemotingCommand::response(0, 1, None);
-        assert!(granted(&empty, &[&a]).unwrap().is_empty());
+        assert!(granted(&empty).unwrap().is_empty());
         let bad = RemotingCommand::response(0, 1, None).with_body(&b"[1"[..]);
-        assert!(matches!(
-            granted(&bad, &[&a]),
-            Err(RemoteError::BadResponse(_))
-        ));
+        assert!(matches!(granted(&bad), Err(RemoteError::BadResponse(_))));
     }
 
     #[test]

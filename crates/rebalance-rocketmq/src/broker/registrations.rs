@@ -124,6 +124,28 @@ impl Registrations {
         })
     }
 
+    /// The brokers heartbeated for `registration` that are not among `serving` (the brokers of
+    /// its topics now): those of topics dropped since.
+    pub(crate) fn left(
+        &self,
+        registration: &Registration,
+        serving: &BTreeSet<String>,
+    ) -> BTreeSet<String> {
+        self.with(|state| match state.records.get(&key(registration)) {
+            Some(record) => record.heartbeated.difference(serving).cloned().collect(),
+            None => BTreeSet::new(),
+        })
+    }
+
+    /// Forgets `brokers`, which accepted the unregistration of `registration`'s client.
+    pub(crate) fn unregistered(&self, registration: &Registration, brokers: &BTreeSet<String>) {
+        self.with(|state| {
+            if let Some(record) = state.records.get_mut(&key(registration)) {
+                record.heartbeated.retain(|b| !brokers.contains(b));
+            }
+        })
+    }
+
     /// Takes the brokers heartbeated for `registration` (to unregister at) and forgets its
     /// subscriptions: registering again afterwards is a new subscription.
     pub(crate) fn take_heartbeated(&self, registration: &Registration) -> BTreeSet<String> {
@@ -165,6 +187,10 @@ mod tests {
         }
     }
 
+    fn set(addrs: &[&str]) -> BTreeSet<String> {
+        addrs.iter().map(|a| a.to_string()).collect()
+    }
+
     #[tokio::test(start_paused = true)]
     async fn each_topic_keeps_the_version_of_its_subscription() {
         let book = Registrations::default();
@@ -191,10 +217,31 @@ mod tests {
     }
 
     #[test]
+    fn brokers_left_are_those_heartbeated_and_no_longer_serving() {
+        let book = Registrations::default();
+        let g = registration("G", &["T", "U"]);
+        assert_eq!(
+            book.left(&g, &set(&[])),
+            set(&[]),
+            "nothing heartbeated yet"
+        );
+        book.heartbeating(&g, &set(&["a:1", "b:1"]));
+        book.heartbeating(&registration("H", &["U"]), &set(&["b:1"]));
+        let t_only = registration("G", &["T"]);
+        assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&["b:1"]));
+        book.unregistered(&t_only, &set(&["b:1"]));
+        assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&[]), "told once");
+        assert_eq!(book.take_heartbeated(&t_only), set(&["a:1"]));
+        // Another group's registration at the same broker is its own.
+        assert_eq!(
+            book.take_heartbeated(&registration("H", &[])),
+            set(&["b:1"])
+        );
+    }
+
+    #[test]
     fn heartbeated_brokers_are_remembered_until_unregistered() {
         let book = Registrations::default();
-        let set =
-            |addrs: &[&str]| -> BTreeSet<String> { addrs.iter().map(|a| a.to_string()).collect() };
         let g = registration("G", &["T", "U"]);
         book.heartbeating(&g, &set(&["a:1", "b:1"]));
         // U dropped, and now every topic: the brokers heartbeated before are still known.

@@ -1,6 +1,6 @@
 //! Real RocketMQ servers for tests: a name server and brokers on free loopback ports, with their
 //! configuration, stores and logs in a temporary directory, stopped when the cluster is dropped
-//! (also when the test panics).
+//! (also when the test panics), and killed when the test process dies without dropping it.
 //!
 //! The binaries `rocketmq-namesrv-rust` and `rocketmq-broker-rust` are looked up in
 //! `$ROCKETMQ_SERVERS_DIR/bin`, by default `~/.cache/rocketmq-servers-1.0.0/bin`;
@@ -191,6 +191,10 @@ struct Broker {
 /// A running name server and its brokers. Dropping it stops every server (SIGTERM, then SIGKILL
 /// after [`ClusterOptions::stop_grace`]) and deletes the directory, unless the thread is
 /// panicking: then the directory, with the servers' logs, is kept and its path printed.
+///
+/// A test process that dies without dropping it (SIGKILL, an abort) does not leave its servers
+/// behind: each has a watchdog that kills it with SIGKILL when the process is gone. The
+/// directory stays then.
 #[derive(Debug)]
 pub struct TestCluster {
     options: ClusterOptions,
@@ -484,6 +488,15 @@ diskSpaceCleanForciblyRatio = 98
     pub fn start_name_server(&mut self) -> Result<(), TestkitError> {
         let timeout = self.options.start_timeout;
         self.name_server.start(timeout)
+    }
+
+    /// The process ids of the servers started and not stopped since: the name server's first,
+    /// then the brokers' in the order they were added.
+    pub fn server_pids(&self) -> Vec<u32> {
+        std::iter::once(&self.name_server)
+            .chain(self.brokers.iter().map(|b| &b.process))
+            .filter_map(ServerProcess::pid)
+            .collect()
     }
 
     /// The path of a server's log: `"namesrv"` or a broker name.

@@ -1,4 +1,5 @@
-//! One server process: spawn with its log captured, wait until ready, stop with SIGTERM.
+//! One server process: spawn with its log captured, wait until ready, stop with SIGTERM; and a
+//! watchdog that kills it if the test process dies without stopping it.
 
 use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
@@ -13,6 +14,63 @@ use super::TestkitError;
 /// How often readiness and exit are polled.
 const POLL: Duration = Duration::from_millis(25);
 
+/// The watchdog's program: wait for the end of standard input, then kill the server (`$1`).
+/// Nothing is ever written to its standard input, so the end comes when the only writer, the
+/// test process, closes it: when it dies, however it dies.
+const WATCHDOG_SCRIPT: &str = "while read -r _; do :; done; kill -KILL \"$1\" 2>/dev/null";
+
+/// A `sh` that kills the server when the test process dies without stopping it (SIGKILL, an
+/// abort, a crash): it waits for the end of a pipe whose only write end this process holds
+/// (close-on-exec, so no other child inherits it), and the kernel closes that end when the
+/// process dies. Unlike `PR_SET_PDEATHSIG`, which fires when the *thread* that spawned the
+/// server ends, this is tied to the whole process, so servers started by one test thread (or a
+/// short-lived runtime thread) and used by another are safe.
+///
+/// [`dismiss`](Self::dismiss) (and drop) kill the watchdog itself, before its pipe closes, so
+/// that it never signals a pid the server no longer has.
+#[derive(Debug)]
+struct Watchdog {
+    /// The `sh`; its `stdin` is the pipe's write end.
+    sh: Child,
+}
+
+impl Watchdog {
+    fn spawn(server_pid: u32) -> std::io::Result<Self> {
+        let sh = Command::new("sh")
+            .args(["-c", WATCHDOG_SCRIPT, "testkit-watchdog"])
+            .arg(server_pid.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Self { sh })
+    }
+
+    /// The watchdog's own process id.
+    #[cfg(test)]
+    fn pid(&self) -> u32 {
+        self.sh.id()
+    }
+
+    /// Stops watching: the server was stopped (and reaped) by the kit.
+    fn dismiss(self) {}
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Killed (and reaped) before `sh.stdin`, the pipe, is closed by the fields' drop.
+        let _ = self.sh.kill();
+        let _ = self.sh.wait();
+    }
+}
+
+/// A started server and its watchdog.
+#[derive(Debug)]
+struct Running {
+    child: Child,
+    watchdog: Watchdog,
+}
+
 /// A server the kit can start, stop and start again with the same ports and store.
 #[derive(Debug)]
 pub(crate) struct ServerProcess {
@@ -22,7 +80,7 @@ pub(crate) struct ServerProcess {
     env: Vec<(OsString, OsString)>,
     log_path: PathBuf,
     health_addr: SocketAddr,
-    child: Option<Child>,
+    running: Option<Running>,
 }
 
 impl ServerProcess {
@@ -41,15 +99,32 @@ impl ServerProcess {
             env,
             log_path,
             health_addr,
-            child: None,
+            running: None,
         }
     }
 
+    /// Whether the server runs. One found exited is forgotten (and its watchdog dismissed).
     pub(crate) fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(child) => matches!(child.try_wait(), Ok(None)),
-            None => false,
+        self.exit_status().is_none() && self.running.is_some()
+    }
+
+    /// The server's process id, while it runs.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.running.as_ref().map(|r| r.child.id())
+    }
+
+    /// How the server exited, when it did since it was last seen running: it is then forgotten
+    /// and its watchdog dismissed (its pid may be reused from now on).
+    fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let running = self.running.as_mut()?;
+        let status = match running.child.try_wait() {
+            Ok(Some(status)) => status,
+            _ => return None,
+        };
+        if let Some(Running { watchdog, .. }) = self.running.take() {
+            watchdog.dismiss();
         }
+        Some(status)
     }
 
     pub(crate) fn log_path(&self) -> &Path {
@@ -72,7 +147,7 @@ impl ServerProcess {
             .map_err(|e| io("cannot open the log", e))?;
         let _ = writeln!(log, "---- testkit: starting {} ----", self.name);
         let stderr = log.try_clone().map_err(|e| io("cannot share the log", e))?;
-        let child = Command::new(&self.program)
+        let mut child = Command::new(&self.program)
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -80,23 +155,28 @@ impl ServerProcess {
             .stderr(stderr)
             .spawn()
             .map_err(|e| io(&format!("cannot run {}", self.program.display()), e))?;
+        let watchdog = match Watchdog::spawn(child.id()) {
+            Ok(watchdog) => watchdog,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(io("cannot start the watchdog (sh)", e));
+            }
+        };
         tracing::info!(server = %self.name, pid = child.id(), "server started, waiting until ready");
-        self.child = Some(child);
+        self.running = Some(Running { child, watchdog });
         self.wait_ready(timeout)
     }
 
     fn wait_ready(&mut self, timeout: Duration) -> Result<(), TestkitError> {
         let started = Instant::now();
         loop {
-            if let Some(child) = &mut self.child {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(TestkitError::Exited {
-                        server: self.name.clone(),
-                        status: status.to_string(),
-                        log_tail: log_tail(&self.log_path),
-                    });
-                }
+            if let Some(status) = self.exit_status() {
+                return Err(TestkitError::Exited {
+                    server: self.name.clone(),
+                    status: status.to_string(),
+                    log_tail: log_tail(&self.log_path),
+                });
             }
             if ready(self.health_addr) {
                 tracing::info!(server = %self.name, after = ?started.elapsed(), "server ready");
@@ -116,39 +196,35 @@ impl ServerProcess {
 
     /// Sends SIGTERM (without waiting).
     pub(crate) fn terminate(&mut self) {
-        if let Some(child) = &mut self.child {
-            if matches!(child.try_wait(), Ok(None)) {
-                let sent = Command::new("kill")
-                    .args(["-TERM", &child.id().to_string()])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-                if !matches!(sent, Ok(s) if s.success()) {
-                    let _ = child.kill();
-                }
-            }
+        if self.exit_status().is_some() {
+            return;
+        }
+        let Some(running) = &mut self.running else {
+            return;
+        };
+        let sent = Command::new("kill")
+            .args(["-TERM", &running.child.id().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(sent, Ok(s) if s.success()) {
+            let _ = running.child.kill();
         }
     }
 
     /// Waits until the process has exited, killing it after `deadline`.
     pub(crate) fn reap(&mut self, deadline: Instant) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    tracing::info!(server = %self.name, %status, "server stopped");
-                    return;
-                }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
-                _ => {
-                    tracing::warn!(server = %self.name, "server ignored SIGTERM, killing it");
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return;
-                }
+        while self.running.is_some() {
+            if let Some(status) = self.exit_status() {
+                tracing::info!(server = %self.name, %status, "server stopped");
+                return;
             }
+            if Instant::now() >= deadline {
+                tracing::warn!(server = %self.name, "server ignored SIGTERM, killing it");
+                self.kill();
+                return;
+            }
+            std::thread::sleep(POLL);
         }
     }
 
@@ -160,7 +236,13 @@ impl ServerProcess {
 
     /// SIGKILL at once: the server gets no chance to unregister or close connections cleanly.
     pub(crate) fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Some(Running {
+            mut child,
+            watchdog,
+        }) = self.running.take()
+        {
+            // The watchdog first, while the server's pid is certainly still the server's.
+            watchdog.dismiss();
             let _ = child.kill();
             let _ = child.wait();
             tracing::info!(server = %self.name, "server killed");
@@ -237,6 +319,15 @@ mod tests {
         )
     }
 
+    /// Whether a process exists (a child of ours, once reaped, does not).
+    fn alive(pid: u32) -> bool {
+        Command::new("kill")
+            .args(["-0", &pid.to_string()])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     #[test]
     fn a_server_that_exits_reports_its_log() {
         let dir = tempfile::tempdir().unwrap();
@@ -297,9 +388,15 @@ mod tests {
             ["GET /readyz HTTP/1.1", "GET /readyz HTTP/1.1"]
         );
         assert!(fake.is_running());
+        let watchdog = fake.running.as_ref().unwrap().watchdog.pid();
+        assert!(alive(watchdog), "a watchdog runs beside the server");
         let started = Instant::now();
         fake.stop(Duration::from_secs(5));
         assert!(!fake.is_running());
+        assert!(
+            !alive(watchdog),
+            "the watchdog is dismissed (and reaped) with the server"
+        );
         assert!(
             started.elapsed() < Duration::from_secs(4),
             "stopped by SIGTERM, not by the kill"

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 use super::Service;
 use super::round::Target;
 use crate::assignment::Unbalanced;
+use crate::listener::RemovalReason;
 
 /// The least time between two heartbeats the rebalance asks for because the directory
 /// misbehaves (fails, lists nobody, or does not list this client). Unbalanced rounds run every
@@ -66,6 +67,9 @@ impl Service {
                 "this client has been missing from the consumer list too long; releasing the topic's queues, which the other members have taken"
             );
         }
-        Target::ReleaseAbsent
+        Target::ReleaseAll {
+            reason: RemovalReason::Reassigned,
+            unbalanced: Some(Unbalanced::NotInConsumerList),
+        }
     }
 }

@@ -254,7 +254,7 @@ impl Service {
                 let mut report = topic_report(&topic);
                 self.apply(
                     &topic,
-                    Target::ReleaseAll(RemovalReason::Unsubscribed),
+                    Target::release_all(RemovalReason::Unsubscribed),
                     &mut report,
                 )
                 .await;

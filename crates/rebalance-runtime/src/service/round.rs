@@ -24,13 +24,25 @@ pub(super) enum Target {
         mine: Arc<[MessageQueue]>,
         fingerprint: u64,
     },
-    /// Release everything of the topic.
-    ReleaseAll(RemovalReason),
+    /// Release everything of the topic, for `reason`. With `unbalanced`, the round is reported
+    /// so even once all is released (the directory has not listed this client for too long:
+    /// the other members have split its queues).
+    ReleaseAll {
+        reason: RemovalReason,
+        unbalanced: Option<Unbalanced>,
+    },
     /// Change nothing: the view is incomplete.
     Keep(Unbalanced),
-    /// Release everything of the topic: the directory has not listed this client for too long
-    /// (the other members have split its queues).
-    ReleaseAbsent,
+}
+
+impl Target {
+    /// Release everything of the topic, for `reason`.
+    pub(super) fn release_all(reason: RemovalReason) -> Self {
+        Self::ReleaseAll {
+            reason,
+            unbalanced: None,
+        }
+    }
 }
 
 /// How a release waits for the consumer of an ordered queue to finish its batch.
@@ -128,7 +140,7 @@ impl Service {
         let ctx = &self.ctx;
         let queues = match routes.topic(topic) {
             TopicState::Unknown => return Err(Target::Keep(Unbalanced::RouteUnknown)),
-            TopicState::Gone => return Err(Target::ReleaseAll(RemovalReason::TopicGone)),
+            TopicState::Gone => return Err(Target::release_all(RemovalReason::TopicGone)),
             TopicState::Known { queues, .. } => queues.clone(),
         };
         if ctx.message_model == MessageModel::Broadcasting {
@@ -196,29 +208,16 @@ impl Service {
                 .await;
                 report.unbalanced = Some(why);
             }
-            Target::ReleaseAbsent => {
-                let all = self.table.queues_of(topic);
-                self.release(
-                    topic,
-                    all,
-                    RemovalReason::Reassigned,
-                    ReleaseMode::Try,
-                    report,
-                )
-                .await;
-                report.unbalanced = Some(Unbalanced::NotInConsumerList);
-            }
-            Target::ReleaseAll(reason) => {
+            Target::ReleaseAll { reason, unbalanced } => {
                 let all = self.table.queues_of(topic);
                 let not_released = self
                     .release(topic, all, reason, ReleaseMode::Try, report)
                     .await;
-                if not_released > 0 {
-                    report.unbalanced = Some(Unbalanced::Pending {
+                report.unbalanced =
+                    unbalanced.or((not_released > 0).then_some(Unbalanced::Pending {
                         not_added: 0,
                         not_released,
-                    });
-                }
+                    }));
             }
             Target::Share {
                 all,
