@@ -412,3 +412,42 @@ async fn a_topic_the_name_server_no_longer_knows_loses_its_cached_route() {
         b_log.lock().unwrap()
     );
 }
+
+#[tokio::test]
+async fn heartbeats_reach_the_slaves_too_and_a_failing_slave_is_not_a_failed_heartbeat() {
+    let (master, master_log) = recording_broker().await;
+    let (slave, slave_log) = recording_broker().await;
+    // A slave that refuses everything.
+    let (refusing, refused) =
+        scripted(|_| Some(RemotingCommand::response(1, 0, Some("slave down".into())))).await;
+    let route = |slaves: &[&str]| {
+        let slaves: String = slaves
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| format!(r#","{}":"{addr}""#, i + 1))
+            .collect();
+        format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{master}"{slaves}}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+        )
+    };
+    let (t, u) = (route(&[&slave]), route(&[&refusing]));
+    let (namesrv, _) = scripted(move |req| match req.ext("topic") {
+        Some("T") => Some(ok(&t)),
+        _ => Some(ok(&u)),
+    })
+    .await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+
+    // A slave lists the group while its master is down, so it must know the members.
+    brokers.register(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&master_log, request_code::HEART_BEAT).len(), 1);
+    assert_eq!(codes(&slave_log, request_code::HEART_BEAT).len(), 1);
+    // And it is told when the client leaves.
+    brokers.unregister(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&slave_log, request_code::UNREGISTER_CLIENT).len(), 1);
+
+    // Topic U's slave refuses: the heartbeat still counts, the master having accepted it.
+    brokers.register(&registration(&["U"])).await.unwrap();
+    assert_eq!(refused.load(Ordering::SeqCst), 1);
+    assert_eq!(codes(&master_log, request_code::HEART_BEAT).len(), 2);
+}

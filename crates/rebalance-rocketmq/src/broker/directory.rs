@@ -22,22 +22,21 @@ use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
 
 impl BrokerClient {
-    /// The brokers of `topics`: master addresses, or every address with `all_addresses`.
-    async fn brokers_of(
-        &self,
-        topics: &[String],
-        all_addresses: bool,
-    ) -> (BTreeSet<String>, Option<RemoteError>) {
-        let mut addrs = BTreeSet::new();
+    /// The broker addresses of `topics`: the masters, and the other addresses (slaves).
+    async fn brokers_of(&self, topics: &[String]) -> (Addresses, Option<RemoteError>) {
+        let mut addrs = Addresses::default();
         let mut error = None;
         for topic in topics {
             match self.route(topic).await {
                 Ok(route) => {
                     for broker in &route.broker_datas {
-                        if all_addresses {
-                            addrs.extend(broker.broker_addrs.values().cloned());
-                        } else if let Some(master) = broker.master_addr() {
-                            addrs.insert(master.to_string());
+                        let master = broker.master_addr();
+                        for addr in broker.broker_addrs.values() {
+                            if Some(addr.as_str()) == master {
+                                addrs.masters.insert(addr.clone());
+                            } else {
+                                addrs.others.insert(addr.clone());
+                            }
                         }
                     }
                 }
@@ -96,6 +95,19 @@ impl BrokerClient {
     }
 }
 
+/// Broker addresses, masters apart from the others.
+#[derive(Debug, Default)]
+struct Addresses {
+    masters: BTreeSet<String>,
+    others: BTreeSet<String>,
+}
+
+impl Addresses {
+    fn all(&self) -> BTreeSet<String> {
+        self.masters.union(&self.others).cloned().collect()
+    }
+}
+
 /// UNREGISTER_CLIENT for `registration`'s client and group.
 fn unregister_request(registration: &Registration) -> RemotingCommand {
     RemotingCommand::request(request_code::UNREGISTER_CLIENT)
@@ -110,10 +122,13 @@ fn first_failure(failures: Vec<(String, RemoteError)>) -> Result<(), RemoteError
 
 #[async_trait]
 impl GroupDirectory for BrokerClient {
-    /// HEART_BEAT to the master of every broker serving a subscribed topic. Each subscription
+    /// HEART_BEAT to every address (master and slaves) of every broker serving a subscribed
+    /// topic, as the Java client does for consumers: a slave answers member lists while its
+    /// master is down, and it only knows the members that heartbeated it. Each subscription
     /// carries the version of when its topic was subscribed (a topic added at run time carries
     /// a newer one), and every broker heartbeated is remembered for
-    /// [`unregister`](GroupDirectory::unregister).
+    /// [`unregister`](GroupDirectory::unregister). The heartbeat fails when a master fails; a
+    /// slave that fails is only logged (slaves come and go, and the next heartbeat tries again).
     ///
     /// A broker heartbeated before that serves none of the subscribed topics any more (their
     /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
@@ -121,13 +136,14 @@ impl GroupDirectory for BrokerClient {
     /// fails is tried again by the next heartbeat. That is done only when every subscribed
     /// topic's route is known: a route that failed to come says nothing about its brokers.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (masters, route_error) = self.brokers_of(&registration.topics, false).await;
+        let (addrs, route_error) = self.brokers_of(&registration.topics).await;
+        let all = addrs.all();
         let left = match route_error {
-            None => self.inner.registrations.left(registration, &masters),
+            None => self.inner.registrations.left(registration, &all),
             Some(_) => BTreeSet::new(),
         };
         let leaving = self.leave(registration, left);
-        if masters.is_empty() {
+        if addrs.masters.is_empty() {
             leaving.await;
             return Err(route_error.unwrap_or_else(|| {
                 RemoteError::Unreachable(format!(
@@ -140,12 +156,15 @@ impl GroupDirectory for BrokerClient {
         let request = RemotingCommand::request(request_code::HEART_BEAT)
             .with_body(heartbeat_body(registration, &sub_versions));
         // Remembered before sending: a heartbeat that timed out may still have registered.
-        self.inner
-            .registrations
-            .heartbeating(registration, &masters);
-        tracing::debug!(client = %registration.client_id, group = %registration.group, brokers = masters.len(), "heartbeat");
-        let (failures, ()) = join(self.broadcast("heartbeat", &masters, request), leaving).await;
-        first_failure(failures)
+        self.inner.registrations.heartbeating(registration, &all);
+        tracing::debug!(client = %registration.client_id, group = %registration.group, masters = addrs.masters.len(), slaves = addrs.others.len(), "heartbeat");
+        let (failures, ()) = join(self.broadcast("heartbeat", &all, request), leaving).await;
+        first_failure(
+            failures
+                .into_iter()
+                .filter(|(addr, _)| addrs.masters.contains(addr))
+                .collect(),
+        )
     }
 
     /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
@@ -153,7 +172,8 @@ impl GroupDirectory for BrokerClient {
     /// and when no topic is subscribed any more). A broker that fails is tried again by the next
     /// unregistration.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (mut addrs, route_error) = self.brokers_of(&registration.topics, true).await;
+        let (addrs, route_error) = self.brokers_of(&registration.topics).await;
+        let mut addrs = addrs.all();
         let heartbeated = self.inner.registrations.take_heartbeated(registration);
         addrs.extend(heartbeated);
         if addrs.is_empty() {
