@@ -321,6 +321,13 @@ async fn the_broker_of_a_dropped_topic_is_told_with_the_next_heartbeat() {
     brokers.unregister(&registration(&["T"])).await.unwrap();
     assert_eq!(codes(&b_log, request_code::UNREGISTER_CLIENT).len(), 1);
     assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 1);
+
+    // Every topic dropped: the heartbeat tells broker-a and is not a failure (nothing is
+    // subscribed, so no broker has to know the client).
+    brokers.register(&registration(&["T"])).await.unwrap();
+    brokers.register(&registration(&[])).await.unwrap();
+    assert_eq!(codes(&a_log, request_code::UNREGISTER_CLIENT).len(), 2);
+    assert_eq!(codes(&a_log, request_code::HEART_BEAT).len(), 4);
 }
 
 #[tokio::test]

@@ -145,6 +145,11 @@ impl GroupDirectory for BrokerClient {
         let leaving = self.leave(registration, left);
         if addrs.masters.is_empty() {
             leaving.await;
+            if registration.topics.is_empty() {
+                // Nothing subscribed: no broker needs to know this client (those heartbeated
+                // before were just told it left).
+                return Ok(());
+            }
             return Err(route_error.unwrap_or_else(|| {
                 RemoteError::Unreachable(format!(
                     "no master broker serves the topics {:?}",
