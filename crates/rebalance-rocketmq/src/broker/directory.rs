@@ -25,7 +25,7 @@ impl BrokerClient {
     /// The brokers of `topics`: master addresses, or every address with `all_addresses`.
     async fn brokers_of(
         &self,
-        topics: &[String],
+        topics: impl Iterator<Item = &str>,
         all_addresses: bool,
     ) -> (BTreeSet<String>, Option<RemoteError>) {
         let mut addrs = BTreeSet::new();
@@ -88,12 +88,12 @@ impl GroupDirectory for BrokerClient {
     /// a newer one), and every broker heartbeated is remembered for
     /// [`unregister`](GroupDirectory::unregister).
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (masters, route_error) = self.brokers_of(&registration.topics, false).await;
+        let (masters, route_error) = self.brokers_of(registration.topics(), false).await;
         if masters.is_empty() {
             return Err(route_error.unwrap_or_else(|| {
                 RemoteError::Unreachable(format!(
                     "no master broker serves the topics {:?}",
-                    registration.topics
+                    registration.topics().collect::<Vec<_>>()
                 ))
             }));
         }
@@ -113,7 +113,7 @@ impl GroupDirectory for BrokerClient {
     /// and when no topic is subscribed any more). A broker that fails is tried again by the next
     /// unregistration.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (mut addrs, route_error) = self.brokers_of(&registration.topics, true).await;
+        let (mut addrs, route_error) = self.brokers_of(registration.topics(), true).await;
         let heartbeated = self.inner.registrations.take_heartbeated(registration);
         addrs.extend(heartbeated);
         if addrs.is_empty() {
