@@ -278,6 +278,35 @@ mod tests {
         assert!(message.contains("tag 2 is empty"), "{message}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn joined_tags_parse_back(
+            tags in proptest::collection::vec("[A-Za-z0-9_-]{1,6}", 1..6),
+            pad in 0usize..3,
+        ) {
+            let separator = format!("{}||{}", " ".repeat(pad), " ".repeat(2 - pad.min(2)));
+            let parsed = TagExpression::parse(&tags.join(&separator)).unwrap();
+            let mut expected: Vec<String> = Vec::new();
+            for tag in tags {
+                if !expected.contains(&tag) {
+                    expected.push(tag);
+                }
+            }
+            proptest::prop_assert_eq!(parsed.tags(), &expected[..]);
+        }
+
+        #[test]
+        fn any_text_parses_to_clean_tags_or_an_error(text in ".{0,40}") {
+            if let Ok(parsed) = TagExpression::parse(&text) {
+                for tag in parsed.tags() {
+                    proptest::prop_assert!(!tag.is_empty() && tag.trim() == tag);
+                    proptest::prop_assert!(!tag.contains('|') && tag != "*");
+                }
+                proptest::prop_assert_eq!(parsed.is_all(), parsed.as_str() == "*");
+            }
+        }
+    }
+
     #[test]
     fn retry_topics_are_named_the_rocketmq_way() {
         assert_eq!(retry_topic("G"), "%RETRY%G");
