@@ -229,6 +229,9 @@ impl ConsumerBuilder {
     /// RocketMQ puts the messages a consumer sent back for redelivery. On by default; turn it
     /// off when the application never sends messages back (or consumes the retry topic
     /// elsewhere). Broadcasting consumers never subscribe to it.
+    /// Choose the same for every member of a group: a directory that lists members per group
+    /// (RocketMQ's) gives an opted-out member a share of the retry queues too, which it then
+    /// does not consume.
     ///
     /// The broker creates the retry topic when it handles the group's first heartbeat; until
     /// its route reaches the name server the topic is quietly left out of the rounds (no
