@@ -30,7 +30,7 @@ async fn join(cluster: &TestCluster, group: &str, topic: &str, ids: &[&str]) -> 
                 message_model: MessageModel::Clustering,
                 consume_order: ConsumeOrder::Concurrent,
                 consume_from: ConsumeFrom::LastOffset,
-                topics: vec![topic.into()],
+                subscriptions: vec![rebalance_runtime::Subscription::all(topic)],
             })
             .await
             .unwrap();

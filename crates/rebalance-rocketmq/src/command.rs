@@ -32,6 +32,9 @@ pub mod request_code {
     pub const UNLOCK_BATCH_MQ: i32 = 42;
     /// The route of a topic (name server).
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
+    /// A consumer group's connections and subscriptions as the broker knows them (broker;
+    /// extField `consumerGroup`, answer body `{"connectionSet", "subscriptionTable", ...}`).
+    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
 }
 
 /// Response codes (`ResponseCode` in the Java client) this crate interprets.

@@ -13,6 +13,15 @@
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
 //!
+//! **Subscriptions in the heartbeat**: every subscription is sent as the Java client sends it:
+//! `subString` the tag expression (`*` for every tag), `tagsSet` its tags and `codeSet` their
+//! Java `String.hashCode()` values, `expressionType` `TAG` (see
+//! [`rebalance_runtime::subscription`]). A clustering consumer's subscriptions include its
+//! group's retry topic `%RETRY%{group}` unless opted out
+//! ([`ConsumerBuilder::consume_retry_topic`](rebalance_runtime::ConsumerBuilder::consume_retry_topic));
+//! the broker creates that topic when it handles the group's first heartbeat and routes it
+//! right after, and the runtime shares its queues once the route appears.
+//!
 //! **Every member of a group must subscribe to the same topics.** RocketMQ brokers list a
 //! group's members per group, not per topic (GET_CONSUMER_LIST_BY_GROUP names only the group),
 //! so [`BrokerClient`]'s `consumer_ids(group, topic)` is every client heartbeating the group: a

@@ -91,18 +91,31 @@ async fn join(
     Member { id, handle, leases }
 }
 
-/// Whether the members' assignments are disjoint, cover `all`, and are balanced (averagely:
-/// every member holds the floor or the ceiling of the mean).
+/// The queues of `all`'s topics that `member` holds (not those of the group's retry topic,
+/// which the members share as well).
+fn held_of(member: &Member, all: &BTreeSet<MessageQueue>) -> Vec<MessageQueue> {
+    let topics: BTreeSet<&str> = all.iter().map(|q| &*q.topic).collect();
+    member
+        .handle
+        .assignment()
+        .iter()
+        .filter(|q| topics.contains(&*q.topic))
+        .cloned()
+        .collect()
+}
+
+/// Whether the members' assignments of `all`'s topics are disjoint, cover `all`, and are
+/// balanced (averagely: every member holds the floor or the ceiling of the mean).
 fn partition(members: &[&Member], all: &BTreeSet<MessageQueue>) -> bool {
     let mut seen = BTreeSet::new();
     let fair = all.len() / members.len();
     for m in members {
-        let held = m.handle.assignment().len();
-        if held < fair || held > fair + usize::from(all.len() % members.len() > 0) {
+        let held = held_of(m, all);
+        if held.len() < fair || held.len() > fair + usize::from(all.len() % members.len() > 0) {
             return false;
         }
-        for q in m.handle.assignment().iter() {
-            if !seen.insert(q.clone()) {
+        for q in held {
+            if !seen.insert(q) {
                 return false;
             }
         }
@@ -122,6 +135,17 @@ async fn converge(
     })
     .await;
     start.elapsed()
+}
+
+/// The queues of `topic` `member` was given, with their start positions (those of the group's
+/// retry topic left out).
+fn added_of(member: &Member, topic: &str) -> Vec<(MessageQueue, StartPosition)> {
+    let added = member.leases.added.lock().unwrap();
+    added
+        .iter()
+        .filter(|(q, _)| *q.topic == *topic)
+        .cloned()
+        .collect()
 }
 
 fn queues(route: &rebalance_core::TopicRoute, topic: &str) -> BTreeSet<MessageQueue> {
@@ -202,14 +226,16 @@ async fn offsets_persisted_at_release_are_read_by_the_next_owner() {
     let a = join(&cluster, &group, topic, "a", ConsumeOrder::Concurrent).await;
     converge("a holds all", &[&a], &all, Duration::from_secs(10)).await;
     for lease in a.leases.held.lock().unwrap().iter() {
-        lease.commit(100 + i64::from(lease.queue().queue_id));
+        if *lease.queue().topic == *topic {
+            lease.commit(100 + i64::from(lease.queue().queue_id));
+        }
     }
     let b = join(&cluster, &group, topic, "b", ConsumeOrder::Concurrent).await;
     converge("a and b share", &[&a, &b], &all, Duration::from_secs(15)).await;
     // b may have read an offset before a persisted it (concurrent hand-off): wait for b's view to
     // settle, then check that every queue b got started from a's committed offset, or that a
     // released it after b's read (then b's later read sees it on the next hand-off).
-    let added = b.leases.added.lock().unwrap().clone();
+    let added = added_of(&b, topic);
     assert!(!added.is_empty());
     for (q, start) in &added {
         let expected = 100 + i64::from(q.queue_id);
@@ -246,11 +272,13 @@ async fn exclusive_hand_off_reads_the_previous_owners_offset() {
     let a = join(&cluster, &group, topic, "a", ConsumeOrder::Orderly).await;
     converge("a holds all", &[&a], &all, Duration::from_secs(10)).await;
     for lease in a.leases.held.lock().unwrap().iter() {
-        lease.commit(200 + i64::from(lease.queue().queue_id));
+        if *lease.queue().topic == *topic {
+            lease.commit(200 + i64::from(lease.queue().queue_id));
+        }
     }
     let b = join(&cluster, &group, topic, "b", ConsumeOrder::Orderly).await;
     converge("a and b share", &[&a, &b], &all, Duration::from_secs(20)).await;
-    let added = b.leases.added.lock().unwrap().clone();
+    let added = added_of(&b, topic);
     assert_eq!(added.len(), 2);
     for (q, start) in added {
         assert_eq!(
@@ -285,7 +313,7 @@ async fn an_ordered_queue_is_locked_by_one_client_at_a_time() {
         .granted;
     assert!(granted.is_empty(), "locked by the members: {granted:?}");
     // Each member holds exactly the locks of its share: the other cannot take them.
-    let a_queues: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
+    let a_queues = held_of(&a, &all);
     let stolen = QueueLocker::lock(
         &BrokerClient::new(NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap()),
         &group,

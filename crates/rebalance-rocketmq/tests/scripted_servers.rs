@@ -174,7 +174,7 @@ async fn broker_requests_carry_the_fields_the_servers_expect() {
         message_model: Default::default(),
         consume_order: Default::default(),
         consume_from: Default::default(),
-        topics: vec!["T".into()],
+        subscriptions: vec![rebalance_runtime::Subscription::all("T")],
     };
     // The slave address in the route is dead: unregistering reports it after trying all.
     let err = brokers.unregister(&registration).await.unwrap_err();
@@ -252,7 +252,10 @@ fn registration(topics: &[&str]) -> rebalance_runtime::Registration {
         message_model: Default::default(),
         consume_order: Default::default(),
         consume_from: Default::default(),
-        topics: topics.iter().map(|t| t.to_string()).collect(),
+        subscriptions: topics
+            .iter()
+            .map(|t| rebalance_runtime::Subscription::all(*t))
+            .collect(),
     }
 }
 

@@ -20,11 +20,12 @@ use crate::allocation::Allocation;
 use crate::assignment::{Assignment, RoundReport};
 use crate::callbacks::panic_message;
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, IntervalsError, MessageModel};
-use crate::context::{Context, uses_locks};
+use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
 use crate::directory::Registration;
 use crate::offset_store::OffsetScope;
 use crate::route_sync::{RouteSync, RouteTable};
 use crate::service::{Command, Outputs, Service};
+use crate::subscription::{Subscription, TagExpression, TagExpressionError};
 use crate::wake::{Trigger, WakeReasons};
 use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker, heartbeat};
 
@@ -49,6 +50,14 @@ pub enum ConsumerError {
     /// An interval cannot be used (zero, or absurdly long).
     #[error("intervals: {0}")]
     Intervals(#[from] IntervalsError),
+    /// A subscription's tag expression is malformed.
+    #[error("subscription to `{topic}`: {source}")]
+    TagExpression {
+        /// The topic subscribed to.
+        topic: String,
+        /// What is wrong with the expression.
+        source: TagExpressionError,
+    },
     /// Broadcasting was configured with an offset store shared by the group (such as the
     /// broker's, which [`ConsumerBuilder::cluster`] sets): every client would overwrite the
     /// others' progress. Give the consumer a per-client store with
@@ -93,7 +102,8 @@ impl Consumer {
         ConsumerBuilder {
             group: group.into(),
             client_id: None,
-            topics: BTreeSet::new(),
+            subscriptions: Subscriptions::new(),
+            consume_retry_topic: true,
             message_model: MessageModel::default(),
             consume_order: ConsumeOrder::default(),
             consume_from: ConsumeFrom::default(),
@@ -134,7 +144,8 @@ impl Consumer {
 pub struct ConsumerBuilder {
     group: String,
     client_id: Option<ClientId>,
-    topics: BTreeSet<String>,
+    subscriptions: Subscriptions,
+    consume_retry_topic: bool,
     message_model: MessageModel,
     consume_order: ConsumeOrder,
     consume_from: ConsumeFrom,
@@ -154,7 +165,8 @@ impl fmt::Debug for ConsumerBuilder {
         f.debug_struct("ConsumerBuilder")
             .field("group", &self.group)
             .field("client_id", &self.client_id)
-            .field("topics", &self.topics)
+            .field("subscriptions", &self.subscriptions)
+            .field("consume_retry_topic", &self.consume_retry_topic)
             .field("message_model", &self.message_model)
             .field("consume_order", &self.consume_order)
             .field("allocation", &self.allocation)
@@ -174,9 +186,63 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Subscribes a topic (more can be added at run time with [`ConsumerHandle::subscribe`]).
+    /// Subscribes every tag of a topic (`*`; more topics can be added at run time with
+    /// [`ConsumerHandle::subscribe`]). Subscribing a topic again replaces its tag expression.
     pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
-        self.topics.insert(topic.into());
+        self.subscriptions
+            .insert(topic.into(), TagExpression::all());
+        self
+    }
+
+    /// Subscribes the tags of a topic named by `expression`: `*` (or empty) for every tag, or
+    /// tags separated by `||` such as `"TagA || TagB"` (see [`subscription`](crate::subscription)
+    /// for the syntax). The broker delivers only matching messages to the application's
+    /// consumer; the queues are balanced the same way whatever the expression. Subscribing a
+    /// topic again replaces its expression.
+    ///
+    /// Fails with [`ConsumerError::TagExpression`] when the expression is malformed (such as an
+    /// empty tag in `"TagA || || TagB"`).
+    ///
+    /// ```
+    /// use rebalance_runtime::{Consumer, ConsumerError};
+    ///
+    /// let builder = Consumer::builder("orders").subscribe_tags("Orders", "Created || Paid")?;
+    /// assert!(matches!(
+    ///     builder.subscribe_tags("Refunds", "Refunded ||"),
+    ///     Err(ConsumerError::TagExpression { .. })
+    /// ));
+    /// # Ok::<(), ConsumerError>(())
+    /// ```
+    pub fn subscribe_tags(
+        mut self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<Self, ConsumerError> {
+        let topic = topic.into();
+        match TagExpression::parse(expression) {
+            Ok(expression) => {
+                self.subscriptions.insert(topic, expression);
+                Ok(self)
+            }
+            Err(source) => Err(ConsumerError::TagExpression { topic, source }),
+        }
+    }
+
+    /// Whether a clustering consumer also subscribes to the group's retry topic
+    /// (`%RETRY%{group}`, see [`retry_topic`](crate::subscription::retry_topic)) with `*` and
+    /// balances its queues like any other topic's, as the Java push consumer does: that is where
+    /// RocketMQ puts the messages a consumer sent back for redelivery. On by default; turn it
+    /// off when the application never sends messages back (or consumes the retry topic
+    /// elsewhere). Broadcasting consumers never subscribe to it.
+    /// Choose the same for every member of a group: a directory that lists members per group
+    /// (RocketMQ's) gives an opted-out member a share of the retry queues too, which it then
+    /// does not consume.
+    ///
+    /// The broker creates the retry topic when it handles the group's first heartbeat; until
+    /// its route reaches the name server the topic is quietly left out of the rounds (no
+    /// warning, no faster rounds), and its queues are shared out once the route appears.
+    pub fn consume_retry_topic(mut self, consume: bool) -> Self {
+        self.consume_retry_topic = consume;
         self
     }
 
@@ -349,6 +415,8 @@ impl ConsumerBuilder {
         let listener = self
             .listener
             .ok_or(ConsumerError::Missing("a queue listener"))?;
+        let retry_topic =
+            retry_subscription(&self.group, self.message_model, self.consume_retry_topic);
         let ctx = Arc::new(Context {
             group: self.group,
             client_id,
@@ -369,13 +437,16 @@ impl ConsumerBuilder {
             offsets,
             locker,
             listener,
+            retry_topic,
         });
         let token = self
             .shutdown
             .map_or_else(CancellationToken::new, |t| t.child_token());
         let trigger = Arc::new(Trigger::new());
-        let (subscriptions_tx, subscriptions_rx) = watch::channel(Arc::new(self.topics.clone()));
-        let registration = Arc::new(ctx.registration(self.topics.iter().cloned()));
+        let subscriptions = ctx.effective(&self.subscriptions);
+        let topics: BTreeSet<String> = subscriptions.keys().cloned().collect();
+        let (subscriptions_tx, subscriptions_rx) = watch::channel(Arc::new(topics));
+        let registration = Arc::new(ctx.registration(&subscriptions));
         let (registration_tx, registration_rx) = watch::channel(registration.clone());
         let last_registration = registration_rx.clone();
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
@@ -395,7 +466,11 @@ impl ConsumerBuilder {
         // The first poll and heartbeat run here, in the caller's task: a panic in them is
         // contained as it is in the tasks that repeat them later, and reported the same way.
         let first_contact = async {
-            tracing::info!(topics = ?self.topics, allocation = ctx.allocation.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
+            let subscriptions: Vec<String> = subscriptions
+                .iter()
+                .map(|(topic, tags)| format!("{topic}: {tags}"))
+                .collect();
+            tracing::info!(?subscriptions, retry_topic = ?ctx.retry_topic, allocation = ctx.allocation.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
             caught(route_sync.poll_all())
                 .await
                 .map_err(|message| ("route sync", message))?;
@@ -451,7 +526,7 @@ impl ConsumerBuilder {
         );
         let service = Service::new(
             ctx.clone(),
-            self.topics,
+            self.subscriptions,
             routes_rx,
             trigger.clone(),
             Outputs {
@@ -609,13 +684,37 @@ impl ConsumerHandle {
         &self.inner.ctx.group
     }
 
-    /// Subscribes a topic; returns whether it was new. A round follows at once.
+    /// Subscribes every tag of a topic (`*`); returns whether that changed anything (a new
+    /// topic, or one subscribed with other tags before). A round follows at once when the topic
+    /// is new; the next heartbeat carries the subscription either way.
     pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
-        self.command(|done| Command::Subscribe(topic.into(), done))
+        let subscription = Subscription::all(topic);
+        self.command(|done| Command::Subscribe(subscription, done))
             .await
     }
 
-    /// Unsubscribes a topic (its queues are released); returns whether it was subscribed.
+    /// Subscribes the tags of a topic named by `expression` (see
+    /// [`ConsumerBuilder::subscribe_tags`]); returns whether that changed anything. Fails with
+    /// [`ConsumerError::TagExpression`], changing nothing, when the expression is malformed.
+    pub async fn subscribe_tags(
+        &self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        let expression =
+            TagExpression::parse(expression).map_err(|source| ConsumerError::TagExpression {
+                topic: topic.clone(),
+                source,
+            })?;
+        let subscription = Subscription::new(topic, expression);
+        self.command(|done| Command::Subscribe(subscription, done))
+            .await
+    }
+
+    /// Unsubscribes a topic (its queues are released); returns whether it was subscribed. The
+    /// group's retry topic, which the consumer subscribes to by itself, stays subscribed (see
+    /// [`ConsumerBuilder::consume_retry_topic`]).
     pub async fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
         self.command(|done| Command::Unsubscribe(topic.into(), done))
             .await

@@ -1,5 +1,6 @@
 //! What every task of one consumer shares: its identity, configuration and collaborators.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rebalance_core::ClientId;
@@ -8,6 +9,7 @@ use crate::allocation::Allocation;
 
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::directory::Registration;
+use crate::subscription::{Subscription, TagExpression, retry_topic};
 use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker};
 
 /// Immutable after start.
@@ -25,7 +27,13 @@ pub(crate) struct Context {
     pub(crate) offsets: Arc<dyn OffsetStore>,
     pub(crate) locker: Option<Arc<dyn QueueLocker>>,
     pub(crate) listener: Arc<dyn QueueListener>,
+    /// The group's retry topic, when this consumer subscribes to it besides the requested
+    /// topics (clustering, not opted out).
+    pub(crate) retry_topic: Option<String>,
 }
+
+/// Each subscribed topic's tag expression.
+pub(crate) type Subscriptions = BTreeMap<String, TagExpression>;
 
 impl Context {
     /// Whether queues are locked at the broker: ordered consumption, or an exclusive hand-off,
@@ -43,14 +51,24 @@ impl Context {
         self.locker.as_ref().filter(|_| self.uses_locks())
     }
 
-    pub(crate) fn registration(&self, topics: impl IntoIterator<Item = String>) -> Registration {
+    /// What the consumer subscribes to when the application asked for `requested`: those, and
+    /// the group's retry topic with `*` (unless the application subscribed to it itself).
+    pub(crate) fn effective(&self, requested: &Subscriptions) -> Subscriptions {
+        with_retry_topic(requested, self.retry_topic.as_deref())
+    }
+
+    /// The registration of `subscriptions` (effective ones, see [`effective`](Self::effective)).
+    pub(crate) fn registration(&self, subscriptions: &Subscriptions) -> Registration {
         Registration {
             client_id: self.client_id.clone(),
             group: self.group.clone(),
             message_model: self.message_model,
             consume_order: self.consume_order,
             consume_from: self.consume_from,
-            topics: topics.into_iter().collect(),
+            subscriptions: subscriptions
+                .iter()
+                .map(|(topic, expression)| Subscription::new(topic.clone(), expression.clone()))
+                .collect(),
         }
     }
 }
@@ -62,4 +80,67 @@ pub(crate) fn uses_locks(
     exclusive_hand_off: bool,
 ) -> bool {
     model == MessageModel::Clustering && (order == ConsumeOrder::Orderly || exclusive_hand_off)
+}
+
+/// The retry topic a consumer so configured subscribes to by itself, as the Java push consumer
+/// does: the group's, in clustering mode, unless opted out of. Broadcasting consumers never do
+/// (each would consume every retried message of the group).
+pub(crate) fn retry_subscription(
+    group: &str,
+    model: MessageModel,
+    consume_retry_topic: bool,
+) -> Option<String> {
+    (consume_retry_topic && model == MessageModel::Clustering).then(|| retry_topic(group))
+}
+
+/// `requested` and `retry` with `*`; an expression the application gave the retry topic itself
+/// is kept.
+fn with_retry_topic(requested: &Subscriptions, retry: Option<&str>) -> Subscriptions {
+    let mut subscriptions = requested.clone();
+    if let Some(retry) = retry {
+        subscriptions.entry(retry.to_string()).or_default();
+    }
+    subscriptions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clustering_consumers_subscribe_to_the_retry_topic_unless_opted_out() {
+        assert_eq!(
+            retry_subscription("G", MessageModel::Clustering, true).as_deref(),
+            Some("%RETRY%G")
+        );
+        assert_eq!(
+            retry_subscription("G", MessageModel::Clustering, false),
+            None
+        );
+        assert_eq!(
+            retry_subscription("G", MessageModel::Broadcasting, true),
+            None
+        );
+        assert_eq!(
+            retry_subscription("G", MessageModel::Broadcasting, false),
+            None
+        );
+    }
+
+    #[test]
+    fn the_retry_topic_joins_the_requested_subscriptions_with_every_tag() {
+        let tags = TagExpression::parse("TagA || TagB").unwrap();
+        let requested = Subscriptions::from([("T".to_string(), tags.clone())]);
+        assert_eq!(with_retry_topic(&requested, None), requested);
+        assert_eq!(
+            with_retry_topic(&requested, Some("%RETRY%G")),
+            Subscriptions::from([
+                ("%RETRY%G".to_string(), TagExpression::all()),
+                ("T".to_string(), tags.clone()),
+            ])
+        );
+        // Subscribed by the application itself: its expression stays.
+        let own = Subscriptions::from([("%RETRY%G".to_string(), tags.clone())]);
+        assert_eq!(with_retry_topic(&own, Some("%RETRY%G")), own);
+    }
 }

@@ -6,6 +6,7 @@ use tokio::sync::watch;
 
 use crate::RemoteError;
 use crate::config::{ConsumeFrom, ConsumeOrder, MessageModel};
+use crate::subscription::Subscription;
 
 /// What a client tells the directory about itself in every heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +21,17 @@ pub struct Registration {
     pub consume_order: ConsumeOrder,
     /// Where a queue without a stored offset starts.
     pub consume_from: ConsumeFrom,
+    /// The subscriptions, sorted by topic, one per topic. For a clustering consumer this
+    /// includes the group's retry topic unless it was opted out of (see
+    /// [`ConsumerBuilder::consume_retry_topic`](crate::ConsumerBuilder::consume_retry_topic)).
+    pub subscriptions: Vec<Subscription>,
+}
+
+impl Registration {
     /// The subscribed topics, sorted.
-    pub topics: Vec<String>,
+    pub fn topics(&self) -> impl Iterator<Item = &str> {
+        self.subscriptions.iter().map(|s| s.topic.as_str())
+    }
 }
 
 /// The membership of consumer groups (in RocketMQ: the brokers, maintained by heartbeats).

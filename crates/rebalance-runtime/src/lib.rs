@@ -6,6 +6,13 @@
 //! [`QueueLocker`], [`QueueListener`]); transports implement them, and [`memory`] has an
 //! in-memory cluster for tests, examples and simulations.
 //!
+//! A consumer subscribes to topics, each with a tag expression ([`TagExpression`]: `*` or
+//! `TagA || TagB`, see [`subscription`]) that the [`Registration`] carries to the directory.
+//! A clustering consumer also subscribes to its group's retry topic (`%RETRY%{group}`) and
+//! shares its queues, as the Java push consumer does, unless
+//! [`ConsumerBuilder::consume_retry_topic`] turns that off; while that topic has no route yet it
+//! is quietly left out of the rounds.
+//!
 //! Tasks, one owner per piece of state:
 //! - **RouteSync** polls routes (every 30 s, first at start), keeps the last good route on
 //!   failures, publishes each topic's queue set and wakes a round when it really changed;
@@ -74,6 +81,7 @@ pub mod offset_store;
 pub mod producer;
 mod route_sync;
 mod service;
+pub mod subscription;
 mod table;
 pub mod wake;
 
@@ -93,4 +101,5 @@ pub use name_server::NameServer;
 pub use offset_store::{LocalOffsetStore, OffsetScope, OffsetStore};
 pub use producer::{Producer, ProducerBuilder, ProducerHandle};
 pub use route_sync::{RouteTable, TopicState};
+pub use subscription::{Subscription, TagExpression, TagExpressionError};
 pub use wake::WakeReasons;

@@ -23,7 +23,10 @@ use crate::command::{RemotingCommand, request_code, response_code};
 
 impl BrokerClient {
     /// The broker addresses of `topics`: the masters, and the other addresses (slaves).
-    async fn brokers_of(&self, topics: &[String]) -> (Addresses, Option<RemoteError>) {
+    async fn brokers_of(
+        &self,
+        topics: impl Iterator<Item = &str>,
+    ) -> (Addresses, Option<RemoteError>) {
         let mut addrs = Addresses::default();
         let mut error = None;
         for topic in topics {
@@ -136,7 +139,7 @@ impl GroupDirectory for BrokerClient {
     /// fails is tried again by the next heartbeat. That is done only when every subscribed
     /// topic's route is known: a route that failed to come says nothing about its brokers.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (addrs, route_error) = self.brokers_of(&registration.topics).await;
+        let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let all = addrs.all();
         let left = match route_error {
             None => self.inner.registrations.left(registration, &all),
@@ -145,7 +148,7 @@ impl GroupDirectory for BrokerClient {
         let leaving = self.leave(registration, left);
         if addrs.masters.is_empty() {
             leaving.await;
-            if registration.topics.is_empty() {
+            if registration.subscriptions.is_empty() {
                 // Nothing subscribed: no broker needs to know this client (those heartbeated
                 // before were just told it left).
                 return Ok(());
@@ -153,7 +156,7 @@ impl GroupDirectory for BrokerClient {
             return Err(route_error.unwrap_or_else(|| {
                 RemoteError::Unreachable(format!(
                     "no master broker serves the topics {:?}",
-                    registration.topics
+                    registration.topics().collect::<Vec<_>>()
                 ))
             }));
         }
@@ -177,7 +180,7 @@ impl GroupDirectory for BrokerClient {
     /// and when no topic is subscribed any more). A broker that fails is tried again by the next
     /// unregistration.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        let (addrs, route_error) = self.brokers_of(&registration.topics).await;
+        let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let mut addrs = addrs.all();
         let heartbeated = self.inner.registrations.take_heartbeated(registration);
         addrs.extend(heartbeated);

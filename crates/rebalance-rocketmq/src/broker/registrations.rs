@@ -1,5 +1,5 @@
 //! What a [`BrokerClient`](super::BrokerClient) told the brokers about each of its
-//! registrations: when each topic was subscribed (its `subVersion`) and which brokers were
+//! registrations: when each subscription was made (its `subVersion`) and which brokers were
 //! heartbeated, so that unregistering reaches all of them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -45,8 +45,9 @@ impl VersionClock {
 /// One client id in one group.
 #[derive(Debug, Default)]
 struct Record {
-    /// The `subVersion` of each subscribed topic: when it was first seen subscribed.
-    versions: BTreeMap<String, i64>,
+    /// Per subscribed topic, its tag expression and `subVersion`: when it was first seen
+    /// subscribed with that expression.
+    versions: BTreeMap<String, (String, i64)>,
     /// Every broker heartbeated since the last unregistration.
     heartbeated: BTreeSet<String>,
 }
@@ -88,28 +89,33 @@ impl Registrations {
         f(&mut state)
     }
 
-    /// The `subVersion` of each of `registration.topics`, in that order. A topic not
-    /// subscribed in the previous registration gets a new, larger version (as the Java client
-    /// stamps a subscription when it is made); a topic dropped is forgotten, so subscribing it
-    /// again is a new subscription.
+    /// The `subVersion` of each of `registration.subscriptions`, in that order. A topic not
+    /// subscribed in the previous registration, or subscribed with another tag expression,
+    /// gets a new, larger version (as the Java client stamps a subscription when it is made; the
+    /// broker keeps the newest); a topic dropped is forgotten, so subscribing it again is a new
+    /// subscription.
     pub(crate) fn sub_versions(&self, registration: &Registration) -> Vec<i64> {
         self.with(|state| {
             let record = state.records.entry(key(registration)).or_default();
-            let subscribed: BTreeSet<&str> =
-                registration.topics.iter().map(String::as_str).collect();
+            let subscribed: BTreeSet<&str> = registration.topics().collect();
             record
                 .versions
                 .retain(|topic, _| subscribed.contains(topic.as_str()));
             registration
-                .topics
+                .subscriptions
                 .iter()
-                .map(|topic| match record.versions.get(topic) {
-                    Some(version) => *version,
-                    None => {
-                        let version = state.clock.next();
-                        tracing::debug!(group = %registration.group, topic, version, "new subscription");
-                        record.versions.insert(topic.clone(), version);
-                        version
+                .map(|s| {
+                    let expression = s.expression.as_str();
+                    match record.versions.get(&s.topic) {
+                        Some((same, version)) if same == expression => *version,
+                        _ => {
+                            let version = state.clock.next();
+                            tracing::debug!(group = %registration.group, topic = %s.topic, tags = expression, version, "new subscription");
+                            record
+                                .versions
+                                .insert(s.topic.clone(), (expression.to_string(), version));
+                            version
+                        }
                     }
                 })
                 .collect()
@@ -174,6 +180,8 @@ impl Registrations {
 mod tests {
     use std::time::Duration;
 
+    use rebalance_runtime::{Subscription, TagExpression};
+
     use super::*;
 
     fn registration(group: &str, topics: &[&str]) -> Registration {
@@ -183,12 +191,39 @@ mod tests {
             message_model: Default::default(),
             consume_order: Default::default(),
             consume_from: Default::default(),
-            topics: topics.iter().map(|t| t.to_string()).collect(),
+            subscriptions: topics.iter().map(|t| Subscription::all(*t)).collect(),
         }
     }
 
     fn set(addrs: &[&str]) -> BTreeSet<String> {
         addrs.iter().map(|a| a.to_string()).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_tag_expression_is_a_new_subscription() {
+        let book = Registrations::default();
+        let with_tags = |expression: &str| {
+            let mut r = registration("G", &["T"]);
+            r.subscriptions[0].expression = TagExpression::parse(expression).unwrap();
+            r
+        };
+        let [all] = book.sub_versions(&with_tags("*"))[..] else {
+            panic!("one version per topic")
+        };
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let [tagged] = book.sub_versions(&with_tags("TagA || TagB"))[..] else {
+            panic!("one version per topic")
+        };
+        assert_eq!(tagged, all + 2_000, "stamped when the tags changed");
+        assert_eq!(
+            book.sub_versions(&with_tags("TagA || TagB")),
+            [tagged],
+            "unchanged"
+        );
+        assert!(
+            book.sub_versions(&with_tags("*"))[0] > tagged,
+            "back to `*`: newer again"
+        );
     }
 
     #[tokio::test(start_paused = true)]

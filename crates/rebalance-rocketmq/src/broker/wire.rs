@@ -1,24 +1,56 @@
 //! The JSON bodies of the broker requests, with the field names the servers expect.
 
 use rebalance_core::MessageQueue;
-use rebalance_runtime::Registration;
+use rebalance_runtime::{Registration, TagExpression};
 use serde::{Deserialize, Serialize};
 
 /// `consumeType` of a push consumer (the runtime decides what to consume; the broker only
 /// needs to know the client is a consumer driven by rebalancing).
 pub(crate) const CONSUME_PASSIVELY: &str = "CONSUME_PASSIVELY";
 
-/// A subscription to every tag of a topic.
+/// `expressionType` of a tag subscription.
+pub(crate) const EXPRESSION_TYPE_TAG: &str = "TAG";
+
+/// A subscription to the tags of a topic, as the Java client's `FilterAPI.buildSubscriptionData`
+/// makes it: `subString` is the expression (`*` for every tag, then both sets are empty),
+/// `tagsSet` the tags and `codeSet` their Java hash codes, which the broker compares with the
+/// tag hash code stored with every message.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SubscriptionData<'a> {
     pub class_filter_mode: bool,
     pub topic: &'a str,
     pub sub_string: &'a str,
-    pub tags_set: [&'a str; 0],
-    pub code_set: [i32; 0],
+    pub tags_set: &'a [String],
+    pub code_set: Vec<i32>,
     pub sub_version: i64,
     pub expression_type: &'a str,
+}
+
+impl<'a> SubscriptionData<'a> {
+    fn new(topic: &'a str, expression: &'a TagExpression, sub_version: i64) -> Self {
+        Self {
+            class_filter_mode: false,
+            topic,
+            sub_string: expression.as_str(),
+            tags_set: expression.tags(),
+            code_set: expression
+                .tags()
+                .iter()
+                .map(|t| java_hash_code(t))
+                .collect(),
+            sub_version,
+            expression_type: EXPRESSION_TYPE_TAG,
+        }
+    }
+}
+
+/// Java's `String.hashCode()`: `s[0]*31^(n-1) + s[1]*31^(n-2) + ... + s[n-1]` over the UTF-16
+/// code units, in wrapping 32-bit arithmetic. Brokers filter tags by this code.
+pub(crate) fn java_hash_code(s: &str) -> i32 {
+    s.encode_utf16().fold(0i32, |hash, unit| {
+        hash.wrapping_mul(31).wrapping_add(i32::from(unit))
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -43,22 +75,15 @@ pub(crate) struct HeartbeatData<'a> {
     pub without_sub: bool,
 }
 
-/// The heartbeat body of `registration`: one consumer data with a `*` subscription per topic,
-/// each with its `subVersion` from `sub_versions` (in the order of `registration.topics`).
+/// The heartbeat body of `registration`: one consumer data with a subscription per topic (and
+/// its tags), each with its `subVersion` from `sub_versions` (in the order of
+/// `registration.subscriptions`).
 pub(crate) fn heartbeat_body(registration: &Registration, sub_versions: &[i64]) -> Vec<u8> {
     let subscriptions = registration
-        .topics
+        .subscriptions
         .iter()
         .zip(sub_versions)
-        .map(|(topic, &sub_version)| SubscriptionData {
-            class_filter_mode: false,
-            topic,
-            sub_string: "*",
-            tags_set: [],
-            code_set: [],
-            sub_version,
-            expression_type: "TAG",
-        })
+        .map(|(s, &sub_version)| SubscriptionData::new(&s.topic, &s.expression, sub_version))
         .collect();
     let body = HeartbeatData {
         client_id: registration.client_id.as_str(),
@@ -131,10 +156,59 @@ pub(crate) struct ConsumerListAnswer {
 #[cfg(test)]
 mod tests {
     use rebalance_core::ClientId;
-    use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel};
+    use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel, Subscription};
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn java_hash_codes() {
+        // The values of Java's String.hashCode(), wrapping included.
+        for (s, code) in [
+            ("", 0),
+            ("a", 97),
+            ("TagA", 2_598_919),
+            ("TagB", 2_598_920),
+            ("Tag A", 80_565_531),
+            ("hello world", 1_794_106_052),
+            ("polygenelubricants", i32::MIN),
+            ("é", 233),
+            // Outside the BMP: a surrogate pair, 0xD83D * 31 + 0xDE00.
+            ("😀", 1_772_899),
+        ] {
+            assert_eq!(java_hash_code(s), code, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn tag_subscriptions_carry_the_expression_tags_and_codes() {
+        let registration = Registration {
+            client_id: ClientId::from("c"),
+            group: "G".into(),
+            message_model: MessageModel::Clustering,
+            consume_order: ConsumeOrder::Concurrent,
+            consume_from: ConsumeFrom::LastOffset,
+            subscriptions: vec![
+                Subscription::all("%RETRY%G"),
+                Subscription::new("T", TagExpression::parse(" TagA ||TagB|| TagA ").unwrap()),
+                Subscription::new("U", TagExpression::parse("").unwrap()),
+            ],
+        };
+        let body: serde_json::Value =
+            serde_json::from_slice(&heartbeat_body(&registration, &[7, 8, 9])).unwrap();
+        assert_eq!(
+            body["consumerDataSet"][0]["subscriptionDataSet"],
+            json!([
+                {"classFilterMode": false, "topic": "%RETRY%G", "subString": "*", "tagsSet": [],
+                 "codeSet": [], "subVersion": 7, "expressionType": "TAG"},
+                {"classFilterMode": false, "topic": "T", "subString": "TagA ||TagB|| TagA",
+                 "tagsSet": ["TagA", "TagB"], "codeSet": [2_598_919, 2_598_920], "subVersion": 8,
+                 "expressionType": "TAG"},
+                {"classFilterMode": false, "topic": "U", "subString": "*", "tagsSet": [],
+                 "codeSet": [], "subVersion": 9, "expressionType": "TAG"},
+            ])
+        );
+    }
 
     #[test]
     fn heartbeat_has_every_field_the_broker_requires() {
@@ -144,7 +218,7 @@ mod tests {
             message_model: MessageModel::Broadcasting,
             consume_order: ConsumeOrder::Orderly,
             consume_from: ConsumeFrom::FirstOffset,
-            topics: vec!["T".into(), "U".into()],
+            subscriptions: vec![Subscription::all("T"), Subscription::all("U")],
         };
         let body: serde_json::Value =
             serde_json::from_slice(&heartbeat_body(&registration, &[42, 43])).unwrap();

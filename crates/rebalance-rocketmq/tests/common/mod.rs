@@ -8,7 +8,7 @@ use std::time::Duration;
 use rebalance_core::ClientId;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel, Registration};
+use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel, Registration, Subscription};
 
 /// Logs to the test output when `RUST_LOG` is set.
 pub fn init_tracing() {
@@ -44,7 +44,7 @@ pub fn client(cluster: &TestCluster, label: &str, group: &str, topics: &[&str]) 
             message_model: MessageModel::Clustering,
             consume_order: ConsumeOrder::Concurrent,
             consume_from: ConsumeFrom::LastOffset,
-            topics: topics.iter().map(|t| t.to_string()).collect(),
+            subscriptions: topics.iter().map(|t| Subscription::all(*t)).collect(),
         },
     }
 }

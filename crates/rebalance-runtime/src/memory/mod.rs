@@ -398,7 +398,7 @@ impl GroupDirectory for ClusterClient {
         self.call(Operation::Register, |inner| {
             let group = inner.groups.entry(registration.group.clone()).or_insert_with(Group::new);
             expire(group, now, config);
-            let topics: BTreeSet<String> = registration.topics.iter().cloned().collect();
+            let topics: BTreeSet<String> = registration.topics().map(String::from).collect();
             let changed = match group.members.get_mut(&registration.client_id) {
                 Some(m) => {
                     m.last_seen = now;

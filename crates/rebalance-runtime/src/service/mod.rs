@@ -22,15 +22,16 @@ use tracing::Instrument;
 use self::offsets::PendingOffset;
 use self::round::{ReleaseMode, Target};
 use crate::assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
-use crate::context::Context;
+use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
 use crate::listener::RemovalReason;
 use crate::route_sync::RouteTable;
+use crate::subscription::Subscription;
 use crate::wake::{Trigger, WakeReasons};
 
 /// Requests from the consumer's handle.
 pub(crate) enum Command {
-    Subscribe(String, oneshot::Sender<bool>),
+    Subscribe(Subscription, oneshot::Sender<bool>),
     Unsubscribe(String, oneshot::Sender<bool>),
 }
 
@@ -49,7 +50,11 @@ pub(crate) struct Service {
     table: crate::table::ProcessQueueTable,
     /// Parent of every queue's lease token.
     queues_token: CancellationToken,
-    subscriptions: BTreeSet<String>,
+    /// What the application subscribed to.
+    requested: Subscriptions,
+    /// What the consumer subscribes to: `requested` and the group's retry topic
+    /// ([`Context::effective`]).
+    subscriptions: Subscriptions,
     routes: watch::Receiver<Arc<RouteTable>>,
     trigger: Arc<Trigger>,
     outputs: Outputs,
@@ -72,16 +77,18 @@ pub(crate) struct Service {
 impl Service {
     pub(crate) fn new(
         ctx: Arc<Context>,
-        subscriptions: BTreeSet<String>,
+        requested: Subscriptions,
         routes: watch::Receiver<Arc<RouteTable>>,
         trigger: Arc<Trigger>,
         outputs: Outputs,
         queues_token: CancellationToken,
     ) -> Self {
+        let subscriptions = ctx.effective(&requested);
         Self {
             ctx,
             table: Default::default(),
             queues_token,
+            requested,
             subscriptions,
             routes,
             trigger,
@@ -168,30 +175,48 @@ impl Service {
     }
 
     fn handle(&mut self, command: Command) {
-        let (topic, done, subscribe) = match command {
-            Command::Subscribe(t, done) => (t, done, true),
-            Command::Unsubscribe(t, done) => (t, done, false),
-        };
-        let changed = if subscribe {
-            self.subscriptions.insert(topic.clone())
-        } else {
-            self.subscriptions.remove(&topic)
+        let (changed, done) = match command {
+            Command::Subscribe(Subscription { topic, expression }, done) => {
+                let changed = self.requested.get(&topic) != Some(&expression);
+                if changed {
+                    tracing::info!(topic, tags = %expression, "subscribed");
+                    self.requested.insert(topic, expression);
+                }
+                (changed, done)
+            }
+            Command::Unsubscribe(topic, done) => {
+                let changed = self.requested.remove(&topic).is_some();
+                if changed {
+                    tracing::info!(topic, "unsubscribed");
+                }
+                (changed, done)
+            }
         };
         if changed {
-            tracing::info!(topic, subscribe, "subscriptions changed");
             self.publish_subscriptions();
-            self.trigger.wake(WakeReasons::SUBSCRIPTION_CHANGED);
         }
         let _ = done.send(changed);
     }
 
-    fn publish_subscriptions(&self) {
-        let subscriptions = Arc::new(self.subscriptions.clone());
-        self.outputs.subscriptions.send_replace(subscriptions);
-        let registration = self.ctx.registration(self.subscriptions.iter().cloned());
+    /// Recomputes the effective subscriptions and publishes them: the registration (the next
+    /// heartbeat goes at once) and, when the topics changed, the topics to poll routes for, with
+    /// a round.
+    fn publish_subscriptions(&mut self) {
+        let subscriptions = self.ctx.effective(&self.requested);
+        if subscriptions == self.subscriptions {
+            return;
+        }
+        let topics_changed = !subscriptions.keys().eq(self.subscriptions.keys());
+        self.subscriptions = subscriptions;
+        let registration = self.ctx.registration(&self.subscriptions);
         self.outputs
             .registration
             .send_replace(Arc::new(registration));
+        if topics_changed {
+            let topics: BTreeSet<String> = self.subscriptions.keys().cloned().collect();
+            self.outputs.subscriptions.send_replace(Arc::new(topics));
+            self.trigger.wake(WakeReasons::SUBSCRIPTION_CHANGED);
+        }
     }
 
     fn note_callback(&mut self, result: Result<(), String>) {
@@ -240,17 +265,21 @@ impl Service {
         self.last_round_start = Some(started);
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
-        let subscribed: Vec<String> = self.subscriptions.iter().cloned().collect();
+        let subscribed: Vec<String> = self.subscriptions.keys().cloned().collect();
         let subscriptions = &self.subscriptions;
-        self.missing_since.retain(|t, _| subscriptions.contains(t));
+        self.missing_since
+            .retain(|t, _| subscriptions.contains_key(t));
         for (topic, target) in self.targets(&subscribed, &routes).await {
+            if matches!(target, Target::NotYet) {
+                continue;
+            }
             let target = self.limit_absence(&topic, target, started);
             let mut report = topic_report(&topic);
             self.apply(&topic, target, &mut report).await;
             topics.push(report);
         }
         for topic in self.table.topics() {
-            if !self.subscriptions.contains(&topic) {
+            if !self.subscriptions.contains_key(&topic) {
                 let mut report = topic_report(&topic);
                 self.apply(
                     &topic,
@@ -357,7 +386,7 @@ impl Service {
                 self.unlock_released(given_up.into_iter().map(|(q, _)| q).collect())
                     .await;
             }
-            let registration = self.ctx.registration(self.subscriptions.iter().cloned());
+            let registration = self.ctx.registration(&self.subscriptions);
             match self.ctx.directory.unregister(&registration).await {
                 Ok(()) => tracing::info!("unregistered from the group"),
                 Err(e) => tracing::warn!(error = %e, "could not unregister; the directory will expire this client"),

@@ -15,6 +15,7 @@ use crate::config::{ConsumeFrom, MessageModel};
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
+use crate::subscription::is_retry_topic;
 
 /// Where a topic should go this round.
 pub(super) enum Target {
@@ -33,6 +34,12 @@ pub(super) enum Target {
     },
     /// Change nothing: the view is incomplete.
     Keep(Unbalanced),
+    /// Nothing to do and nothing to report: a retry topic whose route has not been seen yet
+    /// (the broker creates it at the group's first heartbeat and then registers it), of which
+    /// nothing is held. It is not a problem, so it neither unbalances the round (which would
+    /// retry every second) nor leaves an assignor's view of the group incomplete; the route's
+    /// appearance wakes a round.
+    NotYet,
 }
 
 impl Target {
@@ -139,6 +146,12 @@ impl Service {
     async fn view(&self, topic: &str, routes: &RouteTable) -> Result<TopicView, Target> {
         let ctx = &self.ctx;
         let queues = match routes.topic(topic) {
+            TopicState::Unknown
+                if is_retry_topic(topic) && self.table.entries_of(topic).next().is_none() =>
+            {
+                tracing::debug!(topic, "no route for the retry topic yet");
+                return Err(Target::NotYet);
+            }
             TopicState::Unknown => return Err(Target::Keep(Unbalanced::RouteUnknown)),
             TopicState::Gone => return Err(Target::release_all(RemovalReason::TopicGone)),
             TopicState::Known { queues, .. } => queues.clone(),
@@ -195,6 +208,7 @@ impl Service {
     /// Moves the table towards `target` for `topic`; fills `report`.
     pub(super) async fn apply(&mut self, topic: &str, target: Target, report: &mut TopicReport) {
         match target {
+            Target::NotYet => {}
             Target::Keep(why) => {
                 // Queues already being released still finish.
                 let releasing = self.releasing(topic);
