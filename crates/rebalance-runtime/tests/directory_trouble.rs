@@ -4,68 +4,16 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::*;
-use rebalance_core::ClientId;
-use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, Operation};
-use rebalance_runtime::{
-    GroupDirectory, Intervals, Registration, RemoteError, RemovalReason, Unbalanced,
-};
-use tokio::sync::watch;
+use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::{Intervals, RemovalReason, Unbalanced};
 
 const MIN: Duration = Duration::from_secs(1);
 
-/// The in-memory directory, with heartbeats counted and refused on demand.
-struct Directory {
-    inner: ClusterClient,
-    refuse: AtomicBool,
-    registers: AtomicUsize,
-}
-
-impl Directory {
-    fn new(inner: ClusterClient) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            refuse: AtomicBool::new(false),
-            registers: AtomicUsize::new(0),
-        })
-    }
-
-    fn registers(&self) -> usize {
-        self.registers.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl GroupDirectory for Directory {
-    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
-        self.registers.fetch_add(1, Ordering::SeqCst);
-        if self.refuse.load(Ordering::SeqCst) {
-            return Err(RemoteError::Unreachable(
-                "heartbeats refused by the test".into(),
-            ));
-        }
-        self.inner.register(registration).await
-    }
-
-    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        self.inner.unregister(registration).await
-    }
-
-    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
-        self.inner.consumer_ids(group, topic).await
-    }
-
-    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
-        self.inner.membership_changes(group)
-    }
-}
-
-async fn start_observed(cluster: &InMemoryCluster, i: usize) -> (Member, Arc<Directory>) {
-    let directory = Directory::new(cluster.client(client_id(i)));
+async fn start_observed(cluster: &InMemoryCluster, i: usize) -> (Member, Arc<WatchedDirectory>) {
+    let directory = WatchedDirectory::new(cluster.client(client_id(i)));
     let observed = directory.clone();
     let member = start_with(cluster, i, &["T"], move |b| b.directory(observed)).await;
     (member, directory)
@@ -84,7 +32,7 @@ async fn a_client_missing_from_the_member_list_releases_its_queues_after_the_loc
     assert_partition(&[&a, &b], &all);
     // a's heartbeats stop reaching the directory, which drops a at about 120 s; b then takes
     // every queue. a keeps its two (a directory hiccup is no reason to stop at once)…
-    directory.refuse.store(true, Ordering::SeqCst);
+    directory.refuse(true);
     settle(expiry + MIN).await;
     assert_eq!(cluster.members(GROUP), vec![b.id.clone()]);
     assert_eq!(b.handle.assignment().len(), 4);
@@ -101,7 +49,7 @@ async fn a_client_missing_from_the_member_list_releases_its_queues_after_the_loc
     );
     assert_partition(&[&a, &b], &all);
     // Once its heartbeats get through again, a rejoins and takes its share back.
-    directory.refuse.store(false, Ordering::SeqCst);
+    directory.refuse(false);
     settle(10 * MIN).await;
     assert_eq!(a.handle.assignment().len(), 2);
     assert_partition(&[&a, &b], &all);

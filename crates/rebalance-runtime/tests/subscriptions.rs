@@ -4,64 +4,26 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use common::*;
-use rebalance_core::ClientId;
-use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
+use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    ConsumerError, GroupDirectory, Intervals, LocalOffsetStore, MessageModel, Registration,
-    RemoteError, Subscription, TagExpression, TagExpressionError, WakeReasons,
+    ConsumerError, Intervals, LocalOffsetStore, MessageModel, Subscription, TagExpression,
+    TagExpressionError, WakeReasons,
 };
-use tokio::sync::watch;
 
 const RETRY: &str = "%RETRY%G";
 
-/// The in-memory directory, keeping every registration it was sent.
-struct Directory {
-    inner: ClusterClient,
-    sent: Mutex<Vec<Registration>>,
-}
-
-impl Directory {
-    fn new(inner: ClusterClient) -> Arc<Self> {
-        Arc::new(Self {
-            inner,
-            sent: Mutex::new(Vec::new()),
-        })
-    }
-
-    /// The last registration sent, as (topic, expression) pairs.
-    fn last(&self) -> Vec<(String, String)> {
-        let sent = self.sent.lock().unwrap();
-        let last = sent.last().expect("a heartbeat was sent");
-        last.subscriptions
-            .iter()
-            .map(|s| (s.topic.clone(), s.expression.to_string()))
-            .collect()
-    }
-}
-
-#[async_trait]
-impl GroupDirectory for Directory {
-    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
-        self.sent.lock().unwrap().push(registration.clone());
-        self.inner.register(registration).await
-    }
-
-    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
-        self.inner.unregister(registration).await
-    }
-
-    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
-        self.inner.consumer_ids(group, topic).await
-    }
-
-    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
-        self.inner.membership_changes(group)
-    }
+/// The last registration `directory` was sent, as (topic, expression) pairs.
+fn last(directory: &WatchedDirectory) -> Vec<(String, String)> {
+    let sent = directory.sent();
+    let last = sent.last().expect("a heartbeat was sent");
+    last.subscriptions
+        .iter()
+        .map(|s| (s.topic.clone(), s.expression.to_string()))
+        .collect()
 }
 
 fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -74,7 +36,7 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
-    let directory = Directory::new(cluster.client(client_id(0)));
+    let directory = WatchedDirectory::new(cluster.client(client_id(0)));
     let observed = directory.clone();
     let a = start_with(&cluster, 0, &[], move |b| {
         b.subscribe_tags("T", " TagA || TagB ")
@@ -83,18 +45,18 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
     })
     .await;
     assert_eq!(
-        directory.last(),
+        last(&directory),
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB")]),
         "the first heartbeat"
     );
 
     // At run time: a new topic with tags, heartbeated at once.
-    let sent = directory.sent.lock().unwrap().len();
+    let sent = directory.registers();
     assert!(a.handle.subscribe_tags("U", "X").await.unwrap());
     settle(Duration::from_millis(10)).await;
-    assert_eq!(directory.sent.lock().unwrap().len(), sent + 1);
+    assert_eq!(directory.registers(), sent + 1);
     assert_eq!(
-        directory.last(),
+        last(&directory),
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB"), ("U", "X")])
     );
     // The same expression again changes nothing; `subscribe` means every tag.
@@ -102,7 +64,7 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
     assert!(a.handle.subscribe("U").await.unwrap());
     settle(Duration::from_millis(10)).await;
     assert_eq!(
-        directory.last(),
+        last(&directory),
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB"), ("U", "*")])
     );
     // A malformed expression is refused and changes nothing.
@@ -122,7 +84,7 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
     assert!(a.handle.unsubscribe("U").await.unwrap());
     settle(Duration::from_millis(10)).await;
     assert_eq!(
-        directory.last(),
+        last(&directory),
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB")])
     );
     a.handle.shutdown().await;
@@ -134,14 +96,14 @@ async fn broadcasting_and_opted_out_consumers_leave_the_retry_topic_alone() {
     cluster.create_topic("T", 1, 4);
     cluster.create_topic(RETRY, 1, 1);
 
-    let opted_out = Directory::new(cluster.client(client_id(0)));
+    let opted_out = WatchedDirectory::new(cluster.client(client_id(0)));
     let observed = opted_out.clone();
     let a = start_with(&cluster, 0, &["T"], move |b| {
         b.consume_retry_topic(false).directory(observed)
     })
     .await;
 
-    let broadcasting = Directory::new(cluster.client(client_id(1)));
+    let broadcasting = WatchedDirectory::new(cluster.client(client_id(1)));
     let observed = broadcasting.clone();
     let b = start_with(&cluster, 1, &["T"], move |b| {
         b.message_model(MessageModel::Broadcasting)
@@ -150,8 +112,8 @@ async fn broadcasting_and_opted_out_consumers_leave_the_retry_topic_alone() {
     })
     .await;
     settle(Duration::from_secs(60)).await;
-    assert_eq!(opted_out.last(), pairs(&[("T", "*")]));
-    assert_eq!(broadcasting.last(), pairs(&[("T", "*")]));
+    assert_eq!(last(&opted_out), pairs(&[("T", "*")]));
+    assert_eq!(last(&broadcasting), pairs(&[("T", "*")]));
     for m in [&a, &b] {
         assert!(
             m.handle.assignment().iter().all(|q| &*q.topic == "T"),

@@ -1,18 +1,21 @@
 //! Shared helpers of the runtime's integration tests: a listener that records every callback,
-//! consumers on the in-memory cluster, and the group invariants.
+//! consumers on the in-memory cluster, a directory that shows its heartbeats, and the group
+//! invariants.
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    Consumer, ConsumerBuilder, ConsumerHandle, ListenerError, QueueLease, QueueListener,
-    RemovalReason, RemovedQueue, StartPosition,
+    Consumer, ConsumerBuilder, ConsumerHandle, GroupDirectory, ListenerError, QueueLease,
+    QueueListener, Registration, RemoteError, RemovalReason, RemovedQueue, StartPosition,
 };
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 pub const GROUP: &str = "G";
@@ -255,4 +258,62 @@ pub fn assert_partition(members: &[&Member], all: &BTreeSet<MessageQueue>) {
         extra.is_empty(),
         "queues that do not exist are held: {extra:?}"
     );
+}
+
+/// The in-memory directory, keeping every registration it was sent (refused ones too) and
+/// refusing heartbeats while told to.
+pub struct WatchedDirectory {
+    inner: ClusterClient,
+    sent: Mutex<Vec<Registration>>,
+    refuse: AtomicBool,
+}
+
+impl WatchedDirectory {
+    pub fn new(inner: ClusterClient) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            sent: Mutex::new(Vec::new()),
+            refuse: AtomicBool::new(false),
+        })
+    }
+
+    /// Every registration sent so far, in order.
+    pub fn sent(&self) -> Vec<Registration> {
+        self.sent.lock().unwrap().clone()
+    }
+
+    /// How many heartbeats were sent (refused ones included).
+    pub fn registers(&self) -> usize {
+        self.sent.lock().unwrap().len()
+    }
+
+    /// Refuse heartbeats from now on, or accept them again.
+    pub fn refuse(&self, refuse: bool) {
+        self.refuse.store(refuse, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl GroupDirectory for WatchedDirectory {
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.sent.lock().unwrap().push(registration.clone());
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(RemoteError::Unreachable(
+                "heartbeats refused by the test".into(),
+            ));
+        }
+        self.inner.register(registration).await
+    }
+
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.unregister(registration).await
+    }
+
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        self.inner.consumer_ids(group, topic).await
+    }
+
+    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
+        self.inner.membership_changes(group)
+    }
 }
