@@ -3,8 +3,13 @@
 //!
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
-//!     [--strategy NAME] [--param key=value]... [--client-id ID] [--rebalance-interval 2s] [--json]
+//!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
+//!     [--rebalance-interval 2s] [--no-retry-topic] [--json]
 //! ```
+//!
+//! The client also takes its share of the group's retry topic `%RETRY%G`, as the Java client
+//! does, unless `--no-retry-topic` is given (decide it for the whole group). `--tags` is the
+//! tag expression the broker filters the topic's messages by (`*`, every tag, by default).
 //!
 //! `--param` gives the strategy its parameters, as `rebalance simulate` does (the value is JSON
 //! when it parses as JSON, a string otherwise): `--strategy by_machine_room --param
@@ -40,6 +45,12 @@ struct Args {
     /// The topic to subscribe.
     #[arg(long)]
     topic: String,
+    /// The tags consumed from the topic: `*`, or tags separated by `||`.
+    #[arg(long, default_value = "*")]
+    tags: String,
+    /// Leave the group's retry topic alone (every member of the group should say the same).
+    #[arg(long)]
+    no_retry_topic: bool,
     /// The allocation strategy (`averagely`, `consistent_hash`, …).
     #[arg(long, default_value = "averagely")]
     strategy: String,
@@ -158,7 +169,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let name_server = NameServerClient::from_addresses(&args.namesrv)?;
     let brokers = BrokerClient::new(name_server.clone());
     let builder = Consumer::builder(args.group.as_str())
-        .subscribe(args.topic.as_str())
+        .subscribe_tags(args.topic.as_str(), &args.tags)?
+        .consume_retry_topic(!args.no_retry_topic)
         .strategy_named(&args.strategy, &params)?
         .intervals(Intervals {
             rebalance_wait: args.rebalance_interval,
@@ -180,10 +192,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let consumer = builder.listener(printer).start().await?;
     if !args.json {
         println!(
-            "{} joined {} on {} (Ctrl-C to leave)",
+            "{} joined {} on {} ({}) (Ctrl-C to leave)",
             consumer.client_id(),
             args.group,
-            args.topic
+            args.topic,
+            args.tags
         );
     }
     tokio::signal::ctrl_c().await?;
