@@ -12,7 +12,7 @@ use rebalance_runtime::{
     GroupDirectory, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
 };
 
-use common::{client, eventually, init_tracing};
+use common::{Client, client, eventually, init_tracing};
 
 const SOON: Duration = Duration::from_secs(5);
 
@@ -193,77 +193,49 @@ async fn a_locked_queue_goes_to_another_client_only_after_unlock() {
     cluster.create_topic("LockTopic", 8).await.unwrap();
     let a = client(&cluster, "a", "G4", &["LockTopic"]);
     let b = client(&cluster, "b", "G4", &["LockTopic"]);
-    let (a_id, b_id) = (
-        a.registration.client_id.clone(),
-        b.registration.client_id.clone(),
-    );
-    let q = |i| MessageQueue::new("LockTopic", "broker-a", i);
-    let range = |r: std::ops::Range<i32>| r.map(q).collect::<Vec<_>>();
 
-    assert_eq!(
-        a.brokers
-            .lock("G4", &a_id, &range(0..4))
-            .await
-            .unwrap()
-            .granted,
-        range(0..4)
-    );
+    assert_eq!(lock(&a, "G4", 0..4).await, ids(0..4));
     // B asks for 2..6: 2 and 3 are A's.
-    assert_eq!(
-        b.brokers
-            .lock("G4", &b_id, &range(2..6))
-            .await
-            .unwrap()
-            .granted,
-        range(4..6)
-    );
+    assert_eq!(lock(&b, "G4", 2..6).await, ids(4..6));
     // Renewing is granted to the holder.
-    assert_eq!(
-        a.brokers
-            .lock("G4", &a_id, &range(0..4))
-            .await
-            .unwrap()
-            .granted,
-        range(0..4)
-    );
+    assert_eq!(lock(&a, "G4", 0..4).await, ids(0..4));
     // Another group locks independently.
-    assert_eq!(
-        b.brokers
-            .lock("G4-other", &b_id, &range(0..2))
-            .await
-            .unwrap()
-            .granted,
-        range(0..2)
-    );
+    assert_eq!(lock(&b, "G4-other", 0..2).await, ids(0..2));
 
-    a.brokers.unlock("G4", &a_id, &range(2..4)).await.unwrap();
-    assert_eq!(
-        b.brokers
-            .lock("G4", &b_id, &range(2..6))
-            .await
-            .unwrap()
-            .granted,
-        range(2..6)
-    );
+    unlock(&a, "G4", 2..4).await;
+    assert_eq!(lock(&b, "G4", 2..6).await, ids(2..6));
     // A still holds 0 and 1, and can no longer have 2.
-    assert_eq!(
-        a.brokers
-            .lock("G4", &a_id, &range(0..3))
-            .await
-            .unwrap()
-            .granted,
-        range(0..2)
-    );
+    assert_eq!(lock(&a, "G4", 0..3).await, ids(0..2));
     // Unlocking somebody else's queue does nothing.
-    a.brokers.unlock("G4", &a_id, &range(4..6)).await.unwrap();
-    assert!(
-        a.brokers
-            .lock("G4", &a_id, &range(4..6))
-            .await
-            .unwrap()
-            .granted
-            .is_empty()
-    );
+    unlock(&a, "G4", 4..6).await;
+    assert!(lock(&a, "G4", 4..6).await.is_empty());
+}
+
+/// LockTopic's queues with these ids.
+fn lock_topic(ids: std::ops::Range<i32>) -> Vec<MessageQueue> {
+    ids.map(|i| MessageQueue::new("LockTopic", "broker-a", i))
+        .collect()
+}
+
+fn ids(ids: std::ops::Range<i32>) -> Vec<i32> {
+    ids.collect()
+}
+
+/// The ids of the LockTopic queues `c` is granted when it asks to lock `ids` for `group`.
+async fn lock(c: &Client, group: &str, ids: std::ops::Range<i32>) -> Vec<i32> {
+    let outcome = c
+        .brokers
+        .lock(group, &c.registration.client_id, &lock_topic(ids))
+        .await
+        .unwrap();
+    outcome.granted.iter().map(|q| q.queue_id).collect()
+}
+
+async fn unlock(c: &Client, group: &str, ids: std::ops::Range<i32>) {
+    c.brokers
+        .unlock(group, &c.registration.client_id, &lock_topic(ids))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
