@@ -448,6 +448,7 @@ impl Service {
             lock_valid_until = Some(Instant::now() + self.ctx.intervals.lock_lifetime);
         }
         let mut leases = Vec::with_capacity(queues.len());
+        let mut unread = Vec::new();
         for queue in queues {
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress.
@@ -472,6 +473,7 @@ impl Service {
                     },
                     Err(e) => {
                         tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
+                        unread.push(queue);
                         continue;
                     }
                 },
@@ -480,6 +482,13 @@ impl Service {
                 self.table
                     .insert(queue, start, &self.queues_token, lock_valid_until),
             );
+        }
+        // Not taken, so not locked either: a lock kept would hold the queue's next owner off
+        // until it expired at the broker (the next round locks it again if it is still ours).
+        if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty()) {
+            if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &unread).await {
+                tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
+            }
         }
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
