@@ -239,7 +239,24 @@ impl Service {
                 fingerprint,
             } => {
                 report.fingerprint = Some(fingerprint);
-                let wanted: HashSet<&MessageQueue> = mine.iter().collect();
+                // Each queue of this topic once: an allocation may answer a queue twice, or
+                // queues of other topics (`by_config` answers its list as configured).
+                let mut wanted: HashSet<&MessageQueue> = HashSet::with_capacity(mine.len());
+                let share: Vec<&MessageQueue> = mine
+                    .iter()
+                    .filter(|q| &*q.topic == topic && wanted.insert(*q))
+                    .collect();
+                let mine: Arc<[MessageQueue]> = if share.len() == mine.len() {
+                    mine.clone()
+                } else {
+                    tracing::warn!(
+                        topic,
+                        answered = mine.len(),
+                        kept = share.len(),
+                        "the allocation named queues twice or queues of other topics; taking each queue of this topic once"
+                    );
+                    share.iter().map(|q| (*q).clone()).collect()
+                };
                 let mut to_release: Vec<MessageQueue> = self
                     .table
                     .entries_of(topic)
@@ -258,7 +275,7 @@ impl Service {
                     .await;
                 let mut to_add = Vec::new();
                 let mut still_releasing = 0;
-                for q in mine.iter() {
+                for q in share {
                     match self.table.get(q) {
                         None => to_add.push(q.clone()),
                         Some(pq) if !pq.is_held() => still_releasing += 1,
