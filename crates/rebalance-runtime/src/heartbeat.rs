@@ -38,25 +38,30 @@ pub(crate) async fn run(
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
+        let current = tokio::select! {
             biased;
             _ = token.cancelled() => break,
             changed = registration.changed() => {
                 if changed.is_err() {
                     break;
                 }
-                let current = registration.borrow_and_update().clone();
-                beat(&*directory, &current).await;
+                registration.borrow_and_update().clone()
             }
-            _ = ticker.tick() => {
-                let current = registration.borrow().clone();
-                beat(&*directory, &current).await;
-            }
+            _ = ticker.tick() => registration.borrow().clone(),
             _ = now.notified() => {
                 tracing::debug!("heartbeat asked for by the rebalance");
-                let current = registration.borrow().clone();
-                beat(&*directory, &current).await;
+                registration.borrow().clone()
             }
+        };
+        // A heartbeat in flight stops with the token: the shutdown (which unregisters) does not
+        // wait for a directory that does not answer.
+        if token
+            .run_until_cancelled(beat(&*directory, &current))
+            .await
+            .is_none()
+        {
+            tracing::debug!("heartbeat cancelled in flight");
+            break;
         }
     }
     tracing::debug!("heartbeat stopped");

@@ -190,25 +190,30 @@ impl RouteSync {
     }
 
     /// Polls again every `interval`, at once when the subscriptions change, and answers
-    /// fetches.
+    /// fetches. A poll in flight stops with the token: the shutdown (which releases the
+    /// queues and unregisters) does not wait for a name server that does not answer.
     pub(crate) async fn run(mut self, token: CancellationToken) {
         let mut ticker = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
-            tokio::select! {
+            let finished = tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
                 changed = subscriptions_changed(&mut self.subscriptions) => {
                     if !changed {
                         break;
                     }
-                    self.poll_all().await;
+                    token.run_until_cancelled(self.poll_all()).await
                 }
                 fetch = next_fetch(&mut self.fetches) => match fetch {
-                    Some(fetch) => self.fetch(fetch).await,
+                    Some(fetch) => token.run_until_cancelled(self.fetch(fetch)).await,
                     None => break,
                 },
-                _ = ticker.tick() => self.poll_all().await,
+                _ = ticker.tick() => token.run_until_cancelled(self.poll_all()).await,
+            };
+            if finished.is_none() {
+                tracing::debug!("route sync cancelled during a poll");
+                break;
             }
         }
         tracing::debug!("route sync stopped");

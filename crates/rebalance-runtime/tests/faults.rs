@@ -225,3 +225,26 @@ async fn offsets_are_persisted_periodically() {
     settle(Duration::from_secs(5)).await;
     assert_eq!(cluster.offset(GROUP, &queue), Some(20));
 }
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_does_not_wait_for_a_hanging_route_poll_or_heartbeat() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    // The next route poll and heartbeat (both due at 30 s) hang for a minute, as calls to an
+    // unreachable name server or broker do until their timeouts, one after another.
+    cluster.delay_next(Operation::Route, 1, Duration::from_secs(60));
+    cluster.delay_next(Operation::Register, 1, Duration::from_secs(60));
+    settle(Duration::from_secs(30)).await;
+    let asked = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    assert!(
+        asked.elapsed() < MIN,
+        "shutdown took {:?}: it waited for the calls in flight",
+        asked.elapsed()
+    );
+    assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 4);
+    assert!(cluster.members(GROUP).is_empty(), "unregistered");
+}

@@ -299,3 +299,50 @@ async fn range_copes_with_different_subscriptions() {
     );
     assert_eq!(b.handle.assignment().queues["T"].len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per_queue() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.create_topic("U", 1, 2);
+    let (t0, t1, u0) = (
+        MessageQueue::new("T", "broker-0", 0),
+        MessageQueue::new("T", "broker-0", 1),
+        MessageQueue::new("U", "broker-0", 0),
+    );
+    // `by_config` answers its list as configured (as the Java client): a queue named twice,
+    // and a queue of a topic this consumer does not subscribe to.
+    let configured = vec![t0.clone(), t1.clone(), t0.clone(), u0.clone()];
+    let by_config = |b: rebalance_runtime::ConsumerBuilder| {
+        b.strategy(std::sync::Arc::new(
+            rebalance_core::strategy::ByConfig::new(configured),
+        ))
+    };
+    let a = start_with(&cluster, 0, &["T"], by_config).await;
+    settle(Duration::from_secs(60)).await;
+    let added: Vec<MessageQueue> = a.recorder.added().into_iter().map(|(q, _)| q).collect();
+    assert_eq!(added, [t0.clone(), t1.clone()], "each queue of T once");
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Unsubscribed)
+            .is_empty()
+    );
+    assert_eq!(
+        a.handle.assignment().iter().cloned().collect::<Vec<_>>(),
+        [t0.clone(), t1.clone()]
+    );
+    assert!(a.recorder.violations.lock().unwrap().is_empty());
+    // Every lease handed out ends when the topic is unsubscribed.
+    let leases: Vec<_> = a
+        .recorder
+        .leases
+        .lock()
+        .unwrap()
+        .values()
+        .cloned()
+        .collect();
+    assert!(a.handle.unsubscribe("T").await.unwrap());
+    settle(2 * MIN).await;
+    assert!(a.handle.assignment().is_empty());
+    assert!(leases.iter().all(|l| l.is_cancelled()));
+}

@@ -322,3 +322,64 @@ async fn broadcasting_gives_everyone_everything_without_locks() {
         assert_eq!(cluster.lock_owner(GROUP, q), None);
     }
 }
+
+/// The cluster's offset store, except that reading one queue's offset fails.
+struct UnreadableOffset {
+    inner: rebalance_runtime::memory::ClusterClient,
+    queue: MessageQueue,
+}
+
+#[async_trait::async_trait]
+impl rebalance_runtime::OffsetStore for UnreadableOffset {
+    async fn read(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+    ) -> Result<Option<i64>, rebalance_runtime::RemoteError> {
+        if *queue == self.queue {
+            return Err(rebalance_runtime::RemoteError::Unreachable(
+                "offset read refused by the test".into(),
+            ));
+        }
+        self.inner.read(group, queue).await
+    }
+
+    async fn persist(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<(), rebalance_runtime::RemoteError> {
+        self.inner.persist(group, queue, offset).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_locked_but_not_added_is_unlocked_for_its_next_owner() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let unreadable = |b: rebalance_runtime::ConsumerBuilder| {
+        orderly(b).offset_store(std::sync::Arc::new(UnreadableOffset {
+            inner: cluster.client(client_id(0)),
+            queue: queue(1),
+        }))
+    };
+    let a = start_with(&cluster, 0, &["T"], unreadable).await;
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(
+        a.recorder.held(),
+        [queue(0)].into(),
+        "queue 1 is unreadable"
+    );
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(1)),
+        None,
+        "a holds no lock on a queue it did not take"
+    );
+    // b joins; queue 1 is b's share and must not wait for a's stale lock to expire (60 s).
+    let b = start_with(&cluster, 1, &["T"], orderly).await;
+    settle(3 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+}

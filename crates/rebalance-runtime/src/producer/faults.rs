@@ -8,6 +8,8 @@ use std::time::Duration;
 use dashmap::DashMap;
 use tokio::time::Instant;
 
+use crate::config::MAX_INTERVAL;
+
 /// How long a broker is avoided after a send of a given latency.
 ///
 /// The default is the Java client's `MQFaultStrategy`: latencies of at least 50, 100, 550,
@@ -156,6 +158,9 @@ impl LatencyFaultTracker {
         } else {
             self.policy.on_failure()
         };
+        // A step longer than the clock can add (`Duration::MAX` for "for ever") would panic the
+        // sender's task; a year is for ever enough.
+        let avoid = avoid.min(MAX_INTERVAL);
         let now = Instant::now();
         let announce = !avoid.is_zero();
         let mut item = self
@@ -353,6 +358,17 @@ mod tests {
         let item = t.item("b").unwrap();
         assert!(item.failed);
         assert_eq!(item.available_at, Instant::now() + Duration::from_secs(600));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_avoid_step_beyond_the_clock_avoids_for_as_long_as_it_can() {
+        // "Avoid for ever", as a policy may well be configured.
+        let t = LatencyFaultTracker::new(AvoidPolicy::from_steps([(ms(0), Duration::MAX)]));
+        t.report("slow", ms(1), true);
+        t.report("failed", ms(1), false);
+        let in_a_month = Instant::now() + Duration::from_secs(30 * 24 * 3600);
+        assert!(!t.is_available("slow", in_a_month));
+        assert!(!t.is_available("failed", in_a_month));
     }
 
     #[tokio::test(start_paused = true)]

@@ -239,7 +239,24 @@ impl Service {
                 fingerprint,
             } => {
                 report.fingerprint = Some(fingerprint);
-                let wanted: HashSet<&MessageQueue> = mine.iter().collect();
+                // Each queue of this topic once: an allocation may answer a queue twice, or
+                // queues of other topics (`by_config` answers its list as configured).
+                let mut wanted: HashSet<&MessageQueue> = HashSet::with_capacity(mine.len());
+                let share: Vec<&MessageQueue> = mine
+                    .iter()
+                    .filter(|q| &*q.topic == topic && wanted.insert(*q))
+                    .collect();
+                let mine: Arc<[MessageQueue]> = if share.len() == mine.len() {
+                    mine.clone()
+                } else {
+                    tracing::warn!(
+                        topic,
+                        answered = mine.len(),
+                        kept = share.len(),
+                        "the allocation named queues twice or queues of other topics; taking each queue of this topic once"
+                    );
+                    share.iter().map(|q| (*q).clone()).collect()
+                };
                 let mut to_release: Vec<MessageQueue> = self
                     .table
                     .entries_of(topic)
@@ -258,7 +275,7 @@ impl Service {
                     .await;
                 let mut to_add = Vec::new();
                 let mut still_releasing = 0;
-                for q in mine.iter() {
+                for q in share {
                     match self.table.get(q) {
                         None => to_add.push(q.clone()),
                         Some(pq) if !pq.is_held() => still_releasing += 1,
@@ -448,6 +465,7 @@ impl Service {
             lock_valid_until = Some(Instant::now() + self.ctx.intervals.lock_lifetime);
         }
         let mut leases = Vec::with_capacity(queues.len());
+        let mut unread = Vec::new();
         for queue in queues {
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress.
@@ -472,6 +490,7 @@ impl Service {
                     },
                     Err(e) => {
                         tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
+                        unread.push(queue);
                         continue;
                     }
                 },
@@ -480,6 +499,13 @@ impl Service {
                 self.table
                     .insert(queue, start, &self.queues_token, lock_valid_until),
             );
+        }
+        // Not taken, so not locked either: a lock kept would hold the queue's next owner off
+        // until it expired at the broker (the next round locks it again if it is still ours).
+        if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty()) {
+            if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &unread).await {
+                tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
+            }
         }
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
