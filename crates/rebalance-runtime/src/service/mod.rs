@@ -143,6 +143,7 @@ impl Service {
                         tracing::debug!("directory says the group's membership changed");
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {
+                        tracing::warn!("the directory's membership notifications ended; rounds now run on the timer only");
                         membership = None;
                     }
                 }
