@@ -427,7 +427,7 @@ mod tests {
         (addr.to_string(), listener, filler)
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_connect_cut_short_by_the_request_timeout_still_backs_off() {
         let (addr, _listener, _filler) = blackhole().await;
         // A request timeout shorter than the connect timeout cuts the attempt short.
