@@ -209,6 +209,15 @@ impl RemotingClient {
         }
     }
 
+    /// The connection to `addr` if one is open now, without waiting.
+    fn open_connection(&self, addr: &str) -> Option<Connection> {
+        let attempt = self.inner.slots.get(addr)?;
+        match attempt.value().outcome.get() {
+            Some(Ok(conn)) if conn.is_open() => Some(conn.clone()),
+            _ => None,
+        }
+    }
+
     fn replace(&self, addr: &str, old: &Arc<Attempt>, new: Arc<Attempt>) {
         if let Some(mut slot) = self.inner.slots.get_mut(addr) {
             if Arc::ptr_eq(slot.value(), old) {
@@ -236,13 +245,30 @@ impl RemotingClient {
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
         let deadline = Instant::now() + timeout;
-        let conn = match tokio::time::timeout_at(deadline, self.connection(addr)).await {
-            Ok(conn) => conn?,
-            Err(_) => {
-                return Err(TransportError::Timeout {
-                    addr: addr.to_string(),
-                    after: timeout,
-                });
+        let conn = match self.open_connection(addr) {
+            Some(conn) => conn,
+            None => {
+                // The attempt runs on its own task: a deadline shorter than the connect timeout
+                // must not cancel it, or its failure would never be recorded and the next call
+                // would try again at once instead of backing off.
+                let client = self.clone();
+                let target = addr.to_string();
+                let connecting = tokio::spawn(async move { client.connection(&target).await });
+                match tokio::time::timeout_at(deadline, connecting).await {
+                    Ok(Ok(conn)) => conn?,
+                    Ok(Err(e)) => {
+                        return Err(TransportError::Connect {
+                            addr: addr.to_string(),
+                            reason: format!("connection task failed: {e}"),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(TransportError::Timeout {
+                            addr: addr.to_string(),
+                            after: timeout,
+                        });
+                    }
+                }
             }
         };
         let left = deadline.saturating_duration_since(Instant::now());
@@ -388,6 +414,45 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.remark.as_deref(), Some("9"));
+    }
+
+    /// An address whose connection attempts hang: a listener whose accept queue is full (it
+    /// never accepts), so the kernel drops further SYNs. Keep the returned sockets alive.
+    async fn blackhole() -> (String, tokio::net::TcpListener, tokio::net::TcpStream) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let filler = tokio::net::TcpStream::connect(addr).await.unwrap();
+        (addr.to_string(), listener, filler)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connect_cut_short_by_the_request_timeout_still_backs_off() {
+        let (addr, _listener, _filler) = blackhole().await;
+        // A request timeout shorter than the connect timeout cuts the attempt short.
+        let client = RemotingClient::new(ClientConfig {
+            connect_timeout: Duration::from_millis(400),
+            request_timeout: Duration::from_millis(200),
+            reconnect_backoff_min: Duration::from_secs(30),
+            reconnect_backoff_max: Duration::from_secs(30),
+            ..Default::default()
+        });
+        let err = client
+            .invoke(&addr, RemotingCommand::request(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+        // The attempt goes on and its failure is remembered: within the backoff, no new attempt
+        // and no wait.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let err = client
+            .invoke(&addr, RemotingCommand::request(2))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TransportError::BackingOff { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(100));
     }
 
     #[tokio::test]

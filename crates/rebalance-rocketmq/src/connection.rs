@@ -460,7 +460,12 @@ async fn write_loop<W>(
                 command.opaque,
                 !command.is_response() && !command.is_oneway(),
             );
-            match frames.feed(command).await {
+            // Feeding flushes when the buffer is full: it waits on a peer that stopped reading.
+            let fed = tokio::select! {
+                _ = token.cancelled() => break 'run None,
+                fed = frames.feed(command) => fed,
+            };
+            match fed {
                 Ok(()) => {}
                 Err(CodecError::Io(e)) => break 'run Some(format!("write failed: {e}")),
                 Err(e) => {

@@ -107,3 +107,36 @@ async fn the_lock_fails_only_when_no_broker_answers() {
         .unwrap_err();
     assert!(matches!(err, RemoteError::Refused { code: 1, .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_broker_without_master_costs_one_route_lookup_per_lock_not_one_per_queue() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // broker-a has lost its master: the route lists only its slave.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let namesrv = scripted(move |_| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        RemotingCommand::response(0, 0, None).with_body(
+            r#"{"brokerDatas":[{"brokerAddrs":{"1":"127.0.0.1:1"},"brokerName":"broker-a","cluster":"C"}],"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":8,"topicSysFlag":0,"writeQueueNums":8}]}"#
+                .as_bytes(),
+        )
+    })
+    .await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let all: Vec<MessageQueue> = (0..8).map(|id| q("broker-a", id)).collect();
+    let err = brokers
+        .lock("G", &ClientId::from("c1"), &all)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::Unreachable(_)), "{err}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "one lookup for the broker");
+    brokers
+        .unlock("G", &ClientId::from("c1"), &all)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "and one more for the unlock"
+    );
+}

@@ -461,3 +461,27 @@ async fn heartbeats_reach_the_slaves_too_and_a_failing_slave_is_not_a_failed_hea
     assert_eq!(refused.load(Ordering::SeqCst), 1);
     assert_eq!(codes(&master_log, request_code::HEART_BEAT).len(), 2);
 }
+
+#[tokio::test]
+async fn while_the_master_is_down_the_slave_is_still_heartbeated() {
+    let (slave, slave_log) = recording_broker().await;
+    // The master is gone: the route lists only the slave (broker id 1).
+    let route = format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"1":"{slave}"}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+    );
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+
+    // The slave answers the member lists meanwhile: it must keep knowing this client.
+    let outcome = brokers.register(&registration(&["T"])).await;
+    assert!(
+        matches!(outcome, Err(RemoteError::Unreachable(_))),
+        "no master took the heartbeat: {outcome:?}"
+    );
+    let beats = codes(&slave_log, request_code::HEART_BEAT);
+    assert_eq!(beats.len(), 1, "the slave was heartbeated");
+    assert_eq!(sub_versions(&beats[0])[0].0, "T");
+    // And it is told when the client leaves.
+    brokers.unregister(&registration(&["T"])).await.unwrap();
+    assert_eq!(codes(&slave_log, request_code::UNREGISTER_CLIENT).len(), 1);
+}

@@ -130,8 +130,9 @@ impl GroupDirectory for BrokerClient {
     /// master is down, and it only knows the members that heartbeated it. Each subscription
     /// carries the version of when its topic was subscribed (a topic added at run time carries
     /// a newer one), and every broker heartbeated is remembered for
-    /// [`unregister`](GroupDirectory::unregister). The heartbeat fails when a master fails; a
-    /// slave that fails is only logged (slaves come and go, and the next heartbeat tries again).
+    /// [`unregister`](GroupDirectory::unregister). The heartbeat fails when a master fails, or when
+    /// no master serves the topics (the slaves are heartbeated all the same); a slave that fails
+    /// is only logged (slaves come and go, and the next heartbeat tries again).
     ///
     /// A broker heartbeated before that serves none of the subscribed topics any more (their
     /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
@@ -146,19 +147,22 @@ impl GroupDirectory for BrokerClient {
             Some(_) => BTreeSet::new(),
         };
         let leaving = self.leave(registration, left);
-        if addrs.masters.is_empty() {
+        let no_master = || {
+            route_error.clone().unwrap_or_else(|| {
+                RemoteError::Unreachable(format!(
+                    "no master broker serves the topics {:?}",
+                    registration.topics().collect::<Vec<_>>()
+                ))
+            })
+        };
+        if all.is_empty() {
             leaving.await;
             if registration.subscriptions.is_empty() {
                 // Nothing subscribed: no broker needs to know this client (those heartbeated
                 // before were just told it left).
                 return Ok(());
             }
-            return Err(route_error.unwrap_or_else(|| {
-                RemoteError::Unreachable(format!(
-                    "no master broker serves the topics {:?}",
-                    registration.topics().collect::<Vec<_>>()
-                ))
-            }));
+            return Err(no_master());
         }
         let sub_versions = self.inner.registrations.sub_versions(registration);
         let request = RemotingCommand::request(request_code::HEART_BEAT)
@@ -167,6 +171,10 @@ impl GroupDirectory for BrokerClient {
         self.inner.registrations.heartbeating(registration, &all);
         tracing::debug!(client = %registration.client_id, group = %registration.group, masters = addrs.masters.len(), slaves = addrs.others.len(), "heartbeat");
         let (failures, ()) = join(self.broadcast("heartbeat", &all, request), leaving).await;
+        if addrs.masters.is_empty() {
+            // Only slaves (their masters are down): they were told, but no master was.
+            return Err(no_master());
+        }
         first_failure(
             failures
                 .into_iter()

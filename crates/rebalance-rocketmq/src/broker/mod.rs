@@ -166,7 +166,7 @@ impl BrokerClient {
     }
 
     /// Groups `queues` by the master address of their broker. Queues whose broker has no known
-    /// master come back apart, with the reason.
+    /// master come back apart, with the reason. Each broker (of each topic) is looked up once.
     async fn by_master<'q>(
         &self,
         queues: &'q [MessageQueue],
@@ -174,10 +174,20 @@ impl BrokerClient {
         BTreeMap<String, Vec<&'q MessageQueue>>,
         Vec<(&'q MessageQueue, RemoteError)>,
     ) {
+        let mut masters: BTreeMap<(&str, &str), Result<String, RemoteError>> = BTreeMap::new();
         let mut grouped: BTreeMap<String, Vec<&MessageQueue>> = BTreeMap::new();
         let mut unknown = Vec::new();
         for queue in queues {
-            match self.broker_addr(queue, true).await {
+            let key = (&*queue.topic, &*queue.broker_name);
+            let master = match masters.get(&key) {
+                Some(master) => master.clone(),
+                None => {
+                    let master = self.broker_addr(queue, true).await;
+                    masters.insert(key, master.clone());
+                    master
+                }
+            };
+            match master {
                 Ok(addr) => grouped.entry(addr).or_default().push(queue),
                 Err(e) => unknown.push((queue, e)),
             }

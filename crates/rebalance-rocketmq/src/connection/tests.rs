@@ -401,3 +401,29 @@ async fn many_concurrent_requests_each_get_their_answer() {
     server_task.await.unwrap();
     assert_eq!(conn.pending_len(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_last_handle_closes_the_socket_even_when_the_server_stopped_reading() {
+    let (conn, mut server) = pair();
+    // More than the pipe holds, in two frames: the writer is stuck writing the second one.
+    let calls: Vec<_> = (0..2)
+        .map(|_| {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                conn.request(RemotingCommand::request(1).with_body(vec![0u8; 100_000]), T)
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let err = call.await.unwrap().unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    }
+    drop(conn);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let written = server.get_mut().write_all(b"x").await;
+    assert!(
+        written.is_err(),
+        "the client's end of the socket is still open"
+    );
+}
