@@ -344,6 +344,83 @@ async fn shutdown_persists_then_unlocks() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn renewed_locks_keep_an_ordered_queue_consumable() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    // Each renewal (every 20 s) extends the lock's trust by its lifetime (30 s), so batches may
+    // start for as long as the renewals are granted, not only for the first 30 s.
+    settle(Duration::from_secs(100)).await;
+    assert!(
+        lease.consume_guard().await.is_some(),
+        "a lock renewed 20 s ago is trusted"
+    );
+    // A renewal that gets no answer is judged from the last granted one (at about 100 s),
+    // not from the first grant.
+    cluster.set_lock_broker_down("broker-0", true);
+    settle(Duration::from_secs(20)).await;
+    assert!(!lease.is_cancelled());
+    assert!(a.recorder.removed_with(RemovalReason::Lost).is_empty());
+    assert!(lease.consume_guard().await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_batch_in_progress_then_persists_and_unlocks() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    let guard = lease.consume_guard().await.expect("held queue");
+    // The batch ends 3 s into the shutdown and commits its progress.
+    let batch = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        lease.commit(41);
+        drop(guard);
+    });
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    batch.await.unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(3),
+        "waited for the batch"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(41));
+    assert_eq!(cluster.lock_owner(GROUP, &queue(0)), None);
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Shutdown),
+        vec![queue(0)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_unlocks_a_batch_that_never_ends_after_the_force_delay() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    let _stuck = lease.consume_guard().await.expect("held queue");
+    lease.commit(41);
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    assert_eq!(
+        started.elapsed(),
+        Intervals::default().force_unlock_after,
+        "waited for the batch as long as allowed, not longer"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(41));
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(0)),
+        None,
+        "shutdown releases everything"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn exclusive_hand_off_waits_for_the_previous_owner() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
