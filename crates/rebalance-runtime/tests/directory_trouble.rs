@@ -4,11 +4,17 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use common::*;
+use rebalance_core::ClientId;
 use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
-use rebalance_runtime::{Intervals, RemovalReason, Unbalanced};
+use rebalance_runtime::{
+    GroupDirectory, Intervals, Registration, RemoteError, RemovalReason, Unbalanced,
+};
+use tokio::sync::watch;
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -78,4 +84,66 @@ async fn heartbeats_asked_for_by_directory_trouble_are_rate_limited() {
     assert!((3..=5).contains(&asked), "{asked} heartbeats in 19 s");
     settle(5 * MIN).await;
     assert!(a.handle.assignment().balanced);
+}
+
+/// A directory that, once told to flap, fails every other member list.
+struct Flapping {
+    inner: Arc<WatchedDirectory>,
+    flap: AtomicBool,
+    calls: AtomicUsize,
+}
+
+#[async_trait]
+impl GroupDirectory for Flapping {
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.register(registration).await
+    }
+
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.unregister(registration).await
+    }
+
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        if self.flap.load(Ordering::SeqCst) && self.calls.fetch_add(1, Ordering::SeqCst) % 2 == 1 {
+            return Err(RemoteError::Unreachable("flapping directory".into()));
+        }
+        self.inner.consumer_ids(group, topic).await
+    }
+
+    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
+        self.inner.membership_changes(group)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn directory_failures_between_rounds_that_miss_the_client_do_not_restart_its_clock() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let expiry = ClusterConfig::default().heartbeat_expiry;
+    let lifetime = Intervals::default().lock_lifetime;
+    let watched = WatchedDirectory::new(cluster.client(client_id(0)));
+    let directory = Arc::new(Flapping {
+        inner: watched.clone(),
+        flap: AtomicBool::new(false),
+        calls: AtomicUsize::new(0),
+    });
+    let flapping = directory.clone();
+    let a = start_with(&cluster, 0, &["T"], move |b| b.directory(flapping)).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    // a's heartbeats stop reaching the directory, which drops a; b takes every queue. From
+    // now on a's rounds alternate between "not listed" and "directory failed". A failure says
+    // nothing about the membership, so a's absence keeps counting through them and a still
+    // lets its queues go after the lock lifetime instead of consuming them twice for good.
+    watched.refuse(true);
+    directory.flap.store(true, Ordering::SeqCst);
+    settle(expiry + MIN).await;
+    assert_eq!(cluster.members(GROUP), vec![b.id.clone()]);
+    assert_eq!(a.handle.assignment().len(), 2, "kept at first");
+    settle(lifetime + 5 * MIN).await;
+    assert!(a.handle.assignment().is_empty());
+    assert_eq!(a.recorder.removed_with(RemovalReason::Reassigned).len(), 2);
+    assert_partition(&[&a, &b], &all);
 }

@@ -35,6 +35,27 @@ async fn a_name_server_outage_keeps_the_assignment() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn during_a_name_server_outage_the_group_still_rebalances_on_the_last_good_route() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start(&cluster, 0, &["T"]).await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    // The name server goes down and stays down across several polls; then b leaves. a still
+    // knows the last good route, so it takes b's queues instead of leaving them unconsumed
+    // until the name server is back.
+    cluster.set_name_server_down(true);
+    settle(Duration::from_secs(95)).await;
+    assert!(a.handle.assignment().balanced, "the last good route stands");
+    b.handle.shutdown().await;
+    settle(Duration::from_secs(21)).await;
+    assert_partition(&[&a], &all);
+    assert!(a.handle.assignment().balanced);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_consumer_started_during_an_outage_joins_when_the_name_server_is_back() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
@@ -207,6 +228,25 @@ async fn an_unreadable_offset_delays_the_queue() {
             .added()
             .contains(&(queue, StartPosition::Offset(12)))
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stored_offset_of_zero_is_where_the_queue_starts() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let mut queues = all_queues(&cluster, &["T"]).into_iter();
+    let (stored, fresh) = (queues.next().unwrap(), queues.next().unwrap());
+    // Offset 0 is real progress (nothing consumed yet, but recorded): the queue starts there,
+    // not at the latest message, which would skip everything already in it.
+    cluster.set_offset(GROUP, &stored, 0);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(Duration::from_millis(10)).await;
+    let added = a.recorder.added();
+    assert!(
+        added.contains(&(stored, StartPosition::Offset(0))),
+        "{added:?}"
+    );
+    assert!(added.contains(&(fresh, StartPosition::Latest)), "{added:?}");
 }
 
 #[tokio::test(start_paused = true)]

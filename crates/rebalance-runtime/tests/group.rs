@@ -129,6 +129,27 @@ async fn a_notification_during_a_round_causes_another_round() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn wake_ups_coalesce_into_rounds_at_least_the_minimum_interval_apart() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    let mut rounds = a.handle.rounds();
+    let first = rounds.borrow_and_update().round;
+    // Ten wake-ups in one second: a burst of notifications must not become a burst of rounds
+    // (each asks the directory, so the broker would feel it). The first runs at once (the
+    // previous round is a second old), the other nine coalesce into one a second later.
+    for _ in 0..10 {
+        a.handle.rebalance_now();
+        settle(Duration::from_millis(100)).await;
+    }
+    settle(Duration::from_millis(10)).await;
+    let report = rounds.borrow_and_update().clone();
+    assert_eq!(report.round - first, 2, "{report:?}");
+    assert!(report.reasons.contains(WakeReasons::MANUAL));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_wake_up_during_a_round_is_not_lost() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 8);

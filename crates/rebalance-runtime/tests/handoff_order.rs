@@ -12,9 +12,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    ConsumerBuilder, ListenerError, QueueLease, QueueListener, RemovedQueue, StartPosition,
+    ConsumerBuilder, ListenerError, OffsetStore, QueueLease, QueueListener, RemoteError,
+    RemovalReason, RemovedQueue, StartPosition,
 };
 
 /// What `queues_removed` saw: the queue, its lock owner and its persisted offset.
@@ -117,5 +118,76 @@ async fn removed_callback_then_persist_then_unlock_then_next_owner() {
     assert!(!held.contains(moved));
     assert_eq!(held.len() + b.handle.assignment().len(), all.len());
     a.shutdown().await;
+    b.handle.shutdown().await;
+}
+
+/// The cluster's offset store, recording the order of the writes and forgets it is asked for.
+struct RecordingOffsets {
+    inner: ClusterClient,
+    calls: Mutex<Vec<(&'static str, MessageQueue)>>,
+}
+
+impl RecordingOffsets {
+    fn calls_for(&self, queue: &MessageQueue) -> Vec<&'static str> {
+        let calls = self.calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|(_, q)| q == queue)
+            .map(|(call, _)| *call)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl OffsetStore for RecordingOffsets {
+    async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
+        self.inner.read(group, queue).await
+    }
+
+    async fn persist(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<(), RemoteError> {
+        self.calls.lock().unwrap().push(("persist", queue.clone()));
+        self.inner.persist(group, queue, offset).await
+    }
+
+    async fn remove(&self, group: &str, queue: &MessageQueue) -> Result<(), RemoteError> {
+        self.calls.lock().unwrap().push(("remove", queue.clone()));
+        self.inner.remove(group, queue).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_released_queue_is_forgotten_by_the_offset_store_after_its_final_persist() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let store = Arc::new(RecordingOffsets {
+        inner: cluster.client(client_id(0)),
+        calls: Mutex::default(),
+    });
+    let offsets = store.clone();
+    let a = start_with(&cluster, 0, &["T"], move |b| b.offset_store(offsets)).await;
+    settle(Duration::from_secs(1)).await;
+    for lease in a.recorder.leases.lock().unwrap().values() {
+        lease.commit(5);
+    }
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(Duration::from_secs(1)).await;
+    let moved = a.recorder.removed_with(RemovalReason::Reassigned);
+    assert_eq!(moved.len(), 1);
+    // A store that caches offsets must drop the queue once its last offset is stored, or it
+    // would go on writing that old offset over the next owner's progress.
+    assert_eq!(store.calls_for(&moved[0]), ["persist", "remove"]);
+    let kept: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
+    assert_eq!(kept.len(), 1);
+    a.handle.shutdown().await;
+    assert_eq!(
+        store.calls_for(&kept[0]),
+        ["persist", "remove"],
+        "released at shutdown too"
+    );
     b.handle.shutdown().await;
 }

@@ -8,7 +8,8 @@ use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{
-    ConsumeOrder, Intervals, MessageModel, QueueLocker, RemovalReason, WakeReasons,
+    ConsumeOrder, Intervals, MessageModel, QueueLocker, RemovalReason, StartPosition, Unbalanced,
+    WakeReasons,
 };
 
 const MIN: Duration = Duration::from_secs(1);
@@ -189,6 +190,81 @@ async fn an_ordered_queue_is_unlocked_only_between_batches() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_hand_off_under_way_finishes_while_the_directory_fails() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
+    let guard = lease.consume_guard().await.expect("held queue");
+    lease.commit(33);
+    let b = start_with(&cluster, 1, &["T"], orderly).await;
+    settle(3 * MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(a.id.clone()));
+    // The directory fails for the next 30 s or so of rounds. Those rounds keep the assignment,
+    // but the release already announced still finishes as soon as the batch ends: keeping the
+    // lock would hold the queue's next owner off for as long as the directory is down.
+    cluster.fail_next(Operation::ConsumerIds, 60);
+    drop(guard);
+    settle(2 * MIN).await;
+    assert!(
+        matches!(
+            a.handle.rounds().borrow().topics[0].unbalanced,
+            Some(Unbalanced::DirectoryFailed(_))
+        ),
+        "the directory still fails"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(33));
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(1)),
+        None,
+        "unlocked for its next owner"
+    );
+    settle(Duration::from_secs(60)).await;
+    assert_partition(&[&a, &b], &all);
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queue_wanted_back_during_its_release_is_taken_again_after_the_batch() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
+    let guard = lease.consume_guard().await.expect("held queue");
+    lease.commit(33);
+    let b = start_with(&cluster, 1, &["T"], orderly).await;
+    settle(3 * MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    // b leaves before a's batch ends: queue 1 is a's again. The release under way finishes
+    // (offset persisted, lock freed), then a takes the queue back with a new lease.
+    b.handle.shutdown().await;
+    settle(3 * MIN).await;
+    drop(guard);
+    settle(3 * MIN).await;
+    assert_partition(&[&a], &all);
+    assert!(a.handle.assignment().balanced);
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(a.id.clone()));
+    assert!(
+        a.recorder
+            .added()
+            .contains(&(queue(1), StartPosition::Offset(33))),
+        "{:?}",
+        a.recorder.added()
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_batch_that_never_ends_is_unlocked_after_the_force_delay() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
@@ -265,6 +341,83 @@ async fn shutdown_persists_then_unlocks() {
         assert_eq!(cluster.lock_owner(GROUP, &queue(i)), None);
         assert_eq!(cluster.offset(GROUP, &queue(i)), Some(5));
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewed_locks_keep_an_ordered_queue_consumable() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    // Each renewal (every 20 s) extends the lock's trust by its lifetime (30 s), so batches may
+    // start for as long as the renewals are granted, not only for the first 30 s.
+    settle(Duration::from_secs(100)).await;
+    assert!(
+        lease.consume_guard().await.is_some(),
+        "a lock renewed 20 s ago is trusted"
+    );
+    // A renewal that gets no answer is judged from the last granted one (at about 100 s),
+    // not from the first grant.
+    cluster.set_lock_broker_down("broker-0", true);
+    settle(Duration::from_secs(20)).await;
+    assert!(!lease.is_cancelled());
+    assert!(a.recorder.removed_with(RemovalReason::Lost).is_empty());
+    assert!(lease.consume_guard().await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_batch_in_progress_then_persists_and_unlocks() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    let guard = lease.consume_guard().await.expect("held queue");
+    // The batch ends 3 s into the shutdown and commits its progress.
+    let batch = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        lease.commit(41);
+        drop(guard);
+    });
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    batch.await.unwrap();
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(3),
+        "waited for the batch"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(41));
+    assert_eq!(cluster.lock_owner(GROUP, &queue(0)), None);
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Shutdown),
+        vec![queue(0)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_unlocks_a_batch_that_never_ends_after_the_force_delay() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(MIN).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(0)].clone();
+    let _stuck = lease.consume_guard().await.expect("held queue");
+    lease.commit(41);
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    assert_eq!(
+        started.elapsed(),
+        Intervals::default().force_unlock_after,
+        "waited for the batch as long as allowed, not longer"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(41));
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(0)),
+        None,
+        "shutdown releases everything"
+    );
 }
 
 #[tokio::test(start_paused = true)]

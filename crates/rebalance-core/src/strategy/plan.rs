@@ -311,4 +311,18 @@ mod tests {
         assert_eq!(got, [(0, "b"), (1, "a"), (4, "c")]);
         assert_eq!(distinct_members(&ids, false).len(), 4);
     }
+
+    #[test]
+    fn sorted_members_with_a_repeat_are_still_distinct() {
+        // The usual input is sorted, where a repeated id sits right after itself.
+        let ids: Vec<ClientId> = ["a", "a", "b", "c", "c"]
+            .into_iter()
+            .map(ClientId::from)
+            .collect();
+        let got: Vec<(usize, &str)> = distinct_members(&ids, false)
+            .into_iter()
+            .map(|(i, c)| (i, c.as_str()))
+            .collect();
+        assert_eq!(got, [(0, "a"), (2, "b"), (3, "c")]);
+    }
 }

@@ -81,6 +81,28 @@ fn fewer_queues_than_members_gives_at_most_one_each() {
 }
 
 #[test]
+fn a_repeated_id_in_a_sorted_member_list_is_one_member() {
+    let mqs = queues(2, 4);
+    let mut distinct = members(0..3);
+    distinct.sort();
+    let mut cids = distinct.clone();
+    cids.insert(1, cids[0].clone());
+    let s = BalancedSticky::default();
+    let plan = s.plan("G", &mqs, &cids).unwrap();
+    assert_eq!(plan.len(), 3, "{plan:?}");
+    assert_eq!(
+        plan.to_lists(),
+        s.plan("G", &mqs, &distinct).unwrap().to_lists()
+    );
+    let mut taken: Vec<MessageQueue> = distinct
+        .iter()
+        .flat_map(|c| s.allocate("G", c, &mqs, &cids).unwrap())
+        .collect();
+    taken.sort();
+    assert_eq!(taken, mqs, "every queue once");
+}
+
+#[test]
 fn empty_and_repeated_ids_are_ignored_and_errors_follow_java() {
     let mqs = queues(2, 4);
     let mut cids = members(0..3);
