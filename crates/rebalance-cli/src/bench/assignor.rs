@@ -269,6 +269,39 @@ mod tests {
     }
 
     #[test]
+    fn range_reports_what_a_leave_moves_and_the_shares() {
+        // 12 partitions over consumer-0..3 in blocks of 3; consumer-2 leaves and the blocks of
+        // 4 are 0-3, 4-7, 8-11: consumer-1 loses partition 3, nobody else loses anything.
+        let case = |scenario, partitions| AssignorCase {
+            assignor: "range".into(),
+            topics: 1,
+            partitions,
+            members: 4,
+            scenario,
+            seed: 1,
+            runs: Some(1),
+        };
+        let r = run(
+            &case(Scenario::MemberLeft, 12),
+            &AssignorRegistry::default(),
+        )
+        .unwrap();
+        let v = r.to_json();
+        assert_eq!(v["moved"], 1, "{v}");
+        assert_eq!(v["orphaned"], 3, "{v}");
+        assert_eq!((&v["min_share"], &v["max_share"]), (&4.into(), &4.into()));
+        // 10 partitions over 4: shares 3, 3, 2, 2.
+        let r = run(&case(Scenario::Initial, 10), &AssignorRegistry::default()).unwrap();
+        let v = r.to_json();
+        assert_eq!((&v["moved"], &v["orphaned"]), (&0.into(), &0.into()));
+        assert_eq!(
+            (&v["min_share"], &v["max_share"]),
+            (&2.into(), &3.into()),
+            "{v}"
+        );
+    }
+
+    #[test]
     fn scenarios_parse() {
         assert_eq!("initial".parse(), Ok(Scenario::Initial));
         assert_eq!("member_left".parse(), Ok(Scenario::MemberLeft));

@@ -148,6 +148,8 @@ mod tests {
         assert!(a < b && b < c);
         // UTF-16 order on broker names, not UTF-8.
         assert!(MessageQueue::new("T", "😀", 0) < MessageQueue::new("T", "ｚ", 0));
+        // And on topics, which come first.
+        assert!(MessageQueue::new("😀", "z", 9) < MessageQueue::new("ｚ", "a", 0));
     }
 
     proptest! {

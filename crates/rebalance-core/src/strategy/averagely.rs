@@ -91,6 +91,15 @@ mod tests {
         assert_eq!(plan.len(), 2);
         assert_eq!(ids(&plan.share("a").unwrap().to_vec()), [0, 1]);
         assert_eq!(ids(&plan.share("b").unwrap().to_vec()), [2, 3]);
+        // A client asking for itself gets the block of its first position too (Java's indexOf),
+        // not the block of a later copy.
+        for cid in &cids {
+            assert_eq!(
+                Averagely.allocate("G", cid, &mqs, &cids).unwrap(),
+                plan.share(cid).unwrap().to_vec(),
+                "{cid}"
+            );
+        }
     }
 
     #[test]

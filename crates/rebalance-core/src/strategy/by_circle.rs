@@ -63,4 +63,18 @@ mod tests {
         let plan = AveragelyByCircle.plan("G", &mqs, &cids).unwrap();
         assert_eq!(ids(&plan.share("a").unwrap().to_vec()), [0, 3, 6]);
     }
+
+    #[test]
+    fn a_repeated_id_deals_from_its_first_position() {
+        // Java's indexOf: both copies of `a` start at position 0; position 2's queues are lost.
+        let cids = clients(&["a", "b", "a"]);
+        let mqs = queues(7);
+        let got = AveragelyByCircle
+            .allocate("G", &cids[2], &mqs, &cids)
+            .unwrap();
+        assert_eq!(ids(&got), [0, 3, 6]);
+        let plan = AveragelyByCircle.plan("G", &mqs, &cids).unwrap();
+        assert_eq!(ids(&plan.share("a").unwrap().to_vec()), [0, 3, 6]);
+        assert_eq!(plan.assigned_count(), 5);
+    }
 }

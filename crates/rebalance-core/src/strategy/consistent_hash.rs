@@ -297,26 +297,34 @@ mod tests {
     #[test]
     fn remembered_hashes_and_rings_give_the_same_answers() {
         let shared = ConsistentHash::default();
-        let mqs = queues(64);
+        let other_topic: Vec<MessageQueue> = (0..64)
+            .map(|i| MessageQueue::new("U", "broker-a", i))
+            .collect();
         let groups = [
             clients(&["a", "b", "c"]),
             clients(&["a", "b"]),
             clients(&["a", "a", "", "b"]),
+            // Same length as the first list, other ids: its own ring, not the first one's.
+            clients(&["x", "y", "z"]),
             clients(&["a", "b", "c"]),
         ];
-        for cids in &groups {
-            let cold = ConsistentHash::default();
-            assert_eq!(
-                shared.plan("G", &mqs, cids).unwrap().to_lists(),
-                cold.plan("G", &mqs, cids).unwrap().to_lists()
-            );
-            for cid in cids.iter().filter(|c| !c.is_empty()) {
+        // Lists of the same length but other queues get their own hashes too.
+        for mqs in [queues(64), other_topic] {
+            for cids in &groups {
+                let cold = ConsistentHash::default();
                 assert_eq!(
-                    shared.allocate("G", cid, &mqs, cids).unwrap(),
-                    cold.allocate("G", cid, &mqs, cids).unwrap()
+                    shared.plan("G", &mqs, cids).unwrap().to_lists(),
+                    cold.plan("G", &mqs, cids).unwrap().to_lists()
                 );
+                for cid in cids.iter().filter(|c| !c.is_empty()) {
+                    assert_eq!(
+                        shared.allocate("G", cid, &mqs, cids).unwrap(),
+                        cold.allocate("G", cid, &mqs, cids).unwrap()
+                    );
+                }
             }
         }
+        let mqs = queues(64);
         // A clone starts empty, and another hash function never reuses MD5 results.
         let constant = shared.clone().with_hash(Constant);
         assert_eq!(

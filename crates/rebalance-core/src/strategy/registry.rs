@@ -543,6 +543,65 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_inclusive() {
+        let r = StrategyRegistry::default();
+        let nodes = |n: i64| r.build("balanced_sticky", &params(json!({"virtual_nodes": n})));
+        assert!(nodes(1).is_ok());
+        assert!(nodes(65_536).is_ok(), "65536 is the documented maximum");
+        for bad in [0, 65_537] {
+            let err = nodes(bad).unwrap_err();
+            assert!(
+                matches!(&err, StrategyConfigError::Param { key, .. } if key == "virtual_nodes"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrappers_default_to_averagely_inside() {
+        let r = StrategyRegistry::default();
+        // One room, four queues, two consumers: averagely gives a [0, 1], by circle [0, 2].
+        let queues: Vec<MessageQueue> = (0..4)
+            .map(|i| MessageQueue::new("T", "room0@b", i))
+            .collect();
+        let cids: Vec<ClientId> = ["room0@a", "room0@b"].map(ClientId::from).to_vec();
+        let ids = |q: Vec<MessageQueue>| q.iter().map(|q| q.queue_id).collect::<Vec<_>>();
+        for (name, p) in [
+            ("machine_room_nearby", json!({})),
+            ("designated", json!({"consumers": ["room0@a", "room0@b"]})),
+        ] {
+            let s = r.build(name, &params(p)).unwrap();
+            let got = s.allocate("G", &cids[0], &queues, &cids).unwrap();
+            assert_eq!(ids(got), [0, 1], "{name}");
+        }
+    }
+
+    #[test]
+    fn comma_separated_lists_are_trimmed() {
+        let r = StrategyRegistry::default();
+        let queues: Vec<MessageQueue> = (0..2)
+            .map(|i| MessageQueue::new("T", "room1@b", i))
+            .collect();
+        let cids: Vec<ClientId> = ["10.0.0.1@1", "10.0.0.2@1"].map(ClientId::from).to_vec();
+        let s = r
+            .build(
+                "by_machine_room",
+                &params(json!({"consumer_idcs": "room0, room1"})),
+            )
+            .unwrap();
+        let plan = s.plan("G", &queues, &cids).unwrap();
+        assert_eq!(plan.assigned_count(), 2, "` room1` names room1");
+        let s = r
+            .build(
+                "designated",
+                &params(json!({"consumers": "10.0.0.9, 10.0.0.2"})),
+            )
+            .unwrap();
+        let mine = s.allocate("G", &cids[1], &queues, &cids).unwrap();
+        assert_eq!(mine.len(), 2, "` 10.0.0.2` designates 10.0.0.2@1");
+    }
+
+    #[test]
     fn users_can_register_their_own() {
         let mut r = StrategyRegistry::default();
         r.register("mine", |_, _| Ok(Arc::new(Averagely)));
