@@ -189,4 +189,18 @@ mod tests {
         };
         assert!(oneway.is_oneway() && !oneway.is_response());
     }
+
+    #[test]
+    fn flag_bits_are_numbered_as_the_servers_write_them() {
+        // Bit 0 (1) marks a response, bit 1 (2) a one-way request, whatever else is set.
+        let with_flag = |flag| RemotingCommand {
+            flag,
+            ..RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
+        };
+        let bits = |c: RemotingCommand| (c.is_response(), c.is_oneway());
+        assert_eq!(bits(with_flag(1)), (true, false));
+        assert_eq!(bits(with_flag(2)), (false, true));
+        assert_eq!(bits(with_flag(3)), (true, true));
+        assert_eq!(bits(with_flag(4)), (false, false));
+    }
 }

@@ -485,3 +485,65 @@ async fn while_the_master_is_down_the_slave_is_still_heartbeated() {
     brokers.unregister(&registration(&["T"])).await.unwrap();
     assert_eq!(codes(&slave_log, request_code::UNREGISTER_CLIENT).len(), 1);
 }
+
+/// A route of topic T whose broker-a is down to its slave (broker id 1) at `slave`.
+fn slave_only_route(slave: &str) -> String {
+    format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"1":"{slave}"}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+    )
+}
+
+#[tokio::test]
+async fn while_the_master_is_down_the_slave_answers_member_lists_and_offsets() {
+    // As the Java client: a broker without a master is still asked, at its slave, for the
+    // group's members and the stored offsets, and takes offset updates.
+    let log = Log::default();
+    let kept = log.clone();
+    let (slave, _) = scripted(move |req| {
+        kept.lock().unwrap().push(req.clone());
+        Some(match req.code {
+            request_code::GET_CONSUMER_LIST_BY_GROUP => ok(r#"{"consumerIdList":["c2","c1"]}"#),
+            request_code::QUERY_CONSUMER_OFFSET => {
+                RemotingCommand::response(0, 0, None).with_ext("offset", "7")
+            }
+            _ => RemotingCommand::response(0, 0, None),
+        })
+    })
+    .await;
+    let route = slave_only_route(&slave);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let q = MessageQueue::new("T", "broker-a", 1);
+
+    assert_eq!(
+        brokers.consumer_ids("G", "T").await,
+        Ok(vec!["c2".into(), "c1".into()])
+    );
+    assert_eq!(brokers.read("G", &q).await, Ok(Some(7)));
+    brokers.persist("G", &q, 8).await.unwrap();
+    let updates = codes(&log, request_code::UPDATE_CONSUMER_OFFSET);
+    assert_eq!(updates.len(), 1, "{updates:?}");
+    assert_eq!(updates[0].ext("commitOffset"), Some("8"));
+}
+
+#[tokio::test]
+async fn an_unreachable_broker_is_skipped_for_the_member_list() {
+    // A port nobody listens on: bind, note the port, close.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (alive, asked) = scripted(|req| {
+        assert_eq!(req.code, request_code::GET_CONSUMER_LIST_BY_GROUP);
+        Some(ok(r#"{"consumerIdList":["c1"]}"#))
+    })
+    .await;
+    // broker-a (dead) comes first in the route, broker-b (alive) second.
+    let route = format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{dead}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{alive}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+    );
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    assert_eq!(brokers.consumer_ids("G", "T").await, Ok(vec!["c1".into()]));
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+}

@@ -156,4 +156,25 @@ mod tests {
         assert_eq!(body["clientId"], "c1");
         assert_eq!(body["consumerGroup"], "G");
     }
+
+    #[test]
+    fn lock_and_unlock_bodies_are_the_java_clients() {
+        // `onlyThisBroker` false, as the Java client sends it: a broker in strict lock mode
+        // then locks on a quorum of its replicas, not on itself alone.
+        let queues = [
+            MessageQueue::new("T", "b", 2),
+            MessageQueue::new("T", "b", 5),
+        ];
+        let asked: Vec<&MessageQueue> = queues.iter().collect();
+        for code in [request_code::LOCK_BATCH_MQ, request_code::UNLOCK_BATCH_MQ] {
+            let request = lock_request(code, "G", &ClientId::from("c1"), &asked);
+            let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"consumerGroup": "G", "clientId": "c1", "onlyThisBroker": false,
+                    "mqSet": [{"topic": "T", "brokerName": "b", "queueId": 2},
+                              {"topic": "T", "brokerName": "b", "queueId": 5}]})
+            );
+        }
+    }
 }

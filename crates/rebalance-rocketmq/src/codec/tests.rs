@@ -411,3 +411,30 @@ proptest! {
         prop_assert_eq!(results, vec![Ok(cmd)]);
     }
 }
+
+#[test]
+fn a_header_longer_than_16_bits_keeps_its_whole_length() {
+    // The header length field is 24 bits: a header of 70,000 bytes (a long extFields value)
+    // must not be read as its low 16 bits.
+    let cmd = RemotingCommand::request(36).with_ext("keys", "k".repeat(70_000));
+    let mut buf = encode(&cmd);
+    let word = u32::from_be_bytes(buf[4..8].try_into().unwrap());
+    assert!(word > 0xFFFF && word >> 24 == 0, "{word:#x}");
+    assert_eq!(
+        RemotingCodec::default().decode(&mut buf).unwrap(),
+        Some(cmd)
+    );
+    assert!(buf.is_empty());
+}
+
+#[test]
+fn a_header_beyond_the_24_bit_field_is_refused_whatever_the_frame_limit() {
+    // With a frame limit above 16 MiB, the frame fits but its header length does not fit in
+    // the 24-bit field: it would spill into the serialization type byte.
+    let mut codec = RemotingCodec::new(64 * 1024 * 1024);
+    let cmd = RemotingCommand::request(36).with_ext("keys", "k".repeat(MAX_HEADER_LEN + 1));
+    let mut buf = BytesMut::new();
+    let err = codec.encode(cmd, &mut buf).unwrap_err();
+    assert!(matches!(err, CodecError::Encode(_)), "{err}");
+    assert!(buf.is_empty());
+}

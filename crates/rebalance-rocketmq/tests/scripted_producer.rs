@@ -1,0 +1,128 @@
+//! The message sender against scripted servers on loopback: the answers a single real broker
+//! does not give (stored without confirmed durability) and a broker whose master is down.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::{SinkExt, StreamExt};
+use rebalance_core::MessageQueue;
+use rebalance_rocketmq::{
+    Message, MessageSender, NameServerClient, RemotingCodec, RemotingCommand, SendStatus,
+    request_code,
+};
+use rebalance_runtime::{NameServer, RemoteError};
+use tokio::net::TcpListener;
+use tokio_util::codec::Framed;
+
+/// A server answering each request with `answer(request)`. Counts the requests it got.
+async fn scripted<F>(answer: F) -> (String, Arc<AtomicUsize>)
+where
+    F: Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = Arc::new(AtomicUsize::new(0));
+    let answer = Arc::new(answer);
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            let counter = counter.clone();
+            tokio::spawn(async move {
+                let mut framed = Framed::new(socket, RemotingCodec::default());
+                while let Some(Ok(request)) = framed.next().await {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let mut response = answer(&request);
+                    response.opaque = request.opaque;
+                    if framed.send(response).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// A name server routing topic T to broker-a, whose addresses are `addrs` (broker id, address).
+async fn name_server(addrs: &[(i64, &str)]) -> NameServerClient {
+    let addrs: Vec<String> = addrs
+        .iter()
+        .map(|(id, addr)| format!(r#""{id}":"{addr}""#))
+        .collect();
+    let route = format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{{}}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}}]}}"#,
+        addrs.join(",")
+    );
+    let (namesrv, _) = scripted(move |_| {
+        RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+    })
+    .await;
+    NameServerClient::from_addresses(&namesrv).unwrap()
+}
+
+/// A send answer with `code` storing the message at queue 2, offset 9.
+fn stored(code: i32) -> RemotingCommand {
+    RemotingCommand::response(code, 0, None)
+        .with_ext("queueId", 2)
+        .with_ext("queueOffset", 9)
+        .with_ext("msgId", "7F00000100002A9F0000000000000000")
+}
+
+#[tokio::test]
+async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_error() {
+    // The broker answers the n-th send with the n-th code: SUCCESS, FLUSH_DISK_TIMEOUT (10),
+    // SLAVE_NOT_AVAILABLE (11), FLUSH_SLAVE_TIMEOUT (12), then a refusal.
+    let codes = [0, 10, 11, 12, 1];
+    let sent = Arc::new(AtomicUsize::new(0));
+    let next = sent.clone();
+    let (broker, _) = scripted(move |req| {
+        assert_eq!(req.code, request_code::SEND_MESSAGE);
+        match codes[next.fetch_add(1, Ordering::SeqCst)] {
+            1 => RemotingCommand::response(1, 0, Some("disk full".into())),
+            code => stored(code),
+        }
+    })
+    .await;
+    let sender = MessageSender::new(name_server(&[(0, &broker)]).await, "P");
+    let queue = MessageQueue::new("T", "broker-a", 2);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let result = sender.send(&queue, &Message::new("x")).await.unwrap();
+        assert_eq!((result.queue.queue_id, result.queue_offset), (2, 9));
+        statuses.push(result.status);
+    }
+    assert_eq!(
+        statuses,
+        [
+            SendStatus::SendOk,
+            SendStatus::FlushDiskTimeout,
+            SendStatus::SlaveNotAvailable,
+            SendStatus::FlushSlaveTimeout
+        ]
+    );
+    assert_eq!(
+        sender.send(&queue, &Message::new("x")).await,
+        Err(RemoteError::Refused {
+            code: 1,
+            remark: "disk full".into()
+        })
+    );
+}
+
+#[tokio::test]
+async fn messages_go_to_the_master_only_never_to_a_slave() {
+    let (slave, asked) = scripted(|_| stored(0)).await;
+    // broker-a's master is down: only its slave (broker id 1) is in the route.
+    let name_server = name_server(&[(1, &slave)]).await;
+    name_server.topic_route("T").await.unwrap();
+    let sender = MessageSender::new(name_server, "P");
+    let outcome = sender
+        .send(&MessageQueue::new("T", "broker-a", 0), &Message::new("x"))
+        .await;
+    assert!(
+        matches!(outcome, Err(RemoteError::Unreachable(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "the slave got nothing");
+}
