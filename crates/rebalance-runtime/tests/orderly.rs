@@ -2,15 +2,17 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{
-    ConsumeOrder, Intervals, MessageModel, QueueLocker, RemovalReason, StartPosition, Unbalanced,
-    WakeReasons,
+    ConsumeOrder, Intervals, MessageModel, QueueLease, QueueLocker, RemovalReason, StartPosition,
+    Unbalanced, WakeReasons,
 };
+use tokio::sync::OwnedMutexGuard;
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -150,14 +152,24 @@ async fn a_broker_silent_at_renewal_keeps_its_queues_for_the_lock_lifetime() {
     assert_partition(&[&a], &all);
 }
 
-#[tokio::test(start_paused = true)]
-async fn an_ordered_queue_is_unlocked_only_between_batches() {
+/// Two ordered members, `a` and `b`, in the middle of a hand-off: `a` took both queues of `T`,
+/// is in a batch of queue 1 (progress 33 committed) when `b` joins, and queue 1 has been
+/// announced as reassigned, but `a` keeps its lock until the batch ends (`guard`).
+struct HandOffUnderWay {
+    cluster: InMemoryCluster,
+    all: BTreeSet<MessageQueue>,
+    a: Member,
+    b: Member,
+    lease: QueueLease,
+    guard: OwnedMutexGuard<()>,
+}
+
+async fn hand_off_under_way() -> HandOffUnderWay {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
     let all = all_queues(&cluster, &["T"]);
     let a = start_with(&cluster, 0, &["T"], orderly).await;
     settle(MIN).await;
-    // a is processing a batch of queue 1, the queue that moves to b.
     let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
     let guard = lease.consume_guard().await.expect("held queue");
     lease.commit(33);
@@ -173,6 +185,26 @@ async fn an_ordered_queue_is_unlocked_only_between_batches() {
         Some(a.id.clone()),
         "but not unlocked mid-batch"
     );
+    HandOffUnderWay {
+        cluster,
+        all,
+        a,
+        b,
+        lease,
+        guard,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ordered_queue_is_unlocked_only_between_batches() {
+    let HandOffUnderWay {
+        cluster,
+        all,
+        a,
+        b,
+        lease,
+        guard,
+    } = hand_off_under_way().await;
     assert!(b.handle.assignment().is_empty());
     drop(guard);
     settle(2 * MIN).await;
@@ -191,21 +223,14 @@ async fn an_ordered_queue_is_unlocked_only_between_batches() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_under_way_finishes_while_the_directory_fails() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 2);
-    let all = all_queues(&cluster, &["T"]);
-    let a = start_with(&cluster, 0, &["T"], orderly).await;
-    settle(MIN).await;
-    let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
-    let guard = lease.consume_guard().await.expect("held queue");
-    lease.commit(33);
-    let b = start_with(&cluster, 1, &["T"], orderly).await;
-    settle(3 * MIN).await;
-    assert_eq!(
-        a.recorder.removed_with(RemovalReason::Reassigned),
-        vec![queue(1)]
-    );
-    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(a.id.clone()));
+    let HandOffUnderWay {
+        cluster,
+        all,
+        a,
+        b,
+        guard,
+        ..
+    } = hand_off_under_way().await;
     // The directory fails for the next 30 s or so of rounds. Those rounds keep the assignment,
     // but the release already announced still finishes as soon as the batch ends: keeping the
     // lock would hold the queue's next owner off for as long as the directory is down.
@@ -232,20 +257,14 @@ async fn a_hand_off_under_way_finishes_while_the_directory_fails() {
 
 #[tokio::test(start_paused = true)]
 async fn a_queue_wanted_back_during_its_release_is_taken_again_after_the_batch() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 2);
-    let all = all_queues(&cluster, &["T"]);
-    let a = start_with(&cluster, 0, &["T"], orderly).await;
-    settle(MIN).await;
-    let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
-    let guard = lease.consume_guard().await.expect("held queue");
-    lease.commit(33);
-    let b = start_with(&cluster, 1, &["T"], orderly).await;
-    settle(3 * MIN).await;
-    assert_eq!(
-        a.recorder.removed_with(RemovalReason::Reassigned),
-        vec![queue(1)]
-    );
+    let HandOffUnderWay {
+        cluster,
+        all,
+        a,
+        b,
+        guard,
+        ..
+    } = hand_off_under_way().await;
     // b leaves before a's batch ends: queue 1 is a's again. The release under way finishes
     // (offset persisted, lock freed), then a takes the queue back with a new lease.
     b.handle.shutdown().await;
