@@ -2,42 +2,12 @@
 //! grants and refuses, and a failing broker's queues come back unanswered (not refused), so the
 //! runtime keeps them for the lock lifetime instead of releasing them at once.
 
-use std::sync::Arc;
+mod scripted;
 
-use futures_util::{SinkExt, StreamExt};
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_rocketmq::{
-    BrokerClient, NameServerClient, RemotingCodec, RemotingCommand, request_code,
-};
+use rebalance_rocketmq::{BrokerClient, NameServerClient, RemotingCommand, request_code};
 use rebalance_runtime::{QueueLocker, RemoteError};
-use tokio::net::TcpListener;
-use tokio_util::codec::Framed;
-
-/// A server answering each request with `answer(request)`.
-async fn scripted<F>(answer: F) -> String
-where
-    F: Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let answer = Arc::new(answer);
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let answer = answer.clone();
-            tokio::spawn(async move {
-                let mut framed = Framed::new(socket, RemotingCodec::default());
-                while let Some(Ok(request)) = framed.next().await {
-                    let mut response = answer(&request);
-                    response.opaque = request.opaque;
-                    if framed.send(response).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
+use scripted::answering;
 
 /// A route of topic T on broker-a and broker-b, two queues each.
 fn route(a: &str, b: &str) -> String {
@@ -48,23 +18,26 @@ fn route(a: &str, b: &str) -> String {
 
 /// broker-a grants queue 0 only (queue 1 is held by someone else).
 async fn granting_broker() -> String {
-    scripted(|req| {
+    answering(|req| {
         assert_eq!(req.code, request_code::LOCK_BATCH_MQ);
         RemotingCommand::response(0, 0, None).with_body(
             r#"{"lockOKMQSet":[{"topic":"T","brokerName":"broker-a","queueId":0}]}"#.as_bytes(),
         )
     })
     .await
+    .0
 }
 
 /// A broker that answers every request with a system error.
 async fn failing_broker() -> String {
-    scripted(|_| RemotingCommand::response(1, 0, Some("system busy".into()))).await
+    answering(|_| RemotingCommand::response(1, 0, Some("system busy".into())))
+        .await
+        .0
 }
 
 async fn locker(a: &str, b: &str) -> BrokerClient {
     let route = route(a, b);
-    let namesrv = scripted(move |_| {
+    let (namesrv, _) = answering(move |_| {
         RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
     })
     .await;
@@ -110,12 +83,9 @@ async fn the_lock_fails_only_when_no_broker_answers() {
 
 #[tokio::test]
 async fn a_broker_without_master_costs_one_route_lookup_per_lock_not_one_per_queue() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
     // broker-a has lost its master: the route lists only its slave.
-    let asked = Arc::new(AtomicUsize::new(0));
-    let counter = asked.clone();
-    let namesrv = scripted(move |_| {
-        counter.fetch_add(1, Ordering::SeqCst);
+    let (namesrv, asked) = answering(|_| {
         RemotingCommand::response(0, 0, None).with_body(
             r#"{"brokerDatas":[{"brokerAddrs":{"1":"127.0.0.1:1"},"brokerName":"broker-a","cluster":"C"}],"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":8,"topicSysFlag":0,"writeQueueNums":8}]}"#
                 .as_bytes(),

@@ -1,48 +1,17 @@
 //! The message sender against scripted servers on loopback: the answers a single real broker
 //! does not give (stored without confirmed durability) and a broker whose master is down.
 
+mod scripted;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use futures_util::{SinkExt, StreamExt};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{
-    Message, MessageSender, NameServerClient, RemotingCodec, RemotingCommand, SendStatus,
-    request_code,
+    Message, MessageSender, NameServerClient, RemotingCommand, SendStatus, request_code,
 };
 use rebalance_runtime::{NameServer, RemoteError};
-use tokio::net::TcpListener;
-use tokio_util::codec::Framed;
-
-/// A server answering each request with `answer(request)`. Counts the requests it got.
-async fn scripted<F>(answer: F) -> (String, Arc<AtomicUsize>)
-where
-    F: Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let count = Arc::new(AtomicUsize::new(0));
-    let answer = Arc::new(answer);
-    let counter = count.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let answer = answer.clone();
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut framed = Framed::new(socket, RemotingCodec::default());
-                while let Some(Ok(request)) = framed.next().await {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let mut response = answer(&request);
-                    response.opaque = request.opaque;
-                    if framed.send(response).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, count)
-}
+use scripted::answering;
 
 /// A name server routing topic T to broker-a, whose addresses are `addrs` (broker id, address).
 async fn name_server(addrs: &[(i64, &str)]) -> NameServerClient {
@@ -54,7 +23,7 @@ async fn name_server(addrs: &[(i64, &str)]) -> NameServerClient {
         r#"{{"brokerDatas":[{{"brokerAddrs":{{{}}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}}]}}"#,
         addrs.join(",")
     );
-    let (namesrv, _) = scripted(move |_| {
+    let (namesrv, _) = answering(move |_| {
         RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
     })
     .await;
@@ -76,7 +45,7 @@ async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_err
     let codes = [0, 10, 11, 12, 1];
     let sent = Arc::new(AtomicUsize::new(0));
     let next = sent.clone();
-    let (broker, _) = scripted(move |req| {
+    let (broker, _) = answering(move |req| {
         assert_eq!(req.code, request_code::SEND_MESSAGE);
         match codes[next.fetch_add(1, Ordering::SeqCst)] {
             1 => RemotingCommand::response(1, 0, Some("disk full".into())),
@@ -112,7 +81,7 @@ async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_err
 
 #[tokio::test]
 async fn messages_go_to_the_master_only_never_to_a_slave() {
-    let (slave, asked) = scripted(|_| stored(0)).await;
+    let (slave, asked) = answering(|_| stored(0)).await;
     // broker-a's master is down: only its slave (broker id 1) is in the route.
     let name_server = name_server(&[(1, &slave)]).await;
     name_server.topic_route("T").await.unwrap();

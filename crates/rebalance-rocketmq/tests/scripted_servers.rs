@@ -1,51 +1,18 @@
 //! Against scripted servers on loopback: answers the real servers do not give (fastjson routes,
 //! odd codes, silence), to check the clients' handling of them.
 
+mod scripted;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures_util::{SinkExt, StreamExt};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{
-    BrokerClient, ClientConfig, NameServerClient, RemotingClient, RemotingCodec, RemotingCommand,
-    request_code,
+    BrokerClient, ClientConfig, NameServerClient, RemotingClient, RemotingCommand, request_code,
 };
 use rebalance_runtime::{GroupDirectory, NameServer, OffsetStore, RemoteError, RouteError};
-use tokio::net::TcpListener;
-use tokio_util::codec::Framed;
-
-/// A server answering each request with `answer(request)`, or not at all when it gives `None`.
-/// Counts the requests it got.
-async fn scripted<F>(answer: F) -> (String, Arc<AtomicUsize>)
-where
-    F: Fn(&RemotingCommand) -> Option<RemotingCommand> + Send + Sync + 'static,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let count = Arc::new(AtomicUsize::new(0));
-    let answer = Arc::new(answer);
-    let counter = count.clone();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let answer = answer.clone();
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut framed = Framed::new(socket, RemotingCodec::default());
-                while let Some(Ok(request)) = framed.next().await {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    if let Some(mut response) = answer(&request) {
-                        response.opaque = request.opaque;
-                        if framed.send(response).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, count)
-}
+use scripted::scripted;
 
 fn ok(body: &str) -> RemotingCommand {
     RemotingCommand::response(0, 0, None).with_body(body.to_string().into_bytes())
