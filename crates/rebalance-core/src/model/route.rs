@@ -415,4 +415,18 @@ mod tests {
         assert_eq!(got, ["T/prio-r/0"]);
     }
 
+    #[test]
+    fn a_broker_listed_twice_gives_each_queue_once() {
+        // An unvalidated route listing a broker twice: the queues are a set, as in Java.
+        let route = TopicRoute {
+            queue_datas: vec![qd("a", 2, 6), qd("b", 1, 6), qd("a", 3, 4)],
+            ..Default::default()
+        };
+        let got: Vec<String> = route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| format!("{q:?}"))
+            .collect();
+        assert_eq!(got, ["T/a/0", "T/a/1", "T/a/2", "T/b/0"]);
+    }
 }
