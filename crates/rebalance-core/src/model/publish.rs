@@ -580,6 +580,21 @@ mod tests {
         )
     }
 
+    #[test]
+    fn a_broker_listed_twice_publishes_once_with_its_first_entry() {
+        // An unvalidated route listing a broker twice: the first entry counts, and the broker
+        // is one broker (so a retry skips all of its queues).
+        let route = TopicRoute {
+            queue_datas: vec![qd("a", 2, 6), qd("b", 1, 6), qd("a", 5, 6)],
+            broker_datas: vec![bd("a", &[0]), bd("b", &[0])],
+            order_topic_conf: None,
+        };
+        let info = route.publish_info("T").unwrap();
+        assert_eq!(names(&info), ["T/a/0", "T/a/1", "T/b/0"]);
+        assert_eq!(info.broker_names().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(info.broker_range(0), 0..2);
+    }
+
     proptest! {
         #[test]
         fn normal_publish_info_matches_the_definition(

@@ -383,4 +383,50 @@ mod tests {
         );
         assert_eq!(route.subscribable_queues("T").len(), 4);
     }
+
+    #[test]
+    fn each_perm_bit_is_tested_on_its_own() {
+        // Java's PermName also has PERM_PRIORITY (8): with it, a perm above READ need not
+        // carry the READ bit.
+        const PRIORITY: i32 = 8;
+        let cases = [
+            (0, false, false),
+            (perm::INHERIT, false, false),
+            (perm::WRITE, false, true),
+            (perm::READ, true, false),
+            (perm::READ | perm::WRITE | perm::INHERIT, true, true),
+            (PRIORITY, false, false),
+            (PRIORITY | perm::WRITE, false, true),
+            (PRIORITY | perm::READ, true, false),
+        ];
+        for (p, read, write) in cases {
+            assert_eq!(perm::is_readable(p), read, "readable {p}");
+            assert_eq!(perm::is_writeable(p), write, "writeable {p}");
+        }
+        let route = TopicRoute {
+            queue_datas: vec![qd("prio-w", 2, PRIORITY | perm::WRITE), qd("prio-r", 1, 12)],
+            ..Default::default()
+        };
+        let got: Vec<String> = route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| format!("{q:?}"))
+            .collect();
+        assert_eq!(got, ["T/prio-r/0"]);
+    }
+
+    #[test]
+    fn a_broker_listed_twice_gives_each_queue_once() {
+        // An unvalidated route listing a broker twice: the queues are a set, as in Java.
+        let route = TopicRoute {
+            queue_datas: vec![qd("a", 2, 6), qd("b", 1, 6), qd("a", 3, 4)],
+            ..Default::default()
+        };
+        let got: Vec<String> = route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| format!("{q:?}"))
+            .collect();
+        assert_eq!(got, ["T/a/0", "T/a/1", "T/a/2", "T/b/0"]);
+    }
 }

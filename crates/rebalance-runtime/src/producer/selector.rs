@@ -270,6 +270,24 @@ mod tests {
         assert_eq!(picks, ["T/b/0", "T/a/0", "T/a/1"]);
     }
 
+    #[test]
+    fn a_retry_on_the_only_broker_goes_on_in_turn() {
+        // Nothing to skip to: the retry is an ordinary turn, not a fallback.
+        let one = info(1, 3);
+        let rr = RoundRobin::default();
+        let picks: Vec<(i32, Choice)> = (0..4)
+            .map(|_| {
+                let (q, how) = rr.select(&one, Some("broker-0"), None);
+                (q.queue_id, how)
+            })
+            .collect();
+        assert_eq!(
+            picks,
+            [0, 1, 2, 0].map(|id| (id, Choice::InTurn)),
+            "{picks:?}"
+        );
+    }
+
     proptest! {
         #[test]
         fn round_robin_visits_every_queue_equally_over_a_cycle(
