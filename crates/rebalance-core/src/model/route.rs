@@ -280,6 +280,35 @@ mod tests {
     }
 
     #[test]
+    fn consumers_read_the_read_queue_count_not_the_write_count() {
+        // A broker being scaled down writes to 2 queues while consumers still drain 4 (and the
+        // other way round while scaling up): subscribing follows readQueueNums.
+        let mut draining = qd("broker-a", 4, 6);
+        draining.write_queue_nums = 2;
+        let mut growing = qd("broker-b", 1, 6);
+        growing.write_queue_nums = 3;
+        let route = TopicRoute {
+            queue_datas: vec![draining, growing],
+            ..Default::default()
+        };
+        let ids: Vec<(String, i32)> = route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| (q.broker_name.to_string(), q.queue_id))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("broker-a".to_string(), 0),
+                ("broker-a".to_string(), 1),
+                ("broker-a".to_string(), 2),
+                ("broker-a".to_string(), 3),
+                ("broker-b".to_string(), 0),
+            ]
+        );
+    }
+
+    #[test]
     fn validation_finds_garbage() {
         let bd = |name: &str| BrokerData {
             cluster: "c".into(),
