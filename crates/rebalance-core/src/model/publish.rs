@@ -411,6 +411,19 @@ mod tests {
     }
 
     #[test]
+    fn brokers_are_in_java_string_order_not_byte_order() {
+        // U+FF5E sorts after U+1F600 in UTF-16 (0xFF5E > 0xD83D), before it in UTF-8 bytes.
+        let (fullwidth, emoji) = ("broker-\u{FF5E}", "broker-\u{1F600}");
+        let route = TopicRoute {
+            queue_datas: vec![qd(fullwidth, 1, 6), qd(emoji, 1, 6)],
+            broker_datas: vec![bd(fullwidth, &[0]), bd(emoji, &[0])],
+            order_topic_conf: None,
+        };
+        let info = route.publish_info("T").unwrap();
+        assert_eq!(info.broker_names().collect::<Vec<_>>(), [emoji, fullwidth]);
+    }
+
+    #[test]
     fn write_queue_count_is_used_not_read_count() {
         let mut q = qd("a", 2, 6);
         q.write_queue_nums = 5;
