@@ -61,6 +61,27 @@ pub(super) enum ReleaseMode {
     Wait,
 }
 
+/// Each queue of `topic` once, in the answer's order. The allocation is outside input: a
+/// strategy may name a queue twice, or queues of other topics (`by_config` answers its list
+/// as configured), and a custom assignor may repeat a partition.
+fn own_queues_once(topic: &str, answer: Arc<[MessageQueue]>) -> Arc<[MessageQueue]> {
+    let mut seen: HashSet<&MessageQueue> = HashSet::with_capacity(answer.len());
+    let kept: Vec<&MessageQueue> = answer
+        .iter()
+        .filter(|q| &*q.topic == topic && seen.insert(*q))
+        .collect();
+    if kept.len() == answer.len() {
+        return answer;
+    }
+    tracing::warn!(
+        topic,
+        answered = answer.len(),
+        kept = kept.len(),
+        "the allocation named queues twice or queues of other topics; taking each queue of this topic once"
+    );
+    kept.into_iter().cloned().collect()
+}
+
 impl Service {
     /// Every subscribed topic's target for this round.
     pub(super) async fn targets(
@@ -91,7 +112,7 @@ impl Service {
                     }) {
                         Ok(mine) => Target::Share {
                             all: view.queues,
-                            mine,
+                            mine: own_queues_once(&topic, mine),
                             fingerprint: view.fingerprint,
                         },
                         Err(e) => {
@@ -121,11 +142,12 @@ impl Service {
                     Ok(mut mine) => {
                         for (topic, view) in views {
                             let share = mine.remove(&topic).unwrap_or_default();
+                            let share = own_queues_once(&topic, share.into());
                             targets.push((
                                 topic,
                                 Target::Share {
                                     all: view.queues,
-                                    mine: share.into(),
+                                    mine: share,
                                     fingerprint: view.fingerprint,
                                 },
                             ));
@@ -239,24 +261,7 @@ impl Service {
                 fingerprint,
             } => {
                 report.fingerprint = Some(fingerprint);
-                // Each queue of this topic once: an allocation may answer a queue twice, or
-                // queues of other topics (`by_config` answers its list as configured).
-                let mut wanted: HashSet<&MessageQueue> = HashSet::with_capacity(mine.len());
-                let share: Vec<&MessageQueue> = mine
-                    .iter()
-                    .filter(|q| &*q.topic == topic && wanted.insert(*q))
-                    .collect();
-                let mine: Arc<[MessageQueue]> = if share.len() == mine.len() {
-                    mine.clone()
-                } else {
-                    tracing::warn!(
-                        topic,
-                        answered = mine.len(),
-                        kept = share.len(),
-                        "the allocation named queues twice or queues of other topics; taking each queue of this topic once"
-                    );
-                    share.iter().map(|q| (*q).clone()).collect()
-                };
+                let wanted: HashSet<&MessageQueue> = mine.iter().collect();
                 let mut to_release: Vec<MessageQueue> = self
                     .table
                     .entries_of(topic)
@@ -275,7 +280,7 @@ impl Service {
                     .await;
                 let mut to_add = Vec::new();
                 let mut still_releasing = 0;
-                for q in share {
+                for q in mine.iter() {
                     match self.table.get(q) {
                         None => to_add.push(q.clone()),
                         Some(pq) if !pq.is_held() => still_releasing += 1,
