@@ -338,6 +338,36 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn after_a_timeout_on_a_silent_connection_the_next_call_reconnects() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            // The first connection reads requests and never answers (a half-open socket looks
+            // the same from the client); the second one answers.
+            let (silent, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut framed = Framed::new(silent, RemotingCodec::default());
+                while let Some(Ok(_)) = framed.next().await {}
+            });
+            echo_server(listener, 1).await;
+        });
+        let client = RemotingClient::new(ClientConfig {
+            request_timeout: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let err = client
+            .invoke(&addr, RemotingCommand::request(1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+        let answer = client
+            .invoke(&addr, RemotingCommand::request(2))
+            .await
+            .unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("2"));
+    }
+
     #[test]
     fn backoff_doubles_up_to_the_cap() {
         let config = ClientConfig {

@@ -10,8 +10,12 @@
 //! a response fails only the request it answers
 //! ([`TransportError::UnsupportedSerialization`]), a server request is skipped with a warning
 //! (answered "request code not supported" unless it is one-way).
+//!
+//! A request that times out while nothing at all arrived from the server closes the connection
+//! (see [`ConnectionConfig::close_when_silent`]): a dead host or a half-open socket would
+//! otherwise time out every request until TCP gives up, many minutes later.
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -57,6 +61,13 @@ pub struct ConnectionConfig {
     pub max_frame_len: usize,
     /// How many outgoing frames may wait for the writer before senders wait.
     pub outbound_queue: usize,
+    /// Close the connection when a request times out and nothing at all (no answer to any
+    /// request, no server request) arrived while it waited: the server is gone or the socket is
+    /// half-open, and the next use reconnects instead of timing out again. A server that is only
+    /// slow to answer one request, and answers others meanwhile, keeps its connection. On by
+    /// default; the Java client goes further and closes on every timeout
+    /// (`clientCloseSocketIfTimeout`).
+    pub close_when_silent: bool,
 }
 
 impl Default for ConnectionConfig {
@@ -64,6 +75,7 @@ impl Default for ConnectionConfig {
         Self {
             max_frame_len: DEFAULT_MAX_FRAME_LEN,
             outbound_queue: 1024,
+            close_when_silent: true,
         }
     }
 }
@@ -77,6 +89,10 @@ struct Shared {
     /// Set once, when the connection closes, with the reason.
     closed: OnceLock<String>,
     outbound: mpsc::Sender<RemotingCommand>,
+    /// Frames received so far, of any kind: a request that times out with this unchanged heard
+    /// nothing from the server while it waited.
+    frames_heard: AtomicU64,
+    close_when_silent: bool,
 }
 
 impl Shared {
@@ -203,6 +219,8 @@ impl Connection {
             next_opaque: AtomicI32::new(1),
             closed: OnceLock::new(),
             outbound,
+            frames_heard: AtomicU64::new(0),
+            close_when_silent: config.close_when_silent,
         });
         let token = CancellationToken::new();
         let codec = RemotingCodec::new(config.max_frame_len);
@@ -268,6 +286,7 @@ impl Connection {
             return Err(e);
         }
         let code = request.code;
+        let heard_before = shared.frames_heard.load(Ordering::Acquire);
         let exchange = async {
             if shared.outbound.send(request).await.is_err() {
                 return Err(shared
@@ -290,7 +309,14 @@ impl Connection {
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => {
-                tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, "request timed out");
+                let silent = shared.frames_heard.load(Ordering::Acquire) == heard_before;
+                if silent && shared.close_when_silent {
+                    tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, "request timed out and nothing else came from the server meanwhile; closing the connection (the next use reconnects)");
+                    shared.close(format!("server silent for {timeout:?}"));
+                    self.inner.token.cancel();
+                } else {
+                    tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, silent, "request timed out");
+                }
                 Err(TransportError::Timeout {
                     addr: shared.addr.clone(),
                     after: timeout,
@@ -346,6 +372,9 @@ async fn read_loop<R>(
             _ = token.cancelled() => break "closed by the client".to_string(),
             next = frames.next() => next,
         };
+        if let Some(Ok(_)) = next {
+            shared.frames_heard.fetch_add(1, Ordering::AcqRel);
+        }
         match next {
             Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
             Some(Ok(Frame::Command(command))) => serve(&shared, &*handler, command),

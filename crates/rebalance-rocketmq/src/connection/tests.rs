@@ -72,7 +72,12 @@ async fn answers_go_to_their_own_request_whatever_the_order() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_without_answer_times_out_and_a_late_answer_is_dropped() {
-    let (conn, mut server) = pair();
+    // Kept open after a silent timeout, to see the late answer arrive.
+    let config = ConnectionConfig {
+        close_when_silent: false,
+        ..Default::default()
+    };
+    let (conn, mut server) = pair_with(config, Arc::new(IgnoreServerRequests));
     let started = tokio::time::Instant::now();
     let err = conn
         .request(RemotingCommand::request(1), Duration::from_millis(500))
@@ -106,6 +111,70 @@ async fn a_request_without_answer_times_out_and_a_late_answer_is_dropped() {
         .unwrap();
     assert_eq!(answer.await.unwrap().unwrap().code, 7);
     assert!(conn.is_open());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_with_a_silent_server_closes_the_connection() {
+    let (conn, mut server) = pair();
+    // A second request waits longer than the first: it fails when the connection closes.
+    let longer = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let started = tokio::time::Instant::now();
+    let err = conn
+        .request(RemotingCommand::request(1), Duration::from_millis(500))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        !conn.is_open(),
+        "a server silent for a whole request timeout is dropped"
+    );
+    let err = longer.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Closed { reason, .. } if reason.contains("silent")),
+        "{err}"
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(500),
+        "no one waits for T"
+    );
+    // The server read both requests: it was the answers that never came.
+    let mut read = [next(&mut server).await.code, next(&mut server).await.code];
+    read.sort();
+    assert_eq!(read, [1, 2]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_while_the_server_answers_other_requests_keeps_the_connection() {
+    let (conn, mut server) = pair();
+    let slow = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            conn.request(RemotingCommand::request(1), Duration::from_millis(500))
+                .await
+        }
+    });
+    assert_eq!(next(&mut server).await.code, 1);
+    let quick = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let req = next(&mut server).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server
+        .send(RemotingCommand::response(0, req.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(quick.await.unwrap().unwrap().code, 0);
+    let err = slow.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        conn.is_open(),
+        "the server answered meanwhile: only slow, not gone"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -404,7 +473,12 @@ async fn many_concurrent_requests_each_get_their_answer() {
 
 #[tokio::test(start_paused = true)]
 async fn dropping_the_last_handle_closes_the_socket_even_when_the_server_stopped_reading() {
-    let (conn, mut server) = pair();
+    // Not closed by the timeouts themselves: it is the dropped handle that must close it.
+    let config = ConnectionConfig {
+        close_when_silent: false,
+        ..Default::default()
+    };
+    let (conn, mut server) = pair_with(config, Arc::new(IgnoreServerRequests));
     // More than the pipe holds, in two frames: the writer is stuck writing the second one.
     let calls: Vec<_> = (0..2)
         .map(|_| {
