@@ -77,6 +77,21 @@ struct Known {
     publish: Result<Arc<PublishInfo>, PublishError>,
 }
 
+impl TopicRecord {
+    /// Whether a producer's fetch is answered from memory: the route is known and has publish
+    /// queues (the periodic poll keeps it fresh), or the topic has no publish queue or is gone
+    /// and was polled less than [`REFETCH_UNUSABLE_AFTER`] ago. A topic whose route was never
+    /// known is polled on every fetch.
+    fn settled(&self) -> bool {
+        let usable = !self.gone && self.known.as_ref().is_some_and(|k| k.publish.is_ok());
+        let unusable = self.gone || self.known.is_some();
+        let recent = self
+            .polled_at
+            .is_some_and(|at| at.elapsed() < REFETCH_UNUSABLE_AFTER);
+        usable || (unusable && recent)
+    }
+}
+
 impl Known {
     fn new(topic: &str, route: TopicRoute) -> Self {
         Self {
@@ -87,12 +102,18 @@ impl Known {
     }
 }
 
+/// How long a producer's fetch of a topic it cannot send to (no publish queue, or gone) is
+/// answered from the last poll before the name server is asked again.
+pub(crate) const REFETCH_UNUSABLE_AFTER: Duration = Duration::from_secs(1);
+
 /// Per-topic memory of RouteSync.
 #[derive(Debug, Default)]
 struct TopicRecord {
     known: Option<Known>,
     not_found_since: Option<Instant>,
     gone: bool,
+    /// When the name server last answered (or failed) a poll of the topic.
+    polled_at: Option<Instant>,
     /// Why the last poll did not give a good route (cleared by a good one).
     last_error: Option<RouteError>,
 }
@@ -220,8 +241,9 @@ impl RouteSync {
     }
 
     /// Registers and polls the topics of `first` and of every fetch already queued behind it,
-    /// each topic once, then answers them all. A topic whose route is known (or that is gone)
-    /// is answered from memory: its periodic poll keeps it fresh.
+    /// each topic once, then answers them all. A topic with publish queues is answered from
+    /// memory (its periodic poll keeps it fresh); one without, or gone, is polled again at most
+    /// every [`REFETCH_UNUSABLE_AFTER`], so that a producer can send as soon as it is fixed.
     async fn fetch(&mut self, first: Fetch) {
         let mut waiting: HashMap<String, Vec<oneshot::Sender<Option<RouteError>>>> = HashMap::new();
         let mut queued = vec![first];
@@ -237,10 +259,7 @@ impl RouteSync {
         let mut polled = false;
         for topic in waiting.keys() {
             let fresh = self.produced.insert(topic.clone());
-            let settled = self
-                .records
-                .get(topic)
-                .is_some_and(|r| r.known.is_some() || r.gone);
+            let settled = self.records.get(topic).is_some_and(TopicRecord::settled);
             if fresh {
                 tracing::info!(topic, "producer registered a topic");
             }
@@ -271,6 +290,7 @@ impl RouteSync {
         let result = self.name_server.topic_route(topic).await;
         let gone_after = self.topic_gone_after;
         let record = self.records.entry(topic.to_string()).or_default();
+        record.polled_at = Some(Instant::now());
         match result {
             Ok(route) => {
                 record.not_found_since = None;

@@ -267,6 +267,46 @@ async fn routes_without_publish_queues_are_typed_errors() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_topic_without_publish_queues_is_asked_again_at_most_once_a_second() {
+    let cluster = InMemoryCluster::new();
+    let mut read_only = route_of(&names(&["a"]), 4);
+    read_only.queue_datas[0].perm = perm::READ;
+    cluster.set_route("T", read_only);
+    let ns = counting(&cluster);
+    let producer = Producer::builder("P")
+        .name_server(ns.clone())
+        .start()
+        .await
+        .unwrap();
+    let read_only = Err(SelectError::NoPublishQueue {
+        topic: "T".into(),
+        error: PublishError::NoWritableQueue,
+    });
+    assert_eq!(producer.select("T", None).await, read_only);
+    assert_eq!(ns.calls.load(Ordering::SeqCst), 1);
+    // The broker becomes writable: within the second, selections are answered from memory.
+    cluster.create_topic("T", 1, 4);
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    for _ in 0..100 {
+        assert_eq!(producer.select_by("T", &SelectByHash, "k").await, read_only);
+    }
+    assert_eq!(ns.calls.load(Ordering::SeqCst), 1, "no poll per selection");
+    // A second after the last poll, the next selection asks again, and sends resume long
+    // before the 30 s poll.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(producer.select("T", None).await.is_ok());
+    assert_eq!(ns.calls.load(Ordering::SeqCst), 2);
+    // A usable topic is not asked again on selection.
+    for _ in 0..100 {
+        producer.select("T", None).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    producer.select("T", None).await.unwrap();
+    assert_eq!(ns.calls.load(Ordering::SeqCst), 2);
+    producer.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_deleted_topic_is_kept_for_a_while_then_gone() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
@@ -288,10 +328,10 @@ async fn a_deleted_topic_is_kept_for_a_while_then_gone() {
         Err(SelectError::TopicGone("T".into()))
     );
     cluster.create_topic("T", 1, 2);
-    tokio::time::sleep(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
         producer.select("T", None).await.is_ok(),
-        "back when re-created"
+        "back at the first selection a second after the last poll, not at the next poll"
     );
     producer.shutdown().await;
 }

@@ -272,7 +272,9 @@ impl ProducerHandle {
     /// The queue for the next unordered message of `topic`. Pass the broker of the previous
     /// attempt as `last_failed` when retrying a failed send: its queues are skipped when the
     /// topic has another broker. A topic whose route is not known yet is registered and its
-    /// route fetched at once (waiting at most the route timeout).
+    /// route fetched at once (waiting at most the route timeout); one without publish queues,
+    /// or gone, is fetched again when its last poll is a second old, as the Java producer asks
+    /// the name server again on every send to such a topic.
     pub async fn select(
         &self,
         topic: &str,
@@ -398,12 +400,21 @@ impl ProducerHandle {
         }
     }
 
-    /// Fetches the route of `topic` at once when none is known (registering the topic).
+    /// Fetches the route of `topic` at once when none is known (registering the topic), and
+    /// again (at most every second) when the known route has no publish queue or the topic is
+    /// gone, so that sends resume as soon as the topic is fixed rather than at the next poll.
     async fn fetch_unless_known(&self, topic: &str) -> Result<(), SelectError> {
         match self.with_publish_info(topic, |_| ()) {
             Err(SelectError::RouteUnknown(_)) => self.fetch(topic).await,
-            // Known (with or without publish queues), gone or shut down: the caller's next
-            // look at the table gives the answer.
+            Err(SelectError::NoPublishQueue { .. } | SelectError::TopicGone(_)) => {
+                // The table already says why the topic cannot be used; a failed refresh does
+                // not change that answer.
+                if let Err(error) = self.fetch(topic).await {
+                    tracing::debug!(topic, %error, "refreshing an unusable topic failed");
+                }
+                Ok(())
+            }
+            // Usable, or shut down: the caller's next look at the table gives the answer.
             _ => Ok(()),
         }
     }
