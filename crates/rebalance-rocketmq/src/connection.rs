@@ -253,7 +253,12 @@ impl Connection {
 
     /// Closes the connection; waiting requests fail with [`TransportError::Closed`].
     pub fn close(&self) {
-        self.inner.shared.close("closed by the client".to_string());
+        self.close_because("closed by the client".to_string());
+    }
+
+    /// Fails every waiting request with `reason` and stops both tasks, which closes the socket.
+    fn close_because(&self, reason: String) {
+        self.inner.shared.close(reason);
         self.inner.token.cancel();
     }
 
@@ -312,8 +317,7 @@ impl Connection {
                 let silent = shared.frames_heard.load(Ordering::Acquire) == heard_before;
                 if silent && shared.close_when_silent {
                     tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, "request timed out and nothing else came from the server meanwhile; closing the connection (the next use reconnects)");
-                    shared.close(format!("server silent for {timeout:?}"));
-                    self.inner.token.cancel();
+                    self.close_because(format!("server silent for {timeout:?}"));
                 } else {
                     tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, silent, "request timed out");
                 }
