@@ -82,6 +82,53 @@ fn churn_converges_with_several_strategies() {
     }
 }
 
+/// Ten members starting together, then ten joining 500 ms apart: with `--settle 1s` every
+/// client waits for the group to settle, so queues move far less and are never held twice.
+#[test]
+fn settling_damps_a_burst_of_joins() {
+    let burst: Vec<String> = (0..10)
+        .map(|i| format!("join@{}ms", 5000 + 500 * i))
+        .collect();
+    let burst = burst.join(",");
+    let summary = |settle: &str| {
+        let (ok, lines) = simulate(&[
+            "--strategy",
+            "balanced_sticky",
+            "--queues",
+            "200",
+            "--brokers",
+            "4",
+            "--consumers",
+            "10",
+            "--events",
+            &burst,
+            "--settle",
+            settle,
+            "--json",
+        ]);
+        assert!(ok, "--settle {settle}");
+        let summary = lines.last().expect("summary")["summary"].clone();
+        assert_eq!(summary["converged"], true, "--settle {settle}: {summary}");
+        summary
+    };
+    let eager = summary("0s");
+    let settled = summary("1s");
+    let moves = |s: &Value| s["moves"].as_u64().unwrap();
+    let double = |s: &Value| s["double_owned_queue_ms"].as_u64().unwrap();
+    assert!(
+        moves(&settled) * 3 < moves(&eager),
+        "moves: {} settled, {} eager",
+        moves(&settled),
+        moves(&eager)
+    );
+    assert!(double(&eager) > 0);
+    assert_eq!(
+        double(&settled),
+        0,
+        "every hand-off happens in one settled round"
+    );
+}
+
 #[test]
 fn group_assignors_converge_leaderlessly() {
     for assignor in ["range", "roundrobin", "cooperative_sticky"] {

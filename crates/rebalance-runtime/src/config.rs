@@ -104,6 +104,13 @@ pub struct Intervals {
     /// offset and return well within this time. A callback that blocks its thread (instead of
     /// awaiting) cannot be cut short this way.
     pub callback_timeout: Duration,
+    /// How long the group's membership must stay unchanged before the round a membership
+    /// change asks for runs (0: at once, as the Java client). While members come and go in a
+    /// burst (a deployment, a restart of many pods), every notification pushes the round back,
+    /// so each member computes one plan from the settled group instead of one per intermediate
+    /// group, which moves queues back and forth. It never delays a round past the timer's
+    /// (`rebalance_wait` after a balanced round), nor a round asked for another reason.
+    pub membership_settle: Duration,
 }
 
 /// The longest interval [`Intervals::validate`] accepts (a year): anything longer is a mistake,
@@ -163,6 +170,7 @@ impl Intervals {
             force_unlock_after,
             topic_gone_after,
             callback_timeout,
+            membership_settle,
         } = *self;
         let fields = [
             ("poll_name_server", poll_name_server),
@@ -179,6 +187,13 @@ impl Intervals {
         ];
         for (field, value) in fields {
             check_interval(field, value)?;
+        }
+        // Zero is allowed: no settling.
+        if membership_settle > MAX_INTERVAL {
+            return Err(IntervalsError::TooLong {
+                field: "membership_settle",
+                value: membership_settle,
+            });
         }
         Ok(())
     }
@@ -198,6 +213,7 @@ impl Default for Intervals {
             force_unlock_after: Duration::from_secs(20),
             topic_gone_after: Duration::from_secs(90),
             callback_timeout: Duration::from_secs(10),
+            membership_settle: Duration::ZERO,
         }
     }
 }
@@ -205,6 +221,26 @@ impl Default for Intervals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn membership_settle_may_be_zero_but_not_absurd() {
+        let zero = Intervals {
+            membership_settle: Duration::ZERO,
+            ..Intervals::default()
+        };
+        assert_eq!(zero.validate(), Ok(()));
+        let absurd = Intervals {
+            membership_settle: MAX_INTERVAL + Duration::from_secs(1),
+            ..Intervals::default()
+        };
+        assert_eq!(
+            absurd.validate(),
+            Err(IntervalsError::TooLong {
+                field: "membership_settle",
+                value: MAX_INTERVAL + Duration::from_secs(1)
+            })
+        );
+    }
 
     #[test]
     fn every_zero_field_is_named() {

@@ -366,7 +366,8 @@ impl ConsumerBuilder {
     }
 
     /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
-    /// tasks and runs a first round at once. Must be called inside a tokio runtime.
+    /// tasks and runs a first round at once (after [`Intervals::membership_settle`], when
+    /// set). Must be called inside a tokio runtime.
     ///
     /// Fails without starting anything when the configuration cannot work: a missing part
     /// (including the locker that orderly consumption or an exclusive hand-off needs in

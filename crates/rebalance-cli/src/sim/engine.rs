@@ -9,8 +9,8 @@ use rebalance_core::route::perm;
 use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    Allocation, Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason,
-    RemovedQueue,
+    Allocation, Consumer, ConsumerHandle, Intervals, ListenerError, QueueLease, QueueListener,
+    RemovalReason, RemovedQueue,
 };
 use tokio::time::Instant;
 
@@ -35,6 +35,8 @@ pub struct Config {
     pub duration: Duration,
     /// Seeds the start-up jitter of the initial clients (up to 500 ms each).
     pub seed: u64,
+    /// Every client's `Intervals::membership_settle`.
+    pub settle: Duration,
 }
 
 /// A callback a client received.
@@ -280,6 +282,10 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         let mut builder = Consumer::builder("sim-group")
             .client_id(id.clone())
             .allocation(config.allocation.clone())
+            .intervals(Intervals {
+                membership_settle: config.settle,
+                ..Intervals::default()
+            })
             .cluster(cluster.client(id.clone()))
             .listener(Arc::new(Recorder {
                 client: id.clone(),

@@ -62,6 +62,10 @@ pub struct SimulateArgs {
     /// Seeds the start-up jitter of the initial clients.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// How long the group's membership must stay unchanged before a client runs the round a
+    /// membership change asks for (`Intervals::membership_settle`; 0s: at once).
+    #[arg(long, default_value = "0s", value_parser = limits::duration_up_to(limits::MAX_SIM_DURATION))]
+    pub settle: Duration,
     /// JSON lines instead of a timeline.
     #[arg(long)]
     pub json: bool,
@@ -163,6 +167,7 @@ pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
         events,
         duration: args.duration,
         seed: args.seed,
+        settle: args.settle,
     })
 }
 

@@ -69,6 +69,9 @@ pub(crate) struct Service {
     last_heartbeat_request: Option<Instant>,
     round: u64,
     last_round_start: Option<Instant>,
+    /// When the group will have been quiet for `membership_settle` since the last membership
+    /// change notified (cleared when a round starts).
+    membership_quiet_at: Option<Instant>,
     next_due: Instant,
     last_balanced: bool,
     callback_errors: Vec<String>,
@@ -84,6 +87,12 @@ impl Service {
         queues_token: CancellationToken,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
+        let settle = ctx.intervals.membership_settle;
+        let first_due = if settle.is_zero() {
+            Instant::now()
+        } else {
+            Instant::now() + ctx.intervals.rebalance_wait
+        };
         Self {
             ctx,
             table: Default::default(),
@@ -99,7 +108,11 @@ impl Service {
             last_heartbeat_request: None,
             round: 0,
             last_round_start: None,
-            next_due: Instant::now(),
+            // A starting member is a membership change too: its first round waits for the
+            // group to settle, like the rounds its arrival causes in the others (but no longer
+            // than a timer round would).
+            membership_quiet_at: Some(Instant::now() + settle),
+            next_due: first_due,
             last_balanced: false,
             callback_errors: Vec::new(),
         }
@@ -140,7 +153,9 @@ impl Service {
                 _ = self.trigger.notified() => {}
                 changed = changed(&mut membership) => {
                     if changed {
-                        tracing::debug!("directory says the group's membership changed");
+                        let settle = self.ctx.intervals.membership_settle;
+                        tracing::debug!(?settle, "directory says the group's membership changed");
+                        self.membership_quiet_at = Some(Instant::now() + settle);
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {
                         tracing::warn!("the directory's membership notifications ended; rounds now run on the timer only");
@@ -157,16 +172,24 @@ impl Service {
         self.shutdown().await;
     }
 
-    /// When the next round may run: as soon as allowed if a wake-up is pending, else when the
-    /// timer says; never sooner than `rebalance_min` after the previous round started, except
-    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the refusal as
-    /// the Java client's `rebalanceLater(500)` does.
+    /// When the next round may run: as soon as allowed if a wake-up is pending (once the group
+    /// has settled, when only membership changes are), else when the timer says; never sooner
+    /// than `rebalance_min` after the previous round started, except for the retry of a
+    /// refused lock, which runs `lock_retry` (500 ms) after the refusal as the Java client's
+    /// `rebalanceLater(500)` does.
     fn next_run_at(&self) -> Instant {
         let min = self.ctx.intervals.rebalance_min;
         let earliest = self.last_round_start.map_or_else(Instant::now, |s| s + min);
         let mut due = self.next_due;
-        if !self.trigger.pending().is_empty() {
-            due = Instant::now();
+        let pending = self.trigger.pending();
+        let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
+        if !pending.is_empty() {
+            let settled = match self.membership_quiet_at {
+                // The first round waits, whatever else woke it (the first routes).
+                Some(quiet) if self.round == 0 || settling.contains(pending) => quiet,
+                _ => Instant::now(),
+            };
+            due = due.min(settled);
         }
         let due = due.max(earliest);
         match self.lock_retry_at {
@@ -243,6 +266,7 @@ impl Service {
             };
         }
         self.round += 1;
+        self.membership_quiet_at = None;
         let span = tracing::info_span!(
             "rebalance",
             group = %self.ctx.group,
