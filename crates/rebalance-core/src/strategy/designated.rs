@@ -135,6 +135,33 @@ mod tests {
     }
 
     #[test]
+    fn plan_agrees_with_allocate_when_the_inner_plan_keeps_an_empty_id() {
+        // `by_config`'s plan keeps a member whose id is empty (Java's by-config never checks
+        // ids); ours leaves it out, so matching the inner shares by position gave every member
+        // after it nothing, while `allocate` gives each the configured list.
+        let configured = vec![MessageQueue::new("T", "broker-a", 0)];
+        let inner: StrategyRef = Arc::new(crate::strategy::ByConfig::new(configured.clone()));
+        let mqs = queues(2);
+        let cids = clients(&["", "a", "b"]); // sorted: the empty id comes first
+        for designated in [vec!["nobody"], vec!["a", "b", ""]] {
+            let s = Designated::new(inner.clone(), designated.clone());
+            let plan = s.plan("G", &mqs, &cids).unwrap();
+            for cid in &cids[1..] {
+                assert_eq!(
+                    s.allocate("G", cid, &mqs, &cids).unwrap(),
+                    configured,
+                    "{designated:?}: {cid}"
+                );
+                assert_eq!(
+                    plan.share(cid).unwrap().to_vec(),
+                    configured,
+                    "{designated:?}: {cid}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn falls_back_to_everyone() {
         let s = Designated::new(Arc::new(Averagely), ["nobody"]);
         let cids = clients(&["a", "b"]);
