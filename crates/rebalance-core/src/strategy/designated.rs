@@ -1,6 +1,6 @@
 //! Only designated clients consume.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::plan::{Plan, distinct_members};
@@ -99,14 +99,12 @@ impl AllocateStrategy for Designated {
         validate_group(mq_all, cid_all)?;
         let consumers = self.consumers(group, cid_all);
         let mut inner = self.inner.plan(group, mq_all, &consumers)?;
-        let mut consuming = inner.take_shares().into_iter().peekable();
-        // Inner members are a subsequence of ours, in the same order.
+        // By id, not by position: the inner plan may list members ours leaves out (an empty id,
+        // which `by_config` keeps).
+        let mut consuming: HashMap<ClientId, Vec<u32>> = inner.take_shares().into_iter().collect();
         let shares = distinct_members(cid_all, true)
             .into_iter()
-            .map(|(_, cid)| match consuming.next_if(|(c, _)| c == cid) {
-                Some((_, share)) => (cid.clone(), share),
-                None => (cid.clone(), Vec::new()),
-            })
+            .map(|(_, cid)| (cid.clone(), consuming.remove(cid).unwrap_or_default()))
             .collect();
         Ok(inner.with_shares(shares))
     }
