@@ -1,6 +1,6 @@
 //! Only designated clients consume.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::plan::{Plan, distinct_members};
@@ -99,14 +99,12 @@ impl AllocateStrategy for Designated {
         validate_group(mq_all, cid_all)?;
         let consumers = self.consumers(group, cid_all);
         let mut inner = self.inner.plan(group, mq_all, &consumers)?;
-        let mut consuming = inner.take_shares().into_iter().peekable();
-        // Inner members are a subsequence of ours, in the same order.
+        // By id, not by position: the inner plan may list members ours leaves out (an empty id,
+        // which `by_config` keeps).
+        let mut consuming: HashMap<ClientId, Vec<u32>> = inner.take_shares().into_iter().collect();
         let shares = distinct_members(cid_all, true)
             .into_iter()
-            .map(|(_, cid)| match consuming.next_if(|(c, _)| c == cid) {
-                Some((_, share)) => (cid.clone(), share),
-                None => (cid.clone(), Vec::new()),
-            })
+            .map(|(_, cid)| (cid.clone(), consuming.remove(cid).unwrap_or_default()))
             .collect();
         Ok(inner.with_shares(shares))
     }
@@ -131,6 +129,33 @@ mod tests {
                 plan.share(cid).unwrap().to_vec(),
                 s.allocate("G", cid, &mqs, &cids).unwrap()
             );
+        }
+    }
+
+    #[test]
+    fn plan_agrees_with_allocate_when_the_inner_plan_keeps_an_empty_id() {
+        // `by_config`'s plan keeps a member whose id is empty (Java's by-config never checks
+        // ids); ours leaves it out, so matching the inner shares by position gave every member
+        // after it nothing, while `allocate` gives each the configured list.
+        let configured = vec![MessageQueue::new("T", "broker-a", 0)];
+        let inner: StrategyRef = Arc::new(crate::strategy::ByConfig::new(configured.clone()));
+        let mqs = queues(2);
+        let cids = clients(&["", "a", "b"]); // sorted: the empty id comes first
+        for designated in [vec!["nobody"], vec!["a", "b", ""]] {
+            let s = Designated::new(inner.clone(), designated.clone());
+            let plan = s.plan("G", &mqs, &cids).unwrap();
+            for cid in &cids[1..] {
+                assert_eq!(
+                    s.allocate("G", cid, &mqs, &cids).unwrap(),
+                    configured,
+                    "{designated:?}: {cid}"
+                );
+                assert_eq!(
+                    plan.share(cid).unwrap().to_vec(),
+                    configured,
+                    "{designated:?}: {cid}"
+                );
+            }
         }
     }
 

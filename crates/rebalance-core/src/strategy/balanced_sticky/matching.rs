@@ -21,6 +21,10 @@ type Claim = (u64, u32);
 /// `(distance, queue, member)`.
 pub(crate) fn assign(ring: &Ring, points: &[u64], starts: &[u32], caps: &[u32]) -> Vec<Vec<u32>> {
     let n = caps.len();
+    // No member (every id in the list was empty): nobody to give anything to.
+    if n == 0 || points.is_empty() || ring.len() == 0 {
+        return vec![Vec::new(); n];
+    }
     debug_assert!(
         caps.iter().map(|&c| c as usize).sum::<usize>() >= points.len(),
         "capacities must hold every queue"
@@ -29,9 +33,6 @@ pub(crate) fn assign(ring: &Ring, points: &[u64], starts: &[u32], caps: &[u32]) 
         .iter()
         .map(|&c| BinaryHeap::with_capacity(c as usize + 1))
         .collect();
-    if n == 0 || points.is_empty() || ring.len() == 0 {
-        return vec![Vec::new(); n];
-    }
     let ring_len = ring.len();
     let mut cursor: Vec<u32> = starts.to_vec();
     // Queues still looking for a member, proposed last-in first-out (the result does not depend

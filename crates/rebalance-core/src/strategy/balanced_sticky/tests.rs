@@ -128,6 +128,20 @@ fn empty_and_repeated_ids_are_ignored_and_errors_follow_java() {
 }
 
 #[test]
+fn a_member_list_of_empty_ids_only_plans_nothing_instead_of_panicking() {
+    // The broker's member list is outside input: a list whose only id is empty leaves no member,
+    // and a plan over it must simply be empty (the matching's capacity check used to fire first).
+    let mqs = queues(1, 2);
+    let cids = vec![ClientId::from(""), ClientId::from("")];
+    let s = BalancedSticky::default();
+    let plan = s.plan("G", &mqs, &cids).unwrap();
+    assert!(plan.is_empty());
+    assert_eq!(plan.assigned_count(), 0);
+    let weighted = BalancedSticky::default().with_weights(|_: &ClientId| 2);
+    assert!(weighted.plan("G", &mqs, &cids).unwrap().is_empty());
+}
+
+#[test]
 fn remembered_rings_give_the_same_plan_as_a_fresh_strategy() {
     let shared = BalancedSticky::default();
     let mqs = queues(7, 16);
