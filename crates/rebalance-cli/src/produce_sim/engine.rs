@@ -239,6 +239,23 @@ mod tests {
     }
 
     #[test]
+    fn elapsed_ends_at_the_last_answer_not_after_a_trailing_interval() {
+        // `elapsed` is "from the first message to the last answer": the pause between
+        // messages comes between them, not after the last one.
+        let mut c = config();
+        c.messages = 3;
+        c.interval = Duration::from_secs(10);
+        let [without, with] = simulate(&c).unwrap();
+        for o in [&without, &with] {
+            assert_eq!(o.elapsed, Duration::from_millis(3 * 5 + 2 * 10_000));
+        }
+        c.messages = 1;
+        c.interval = Duration::from_secs(3600);
+        let [without, _] = simulate(&c).unwrap();
+        assert_eq!(without.elapsed, Duration::from_millis(5));
+    }
+
+    #[test]
     fn avoidance_cuts_sends_to_a_slow_broker() {
         let mut c = config();
         c.slow
