@@ -157,14 +157,17 @@ async fn run(config: &Config, avoidance: bool) -> Result<Outcome, EngineError> {
         .map(|(i, n)| (n.as_str(), i))
         .collect();
     let epoch = Instant::now();
-    for _ in 0..config.messages {
+    for message in 0..config.messages {
+        if message > 0 {
+            // The pause comes between messages: none after the last one.
+            tokio::time::sleep(config.interval).await;
+        }
         let delivered = send(config, &producer, &index, &mut outcome).await?;
         if delivered {
             outcome.delivered += 1;
         } else {
             outcome.lost += 1;
         }
-        tokio::time::sleep(config.interval).await;
     }
     outcome.elapsed = epoch.elapsed();
     producer.shutdown().await;
