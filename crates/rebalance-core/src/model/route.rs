@@ -186,6 +186,12 @@ impl TopicRoute {
     /// ```
     pub fn validate(&self) -> Result<(), RouteDefect> {
         let mut seen = std::collections::HashSet::new();
+        // A set, not `self.broker()` per queue data: that scan is quadratic in the brokers.
+        let described: std::collections::HashSet<&str> = self
+            .broker_datas
+            .iter()
+            .map(|b| b.broker_name.as_str())
+            .collect();
         for q in &self.queue_datas {
             if q.broker_name.is_empty() {
                 return Err(RouteDefect::EmptyBrokerName);
@@ -206,7 +212,7 @@ impl TopicRoute {
             }
             if perm::is_readable(q.perm)
                 && q.read_queue_nums > 0
-                && self.broker(&q.broker_name).is_none()
+                && !described.contains(q.broker_name.as_str())
             {
                 return Err(RouteDefect::MissingBrokerData(q.broker_name.clone()));
             }
