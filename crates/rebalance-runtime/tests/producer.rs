@@ -59,6 +59,7 @@ async fn the_first_selection_fetches_the_route_at_once_and_then_it_is_polled() {
     let ns = counting(&cluster);
     let producer = Producer::builder("P")
         .name_server(ns.clone())
+        .round_robin_start(0)
         .start()
         .await
         .unwrap();
@@ -528,4 +529,22 @@ async fn zero_or_absurd_intervals_are_refused_at_start() {
         })
     ));
     assert!(base().start().await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn producers_do_not_all_start_their_round_robin_on_the_same_queue() {
+    // The Java producer starts each topic's round robin at a random position
+    // (`ThreadLocalIndex`), so a fleet of producers (or short-lived ones sending a few messages
+    // each) spreads over the queues. Starting every producer at queue 0 sends every producer's
+    // first message to broker-0's queue 0.
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 4, 4);
+    let mut first = std::collections::BTreeSet::new();
+    for _ in 0..16 {
+        let producer = producer(&cluster, false).await;
+        first.insert(producer.select("T", None).await.unwrap());
+        producer.shutdown().await;
+    }
+    // With random starts, 16 producers all on one of 16 queues has probability 16^-15.
+    assert!(first.len() > 1, "every producer started on {first:?}");
 }

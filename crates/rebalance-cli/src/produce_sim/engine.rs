@@ -131,6 +131,8 @@ async fn run(config: &Config, avoidance: bool) -> Result<Outcome, EngineError> {
         .name_server(Arc::new(cluster.client("produce-sim")))
         .topic(TOPIC)
         .latency_fault_avoidance(avoidance)
+        // Both runs (and every run of the same arguments) send in the same order.
+        .round_robin_start(0)
         .start()
         .await?;
     let mut outcome = Outcome {

@@ -25,6 +25,7 @@
 //! let producer = Producer::builder("orders-producer")
 //!     .name_server(Arc::new(cluster.client("producer-1")))
 //!     .latency_fault_avoidance(true)
+//!     .round_robin_start(0) // a random position by default, as in Java
 //!     .start()
 //!     .await?;
 //!
@@ -77,6 +78,16 @@ pub use self::selector::{Choice, RoundRobin};
 use crate::NameServer;
 use crate::route_sync::{Fetch, RouteSync, RouteTable, TopicState};
 
+/// A random position to start a round robin at (each call another), below 2^32 so that the
+/// counter never wraps in practice.
+fn random_start() -> usize {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (random >> 32) as usize
+}
+
 /// Entry point: `Producer::builder("group")`.
 #[derive(Debug, Clone, Copy)]
 pub struct Producer;
@@ -93,6 +104,7 @@ impl Producer {
             poll_interval: Duration::from_secs(30),
             route_timeout: Duration::from_secs(3),
             topic_gone_after: Duration::from_secs(90),
+            round_robin_start: None,
             shutdown: None,
         }
     }
@@ -109,6 +121,7 @@ pub struct ProducerBuilder {
     poll_interval: Duration,
     route_timeout: Duration,
     topic_gone_after: Duration,
+    round_robin_start: Option<usize>,
     shutdown: Option<CancellationToken>,
 }
 
@@ -169,6 +182,15 @@ impl ProducerBuilder {
         self
     }
 
+    /// Starts every topic's round robin at position `start` (modulo its publish queues), for
+    /// reproducible tests and simulations. By default each topic starts at a random position,
+    /// as in the Java producer, so that producers started together do not all send their first
+    /// messages to the same queue and go on in step.
+    pub fn round_robin_start(mut self, start: usize) -> Self {
+        self.round_robin_start = Some(start);
+        self
+    }
+
     /// Shuts the producer down when `token` is cancelled (it becomes the parent of the
     /// producer's own token).
     pub fn shutdown_on(mut self, token: CancellationToken) -> Self {
@@ -220,6 +242,7 @@ impl ProducerBuilder {
                 routes: routes_rx,
                 fetches: fetches_tx,
                 turns: DashMap::new(),
+                round_robin_start: self.round_robin_start,
                 route_timeout: self.route_timeout,
                 token,
                 tasks,
@@ -236,6 +259,8 @@ struct Inner {
     fetches: mpsc::Sender<Fetch>,
     /// One round-robin counter per topic; it survives route changes.
     turns: DashMap<String, RoundRobin>,
+    /// Where each topic's counter starts (`None`: a random position per topic).
+    round_robin_start: Option<usize>,
     route_timeout: Duration,
     token: CancellationToken,
     tasks: TaskTracker,
@@ -369,7 +394,12 @@ impl ProducerHandle {
         if let Some(turn) = self.inner.turns.get(topic) {
             return turn.select(info, last_failed, faults).0;
         }
-        let turn = self.inner.turns.entry(topic.to_string()).or_default();
+        let start = self.inner.round_robin_start.unwrap_or_else(random_start);
+        let turn = self
+            .inner
+            .turns
+            .entry(topic.to_string())
+            .or_insert_with(|| RoundRobin::starting_at(start));
         turn.select(info, last_failed, faults).0
     }
 
