@@ -347,11 +347,18 @@ fn inner(
     registry.build(name, &params)
 }
 
-/// A list of strings: a JSON array of strings, or one comma-separated string.
+/// A list of strings: a JSON array of strings, or one comma-separated string (whose empty
+/// entries, as after a trailing comma, are dropped: an empty room would make brokers named
+/// `@x` eligible).
 fn string_list(p: &Params, strategy: &str, key: &str) -> Result<Vec<String>, StrategyConfigError> {
     match p.get(key) {
         None | Some(Value::Null) => Err(param_error(strategy, key, "is required")),
-        Some(Value::String(s)) => Ok(s.split(',').map(str::trim).map(String::from).collect()),
+        Some(Value::String(s)) => Ok(s
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(String::from)
+            .collect()),
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| {
@@ -599,6 +606,29 @@ mod tests {
             .unwrap();
         let mine = s.allocate("G", &cids[1], &queues, &cids).unwrap();
         assert_eq!(mine.len(), 2, "` 10.0.0.2` designates 10.0.0.2@1");
+    }
+
+    #[test]
+    fn empty_entries_of_comma_separated_lists_are_dropped() {
+        let r = StrategyRegistry::default();
+        // A broker with an empty room: eligible only if the list held an empty room.
+        let queues = vec![MessageQueue::new("T", "@b", 0)];
+        let cids: Vec<ClientId> = ["10.0.0.1@1"].map(ClientId::from).to_vec();
+        for list in ["room0,", "room0, ,room1", ",room0"] {
+            let s = r
+                .build("by_machine_room", &params(json!({"consumer_idcs": list})))
+                .unwrap();
+            let plan = s.plan("G", &queues, &cids).unwrap();
+            assert_eq!(plan.assigned_count(), 0, "{list:?} names no empty room");
+        }
+        // A JSON array says exactly what it holds, an empty room included.
+        let s = r
+            .build(
+                "by_machine_room",
+                &params(json!({"consumer_idcs": ["room0", ""]})),
+            )
+            .unwrap();
+        assert_eq!(s.plan("G", &queues, &cids).unwrap().assigned_count(), 1);
     }
 
     #[test]
