@@ -403,8 +403,9 @@ impl ProducerHandle {
         turn.select(info, last_failed, faults).0
     }
 
-    /// Runs `f` on the publish queues of a topic whose route is known (under the route table's
-    /// read lock: `f` must be short and must not wait), or says why there are none.
+    /// Runs `f` on the publish queues of a topic whose route is known, or says why there are
+    /// none. The route table's lock is not held while `f` runs: a user's selector may call back
+    /// into the producer.
     fn with_publish_info<T>(
         &self,
         topic: &str,
@@ -413,7 +414,7 @@ impl ProducerHandle {
         if self.inner.token.is_cancelled() {
             return Err(SelectError::ShutDown);
         }
-        let table = self.inner.routes.borrow();
+        let table = Arc::clone(&self.inner.routes.borrow());
         match table.topic(topic) {
             TopicState::Known {
                 publish: Ok(info), ..
