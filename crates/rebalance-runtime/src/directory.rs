@@ -35,6 +35,10 @@ impl Registration {
 }
 
 /// The membership of consumer groups (in RocketMQ: the brokers, maintained by heartbeats).
+///
+/// Every call must end in bounded time (the RocketMQ transport's requests time out after 3 s):
+/// the runtime awaits each answer, and a call that never returns stalls the rounds or the
+/// heartbeats.
 #[async_trait]
 pub trait GroupDirectory: Send + Sync + 'static {
     /// Registers this client, or refreshes its registration (a heartbeat). Registrations expire

@@ -10,6 +10,10 @@ use crate::RouteError;
 /// "Topic not found" ([`RouteError::TopicNotFound`]) must be distinct from a failure of the name
 /// server ([`RouteError::NameServer`]): the runtime keeps the last good route on failures and
 /// only gives a topic up when the name server keeps saying it does not exist.
+///
+/// Every call must end in bounded time (the RocketMQ transport's requests time out after 3 s):
+/// the runtime awaits each answer, and a call that never returns stalls the route polling
+/// (and a producer's first selection of a new topic).
 #[async_trait]
 pub trait NameServer: Send + Sync + 'static {
     /// The current route of `topic`.

@@ -30,6 +30,10 @@ pub enum OffsetScope {
 /// its own progress over the others' on the same shared offset: give it a per-client store such
 /// as [`LocalOffsetStore`] (after [`cluster`](crate::ConsumerBuilder::cluster), which sets the
 /// cluster's shared store).
+///
+/// Every call must end in bounded time (the RocketMQ transport's requests time out after 3 s):
+/// the runtime awaits each answer, and a call that never returns stalls the rounds and the
+/// hand-off of the queues.
 #[async_trait]
 pub trait OffsetStore: Send + Sync + 'static {
     /// The stored offset of `queue`, or `None` when nothing is stored yet.
