@@ -52,6 +52,13 @@ fn names(brokers: &[&str]) -> Vec<String> {
     brokers.iter().map(|b| b.to_string()).collect()
 }
 
+/// A route of broker `a` with 4 queues that are readable only: no publish queue.
+fn read_only_route() -> TopicRoute {
+    let mut route = route_of(&names(&["a"]), 4);
+    route.queue_datas[0].perm = perm::READ;
+    route
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_first_selection_fetches_the_route_at_once_and_then_it_is_polled() {
     let cluster = InMemoryCluster::new();
@@ -215,9 +222,7 @@ async fn name_server_answers_and_failures_are_typed_errors() {
 #[tokio::test(start_paused = true)]
 async fn routes_without_publish_queues_are_typed_errors() {
     let cluster = InMemoryCluster::new();
-    let mut read_only = route_of(&names(&["a"]), 4);
-    read_only.queue_datas[0].perm = perm::READ;
-    cluster.set_route("ReadOnly", read_only);
+    cluster.set_route("ReadOnly", read_only_route());
     let mut slaves = route_of(&names(&["a"]), 4);
     slaves.broker_datas[0].broker_addrs = [(1, "s:1".to_string())].into();
     cluster.set_route("Slaves", slaves);
@@ -270,9 +275,7 @@ async fn routes_without_publish_queues_are_typed_errors() {
 #[tokio::test(start_paused = true)]
 async fn a_topic_without_publish_queues_is_asked_again_at_most_once_a_second() {
     let cluster = InMemoryCluster::new();
-    let mut read_only = route_of(&names(&["a"]), 4);
-    read_only.queue_datas[0].perm = perm::READ;
-    cluster.set_route("T", read_only);
+    cluster.set_route("T", read_only_route());
     let ns = counting(&cluster);
     let producer = Producer::builder("P")
         .name_server(ns.clone())
