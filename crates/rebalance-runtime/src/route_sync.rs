@@ -82,7 +82,7 @@ impl TopicRecord {
     /// queues (the periodic poll keeps it fresh), or the topic has no publish queue or is gone
     /// and was polled less than [`REFETCH_UNUSABLE_AFTER`] ago. A topic whose route was never
     /// known is polled on every fetch.
-    fn settled(&self) -> bool {
+    fn answered_from_memory(&self) -> bool {
         let usable = !self.gone && self.known.as_ref().is_some_and(|k| k.publish.is_ok());
         let unusable = self.gone || self.known.is_some();
         let recent = self
@@ -259,11 +259,14 @@ impl RouteSync {
         let mut polled = false;
         for topic in waiting.keys() {
             let fresh = self.produced.insert(topic.clone());
-            let settled = self.records.get(topic).is_some_and(TopicRecord::settled);
+            let from_memory = self
+                .records
+                .get(topic)
+                .is_some_and(TopicRecord::answered_from_memory);
             if fresh {
                 tracing::info!(topic, "producer registered a topic");
             }
-            if !settled {
+            if !from_memory {
                 changed |= self.poll(topic).await;
                 polled = true;
             }
