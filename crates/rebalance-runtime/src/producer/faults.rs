@@ -285,15 +285,35 @@ impl LatencyFaultTracker {
     ) -> Option<&'b str> {
         brokers
             .into_iter()
-            .map(|b| {
-                let rank = match self.items.get(b) {
-                    Some(item) if now < item.available_at => Some(item.badness()),
-                    _ => None,
-                };
-                (rank, b)
-            })
+            .map(|b| (self.rank(b, now), b))
             .min_by(|(a, _), (b, _)| a.cmp(b))
             .map(|(_, b)| b)
+    }
+
+    /// Of `brokers`, the better half (at least one), least bad first (ties in the order of
+    /// `brokers`): what the Java client's `pickOneAtLeast` takes turns among when every broker
+    /// is avoided, so that no single broker takes all the traffic.
+    pub fn better_half<'b>(
+        &self,
+        brokers: impl IntoIterator<Item = &'b str>,
+        now: Instant,
+    ) -> Vec<&'b str> {
+        let mut ranked: Vec<_> = brokers
+            .into_iter()
+            .map(|b| (self.rank(b, now), b))
+            .collect();
+        // Stable: ties keep their order.
+        ranked.sort_by_key(|(rank, _)| *rank);
+        ranked.truncate((ranked.len() / 2).max(1));
+        ranked.into_iter().map(|(_, b)| b).collect()
+    }
+
+    /// How bad `broker` is at `now`: `None` (best) when never reported or available again.
+    fn rank(&self, broker: &str, now: Instant) -> Option<(bool, Duration, Instant)> {
+        match self.items.get(broker) {
+            Some(item) if now < item.available_at => Some(item.badness()),
+            _ => None,
+        }
     }
 }
 
@@ -369,6 +389,25 @@ mod tests {
         let in_a_month = Instant::now() + Duration::from_secs(30 * 24 * 3600);
         assert!(!t.is_available("slow", in_a_month));
         assert!(!t.is_available("failed", in_a_month));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_better_half_is_at_least_one_broker_least_bad_first() {
+        let t = LatencyFaultTracker::default();
+        let now = Instant::now();
+        t.report("fail", ms(1), false);
+        t.report("slow", ms(20_000), true);
+        t.report("meh", ms(700), true);
+        t.report("ok", ms(600), true);
+        assert_eq!(
+            t.better_half(["fail", "slow", "meh", "ok"], now),
+            ["ok", "meh"]
+        );
+        assert_eq!(t.better_half(["fail", "slow", "meh"], now), ["meh"]);
+        assert_eq!(t.better_half(["fail"], now), ["fail"]);
+        assert!(t.better_half([], now).is_empty());
+        // Never reported counts as best; ties keep their order.
+        assert_eq!(t.better_half(["fail", "x", "y", "slow"], now), ["x", "y"]);
     }
 
     #[tokio::test(start_paused = true)]

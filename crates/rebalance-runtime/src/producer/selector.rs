@@ -13,7 +13,8 @@ use super::faults::LatencyFaultTracker;
 pub enum Choice {
     /// The next queue in turn (after skipping the failed or avoided brokers' queues, if any).
     InTurn,
-    /// Every other broker was avoided: a queue of the least bad one.
+    /// Every other broker was avoided: a queue of one of the least bad ones (the better half
+    /// of them, in turn).
     LeastBad,
 }
 
@@ -26,8 +27,9 @@ pub enum Choice {
 /// - With a [`LatencyFaultTracker`], queues of avoided brokers are skipped too. The positions
 ///   skipped are consumed, so the queues still in use share the load equally (the Java client
 ///   scans on from one index, which doubles the load of the queue after an avoided broker).
-///   When every broker (but the failed one) is avoided, a queue of the least bad broker is
-///   chosen, in turn among its queues.
+///   When every broker (but the failed one) is avoided, the least bad half of them take turns
+///   (at least the least bad one; as the Java client's `pickOneAtLeast`), each in turn among
+///   its queues, so that no single broker takes all the traffic.
 ///
 /// ```
 /// use rebalance_core::{MessageQueue, TopicRoute};
@@ -107,18 +109,21 @@ impl RoundRobin {
             .enumerate()
             .filter(|(b, _)| Some(*b) != skip)
             .map(|(_, name)| name);
-        let chosen = faults
-            .and_then(|f| f.least_bad(candidates, now))
-            .and_then(|name| info.broker_index(name))
-            .unwrap_or(0);
+        // In turn among the better half of them (Java's `pickOneAtLeast`): the broker from the
+        // counter, the queue within it from the counter's turns over that half.
+        let half = faults.map_or_else(Vec::new, |f| f.better_half(candidates, now));
+        let (chosen, turn) = match half.len() {
+            0 => (0, start),
+            h => (info.broker_index(half[start % h]).unwrap_or(0), start / h),
+        };
         let own = info.broker_queues(chosen);
         let queue = match own.len() {
             0 => &queues[start % n],
-            len => &own[start % len],
+            len => &own[turn % len],
         };
         tracing::debug!(
             broker = &*queue.broker_name,
-            "every other broker is avoided; sending to the least bad"
+            "every other broker is avoided; sending to one of the least bad"
         );
         (queue.clone(), Choice::LeastBad)
     }
@@ -236,6 +241,27 @@ mod tests {
         // A retry after broker-1 failed: the least bad of the others.
         let (q, _) = rr.select(&info, Some("broker-1"), Some(&faults));
         assert_eq!(&*q.broker_name, "broker-2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn all_avoided_the_better_half_take_turns_over_all_their_queues() {
+        let info = info(5, 2);
+        let faults = LatencyFaultTracker::default();
+        for (broker, latency) in [(0, 16_000), (1, 600), (2, 3000), (3, 1000), (4, 2000)] {
+            faults.report(
+                &format!("broker-{broker}"),
+                Duration::from_millis(latency),
+                true,
+            );
+        }
+        let rr = RoundRobin::default();
+        let c = counts(&rr, &info, 40, None, Some(&faults));
+        // The two least bad of five (600 ms and 1 s), each of their queues equally.
+        let expected: BTreeMap<MessageQueue, usize> = [(1, 0), (1, 1), (3, 0), (3, 1)]
+            .into_iter()
+            .map(|(b, q)| (MessageQueue::new("T", format!("broker-{b}"), q), 10))
+            .collect();
+        assert_eq!(c, expected);
     }
 
     #[test]
