@@ -61,6 +61,10 @@
 //!   (`edge_owned_partition_out_of_range`).
 //! - In rack-aware mode an owned partition on the wrong rack is given up only when some
 //!   subscriber's rack does host it; Kafka gives it up even when nobody could read it locally.
+//! - A partition claimed by several members goes to the one claim of the newest generation,
+//!   whatever the order of the claims; two claims of the newest generation leave it to the
+//!   assignment. With three claims such as generations 5, 5 and 7, Kafka's result depends on
+//!   its hash-map iteration order (it may withhold the partition when it meets the tie first).
 
 mod claims;
 mod constrained;
