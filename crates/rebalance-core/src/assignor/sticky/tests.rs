@@ -186,6 +186,44 @@ fn higher_generation_wins_and_is_not_held_back() {
 }
 
 #[test]
+fn the_newest_claim_wins_whatever_the_order_of_the_claims() {
+    // Generations 5, 5 and 7 on a-0, in every order of the members: the generation-7 member
+    // keeps it (Kafka's result depends on its hash-map order here).
+    let claims = [("c0", 5), ("c1", 5), ("c2", 7)];
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    for order in orders {
+        let members: Vec<(&str, &[&str])> =
+            order.iter().map(|&i| (claims[i].0, &["a"][..])).collect();
+        let mut g = group(&[("a", 3)], &members);
+        for (slot, &i) in order.iter().enumerate() {
+            g.members[slot] = g.members[slot]
+                .clone()
+                .with_owned([("a", 0)])
+                .with_generation(claims[i].1);
+        }
+        for a in [
+            Sticky.assign(&g).unwrap(),
+            CooperativeSticky.assign(&g).unwrap(),
+        ] {
+            assert_valid(&g, &a);
+            assert!(
+                as_sets(&a)["c2"].contains(&("a".into(), 0)),
+                "{order:?}: {:?}",
+                lists(&a)
+            );
+            assert!(a.pending_revocation().is_empty(), "{order:?}");
+        }
+    }
+}
+
+#[test]
 fn members_without_subscriptions_get_nothing() {
     // Kafka gives c3 partitions when it comes first in hash order.
     let g = group(&[("a", 6)], &[("c3", &[]), ("c0", &["a"]), ("c1", &["a"])]);
