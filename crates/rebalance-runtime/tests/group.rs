@@ -367,3 +367,32 @@ async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per
     assert!(a.handle.assignment().is_empty());
     assert!(leases.iter().all(|l| l.is_cancelled()));
 }
+
+/// A group whose members subscribe to different topics: the in-memory directory lists each
+/// topic's subscribers by default; with `members_per_topic: false` it lists the whole group, as
+/// a real RocketMQ broker does, and shows what production does to such a group.
+#[tokio::test(start_paused = true)]
+async fn members_listed_per_group_show_what_mixed_subscriptions_cost_in_production() {
+    for per_topic in [true, false] {
+        let cluster = InMemoryCluster::with_config(ClusterConfig {
+            members_per_topic: per_topic,
+            ..ClusterConfig::default()
+        });
+        cluster.create_topic("T", 1, 4);
+        cluster.create_topic("U", 1, 4);
+        let a = start(&cluster, 0, &["T", "U"]).await;
+        let b = start(&cluster, 1, &["T"]).await;
+        settle(3 * MIN).await;
+        let u = all_queues(&cluster, &["U"]);
+        let a_on_u = a.recorder.held().intersection(&u).count();
+        assert!(
+            b.recorder.held().is_disjoint(&u),
+            "b never takes U's queues"
+        );
+        if per_topic {
+            assert_eq!(a_on_u, 4, "a, U's only subscriber, holds all of U");
+        } else {
+            assert_eq!(a_on_u, 2, "U is shared with b, who does not consume it");
+        }
+    }
+}

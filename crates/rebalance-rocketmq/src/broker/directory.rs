@@ -6,7 +6,8 @@
 //! subscribe to, so [`consumer_ids`](GroupDirectory::consumer_ids) for a topic is the whole
 //! group. Every member of a group must therefore subscribe to the same topics, as with the Java
 //! client: a member that does not subscribe to a topic is still given a share of its queues,
-//! which then nobody consumes. (The in-memory directory filters by topic; this one cannot.) The
+//! which then nobody consumes. (The in-memory directory filters by topic unless its
+//! `members_per_topic` is off; this one cannot.) The
 //! first time a client asks for a topic's members, it logs a warning saying so.
 
 use std::collections::BTreeSet;

@@ -49,6 +49,11 @@ pub struct ClusterConfig {
     /// Whether departures (unregister, expiry) are pushed to the group like joins are (a Java
     /// broker does; the Rust broker used in the real-server tests does not).
     pub notify_departures: bool,
+    /// Whether a topic's member list holds only the members that subscribe to it (`true`, the
+    /// default), or every member of the group (`false`), as a real RocketMQ broker answers.
+    /// With `false`, a test shows what production does to a group whose members subscribe to
+    /// different topics: queues go to members that do not consume them.
+    pub members_per_topic: bool,
 }
 
 impl Default for ClusterConfig {
@@ -57,6 +62,7 @@ impl Default for ClusterConfig {
             heartbeat_expiry: Duration::from_secs(120),
             lock_expiry: Duration::from_secs(60),
             notify_departures: true,
+            members_per_topic: true,
         }
     }
 }
@@ -444,7 +450,7 @@ impl GroupDirectory for ClusterClient {
             group
                 .members
                 .iter()
-                .filter(|(_, m)| m.topics.contains(topic))
+                .filter(|(_, m)| !config.members_per_topic || m.topics.contains(topic))
                 .map(|(id, _)| id.clone())
                 .collect()
         })
