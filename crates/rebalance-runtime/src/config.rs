@@ -109,7 +109,9 @@ pub struct Intervals {
     /// burst (a deployment, a restart of many pods), every notification pushes the round back,
     /// so each member computes one plan from the settled group instead of one per intermediate
     /// group, which moves queues back and forth. It never delays a round past the timer's
-    /// (`rebalance_wait` after a balanced round), nor a round asked for another reason.
+    /// (`rebalance_wait` after a balanced round), nor a round asked for another reason, except
+    /// a starting member's first round, which waits whatever asked for it (`rebalance_now` and
+    /// subscription changes included).
     pub membership_settle: Duration,
 }
 

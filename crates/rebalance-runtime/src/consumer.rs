@@ -734,7 +734,8 @@ impl ConsumerHandle {
         answer.await.map_err(|_| ConsumerError::ShutDown)
     }
 
-    /// Asks for a round now (it runs as soon as `rebalance_min` allows).
+    /// Asks for a round now (it runs as soon as `rebalance_min` allows; a starting consumer's
+    /// first round still waits for [`Intervals::membership_settle`] when set).
     pub fn rebalance_now(&self) {
         self.inner.trigger.wake(WakeReasons::MANUAL);
     }
