@@ -501,3 +501,50 @@ async fn dropping_the_last_handle_closes_the_socket_even_when_the_server_stopped
         "the client's end of the socket is still open"
     );
 }
+
+/// Review: "silent" is judged over the timing-out request's own timeout, however short. A
+/// request given a few milliseconds (a caller's short `invoke_with_timeout`, or what is left of
+/// the deadline after a slow connect) to a healthy server 20 ms away hears nothing in that
+/// window, closes the connection, and fails every other request in flight on it, although the
+/// server answers all of them.
+#[tokio::test(start_paused = true)]
+async fn a_short_timeout_to_a_healthy_server_does_not_close_the_connection() {
+    let (conn, server) = pair();
+    // The server answers every request 20 ms after reading it.
+    tokio::spawn(async move {
+        let (mut sink, mut stream) = server.split();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Some(Ok(req)) = stream.next().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let _ = tx.send(RemotingCommand::response(0, req.opaque, None));
+                });
+            }
+        });
+        while let Some(answer) = rx.recv().await {
+            if sink.send(answer).await.is_err() {
+                return;
+            }
+        }
+    });
+    let long = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    tokio::task::yield_now().await;
+    let probe = conn
+        .request(RemotingCommand::request(2), Duration::from_millis(5))
+        .await;
+    assert!(
+        matches!(probe, Err(TransportError::Timeout { .. })),
+        "{probe:?}"
+    );
+    let long = long.await.unwrap();
+    assert!(
+        long.is_ok(),
+        "the server answered within 20 ms, yet the other request got {long:?}"
+    );
+    assert!(conn.is_open(), "a healthy server's connection was closed");
+}
