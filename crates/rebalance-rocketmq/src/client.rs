@@ -354,6 +354,10 @@ mod tests {
         });
         let client = RemotingClient::new(ClientConfig {
             request_timeout: Duration::from_millis(200),
+            connection: ConnectionConfig {
+                close_after_silence: Some(Duration::from_millis(200)),
+                ..Default::default()
+            },
             ..Default::default()
         });
         let err = client

@@ -11,9 +11,9 @@
 //! ([`TransportError::UnsupportedSerialization`]), a server request is skipped with a warning
 //! (answered "request code not supported" unless it is one-way).
 //!
-//! A request that times out while nothing at all arrived from the server closes the connection
-//! (see [`ConnectionConfig::close_when_silent`]): a dead host or a half-open socket would
-//! otherwise time out every request until TCP gives up, many minutes later.
+//! A request that times out after the server has been silent for a while closes the
+//! connection (see [`ConnectionConfig::close_after_silence`]): a dead host or a half-open socket
+//! would otherwise time out every request until TCP gives up, many minutes later.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -24,6 +24,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
@@ -62,12 +63,13 @@ pub struct ConnectionConfig {
     /// How many outgoing frames may wait for the writer before senders wait.
     pub outbound_queue: usize,
     /// Close the connection when a request times out and nothing at all (no answer to any
-    /// request, no server request) arrived while it waited: the server is gone or the socket is
-    /// half-open, and the next use reconnects instead of timing out again. A server that is only
-    /// slow to answer one request, and answers others meanwhile, keeps its connection. On by
-    /// default; the Java client goes further and closes on every timeout
-    /// (`clientCloseSocketIfTimeout`).
-    pub close_when_silent: bool,
+    /// request, no server request) has come from the server for at least this long while
+    /// answers were awaited: the server is gone or the socket is half-open, and the next use
+    /// reconnects instead of timing out again (3 s; `None`: never). A server that is only slow
+    /// to answer one request, and answers others meanwhile, keeps its connection, and so does
+    /// one that merely misses a request's shorter timeout. The Java client goes further and
+    /// closes on every timeout (`clientCloseSocketIfTimeout`).
+    pub close_after_silence: Option<Duration>,
 }
 
 impl Default for ConnectionConfig {
@@ -75,7 +77,7 @@ impl Default for ConnectionConfig {
         Self {
             max_frame_len: DEFAULT_MAX_FRAME_LEN,
             outbound_queue: 1024,
-            close_when_silent: true,
+            close_after_silence: Some(Duration::from_secs(3)),
         }
     }
 }
@@ -89,11 +91,15 @@ struct Shared {
     /// Set once, when the connection closes, with the reason.
     closed: OnceLock<String>,
     outbound: mpsc::Sender<RemotingCommand>,
-    /// Frames received so far, of any kind: a request that times out with this unchanged heard
-    /// nothing from the server while it waited.
-    frames_heard: AtomicU64,
-    close_when_silent: bool,
+    /// Since when (nanoseconds after `epoch`) answers have been awaited with nothing heard from
+    /// the server, or [`NOT_AWAITING`]: set by a request when unset, cleared by every frame.
+    awaiting_since: AtomicU64,
+    epoch: Instant,
+    close_after_silence: Option<Duration>,
 }
+
+/// `awaiting_since` when something was heard since the last request was sent.
+const NOT_AWAITING: u64 = u64::MAX;
 
 impl Shared {
     fn closed_error(&self) -> Option<TransportError> {
@@ -120,6 +126,39 @@ impl Shared {
             }
         }
         tracing::info!(addr = %self.addr, %reason, failed_requests = failed, "connection closed");
+    }
+
+    fn nanos_since_epoch(&self, at: Instant) -> u64 {
+        let nanos = at.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(nanos)
+            .unwrap_or(NOT_AWAITING - 1)
+            .min(NOT_AWAITING - 1)
+    }
+
+    /// A request is about to wait for an answer: silence counts from now unless it already
+    /// counts from an earlier unanswered request.
+    fn awaiting(&self) {
+        let now = self.nanos_since_epoch(Instant::now());
+        let _ = self.awaiting_since.compare_exchange(
+            NOT_AWAITING,
+            now,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Something came from the server.
+    fn heard(&self) {
+        self.awaiting_since.store(NOT_AWAITING, Ordering::Release);
+    }
+
+    /// How long answers have been awaited with nothing heard, if they have.
+    fn silence(&self) -> Option<Duration> {
+        let since = self.awaiting_since.load(Ordering::Acquire);
+        (since != NOT_AWAITING).then(|| {
+            let now = self.nanos_since_epoch(Instant::now());
+            Duration::from_nanos(now.saturating_sub(since))
+        })
     }
 
     fn fail(&self, opaque: i32, error: TransportError) {
@@ -219,8 +258,9 @@ impl Connection {
             next_opaque: AtomicI32::new(1),
             closed: OnceLock::new(),
             outbound,
-            frames_heard: AtomicU64::new(0),
-            close_when_silent: config.close_when_silent,
+            awaiting_since: AtomicU64::new(NOT_AWAITING),
+            epoch: Instant::now(),
+            close_after_silence: config.close_after_silence,
         });
         let token = CancellationToken::new();
         let codec = RemotingCodec::new(config.max_frame_len);
@@ -291,7 +331,7 @@ impl Connection {
             return Err(e);
         }
         let code = request.code;
-        let heard_before = shared.frames_heard.load(Ordering::Acquire);
+        shared.awaiting();
         let exchange = async {
             if shared.outbound.send(request).await.is_err() {
                 return Err(shared
@@ -314,12 +354,15 @@ impl Connection {
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => {
-                let silent = shared.frames_heard.load(Ordering::Acquire) == heard_before;
-                if silent && shared.close_when_silent {
-                    tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, "request timed out and nothing else came from the server meanwhile; closing the connection (the next use reconnects)");
-                    self.close_because(format!("server silent for {timeout:?}"));
-                } else {
-                    tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, silent, "request timed out");
+                let silence = shared.silence();
+                match (silence, shared.close_after_silence) {
+                    (Some(silence), Some(limit)) if silence >= limit => {
+                        tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, ?silence, "request timed out and nothing came from the server meanwhile; closing the connection (the next use reconnects)");
+                        self.close_because(format!("server silent for {silence:?}"));
+                    }
+                    _ => {
+                        tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, ?silence, "request timed out");
+                    }
                 }
                 Err(TransportError::Timeout {
                     addr: shared.addr.clone(),
@@ -377,7 +420,7 @@ async fn read_loop<R>(
             next = frames.next() => next,
         };
         if let Some(Ok(_)) = next {
-            shared.frames_heard.fetch_add(1, Ordering::AcqRel);
+            shared.heard();
         }
         match next {
             Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
