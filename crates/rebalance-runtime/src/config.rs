@@ -108,10 +108,14 @@ pub struct Intervals {
     /// change asks for runs (0: at once, as the Java client). While members come and go in a
     /// burst (a deployment, a restart of many pods), every notification pushes the round back,
     /// so each member computes one plan from the settled group instead of one per intermediate
-    /// group, which moves queues back and forth. It never delays a round past the timer's
-    /// (`rebalance_wait` after a balanced round), nor a round asked for another reason, except
-    /// a starting member's first round, which waits whatever asked for it (`rebalance_now` and
-    /// subscription changes included).
+    /// group, which moves queues back and forth. A starting member's first round waits the
+    /// same way, whatever else asked for it (`rebalance_now` and subscription changes
+    /// included).
+    ///
+    /// Meanwhile the timers and lock retries wait too, but never longer than `rebalance_wait`
+    /// after the change that began the burst, so endless churn cannot stop the rounds. A round
+    /// asked for another reason (`rebalance_now`, a subscription or route change, a lost lock)
+    /// runs as usual.
     pub membership_settle: Duration,
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_runtime::memory::InMemoryCluster;
-use rebalance_runtime::{ConsumerBuilder, Intervals, WakeReasons};
+use rebalance_runtime::{ConsumeOrder, ConsumerBuilder, Intervals, WakeReasons};
 use tokio::time::Instant;
 
 const SETTLE: Duration = Duration::from_secs(1);
@@ -120,4 +120,51 @@ async fn endless_churn_does_not_hold_rounds_off_past_the_timer() {
         gaps.iter().all(|g| *g <= wait + SETTLE),
         "a gap longer than the timer's: {gaps:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_lock_is_not_retried_while_the_group_settles() {
+    let orderly = |b: ConsumerBuilder| settling(b).consume_order(ConsumeOrder::Orderly);
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    settle(3 * SETTLE).await;
+    // `a` is in the middle of a batch on every queue: it keeps their locks for a while.
+    let leases: Vec<_> = a
+        .recorder
+        .leases
+        .lock()
+        .unwrap()
+        .values()
+        .cloned()
+        .collect();
+    let mut guards = Vec::new();
+    for lease in &leases {
+        guards.push(lease.consume_guard().await.expect("held queue"));
+    }
+    // `b` joins; once settled it is refused its share's locks and retries every 500 ms.
+    let b = start_with(&cluster, 1, &["T"], orderly).await;
+    settle(SETTLE + Duration::from_secs(2)).await;
+    let retrying = b.handle.rounds().borrow().round;
+    settle(Duration::from_secs(1)).await;
+    assert!(
+        b.handle.rounds().borrow().round > retrying,
+        "b retries its refused locks"
+    );
+    // A third member joins: while the group settles, b does not retry.
+    let _c = start_with(&cluster, 2, &["T"], orderly).await;
+    // (A retry due at this very instant may still run; the notification is seen after it.)
+    settle(EPSILON).await;
+    let before = b.handle.rounds().borrow().round;
+    settle(SETTLE - 2 * EPSILON).await;
+    assert_eq!(
+        b.handle.rounds().borrow().round,
+        before,
+        "no lock-retry round while the group settles"
+    );
+    settle(2 * EPSILON).await;
+    let report = b.handle.rounds().borrow().clone();
+    assert_eq!(report.round, before + 1);
+    assert!(report.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED));
+    drop(guards);
 }

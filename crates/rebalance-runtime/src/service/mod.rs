@@ -72,6 +72,9 @@ pub(crate) struct Service {
     /// When the group will have been quiet for `membership_settle` since the last membership
     /// change notified (cleared when a round starts).
     membership_quiet_at: Option<Instant>,
+    /// When the first membership change not yet acted upon was notified: settling lasts at most
+    /// `rebalance_wait` from there (cleared when a round starts).
+    settle_started: Option<Instant>,
     next_due: Instant,
     last_balanced: bool,
     callback_errors: Vec<String>,
@@ -88,11 +91,6 @@ impl Service {
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
         let settle = ctx.intervals.membership_settle;
-        let first_due = if settle.is_zero() {
-            Instant::now()
-        } else {
-            Instant::now() + ctx.intervals.rebalance_wait
-        };
         Self {
             ctx,
             table: Default::default(),
@@ -109,10 +107,10 @@ impl Service {
             round: 0,
             last_round_start: None,
             // A starting member is a membership change too: its first round waits for the
-            // group to settle, like the rounds its arrival causes in the others (but no longer
-            // than a timer round would).
+            // group to settle, like the rounds its arrival causes in the others.
             membership_quiet_at: Some(Instant::now() + settle),
-            next_due: first_due,
+            settle_started: Some(Instant::now()),
+            next_due: Instant::now(),
             last_balanced: false,
             callback_errors: Vec::new(),
         }
@@ -156,6 +154,7 @@ impl Service {
                         let settle = self.ctx.intervals.membership_settle;
                         tracing::debug!(?settle, "directory says the group's membership changed");
                         self.membership_quiet_at = Some(Instant::now() + settle);
+                        self.settle_started.get_or_insert_with(Instant::now);
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {
                         tracing::warn!("the directory's membership notifications ended; rounds now run on the timer only");
@@ -172,25 +171,33 @@ impl Service {
         self.shutdown().await;
     }
 
-    /// When the next round may run: as soon as allowed if a wake-up is pending (once the group
-    /// has settled, when only membership changes are), else when the timer says; never sooner
-    /// than `rebalance_min` after the previous round started, except for the retry of a
-    /// refused lock, which runs `lock_retry` (500 ms) after the refusal as the Java client's
-    /// `rebalanceLater(500)` does.
+    /// When the next round may run: as soon as allowed if a wake-up is pending, else when the
+    /// timer says; never sooner than `rebalance_min` after the previous round started, except
+    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the refusal as
+    /// the Java client's `rebalanceLater(500)` does.
+    ///
+    /// While the group settles (`membership_settle` is set, and only membership changes, or
+    /// this member's start, are pending), nothing runs until the group has been unchanged for
+    /// `membership_settle`, or `rebalance_wait` after the change that began the burst: not the
+    /// timers, not lock retries, which would plan from a group still changing.
     fn next_run_at(&self) -> Instant {
-        let min = self.ctx.intervals.rebalance_min;
-        let earliest = self.last_round_start.map_or_else(Instant::now, |s| s + min);
-        let mut due = self.next_due;
+        let intervals = &self.ctx.intervals;
+        let earliest = self
+            .last_round_start
+            .map_or_else(Instant::now, |s| s + intervals.rebalance_min);
         let pending = self.trigger.pending();
         let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
-        if !pending.is_empty() {
-            let settled = match self.membership_quiet_at {
-                // The first round waits, whatever else woke it (the first routes).
-                Some(quiet) if self.round == 0 || settling.contains(pending) => quiet,
-                _ => Instant::now(),
-            };
-            due = due.min(settled);
+        if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
+            let only_changes = self.round == 0 || settling.contains(pending);
+            if !intervals.membership_settle.is_zero() && !pending.is_empty() && only_changes {
+                return quiet.min(started + intervals.rebalance_wait).max(earliest);
+            }
         }
+        let due = if pending.is_empty() {
+            self.next_due
+        } else {
+            Instant::now()
+        };
         let due = due.max(earliest);
         match self.lock_retry_at {
             Some(retry) => due.min(retry),
@@ -267,6 +274,7 @@ impl Service {
         }
         self.round += 1;
         self.membership_quiet_at = None;
+        self.settle_started = None;
         let span = tracing::info_span!(
             "rebalance",
             group = %self.ctx.group,
