@@ -76,10 +76,15 @@ impl Attempt {
     }
 }
 
+/// Called with an address each time a connection to it is made again (after one was lost,
+/// or after failed attempts).
+type ReconnectHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 struct Inner {
     config: ClientConfig,
     slots: DashMap<String, Arc<Attempt>>,
     membership: Arc<MembershipNotifier>,
+    reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
 }
 
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
@@ -118,6 +123,7 @@ impl RemotingClient {
                 config,
                 slots: DashMap::new(),
                 membership: Arc::new(MembershipNotifier::default()),
+                reconnect_hooks: std::sync::RwLock::new(Vec::new()),
             }),
         }
     }
@@ -125,6 +131,20 @@ impl RemotingClient {
     /// The client's configuration.
     pub fn config(&self) -> &ClientConfig {
         &self.inner.config
+    }
+
+    /// Calls `hook` with the address each time a connection to it is made again: after one was
+    /// lost (closed by the server, or after a silent server's timeout) or after failed
+    /// attempts; not for the first connection, nor after [`close`](Self::close). A server that
+    /// lost a connection may have forgotten what was said on it (a broker drops the consumers
+    /// that heartbeated on it). The hook runs on the connecting task: it must not block.
+    pub fn on_reconnect(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        let mut hooks = self
+            .inner
+            .reconnect_hooks
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        hooks.push(Arc::new(hook));
     }
 
     /// Where the brokers' membership-change notifications arrive.
@@ -196,6 +216,17 @@ impl RemotingClient {
         match Connection::connect(addr, config.connect_timeout, config.connection, handler).await {
             Ok(conn) => {
                 tracing::info!(addr, reconnect, "connected");
+                if reconnect {
+                    let hooks = self
+                        .inner
+                        .reconnect_hooks
+                        .read()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .clone();
+                    for hook in hooks {
+                        hook(addr);
+                    }
+                }
                 Ok(conn)
             }
             Err(error) => {

@@ -154,6 +154,38 @@ async fn a_closed_connection_removes_the_client() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_client_whose_connection_was_lost_is_listed_again_after_its_next_request() {
+    init_tracing();
+    let cluster = TestCluster::start().unwrap();
+    cluster.create_topic("LostTopic", 2).await.unwrap();
+    let a = client(&cluster, "a", "G6", &["LostTopic"]);
+    let b = client(&cluster, "b", "G6", &["LostTopic"]);
+    a.brokers.register(&a.registration).await.unwrap();
+    b.brokers.register(&b.registration).await.unwrap();
+    let broker = cluster.broker_addr("broker-a").unwrap();
+    // B's connection is lost (not closed by B's client): the broker drops B with it.
+    b.brokers
+        .remoting()
+        .connection(&broker)
+        .await
+        .unwrap()
+        .close();
+    // B's next request reconnects and heartbeats again at once, without the runtime's next
+    // heartbeat (30 s later): the broker lists B again.
+    b.brokers.consumer_ids("G6", "LostTopic").await.unwrap();
+    let b_id = b.registration.client_id.clone();
+    eventually("the broker lists B again", SOON, || {
+        let brokers = a.brokers.clone();
+        let b_id = b_id.clone();
+        async move {
+            let ids = brokers.consumer_ids("G6", "LostTopic").await.ok()?;
+            (ids.len() == 2 && ids.contains(&b_id)).then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offsets_are_none_until_persisted_then_read_back_by_anyone() {
     init_tracing();
     let cluster = TestCluster::start().unwrap();

@@ -514,3 +514,52 @@ async fn an_unreachable_broker_is_skipped_for_the_member_list() {
     assert_eq!(brokers.consumer_ids("G", "T").await, Ok(vec!["c1".into()]));
     assert_eq!(asked.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_broker_reconnected_to_is_heartbeated_again_at_once() {
+    let (broker, log) = recording_broker().await;
+    let route = route_to("broker-a", &broker);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let heartbeats = || codes(&log, request_code::HEART_BEAT);
+    let beaten_twice = || async {
+        for _ in 0..200 {
+            if heartbeats().len() >= 2 {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    };
+
+    brokers.register(&registration(&["T"])).await.unwrap();
+    assert_eq!(heartbeats().len(), 1);
+    // The connection is lost (a broker drops the consumers of a closed connection): the next
+    // request reconnects, and the broker hears the same heartbeat again, without waiting for
+    // the runtime's next one.
+    brokers
+        .remoting()
+        .connection(&broker)
+        .await
+        .unwrap()
+        .close();
+    brokers.consumer_ids("G", "T").await.unwrap();
+    assert!(beaten_twice().await, "heartbeated again after reconnecting");
+    let sent = heartbeats();
+    assert_eq!(
+        sent[1].body, sent[0].body,
+        "the same registration, same versions"
+    );
+
+    // After unregistering, a reconnection tells the broker nothing.
+    brokers.unregister(&registration(&["T"])).await.unwrap();
+    brokers
+        .remoting()
+        .connection(&broker)
+        .await
+        .unwrap()
+        .close();
+    brokers.consumer_ids("G", "T").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(heartbeats().len(), 2);
+}

@@ -53,6 +53,24 @@ impl BrokerClient {
         (addrs, error)
     }
 
+    /// Sends the last heartbeat of every registration heartbeated at `addr` there again (the
+    /// connection to it was made again).
+    pub(super) async fn heartbeat_again(&self, addr: &str) {
+        for registration in self.inner.registrations.heartbeated_at(addr) {
+            let sub_versions = self.inner.registrations.sub_versions(&registration);
+            let request = RemotingCommand::request(request_code::HEART_BEAT)
+                .with_body(heartbeat_body(&registration, &sub_versions));
+            match self.call_ok(addr, request).await {
+                Ok(_) => {
+                    tracing::info!(broker = addr, client = %registration.client_id, group = %registration.group, "reconnected: heartbeat sent again")
+                }
+                Err(e) => {
+                    tracing::warn!(broker = addr, group = %registration.group, error = %e, "reconnected, but the heartbeat failed; the next one follows")
+                }
+            }
+        }
+    }
+
     /// Sends `request` to every address, all at once. Returns the addresses that failed, each
     /// with its error, after all answered.
     async fn broadcast(

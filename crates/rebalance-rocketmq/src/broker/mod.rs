@@ -82,14 +82,27 @@ impl std::fmt::Debug for BrokerClient {
 
 impl BrokerClient {
     /// A broker client finding brokers through `name_server` and sharing its connections.
+    ///
+    /// A broker reconnected to is sent the last heartbeat of every registration it had at once:
+    /// a broker drops the consumers that heartbeated on a connection when it closes, and would
+    /// otherwise leave this client out of the member lists until the next heartbeat (up to
+    /// 30 s), while the other members took its queues.
     pub fn new(name_server: NameServerClient) -> Self {
-        Self {
+        let client = Self {
             inner: Arc::new(Inner {
                 name_server,
                 registrations: Registrations::default(),
                 member_lists_asked: DashSet::new(),
             }),
-        }
+        };
+        let weak = Arc::downgrade(&client.inner);
+        client.remoting().on_reconnect(move |addr| {
+            let Some(inner) = weak.upgrade() else { return };
+            let client = BrokerClient { inner };
+            let addr = addr.to_string();
+            tokio::spawn(async move { client.heartbeat_again(&addr).await });
+        });
+        client
     }
 
     /// The name server client this broker client finds brokers with.

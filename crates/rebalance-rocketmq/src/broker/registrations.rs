@@ -50,6 +50,8 @@ struct Record {
     versions: BTreeMap<String, (String, i64)>,
     /// Every broker heartbeated since the last unregistration.
     heartbeated: BTreeSet<String>,
+    /// The registration last heartbeated, sent again to a broker reconnected to.
+    last: Option<Registration>,
 }
 
 #[derive(Debug)]
@@ -127,6 +129,21 @@ impl Registrations {
         self.with(|state| {
             let record = state.records.entry(key(registration)).or_default();
             record.heartbeated.extend(brokers.iter().cloned());
+            if record.last.as_ref() != Some(registration) {
+                record.last = Some(registration.clone());
+            }
+        })
+    }
+
+    /// The registrations last heartbeated at `broker` (and not unregistered there since).
+    pub(crate) fn heartbeated_at(&self, broker: &str) -> Vec<Registration> {
+        self.with(|state| {
+            state
+                .records
+                .values()
+                .filter(|record| record.heartbeated.contains(broker))
+                .filter_map(|record| record.last.clone())
+                .collect()
         })
     }
 
