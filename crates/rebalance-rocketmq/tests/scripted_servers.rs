@@ -532,18 +532,18 @@ async fn a_broker_reconnected_to_is_heartbeated_again_at_once() {
         false
     };
 
+    let lose_the_connection_then_ask = || async {
+        let connection = brokers.remoting().connection(&broker).await.unwrap();
+        connection.close();
+        brokers.consumer_ids("G", "T").await.unwrap();
+    };
+
     brokers.register(&registration(&["T"])).await.unwrap();
     assert_eq!(heartbeats().len(), 1);
     // The connection is lost (a broker drops the consumers of a closed connection): the next
     // request reconnects, and the broker hears the same heartbeat again, without waiting for
     // the runtime's next one.
-    brokers
-        .remoting()
-        .connection(&broker)
-        .await
-        .unwrap()
-        .close();
-    brokers.consumer_ids("G", "T").await.unwrap();
+    lose_the_connection_then_ask().await;
     assert!(beaten_twice().await, "heartbeated again after reconnecting");
     let sent = heartbeats();
     assert_eq!(
@@ -553,13 +553,7 @@ async fn a_broker_reconnected_to_is_heartbeated_again_at_once() {
 
     // After unregistering, a reconnection tells the broker nothing.
     brokers.unregister(&registration(&["T"])).await.unwrap();
-    brokers
-        .remoting()
-        .connection(&broker)
-        .await
-        .unwrap()
-        .close();
-    brokers.consumer_ids("G", "T").await.unwrap();
+    lose_the_connection_then_ask().await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(heartbeats().len(), 2);
 }

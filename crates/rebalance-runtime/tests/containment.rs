@@ -375,14 +375,7 @@ async fn a_panic_in_the_service_task_is_reported_by_the_handle() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
     let (a, panicky) = start_panicky(&cluster).await;
-    let leases: Vec<QueueLease> = a
-        .recorder
-        .leases
-        .lock()
-        .unwrap()
-        .values()
-        .cloned()
-        .collect();
+    let leases = a.recorder.held_leases();
     assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
 
     panicky.directory.store(true, Ordering::SeqCst);

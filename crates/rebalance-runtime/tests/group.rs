@@ -354,14 +354,7 @@ async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per
     );
     assert!(a.recorder.violations.lock().unwrap().is_empty());
     // Every lease handed out ends when the topic is unsubscribed.
-    let leases: Vec<_> = a
-        .recorder
-        .leases
-        .lock()
-        .unwrap()
-        .values()
-        .cloned()
-        .collect();
+    let leases = a.recorder.held_leases();
     assert!(a.handle.unsubscribe("T").await.unwrap());
     settle(2 * MIN).await;
     assert!(a.handle.assignment().is_empty());

@@ -130,14 +130,7 @@ async fn a_refused_lock_is_not_retried_while_the_group_settles() {
     let a = start_with(&cluster, 0, &["T"], orderly).await;
     settle(3 * SETTLE).await;
     // `a` is in the middle of a batch on every queue: it keeps their locks for a while.
-    let leases: Vec<_> = a
-        .recorder
-        .leases
-        .lock()
-        .unwrap()
-        .values()
-        .cloned()
-        .collect();
+    let leases = a.recorder.held_leases();
     let mut guards = Vec::new();
     for lease in &leases {
         guards.push(lease.consume_guard().await.expect("held queue"));

@@ -51,6 +51,11 @@ impl Recorder {
         self.leases.lock().unwrap().keys().cloned().collect()
     }
 
+    /// The leases of the queues held now.
+    pub fn held_leases(&self) -> Vec<QueueLease> {
+        self.leases.lock().unwrap().values().cloned().collect()
+    }
+
     pub fn events(&self) -> Vec<Event> {
         self.events
             .lock()
