@@ -62,8 +62,8 @@ pub struct ConnectionConfig {
     pub max_frame_len: usize,
     /// How many outgoing frames may wait for the writer before senders wait.
     pub outbound_queue: usize,
-    /// Close the connection when a request times out and nothing at all (no answer to any
-    /// request, no server request) has come from the server for at least this long while
+    /// Close the connection when a request times out and not a byte (of an answer to any
+    /// request, or of a server request) has come from the server for at least this long while
     /// answers were awaited: the server is gone or the socket is half-open, and the next use
     /// reconnects instead of timing out again (3 s; `None`: never). A server that is only slow
     /// to answer one request, and answers others meanwhile, keeps its connection, and so does
@@ -266,7 +266,13 @@ impl Connection {
         let codec = RemotingCodec::new(config.max_frame_len);
         tokio::spawn(read_loop(
             shared.clone(),
-            FramedRead::new(read_half, FrameDecoder::new(codec)),
+            FramedRead::new(
+                Hearing {
+                    inner: read_half,
+                    shared: shared.clone(),
+                },
+                FrameDecoder::new(codec),
+            ),
             handler,
             token.clone(),
         ));
@@ -406,6 +412,28 @@ impl Connection {
     }
 }
 
+/// The read half, telling the connection whenever bytes arrive: a large answer still streaming
+/// in over a slow link is not silence.
+struct Hearing<R> {
+    inner: R,
+    shared: Arc<Shared>,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Hearing<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.shared.heard();
+        }
+        polled
+    }
+}
+
 async fn read_loop<R>(
     shared: Arc<Shared>,
     mut frames: FramedRead<R, FrameDecoder>,
@@ -419,9 +447,6 @@ async fn read_loop<R>(
             _ = token.cancelled() => break "closed by the client".to_string(),
             next = frames.next() => next,
         };
-        if let Some(Ok(_)) = next {
-            shared.heard();
-        }
         match next {
             Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
             Some(Ok(Frame::Command(command))) => serve(&shared, &*handler, command),

@@ -552,3 +552,32 @@ async fn a_short_timeout_to_a_healthy_server_does_not_close_the_connection() {
     );
     assert!(conn.is_open(), "a healthy server's connection was closed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_answer_still_streaming_in_at_the_timeout_is_not_silence() {
+    use tokio_util::codec::Encoder;
+    let (conn, mut server) = pair();
+    let asking = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    let req = next(&mut server).await;
+    // A 100 kB answer arriving 1 kB every 50 ms: still incomplete when the request times out.
+    let answer = RemotingCommand::response(0, req.opaque, None).with_body(vec![7u8; 100_000]);
+    let mut bytes = bytes::BytesMut::new();
+    RemotingCodec::default().encode(answer, &mut bytes).unwrap();
+    let streaming = tokio::spawn(async move {
+        for chunk in bytes.chunks(1000) {
+            server.get_mut().write_all(chunk).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
+    });
+    let err = asking.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        conn.is_open(),
+        "bytes were arriving: the server is not silent"
+    );
+    let _server = streaming.await.unwrap();
+}
