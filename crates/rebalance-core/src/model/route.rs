@@ -257,6 +257,15 @@ pub enum RouteDefect {
 mod tests {
     use super::*;
 
+    /// The subscribable queues of topic T, as `T/broker/id`.
+    fn subscribable(route: &TopicRoute) -> Vec<String> {
+        route
+            .subscribable_queues("T")
+            .iter()
+            .map(|q| format!("{q:?}"))
+            .collect()
+    }
+
     fn qd(name: &str, read: i32, perm: i32) -> QueueData {
         QueueData {
             broker_name: name.into(),
@@ -277,11 +286,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        let got: Vec<String> = route
-            .subscribable_queues("T")
-            .iter()
-            .map(|q| format!("{:?}", q))
-            .collect();
+        let got = subscribable(&route);
         assert_eq!(got, ["T/broker-10/0", "T/broker-2/0", "T/broker-2/1"]);
     }
 
@@ -442,11 +447,7 @@ mod tests {
             queue_datas: vec![qd("prio-w", 2, PRIORITY | perm::WRITE), qd("prio-r", 1, 12)],
             ..Default::default()
         };
-        let got: Vec<String> = route
-            .subscribable_queues("T")
-            .iter()
-            .map(|q| format!("{q:?}"))
-            .collect();
+        let got = subscribable(&route);
         assert_eq!(got, ["T/prio-r/0"]);
     }
 
@@ -457,11 +458,7 @@ mod tests {
             queue_datas: vec![qd("a", 2, 6), qd("b", 1, 6), qd("a", 3, 4)],
             ..Default::default()
         };
-        let got: Vec<String> = route
-            .subscribable_queues("T")
-            .iter()
-            .map(|q| format!("{q:?}"))
-            .collect();
+        let got = subscribable(&route);
         assert_eq!(got, ["T/a/0", "T/a/1", "T/a/2", "T/b/0"]);
     }
 }
