@@ -104,7 +104,7 @@ impl Known {
 
 /// How long a producer's fetch of a topic it cannot send to (no publish queue, or gone) is
 /// answered from the last poll before the name server is asked again.
-pub(crate) const REFETCH_UNUSABLE_AFTER: Duration = Duration::from_secs(1);
+const REFETCH_UNUSABLE_AFTER: Duration = Duration::from_secs(1);
 
 /// Per-topic memory of RouteSync.
 #[derive(Debug, Default)]
