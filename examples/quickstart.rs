@@ -111,8 +111,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("\nalice shuts down.");
     alice.shutdown().await;
     println!("\nOffsets stored for the group:");
-    for id in 0..4 {
-        for broker in ["broker-0", "broker-1"] {
+    for broker in ["broker-0", "broker-1"] {
+        for id in 0..4 {
             let queue = MessageQueue::new("Orders", broker, id);
             if let Some(offset) = cluster.offset("orders-group", &queue) {
                 println!("  {broker}#{id}: {offset}");
