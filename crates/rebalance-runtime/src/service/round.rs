@@ -441,6 +441,12 @@ impl Service {
             return 0;
         }
         let wanted = queues.len();
+        // The shutdown began during this round: a queue added now would get a lease cancelled
+        // at birth and be released again at once (locked, announced twice, unlocked).
+        if self.queues_token.is_cancelled() {
+            tracing::debug!(topic, count = wanted, "shutting down; not adding queues");
+            return wanted;
+        }
         let group = self.ctx.group.clone();
         let mut lock_valid_until = None;
         if let Some(locker) = self.ctx.locks().cloned() {
