@@ -440,6 +440,33 @@ async fn shutdown_unlocks_a_batch_that_never_ends_after_the_force_delay() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn shutdown_waits_for_the_batches_of_every_topic_at_once() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    cluster.create_topic("U", 1, 1);
+    let a = start_with(&cluster, 0, &["T", "U"], orderly).await;
+    settle(MIN).await;
+    let leases = a.recorder.held_leases();
+    assert_eq!(leases.len(), 2);
+    let mut stuck = Vec::new();
+    for lease in &leases {
+        stuck.push(lease.consume_guard().await.expect("held queue"));
+    }
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    assert_eq!(
+        started.elapsed(),
+        Intervals::default().force_unlock_after,
+        "the force delay bounds the whole shutdown, not each topic's release in turn"
+    );
+    for lease in &leases {
+        assert_eq!(cluster.lock_owner(GROUP, lease.queue()), None);
+    }
+    assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 2);
+    drop(stuck);
+}
+
+#[tokio::test(start_paused = true)]
 async fn exclusive_hand_off_waits_for_the_previous_owner() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);

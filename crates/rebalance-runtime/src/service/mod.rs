@@ -400,12 +400,16 @@ impl Service {
         let span =
             tracing::info_span!("shutdown", group = %self.ctx.group, client = %self.ctx.client_id);
         async {
-            let topics = self.table.topics();
-            for topic in topics {
-                let queues = self.table.queues_of(&topic);
-                let mut report = topic_report(&topic);
-                self.release(&topic, queues, RemovalReason::Shutdown, ReleaseMode::Wait, &mut report)
-                    .await;
+            // Every topic's queues are announced (and the free ones released) first, then the
+            // batches still in progress are waited for: all of them from about the same start,
+            // so `force_unlock_after` bounds the whole shutdown rather than each topic in turn.
+            for mode in [ReleaseMode::Try, ReleaseMode::Wait] {
+                for topic in self.table.topics() {
+                    let queues = self.table.queues_of(&topic);
+                    let mut report = topic_report(&topic);
+                    self.release(&topic, queues, RemovalReason::Shutdown, mode, &mut report)
+                        .await;
+                }
             }
             self.persist_offsets().await;
             if !self.pending_offsets.is_empty() {
