@@ -11,7 +11,7 @@ use futures_util::FutureExt;
 use rebalance_core::assignor::{AssignorConfigError, AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
 use rebalance_core::{ClientId, StrategyRef};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -24,7 +24,7 @@ use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
 use crate::directory::Registration;
 use crate::offset_store::OffsetScope;
 use crate::route_sync::{RouteSync, RouteTable};
-use crate::service::{Command, Outputs, Service};
+use crate::service::{Outputs, Service};
 use crate::subscription::{Subscription, TagExpression, TagExpressionError};
 use crate::wake::{Trigger, WakeReasons};
 use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker, heartbeat};
@@ -453,7 +453,8 @@ impl ConsumerBuilder {
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
-        let (commands_tx, commands_rx) = mpsc::channel(16);
+        // What the application subscribes to: its handles edit it, the service follows.
+        let (requested_tx, requested_rx) = watch::channel(self.subscriptions.clone());
 
         let span = tracing::info_span!("consumer", group = %ctx.group, client = %ctx.client_id);
         let mut route_sync = RouteSync::new(
@@ -544,7 +545,7 @@ impl ConsumerBuilder {
             let token = token.clone();
             let failure = failure.clone();
             async move {
-                let run = service.run(commands_rx, token.clone(), helpers.clone());
+                let run = service.run(requested_rx, token.clone(), helpers.clone());
                 if let Err(message) = caught(run).await {
                     record_failure(&failure, "rebalance service", message);
                     after_service_panic(&ctx, &token, &helpers, &last_registration).await;
@@ -558,7 +559,7 @@ impl ConsumerBuilder {
                 ctx,
                 token,
                 trigger,
-                commands: commands_tx,
+                requested: requested_tx,
                 assignment: assignment_rx,
                 rounds: rounds_rx,
                 tasks,
@@ -648,7 +649,9 @@ struct HandleInner {
     ctx: Arc<Context>,
     token: CancellationToken,
     trigger: Arc<Trigger>,
-    commands: mpsc::Sender<Command>,
+    /// The subscriptions the application asked for, edited here and followed by the service
+    /// (so that a listener callback can change them without waiting for its own round).
+    requested: watch::Sender<Subscriptions>,
     assignment: watch::Receiver<Arc<Assignment>>,
     rounds: watch::Receiver<Arc<RoundReport>>,
     tasks: TaskTracker,
@@ -687,16 +690,24 @@ impl ConsumerHandle {
 
     /// Subscribes every tag of a topic (`*`); returns whether that changed anything (a new
     /// topic, or one subscribed with other tags before). A round follows at once when the topic
-    /// is new; the next heartbeat carries the subscription either way.
+    /// is new; the next heartbeat carries the subscription either way. It does not wait for the
+    /// consumer's task, so a listener callback may call it. Fails with
+    /// [`ConsumerError::ShutDown`] once the consumer is shutting down.
     pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
-        let subscription = Subscription::all(topic);
-        self.command(|done| Command::Subscribe(subscription, done))
-            .await
+        let Subscription { topic, expression } = Subscription::all(topic);
+        self.edit_subscriptions(|requested| {
+            if requested.get(&topic) == Some(&expression) {
+                return false;
+            }
+            requested.insert(topic, expression);
+            true
+        })
     }
 
     /// Subscribes the tags of a topic named by `expression` (see
     /// [`ConsumerBuilder::subscribe_tags`]); returns whether that changed anything. Fails with
-    /// [`ConsumerError::TagExpression`], changing nothing, when the expression is malformed.
+    /// [`ConsumerError::TagExpression`], changing nothing, when the expression is malformed,
+    /// and with [`ConsumerError::ShutDown`] once the consumer is shutting down.
     pub async fn subscribe_tags(
         &self,
         topic: impl Into<String>,
@@ -708,30 +719,33 @@ impl ConsumerHandle {
                 topic: topic.clone(),
                 source,
             })?;
-        let subscription = Subscription::new(topic, expression);
-        self.command(|done| Command::Subscribe(subscription, done))
-            .await
+        self.edit_subscriptions(|requested| {
+            if requested.get(&topic) == Some(&expression) {
+                return false;
+            }
+            requested.insert(topic, expression);
+            true
+        })
     }
 
     /// Unsubscribes a topic (its queues are released); returns whether it was subscribed. The
     /// group's retry topic, which the consumer subscribes to by itself, stays subscribed (see
-    /// [`ConsumerBuilder::consume_retry_topic`]).
+    /// [`ConsumerBuilder::consume_retry_topic`]). Fails with [`ConsumerError::ShutDown`] once
+    /// the consumer is shutting down.
     pub async fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
-        self.command(|done| Command::Unsubscribe(topic.into(), done))
-            .await
+        let topic = topic.into();
+        self.edit_subscriptions(|requested| requested.remove(&topic).is_some())
     }
 
-    async fn command(
+    /// Edits the requested subscriptions; the service follows when `edit` says it changed them.
+    fn edit_subscriptions(
         &self,
-        make: impl FnOnce(oneshot::Sender<bool>) -> Command,
+        edit: impl FnOnce(&mut Subscriptions) -> bool,
     ) -> Result<bool, ConsumerError> {
-        let (done, answer) = oneshot::channel();
-        self.inner
-            .commands
-            .send(make(done))
-            .await
-            .map_err(|_| ConsumerError::ShutDown)?;
-        answer.await.map_err(|_| ConsumerError::ShutDown)
+        if self.inner.token.is_cancelled() || self.inner.requested.is_closed() {
+            return Err(ConsumerError::ShutDown);
+        }
+        Ok(self.inner.requested.send_if_modified(edit))
     }
 
     /// Asks for a round now (it runs as soon as `rebalance_min` allows; a starting consumer's

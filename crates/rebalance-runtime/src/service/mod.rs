@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -26,14 +26,7 @@ use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
 use crate::listener::RemovalReason;
 use crate::route_sync::RouteTable;
-use crate::subscription::Subscription;
 use crate::wake::{Trigger, WakeReasons};
-
-/// Requests from the consumer's handle.
-pub(crate) enum Command {
-    Subscribe(Subscription, oneshot::Sender<bool>),
-    Unsubscribe(String, oneshot::Sender<bool>),
-}
 
 /// The channels the service publishes on.
 pub(crate) struct Outputs {
@@ -116,11 +109,12 @@ impl Service {
         }
     }
 
-    /// Runs until `token` is cancelled (or every handle is gone), then releases everything once
-    /// `helpers` (route sync, heartbeat) have stopped, and unregisters.
+    /// Runs until `token` is cancelled (or every handle is gone: `requested`, the subscriptions
+    /// the handles edit, closes), then releases everything once `helpers` (route sync,
+    /// heartbeat) have stopped, and unregisters.
     pub(crate) async fn run(
         mut self,
-        mut commands: mpsc::Receiver<Command>,
+        mut requested: watch::Receiver<Subscriptions>,
         token: CancellationToken,
         helpers: TaskTracker,
     ) {
@@ -140,9 +134,12 @@ impl Service {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
-                command = commands.recv() => match command {
-                    Some(command) => self.handle(command),
-                    None => {
+                changed = requested.changed() => match changed {
+                    Ok(()) => {
+                        let requested = requested.borrow_and_update().clone();
+                        self.apply_requested(requested);
+                    }
+                    Err(_) => {
                         tracing::info!("every consumer handle was dropped; shutting down");
                         token.cancel();
                         break;
@@ -205,28 +202,20 @@ impl Service {
         }
     }
 
-    fn handle(&mut self, command: Command) {
-        let (changed, done) = match command {
-            Command::Subscribe(Subscription { topic, expression }, done) => {
-                let changed = self.requested.get(&topic) != Some(&expression);
-                if changed {
-                    tracing::info!(topic, tags = %expression, "subscribed");
-                    self.requested.insert(topic, expression);
-                }
-                (changed, done)
+    /// Takes the subscriptions the application asked for through its handles.
+    fn apply_requested(&mut self, requested: Subscriptions) {
+        for (topic, tags) in &requested {
+            if self.requested.get(topic) != Some(tags) {
+                tracing::info!(topic, %tags, "subscribed");
             }
-            Command::Unsubscribe(topic, done) => {
-                let changed = self.requested.remove(&topic).is_some();
-                if changed {
-                    tracing::info!(topic, "unsubscribed");
-                }
-                (changed, done)
-            }
-        };
-        if changed {
-            self.publish_subscriptions();
         }
-        let _ = done.send(changed);
+        for topic in self.requested.keys() {
+            if !requested.contains_key(topic) {
+                tracing::info!(topic, "unsubscribed");
+            }
+        }
+        self.requested = requested;
+        self.publish_subscriptions();
     }
 
     /// Recomputes the effective subscriptions and publishes them: the registration (the next
