@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use futures_util::FutureExt;
@@ -91,6 +92,14 @@ pub enum ConsumerError {
     #[error("the consumer has shut down")]
     ShutDown,
 }
+
+tokio::task_local! {
+    /// The consumer whose service task runs this code: listener callbacks run in it.
+    static SERVICE_OF: u64;
+}
+
+/// Numbers the consumers of the process, for [`SERVICE_OF`].
+static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(0);
 
 /// Entry point: `Consumer::builder("group")`.
 #[derive(Debug, Clone, Copy)]
@@ -552,7 +561,9 @@ impl ConsumerBuilder {
                 }
             }
         };
-        aborts.push(tasks.spawn(service.instrument(span.clone())).abort_handle());
+        let serial = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
+        let service = SERVICE_OF.scope(serial, service.instrument(span.clone()));
+        aborts.push(tasks.spawn(service).abort_handle());
         tasks.close();
         Ok(ConsumerHandle {
             inner: Arc::new(HandleInner {
@@ -565,6 +576,7 @@ impl ConsumerBuilder {
                 tasks,
                 aborts,
                 failure,
+                serial,
             }),
         })
     }
@@ -658,6 +670,8 @@ struct HandleInner {
     aborts: Vec<tokio::task::AbortHandle>,
     /// The first task that panicked.
     failure: Arc<OnceLock<TaskFailure>>,
+    /// Which consumer of the process this is (see [`SERVICE_OF`]).
+    serial: u64,
 }
 
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
@@ -778,9 +792,26 @@ impl ConsumerHandle {
     /// offsets persisted, locks released), unregisters, and returns when all of that is done.
     /// Calling it again (or concurrently) waits for the same shutdown. If a task of the consumer
     /// panicked, an error event was logged and [`join`](Self::join) returns it.
+    ///
+    /// Called from one of this consumer's listener callbacks, it only starts the shutdown and
+    /// returns at once: the shutdown goes on when the callback has returned (the round that
+    /// called it waits for it, so waiting there would wait for itself).
     pub async fn shutdown(&self) {
         self.inner.token.cancel();
+        if self.in_own_callback() {
+            tracing::debug!(
+                "shutdown asked for by a listener callback; it goes on once the callback returns"
+            );
+            return;
+        }
         self.inner.tasks.wait().await;
+    }
+
+    /// Whether this runs in the consumer's own service task: in one of its listener callbacks.
+    fn in_own_callback(&self) -> bool {
+        SERVICE_OF
+            .try_with(|serial| *serial == self.inner.serial)
+            .unwrap_or(false)
     }
 
     /// Waits until the consumer has stopped (after [`shutdown`](Self::shutdown), the
@@ -789,6 +820,10 @@ impl ConsumerHandle {
     /// can await it next to its own work to notice a consumer that died.
     ///
     /// After [`abort`](Self::abort) it returns `Ok(())` once the aborted tasks are gone.
+    ///
+    /// Do not await it in one of this consumer's own listener callbacks: the consumer cannot
+    /// stop before the callback returns, so it would wait until `callback_timeout` cut the
+    /// callback short.
     pub async fn join(&self) -> Result<(), ConsumerError> {
         self.inner.tasks.wait().await;
         match self.inner.failure.get() {

@@ -148,3 +148,55 @@ async fn subscriptions_cannot_change_once_shutting_down() {
         Err(rebalance_runtime::ConsumerError::ShutDown)
     ));
 }
+
+/// A listener that shuts its consumer down when it is given `T`'s queues.
+struct ShutsDownFromCallback {
+    recorder: Arc<Recorder>,
+    handle: OnceLock<ConsumerHandle>,
+}
+
+#[async_trait]
+impl QueueListener for ShutsDownFromCallback {
+    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+        self.recorder.queues_added(topic, queues).await?;
+        let handle = self.handle.get().expect("handle set after start");
+        handle.shutdown().await;
+        Ok(())
+    }
+
+    async fn queues_removed(
+        &self,
+        topic: &str,
+        queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError> {
+        self.recorder.queues_removed(topic, queues).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callback_may_shut_its_own_consumer_down() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let recorder = Recorder::new();
+    let listener = Arc::new(ShutsDownFromCallback {
+        recorder: recorder.clone(),
+        handle: OnceLock::new(),
+    });
+    let started = tokio::time::Instant::now();
+    let handle = builder(&cluster, 0, &["T"], recorder.clone())
+        .listener(listener.clone())
+        .start()
+        .await
+        .unwrap();
+    listener.handle.set(handle.clone()).unwrap();
+    handle.join().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the shutdown waited for the callback that asked for it: {:?}",
+        started.elapsed()
+    );
+    let errors = handle.rounds().borrow().callback_errors.clone();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(recorder.removed_with(RemovalReason::Shutdown).len(), 2);
+    assert!(cluster.members(GROUP).is_empty());
+}
