@@ -18,7 +18,8 @@
 //!   failures, publishes each topic's queue set and wakes a round when it really changed;
 //! - **RebalanceService** owns the ProcessQueue table: it runs rounds (20 s after a balanced
 //!   round, 1 s after an unbalanced one, at once on a wake-up, never two at once and never
-//!   closer than 1 s), renews locks, persists offsets, and releases everything at shutdown;
+//!   closer than 1 s, except the retry of a refused lock 500 ms after the refusal), renews
+//!   locks, persists offsets, and releases everything at shutdown;
 //! - **Heartbeat** keeps the client registered (every 30 s).
 //!
 //! A [`Producer`] reads the same routes with its own RouteSync (each topic's publish queues) and
