@@ -64,6 +64,14 @@ where
     }
 }
 
+/// Runs `future`, catching a panic as its message.
+pub(crate) async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .map_err(|panic| panic_message(&*panic))
+}
+
 /// The message of a caught panic.
 pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic

@@ -91,8 +91,10 @@ pub struct Intervals {
     /// not empty the assignment.
     pub topic_gone_after: Duration,
     /// How long a [`QueueListener`](crate::QueueListener) callback may take (10 s: with the
-    /// defaults `lock_renew + callback_timeout = lock_lifetime`, so a slow callback cannot delay
-    /// a lock renewal past the lock's lifetime).
+    /// defaults `lock_renew + callback_timeout = lock_lifetime`, so one slow callback cannot
+    /// delay a lock renewal past the lock's lifetime; a round that meets several slow callbacks,
+    /// one per topic and kind, can, and then `consume_guard` starts no batch on the stale locks
+    /// until they are renewed).
     ///
     /// Rounds, lock renewal and offset persistence wait for the callbacks, so a callback that
     /// never returns would stop all of them. After this long the callback's future is dropped

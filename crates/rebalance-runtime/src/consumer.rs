@@ -3,11 +3,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-
-use futures_util::FutureExt;
 
 use rebalance_core::assignor::{AssignorConfigError, AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
@@ -19,7 +16,7 @@ use tracing::Instrument;
 
 use crate::allocation::Allocation;
 use crate::assignment::{Assignment, RoundReport};
-use crate::callbacks::panic_message;
+use crate::callbacks::caught;
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, IntervalsError, MessageModel};
 use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
 use crate::directory::Registration;
@@ -580,14 +577,6 @@ impl ConsumerBuilder {
             }),
         })
     }
-}
-
-/// Runs `future`, catching a panic as its message.
-async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
-    AssertUnwindSafe(future)
-        .catch_unwind()
-        .await
-        .map_err(|panic| panic_message(&*panic))
 }
 
 /// Runs a helper task (route sync, heartbeat). One that panics stops the consumer the ordinary

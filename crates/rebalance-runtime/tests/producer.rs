@@ -551,3 +551,88 @@ async fn producers_do_not_all_start_their_round_robin_on_the_same_queue() {
     // With random starts, 16 producers all on one of 16 queues has probability 16^-15.
     assert!(first.len() > 1, "every producer started on {first:?}");
 }
+
+/// A name server with a bug: it panics from its `from`-th request on (counting from 0).
+struct PanicsFrom {
+    inner: ClusterClient,
+    calls: AtomicUsize,
+    from: usize,
+}
+
+#[async_trait]
+impl NameServer for PanicsFrom {
+    async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.from {
+            panic!("injected name server panic");
+        }
+        self.inner.topic_route(topic).await
+    }
+}
+
+fn panics_from(cluster: &InMemoryCluster, from: usize) -> Arc<PanicsFrom> {
+    Arc::new(PanicsFrom {
+        inner: cluster.client("producer"),
+        calls: AtomicUsize::new(0),
+        from,
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_name_server_panicking_in_the_first_poll_fails_start() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let started = Producer::builder("P")
+        .name_server(panics_from(&cluster, 0))
+        .topic("T")
+        .start()
+        .await;
+    match started {
+        Err(ProducerError::TaskPanicked(message)) => {
+            assert!(message.contains("injected name server panic"), "{message}")
+        }
+        other => panic!("expected TaskPanicked, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_sync_that_panics_later_stops_the_producer_and_says_why() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let producer = Producer::builder("P")
+        .name_server(panics_from(&cluster, 1))
+        .topic("T")
+        .poll_interval(Duration::from_secs(30))
+        .start()
+        .await
+        .unwrap();
+    // The first poll went through: the topic is usable until the route sync dies.
+    producer.select("T", None).await.unwrap();
+    // The next poll panics. Before, the task died silently: the route table froze and the
+    // handle kept answering from it with no sign that nothing would ever refresh it.
+    let ended = tokio::time::timeout(Duration::from_secs(60), producer.join())
+        .await
+        .expect("the producer stops once its route sync has panicked");
+    match ended {
+        Err(ProducerError::TaskPanicked(message)) => {
+            assert!(message.contains("injected name server panic"), "{message}")
+        }
+        other => panic!("expected TaskPanicked, got {other:?}"),
+    }
+    match producer.select("T", None).await {
+        Err(SelectError::TaskPanicked(message)) => {
+            assert!(message.contains("injected name server panic"), "{message}")
+        }
+        other => panic!("expected SelectError::TaskPanicked, got {other:?}"),
+    }
+    assert!(producer.token().is_cancelled());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_producer_shut_down_joins_cleanly() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let producer = producer(&cluster, false).await;
+    producer.shutdown().await;
+    assert!(producer.join().await.is_ok());
+    assert_eq!(producer.select("T", None).await, Err(SelectError::ShutDown));
+}

@@ -22,6 +22,11 @@ pub enum ProducerError {
     /// `topic_gone_after`).
     #[error(transparent)]
     Interval(#[from] crate::config::IntervalsError),
+    /// The producer's route sync panicked (a bug, typically in the name server's
+    /// implementation): in its first poll, so the producer did not start, or later, so it
+    /// stopped (see [`ProducerHandle::join`](super::ProducerHandle::join)).
+    #[error("the producer's route sync panicked: {0}")]
+    TaskPanicked(String),
 }
 
 /// Why no queue could be chosen for a message.
@@ -72,6 +77,10 @@ pub enum SelectError {
     /// The producer has shut down.
     #[error("the producer has shut down")]
     ShutDown,
+    /// The producer stopped because its route sync panicked (see
+    /// [`ProducerError::TaskPanicked`]).
+    #[error("the producer stopped: its route sync panicked: {0}")]
+    TaskPanicked(String),
 }
 
 impl SelectError {

@@ -57,7 +57,7 @@ mod selector;
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -76,6 +76,7 @@ pub use self::keyed::{
 };
 pub use self::selector::{Choice, RoundRobin};
 use crate::NameServer;
+use crate::callbacks::caught;
 use crate::route_sync::{Fetch, RouteSync, RouteTable, TopicState};
 
 /// A random position to start a round robin at (each call another), below 2^32 so that the
@@ -225,14 +226,32 @@ impl ProducerBuilder {
             fetches_rx,
             routes_tx,
         );
-        async {
+        // The first poll runs in the caller's task; a panic in it (or later, in the route sync
+        // task) is contained and reported as in a consumer.
+        let first_poll = async {
             tracing::info!(topics = ?self.topics, fault_avoidance = self.fault_avoidance, "starting producer");
-            route_sync.poll_all().await;
+            caught(route_sync.poll_all()).await
         }
         .instrument(span.clone())
         .await;
+        if let Err(message) = first_poll {
+            span.in_scope(|| tracing::error!(panic = %message, "the producer's route sync panicked while starting; the producer does not start"));
+            return Err(ProducerError::TaskPanicked(message));
+        }
+        let failure = Arc::new(OnceLock::new());
         let tasks = TaskTracker::new();
-        tasks.spawn(route_sync.run(token.clone()).instrument(span));
+        let run = {
+            let token = token.clone();
+            let failure = Arc::clone(&failure);
+            async move {
+                if let Err(message) = caught(route_sync.run(token.clone())).await {
+                    tracing::error!(panic = %message, "the producer's route sync panicked; the producer stops");
+                    let _ = failure.set(message);
+                    token.cancel();
+                }
+            }
+        };
+        tasks.spawn(run.instrument(span));
         tasks.close();
         Ok(ProducerHandle {
             inner: Arc::new(Inner {
@@ -246,6 +265,7 @@ impl ProducerBuilder {
                 route_timeout: self.route_timeout,
                 token,
                 tasks,
+                failure,
             }),
         })
     }
@@ -264,6 +284,8 @@ struct Inner {
     route_timeout: Duration,
     token: CancellationToken,
     tasks: TaskTracker,
+    /// Set when the route sync panicked: the message.
+    failure: Arc<OnceLock<String>>,
 }
 
 /// A running producer. Cheap to clone; it stops when [`shutdown`](Self::shutdown) is called,
@@ -384,6 +406,25 @@ impl ProducerHandle {
         self.inner.tasks.wait().await;
     }
 
+    /// Waits until the producer has stopped (after [`shutdown`](Self::shutdown) or the
+    /// cancellation of its token) without asking it to, and says how it ended:
+    /// `Err(`[`ProducerError::TaskPanicked`]`)` when its route sync panicked.
+    pub async fn join(&self) -> Result<(), ProducerError> {
+        self.inner.tasks.wait().await;
+        match self.inner.failure.get() {
+            Some(message) => Err(ProducerError::TaskPanicked(message.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Why selections fail once the producer has stopped.
+    fn stopped(&self) -> SelectError {
+        match self.inner.failure.get() {
+            Some(message) => SelectError::TaskPanicked(message.clone()),
+            None => SelectError::ShutDown,
+        }
+    }
+
     fn round_robin(
         &self,
         topic: &str,
@@ -412,7 +453,7 @@ impl ProducerHandle {
         f: impl FnOnce(&PublishInfo) -> T,
     ) -> Result<T, SelectError> {
         if self.inner.token.is_cancelled() {
-            return Err(SelectError::ShutDown);
+            return Err(self.stopped());
         }
         let table = Arc::clone(&self.inner.routes.borrow());
         match table.topic(topic) {
@@ -463,11 +504,11 @@ impl ProducerHandle {
                 .fetches
                 .send(fetch)
                 .await
-                .map_err(|_| SelectError::ShutDown)?;
-            answer.await.map_err(|_| SelectError::ShutDown)
+                .map_err(|_| self.stopped())?;
+            answer.await.map_err(|_| self.stopped())
         };
         let answer = tokio::select! {
-            _ = self.inner.token.cancelled() => return Err(SelectError::ShutDown),
+            _ = self.inner.token.cancelled() => return Err(self.stopped()),
             answer = tokio::time::timeout(after, ask) => answer,
         };
         match answer {
