@@ -92,13 +92,14 @@ struct Shared {
     closed: OnceLock<String>,
     outbound: mpsc::Sender<RemotingCommand>,
     /// Since when (nanoseconds after `epoch`) answers have been awaited with nothing heard from
-    /// the server, or [`NOT_AWAITING`]: set by a request when unset, cleared by every frame.
+    /// the server, or [`NOT_AWAITING`]: set by a request when unset, moved to now by every byte
+    /// heard, cleared once no answer is awaited.
     awaiting_since: AtomicU64,
     epoch: Instant,
     close_after_silence: Option<Duration>,
 }
 
-/// `awaiting_since` when something was heard since the last request was sent.
+/// `awaiting_since` when no answer is awaited.
 const NOT_AWAITING: u64 = u64::MAX;
 
 impl Shared {
@@ -147,9 +148,29 @@ impl Shared {
         );
     }
 
-    /// Something came from the server.
+    /// Something came from the server: the answers still awaited count their silence from now.
     fn heard(&self) {
-        self.awaiting_since.store(NOT_AWAITING, Ordering::Release);
+        let now = self.nanos_since_epoch(Instant::now());
+        self.awaiting_since.store(now, Ordering::Release);
+        self.settle();
+    }
+
+    /// When no answer is awaited any more (the last one came, or the last request failed
+    /// without being sent), there is no silence. A request registered meanwhile starts it again.
+    fn settle(&self) {
+        if !self.pending.is_empty() {
+            return;
+        }
+        let seen = self.awaiting_since.load(Ordering::Acquire);
+        if seen != NOT_AWAITING
+            && self
+                .awaiting_since
+                .compare_exchange(seen, NOT_AWAITING, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            && !self.pending.is_empty()
+        {
+            self.awaiting();
+        }
     }
 
     /// How long answers have been awaited with nothing heard, if they have.
@@ -165,6 +186,7 @@ impl Shared {
         if let Some((_, reply)) = self.pending.remove(&opaque) {
             let _ = reply.send(Err(error));
         }
+        self.settle();
     }
 }
 
@@ -466,6 +488,7 @@ fn deliver(shared: &Shared, response: RemotingCommand) {
     match shared.pending.remove(&response.opaque) {
         Some((_, reply)) => {
             let _ = reply.send(Ok(response));
+            shared.settle();
         }
         None => tracing::warn!(
             addr = %shared.addr,

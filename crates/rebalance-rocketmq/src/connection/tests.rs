@@ -581,3 +581,92 @@ async fn an_answer_still_streaming_in_at_the_timeout_is_not_silence() {
     );
     let _server = streaming.await.unwrap();
 }
+
+/// Silence counts from the last byte heard while answers are still awaited: an answer to one
+/// request does not hide the silence that follows from the requests left waiting.
+#[tokio::test(start_paused = true)]
+async fn silence_after_an_answer_counts_for_the_requests_still_waiting() {
+    let (conn, mut server) = pair();
+    let started = tokio::time::Instant::now();
+    let long = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            conn.request(RemotingCommand::request(1), Duration::from_secs(10))
+                .await
+        }
+    });
+    assert_eq!(next(&mut server).await.code, 1);
+    let quick = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(2), T).await }
+    });
+    let req = next(&mut server).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server
+        .send(RemotingCommand::response(0, req.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(quick.await.unwrap().unwrap().code, 0);
+    // Then nothing comes for 9.9 s while request 1 waits: more than the 3 s of silence.
+    let err = long.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert_eq!(started.elapsed(), Duration::from_secs(10));
+    assert!(
+        !conn.is_open(),
+        "the server was silent for 9.9 s while an answer was awaited"
+    );
+}
+
+/// Once every awaited answer came, the silence is over: a later request that misses a short
+/// timeout to a healthy server does not count the idle time before it.
+#[tokio::test(start_paused = true)]
+async fn idle_time_after_every_answer_came_is_not_silence() {
+    let (conn, mut server) = pair();
+    let asking = tokio::spawn({
+        let conn = conn.clone();
+        async move { conn.request(RemotingCommand::request(1), T).await }
+    });
+    let req = next(&mut server).await;
+    server
+        .send(RemotingCommand::response(0, req.opaque, None))
+        .await
+        .unwrap();
+    asking.await.unwrap().unwrap();
+    // A server push while nothing is awaited, then a minute of idleness.
+    let mut push = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED);
+    push.flag = FLAG_ONEWAY;
+    server.send(push).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let err = conn
+        .request(RemotingCommand::request(2), Duration::from_millis(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        conn.is_open(),
+        "5 ms without an answer is not 3 s of silence"
+    );
+}
+
+/// A request that never left (it could not be encoded) is not waiting for an answer: the
+/// server's quiet afterwards is not silence.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_was_never_sent_does_not_start_the_silence() {
+    let config = ConnectionConfig {
+        max_frame_len: 512,
+        ..Default::default()
+    };
+    let (conn, _server) = pair_with(config, Arc::new(IgnoreServerRequests));
+    let err = conn
+        .request(RemotingCommand::request(1).with_body(vec![0u8; 1000]), T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Encode { .. }), "{err}");
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let err = conn
+        .request(RemotingCommand::request(2), Duration::from_millis(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(conn.is_open(), "the server was asked nothing for a minute");
+}
