@@ -153,7 +153,28 @@ impl RemotingClient {
     }
 
     /// The open connection to `addr`, connecting (or reconnecting) when needed.
+    ///
+    /// A connection attempt runs on its own task: a caller that stops waiting (a timeout
+    /// shorter than the connect timeout, a dropped future) does not cancel it, so its outcome
+    /// still reaches the other callers and a failure still backs off.
     pub async fn connection(&self, addr: &str) -> Result<Connection, TransportError> {
+        if let Some(conn) = self.open_connection(addr) {
+            return Ok(conn);
+        }
+        let client = self.clone();
+        let target = addr.to_string();
+        match tokio::spawn(async move { client.shared_attempt(&target).await }).await {
+            Ok(outcome) => outcome,
+            Err(e) => Err(TransportError::Connect {
+                addr: addr.to_string(),
+                reason: format!("connection task failed: {e}"),
+            }),
+        }
+    }
+
+    /// The connection of the current attempt to `addr`, starting a new attempt when the last
+    /// connection closed or the backoff after a failed one has passed.
+    async fn shared_attempt(&self, addr: &str) -> Result<Connection, TransportError> {
         for _ in 0..3 {
             let attempt = self
                 .inner
@@ -276,30 +297,15 @@ impl RemotingClient {
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
         let deadline = Instant::now() + timeout;
-        let conn = match self.open_connection(addr) {
-            Some(conn) => conn,
-            None => {
-                // The attempt runs on its own task: a deadline shorter than the connect timeout
-                // must not cancel it, or its failure would never be recorded and the next call
-                // would try again at once instead of backing off.
-                let client = self.clone();
-                let target = addr.to_string();
-                let connecting = tokio::spawn(async move { client.connection(&target).await });
-                match tokio::time::timeout_at(deadline, connecting).await {
-                    Ok(Ok(conn)) => conn?,
-                    Ok(Err(e)) => {
-                        return Err(TransportError::Connect {
-                            addr: addr.to_string(),
-                            reason: format!("connection task failed: {e}"),
-                        });
-                    }
-                    Err(_) => {
-                        return Err(TransportError::Timeout {
-                            addr: addr.to_string(),
-                            after: timeout,
-                        });
-                    }
-                }
+        // A deadline shorter than the connect timeout does not cancel the attempt (see
+        // `connection`): its failure is still recorded and backed off from.
+        let conn = match tokio::time::timeout_at(deadline, self.connection(addr)).await {
+            Ok(conn) => conn?,
+            Err(_) => {
+                return Err(TransportError::Timeout {
+                    addr: addr.to_string(),
+                    after: timeout,
+                });
             }
         };
         let left = deadline.saturating_duration_since(Instant::now());
@@ -516,6 +522,35 @@ mod tests {
             .invoke(&addr, RemotingCommand::request(2))
             .await
             .unwrap_err();
+        assert!(matches!(err, TransportError::BackingOff { .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(100));
+    }
+
+    /// A caller that gives up on [`RemotingClient::connection`] (a timeout around it, or a
+    /// dropped one-way send) must not cancel the attempt: its failure is remembered and the next
+    /// call backs off instead of trying again at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_caller_giving_up_on_a_connect_does_not_cancel_the_backoff() {
+        let (addr, _listener, _filler) = blackhole().await;
+        let client = RemotingClient::new(ClientConfig {
+            connect_timeout: Duration::from_millis(400),
+            reconnect_backoff_min: Duration::from_secs(30),
+            reconnect_backoff_max: Duration::from_secs(30),
+            ..Default::default()
+        });
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(100), client.connection(&addr)).await;
+        assert!(gave_up.is_err(), "{gave_up:?}");
+        let oneway = tokio::time::timeout(
+            Duration::from_millis(100),
+            client.invoke_oneway(&addr, RemotingCommand::request(1)),
+        )
+        .await;
+        assert!(oneway.is_err(), "{oneway:?}");
+        // The attempt went on and failed at 400 ms: within the backoff, no new attempt.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = Instant::now();
+        let err = client.connection(&addr).await.unwrap_err();
         assert!(matches!(err, TransportError::BackingOff { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_millis(100));
     }
