@@ -389,10 +389,12 @@ mod tests {
             });
             echo_server(listener, 1).await;
         });
+        // The silence limit is below the request timeout: the request gets what is left of its
+        // deadline after connecting, so with equal values it times out just short of the limit.
         let client = RemotingClient::new(ClientConfig {
             request_timeout: Duration::from_millis(200),
             connection: ConnectionConfig {
-                close_after_silence: Some(Duration::from_millis(200)),
+                close_after_silence: Some(Duration::from_millis(100)),
                 ..Default::default()
             },
             ..Default::default()
