@@ -134,7 +134,7 @@ impl NameServerClient {
                 Ok(response) => match response.code {
                     response_code::SUCCESS => parse_route(&response.body)
                         .map(Some)
-                        .map_err(RemoteError::BadResponse),
+                        .map_err(|e| RemoteError::BadResponse(e.to_string())),
                     response_code::TOPIC_NOT_EXIST => Ok(None),
                     code => Err(RemoteError::Refused {
                         code,

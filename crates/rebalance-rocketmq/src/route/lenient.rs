@@ -105,25 +105,44 @@ fn next_significant(bytes: &[u8], from: usize) -> Option<u8> {
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
+/// Why a route answer could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum RouteParseError {
+    /// The body is not UTF-8 (so not JSON in either form).
+    #[error("route is not UTF-8: {0}")]
+    NotUtf8(#[source] std::str::Utf8Error),
+    /// The body is not JSON, and has no unquoted integer key to blame.
+    #[error("route is not valid JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// The body is not JSON even with its unquoted integer keys quoted.
+    #[error("route is not valid JSON, even with integer keys quoted: {0}")]
+    NotJsonWithKeysQuoted(#[source] serde_json::Error),
+    /// The body is JSON, but not an object.
+    #[error("route is not a JSON object")]
+    NotAnObject,
+    /// The object lacks a required field, or a field has the wrong type.
+    #[error("route does not have the expected fields: {0}")]
+    Fields(#[source] serde_json::Error),
+}
+
 /// Parses a route answer (the body of GET_ROUTEINFO_BY_TOPIC), in standard or fastjson form.
-pub fn parse_route(body: &[u8]) -> Result<TopicRoute, String> {
+pub fn parse_route(body: &[u8]) -> Result<TopicRoute, RouteParseError> {
     let value: serde_json::Value = match serde_json::from_slice(body) {
         Ok(value) => value,
         Err(strict) => {
-            let text = std::str::from_utf8(body).map_err(|e| format!("route is not UTF-8: {e}"))?;
+            let text = std::str::from_utf8(body).map_err(RouteParseError::NotUtf8)?;
             match quote_integer_keys(text) {
-                Cow::Borrowed(_) => return Err(format!("route is not valid JSON: {strict}")),
-                Cow::Owned(fixed) => serde_json::from_str(&fixed).map_err(|e| {
-                    format!("route is not valid JSON, even with integer keys quoted: {e}")
-                })?,
+                Cow::Borrowed(_) => return Err(RouteParseError::NotJson(strict)),
+                Cow::Owned(fixed) => {
+                    serde_json::from_str(&fixed).map_err(RouteParseError::NotJsonWithKeysQuoted)?
+                }
             }
         }
     };
     if !value.is_object() {
-        return Err("route is not a JSON object".to_string());
+        return Err(RouteParseError::NotAnObject);
     }
-    serde_json::from_value(value)
-        .map_err(|e| format!("route does not have the expected fields: {e}"))
+    serde_json::from_value(value).map_err(RouteParseError::Fields)
 }
 
 #[cfg(test)]
@@ -185,15 +204,43 @@ mod tests {
     }
 
     #[test]
-    fn bad_routes_are_errors_not_panics() {
-        for body in [
-            &b"not json"[..],
-            b"{0:",
-            b"\xff\xfe",
-            b"[]",
-            b"{\"queueDatas\":7}",
-        ] {
-            assert!(parse_route(body).is_err(), "{body:?}");
+    fn bad_routes_are_typed_errors_not_panics() {
+        let cases: [(&[u8], fn(&RouteParseError) -> bool, &str); 6] = [
+            (
+                b"not json",
+                |e| matches!(e, RouteParseError::NotJson(_)),
+                "not valid JSON",
+            ),
+            (
+                b"{0:",
+                |e| matches!(e, RouteParseError::NotJsonWithKeysQuoted(_)),
+                "even with integer keys quoted",
+            ),
+            (
+                b"\xff\xfe",
+                |e| matches!(e, RouteParseError::NotUtf8(_)),
+                "not UTF-8",
+            ),
+            (
+                b"[]",
+                |e| matches!(e, RouteParseError::NotAnObject),
+                "not a JSON object",
+            ),
+            (
+                b"{\"queueDatas\":7}",
+                |e| matches!(e, RouteParseError::Fields(_)),
+                "expected fields",
+            ),
+            (
+                b"{\"brokerDatas\":[{\"brokerAddrs\":{0:\"a:1\"}}]}",
+                |e| matches!(e, RouteParseError::Fields(_)),
+                "missing field `brokerName`",
+            ),
+        ];
+        for (body, is_expected, says) in cases {
+            let error = parse_route(body).unwrap_err();
+            assert!(is_expected(&error), "{body:?}: {error:?}");
+            assert!(error.to_string().contains(says), "{body:?}: {error}");
         }
     }
 

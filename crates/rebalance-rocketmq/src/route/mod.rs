@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use rebalance_core::TopicRoute;
 use rebalance_core::route::MASTER_ID;
 
-pub use lenient::{parse_route, quote_integer_keys};
+pub use lenient::{RouteParseError, parse_route, quote_integer_keys};
 
 #[derive(Debug, Default)]
 struct Tables {
