@@ -28,7 +28,7 @@
 //! member that does not subscribe to `topic` is still given a share of its queues, which then
 //! nobody consumes. The Java client has the same constraint. Roll out a subscription change to
 //! a whole group (or give the new subscription a group of its own); the broker client logs a
-//! warning about this the first time it lists a topic's members.
+//! reminder of this (at info) the first time it lists a group's members.
 //!
 //! Wiring a name server address into the runtime's traits:
 //!

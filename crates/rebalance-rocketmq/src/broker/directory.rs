@@ -8,7 +8,7 @@
 //! client: a member that does not subscribe to a topic is still given a share of its queues,
 //! which then nobody consumes. (The in-memory directory filters by topic unless its
 //! `members_per_topic` is off; this one cannot.) The
-//! first time a client asks for a topic's members, it logs a warning saying so.
+//! first time a client asks for a group's members, it logs a reminder of this, at info.
 
 use std::collections::BTreeSet;
 
