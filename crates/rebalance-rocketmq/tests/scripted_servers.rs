@@ -557,3 +557,97 @@ async fn a_broker_reconnected_to_is_heartbeated_again_at_once() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(heartbeats().len(), 2);
 }
+
+/// The tag expression and subVersion of topic `T` in a heartbeat.
+fn t_subscription(heartbeat: &RemotingCommand) -> (String, i64) {
+    let body: serde_json::Value = serde_json::from_slice(&heartbeat.body).unwrap();
+    let sub = body["consumerDataSet"][0]["subscriptionDataSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["topic"] == "T")
+        .unwrap()
+        .clone();
+    (
+        sub["subString"].as_str().unwrap().to_string(),
+        sub["subVersion"].as_i64().unwrap(),
+    )
+}
+
+/// The heartbeats sent again after a reconnection are the registrations as they are when
+/// sent: a registration changed meanwhile is not sent in its old form with a newly minted
+/// subVersion, which the broker, keeping the newest version, would take over the new one.
+#[tokio::test]
+async fn a_subscription_changed_during_a_reconnection_is_not_overridden_by_its_old_form() {
+    let log = Log::default();
+    let hold = Arc::new(AtomicBool::new(false));
+    let held_group = Arc::new(std::sync::Mutex::new(None::<String>));
+    let (broker, _) = scripted({
+        let (log, hold, held_group) = (log.clone(), hold.clone(), held_group.clone());
+        move |req| {
+            log.lock().unwrap().push(req.clone());
+            if req.code == request_code::HEART_BEAT && hold.swap(false, Ordering::SeqCst) {
+                // The first heartbeat after the reconnection gets no answer: the others wait.
+                let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+                let group = body["consumerDataSet"][0]["groupName"].as_str().unwrap();
+                *held_group.lock().unwrap() = Some(group.to_string());
+                return None;
+            }
+            Some(RemotingCommand::response(0, 0, None))
+        }
+    })
+    .await;
+    let route = route_to("broker-a", &broker);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: Duration::from_millis(300),
+        ..Default::default()
+    });
+    let brokers = BrokerClient::new(NameServerClient::new(remoting, &namesrv).unwrap());
+    let in_group = |group: &str, expression: &str| {
+        let mut r = registration(&["T"]);
+        r.group = group.into();
+        r.subscriptions[0].expression =
+            rebalance_runtime::TagExpression::parse(expression).unwrap();
+        r
+    };
+    brokers.register(&in_group("G1", "*")).await.unwrap();
+    brokers.register(&in_group("G2", "*")).await.unwrap();
+
+    hold.store(true, Ordering::SeqCst);
+    let connection = brokers.remoting().connection(&broker).await.unwrap();
+    connection.close();
+    brokers.consumer_ids("G1", "T").await.unwrap();
+    let mut held = None;
+    for _ in 0..200 {
+        held = held_group.lock().unwrap().clone();
+        if held.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let other = match held.as_deref() {
+        Some("G1") => "G2",
+        Some("G2") => "G1",
+        other => panic!("no heartbeat held after the reconnection: {other:?}"),
+    };
+    // While the first heartbeat sent again waits, the other group's subscription changes.
+    brokers.register(&in_group(other, "TagA")).await.unwrap();
+    // The held heartbeat times out, then the other group's is sent again.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    let of_other: Vec<(String, i64)> = codes(&log, request_code::HEART_BEAT)
+        .iter()
+        .filter(|h| {
+            let body: serde_json::Value = serde_json::from_slice(&h.body).unwrap();
+            body["consumerDataSet"][0]["groupName"] == other
+        })
+        .map(t_subscription)
+        .collect();
+    assert!(of_other.len() >= 2, "{of_other:?}");
+    let newest = of_other.iter().max_by_key(|(_, version)| *version).unwrap();
+    assert_eq!(
+        newest.0, "TagA",
+        "the broker keeps the newest version: {of_other:?}"
+    );
+}

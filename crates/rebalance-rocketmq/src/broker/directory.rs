@@ -56,8 +56,14 @@ impl BrokerClient {
     /// Sends the last heartbeat of every registration heartbeated at `addr` there again (the
     /// connection to it was made again).
     pub(super) async fn heartbeat_again(&self, addr: &str) {
-        for registration in self.inner.registrations.heartbeated_at(addr) {
-            let sub_versions = self.inner.registrations.sub_versions(&registration);
+        for key in self.inner.registrations.heartbeated_at(addr) {
+            // Read just before sending (earlier ones may take a while): a registration
+            // heartbeated meanwhile goes as it is now, with the versions it was sent with.
+            let Some((registration, sub_versions)) =
+                self.inner.registrations.last_heartbeat(&key, addr)
+            else {
+                continue;
+            };
             let request = RemotingCommand::request(request_code::HEART_BEAT)
                 .with_body(heartbeat_body(&registration, &sub_versions));
             match self.call_ok(addr, request).await {
@@ -187,7 +193,9 @@ impl GroupDirectory for BrokerClient {
         let request = RemotingCommand::request(request_code::HEART_BEAT)
             .with_body(heartbeat_body(registration, &sub_versions));
         // Remembered before sending: a heartbeat that timed out may still have registered.
-        self.inner.registrations.heartbeating(registration, &all);
+        self.inner
+            .registrations
+            .heartbeating(registration, &sub_versions, &all);
         tracing::debug!(client = %registration.client_id, group = %registration.group, masters = addrs.masters.len(), slaves = addrs.others.len(), "heartbeat");
         let (failures, ()) = join(self.broadcast("heartbeat", &all, request), leaving).await;
         if addrs.masters.is_empty() {

@@ -50,8 +50,9 @@ struct Record {
     versions: BTreeMap<String, (String, i64)>,
     /// Every broker heartbeated since the last unregistration.
     heartbeated: BTreeSet<String>,
-    /// The registration last heartbeated, sent again to a broker reconnected to.
-    last: Option<Registration>,
+    /// The registration last heartbeated and its subscriptions' versions, as sent: sent again
+    /// as they are to a broker reconnected to.
+    last: Option<(Registration, Vec<i64>)>,
 }
 
 #[derive(Debug)]
@@ -77,7 +78,10 @@ impl Default for Registrations {
     }
 }
 
-fn key(registration: &Registration) -> (String, String) {
+/// A registration's client id and group.
+pub(crate) type Key = (String, String);
+
+fn key(registration: &Registration) -> Key {
     (
         registration.client_id.as_str().to_string(),
         registration.group.clone(),
@@ -124,26 +128,53 @@ impl Registrations {
         })
     }
 
-    /// Records that `brokers` are sent a heartbeat for `registration`.
-    pub(crate) fn heartbeating(&self, registration: &Registration, brokers: &BTreeSet<String>) {
+    /// Records that `brokers` are sent a heartbeat for `registration`, with the versions
+    /// `sub_versions` gave it.
+    pub(crate) fn heartbeating(
+        &self,
+        registration: &Registration,
+        sub_versions: &[i64],
+        brokers: &BTreeSet<String>,
+    ) {
         self.with(|state| {
             let record = state.records.entry(key(registration)).or_default();
             record.heartbeated.extend(brokers.iter().cloned());
-            if record.last.as_ref() != Some(registration) {
-                record.last = Some(registration.clone());
+            let unchanged = record
+                .last
+                .as_ref()
+                .is_some_and(|(r, v)| r == registration && v == sub_versions);
+            if !unchanged {
+                record.last = Some((registration.clone(), sub_versions.to_vec()));
             }
         })
     }
 
-    /// The registrations last heartbeated at `broker` (and not unregistered there since).
-    pub(crate) fn heartbeated_at(&self, broker: &str) -> Vec<Registration> {
+    /// The registrations heartbeated at `broker` (and not unregistered there since).
+    pub(crate) fn heartbeated_at(&self, broker: &str) -> Vec<Key> {
         self.with(|state| {
             state
                 .records
-                .values()
-                .filter(|record| record.heartbeated.contains(broker))
-                .filter_map(|record| record.last.clone())
+                .iter()
+                .filter(|(_, record)| record.heartbeated.contains(broker) && record.last.is_some())
+                .map(|(key, _)| key.clone())
                 .collect()
+        })
+    }
+
+    /// The last heartbeat of the registration `key`, as it was sent (registration and
+    /// versions), if it is still heartbeated at `broker`. Read when it is to be sent again, not
+    /// before: a registration heartbeated since is sent as it is now, never in an older form.
+    pub(crate) fn last_heartbeat(
+        &self,
+        key: &Key,
+        broker: &str,
+    ) -> Option<(Registration, Vec<i64>)> {
+        self.with(|state| {
+            let record = state.records.get(key)?;
+            if !record.heartbeated.contains(broker) {
+                return None;
+            }
+            record.last.clone()
         })
     }
 
@@ -277,8 +308,8 @@ mod tests {
             set(&[]),
             "nothing heartbeated yet"
         );
-        book.heartbeating(&g, &set(&["a:1", "b:1"]));
-        book.heartbeating(&registration("H", &["U"]), &set(&["b:1"]));
+        book.heartbeating(&g, &[], &set(&["a:1", "b:1"]));
+        book.heartbeating(&registration("H", &["U"]), &[], &set(&["b:1"]));
         let t_only = registration("G", &["T"]);
         assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&["b:1"]));
         book.unregistered(&t_only, &set(&["b:1"]));
@@ -295,10 +326,10 @@ mod tests {
     fn heartbeated_brokers_are_remembered_until_unregistered() {
         let book = Registrations::default();
         let g = registration("G", &["T", "U"]);
-        book.heartbeating(&g, &set(&["a:1", "b:1"]));
+        book.heartbeating(&g, &[], &set(&["a:1", "b:1"]));
         // U dropped, and now every topic: the brokers heartbeated before are still known.
-        book.heartbeating(&registration("G", &["T"]), &set(&["a:1"]));
-        book.heartbeating(&registration("H", &["T"]), &set(&["c:1"]));
+        book.heartbeating(&registration("G", &["T"]), &[], &set(&["a:1"]));
+        book.heartbeating(&registration("H", &["T"]), &[], &set(&["c:1"]));
         let empty = registration("G", &[]);
         assert_eq!(book.take_heartbeated(&empty), set(&["a:1", "b:1"]));
         assert_eq!(book.take_heartbeated(&empty), set(&[]), "taken");
