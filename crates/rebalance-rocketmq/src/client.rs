@@ -296,10 +296,11 @@ impl RemotingClient {
         request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
-        let deadline = Instant::now() + timeout;
+        // No deadline is computed: a timeout too long to add to the clock is only a long wait.
+        let started = Instant::now();
         // A deadline shorter than the connect timeout does not cancel the attempt (see
         // `connection`): its failure is still recorded and backed off from.
-        let conn = match tokio::time::timeout_at(deadline, self.connection(addr)).await {
+        let conn = match tokio::time::timeout(timeout, self.connection(addr)).await {
             Ok(conn) => conn?,
             Err(_) => {
                 return Err(TransportError::Timeout {
@@ -308,7 +309,7 @@ impl RemotingClient {
                 });
             }
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = timeout.saturating_sub(started.elapsed());
         conn.request(request, left).await.map_err(|e| match e {
             TransportError::Timeout { addr, .. } => TransportError::Timeout {
                 addr,
@@ -555,6 +556,29 @@ mod tests {
         let err = client.connection(&addr).await.unwrap_err();
         assert!(matches!(err, TransportError::BackingOff { .. }), "{err}");
         assert!(started.elapsed() < Duration::from_millis(100));
+    }
+
+    /// A timeout too long to add to the clock (from a configuration, a command line) is no
+    /// reason to panic: it is only a long wait.
+    #[tokio::test]
+    async fn an_immense_timeout_is_a_long_wait_not_a_panic() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(echo_server(listener, 1));
+        let client = RemotingClient::new(ClientConfig {
+            request_timeout: Duration::MAX,
+            ..Default::default()
+        });
+        let answer = client
+            .invoke(&addr, RemotingCommand::request(4))
+            .await
+            .unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("4"));
+        let answer = client
+            .invoke_with_timeout(&addr, RemotingCommand::request(5), Duration::MAX)
+            .await
+            .unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("5"));
     }
 
     #[tokio::test]
