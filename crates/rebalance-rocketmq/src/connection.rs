@@ -15,6 +15,7 @@
 //! connection (see [`ConnectionConfig::close_after_silence`]): a dead host or a half-open socket
 //! would otherwise time out every request until TCP gives up, many minutes later.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -40,7 +41,8 @@ pub trait ServerRequestHandler: Send + Sync + 'static {
     /// Handles `request` from the server at `peer`. Returns the response to send back, or `None`
     /// to answer "request code not supported". Nothing is sent back for one-way requests.
     ///
-    /// Called on the connection's reader task: it must not block.
+    /// Called on the connection's reader task: it must not block. A panic in it is logged and
+    /// answered `SYSTEM_ERROR`; the connection goes on.
     fn handle(&self, peer: &str, request: &RemotingCommand) -> Option<RemotingCommand>;
 }
 
@@ -533,17 +535,41 @@ fn skip(shared: &Shared, frame: UnsupportedFrame) {
 
 fn serve(shared: &Shared, handler: &dyn ServerRequestHandler, request: RemotingCommand) {
     tracing::debug!(addr = %shared.addr, code = request.code, oneway = request.is_oneway(), "request from server");
-    let handled = handler.handle(&shared.addr, &request);
+    // The handler is the application's code: a panic in it fails this request only, instead of
+    // ending the reader task (which would leave every waiting request to its timeout).
+    let handled =
+        std::panic::catch_unwind(AssertUnwindSafe(|| handler.handle(&shared.addr, &request)))
+            .map_err(|panic| panic_message(&*panic));
+    if let Err(message) = &handled {
+        tracing::error!(addr = %shared.addr, code = request.code, panic = %message, "server request handler panicked");
+    }
     if request.is_oneway() {
         return;
     }
-    let mut response = handled.unwrap_or_else(|| {
-        let remark = format!("request code {} not supported", request.code);
-        not_supported(request.opaque, remark)
-    });
+    let mut response = match handled {
+        Ok(Some(response)) => response,
+        Ok(None) => {
+            let remark = format!("request code {} not supported", request.code);
+            not_supported(request.opaque, remark)
+        }
+        Err(message) => RemotingCommand::response(
+            response_code::SYSTEM_ERROR,
+            request.opaque,
+            Some(format!("the client's request handler panicked: {message}")),
+        ),
+    };
     response.opaque = request.opaque;
     response.flag = (response.flag | FLAG_RESPONSE) & !FLAG_ONEWAY;
     answer(shared, request.code, response);
+}
+
+/// The message of a caught panic.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
 /// The answer "request code not supported" to the server request `opaque`.

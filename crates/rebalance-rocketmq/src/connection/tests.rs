@@ -670,3 +670,47 @@ async fn a_request_that_was_never_sent_does_not_start_the_silence() {
     assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
     assert!(conn.is_open(), "the server was asked nothing for a minute");
 }
+
+/// A handler with a bug: it panics on every request.
+struct Panicking;
+
+impl ServerRequestHandler for Panicking {
+    fn handle(&self, _peer: &str, _request: &RemotingCommand) -> Option<RemotingCommand> {
+        panic!("injected handler panic");
+    }
+}
+
+/// A panicking handler must not take the reader task down with it: before, the reader died
+/// without closing the connection, so every request on it waited for its whole timeout.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_handler_fails_its_request_only_and_the_connection_goes_on() {
+    let (conn, mut server) = pair_with(ConnectionConfig::default(), Arc::new(Panicking));
+    let mut request = RemotingCommand::request(999);
+    request.opaque = 7;
+    server.send(request).await.unwrap();
+    let answer = tokio::time::timeout(T, next(&mut server))
+        .await
+        .expect("the panicking handler's request is answered");
+    assert!(answer.is_response());
+    assert_eq!(answer.opaque, 7);
+    assert_eq!(answer.code, response_code::SYSTEM_ERROR);
+    assert!(
+        answer
+            .remark
+            .as_deref()
+            .is_some_and(|r| r.contains("injected handler panic")),
+        "{answer:?}"
+    );
+    // A one-way request is not answered, and the client's own requests still get theirs.
+    let mut oneway = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED);
+    oneway.flag = FLAG_ONEWAY;
+    server.send(oneway).await.unwrap();
+    let call = tokio::spawn(async move { conn.request(RemotingCommand::request(1), T).await });
+    let sent = next(&mut server).await;
+    assert_eq!(sent.code, 1, "the one-way request was not answered");
+    server
+        .send(RemotingCommand::response(0, sent.opaque, None))
+        .await
+        .unwrap();
+    assert_eq!(call.await.unwrap().unwrap().code, 0);
+}
