@@ -69,8 +69,10 @@ pub struct ConnectionConfig {
     /// answers were awaited: the server is gone or the socket is half-open, and the next use
     /// reconnects instead of timing out again (3 s; `None`: never). A server that is only slow
     /// to answer one request, and answers others meanwhile, keeps its connection, and so does
-    /// one that merely misses a request's shorter timeout. The Java client goes further and
-    /// closes on every timeout (`clientCloseSocketIfTimeout`).
+    /// one that merely misses a request's shorter timeout. The silence runs from the first
+    /// request still unanswered, even one the caller gave up on: a server that has not answered
+    /// a request sent a minute ago, and sent nothing since, has been silent for a minute. The
+    /// Java client goes further and closes on every timeout (`clientCloseSocketIfTimeout`).
     pub close_after_silence: Option<Duration>,
 }
 
