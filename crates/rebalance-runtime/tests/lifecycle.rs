@@ -13,17 +13,51 @@ use rebalance_runtime::{
     ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
 };
 
-/// Records through a [`Recorder`]; the first `queues_added` of topic `T` takes 2 s.
-struct SlowOnT {
+/// What a listener does once it has recorded that it was given topic `T`'s queues.
+#[derive(Clone, Copy)]
+enum OnT {
+    /// Takes 2 s more.
+    Sleep,
+    /// Subscribes its own consumer to `U`.
+    SubscribeU,
+    /// Shuts its own consumer down.
+    ShutDown,
+}
+
+/// Records through a [`Recorder`], and reacts to being given `T`'s queues.
+struct Reacting {
     recorder: Arc<Recorder>,
+    on_t: OnT,
+    /// The listener's own consumer, set right after `start` (before its first round runs).
+    handle: OnceLock<ConsumerHandle>,
+}
+
+impl Reacting {
+    fn new(recorder: &Arc<Recorder>, on_t: OnT) -> Arc<Self> {
+        Arc::new(Self {
+            recorder: recorder.clone(),
+            on_t,
+            handle: OnceLock::new(),
+        })
+    }
+
+    fn handle(&self) -> &ConsumerHandle {
+        self.handle.get().expect("handle set after start")
+    }
 }
 
 #[async_trait]
-impl QueueListener for SlowOnT {
+impl QueueListener for Reacting {
     async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
         self.recorder.queues_added(topic, queues).await?;
         if topic == "T" {
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            match self.on_t {
+                OnT::Sleep => tokio::time::sleep(Duration::from_secs(2)).await,
+                OnT::SubscribeU => {
+                    self.handle().subscribe("U").await?;
+                }
+                OnT::ShutDown => self.handle().shutdown().await,
+            }
         }
         Ok(())
     }
@@ -44,9 +78,7 @@ async fn a_round_under_way_at_shutdown_adds_no_queue_with_a_cancelled_lease() {
     cluster.create_topic("U", 1, 2);
     let recorder = Recorder::new();
     let handle = builder(&cluster, 0, &["T", "U"], recorder.clone())
-        .listener(Arc::new(SlowOnT {
-            recorder: recorder.clone(),
-        }))
+        .listener(Reacting::new(&recorder, OnT::Sleep))
         .start()
         .await
         .unwrap();
@@ -65,31 +97,6 @@ async fn a_round_under_way_at_shutdown_adds_no_queue_with_a_cancelled_lease() {
     assert!(recorder.held().is_empty());
     assert!(cluster.members(GROUP).is_empty());
 }
-/// A listener that subscribes its consumer to `U` when it is given `T`'s queues.
-struct SubscribesFromCallback {
-    recorder: Arc<Recorder>,
-    handle: OnceLock<ConsumerHandle>,
-}
-
-#[async_trait]
-impl QueueListener for SubscribesFromCallback {
-    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
-        self.recorder.queues_added(topic, queues).await?;
-        if topic == "T" {
-            let handle = self.handle.get().expect("handle set after start");
-            handle.subscribe("U").await?;
-        }
-        Ok(())
-    }
-
-    async fn queues_removed(
-        &self,
-        topic: &str,
-        queues: &[RemovedQueue],
-    ) -> Result<(), ListenerError> {
-        self.recorder.queues_removed(topic, queues).await
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
@@ -97,10 +104,7 @@ async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
     cluster.create_topic("T", 1, 2);
     cluster.create_topic("U", 1, 3);
     let recorder = Recorder::new();
-    let listener = Arc::new(SubscribesFromCallback {
-        recorder: recorder.clone(),
-        handle: OnceLock::new(),
-    });
+    let listener = Reacting::new(&recorder, OnT::SubscribeU);
     let handle = builder(&cluster, 0, &["T"], recorder.clone())
         .listener(listener.clone())
         .start()
@@ -149,39 +153,12 @@ async fn subscriptions_cannot_change_once_shutting_down() {
     ));
 }
 
-/// A listener that shuts its consumer down when it is given `T`'s queues.
-struct ShutsDownFromCallback {
-    recorder: Arc<Recorder>,
-    handle: OnceLock<ConsumerHandle>,
-}
-
-#[async_trait]
-impl QueueListener for ShutsDownFromCallback {
-    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
-        self.recorder.queues_added(topic, queues).await?;
-        let handle = self.handle.get().expect("handle set after start");
-        handle.shutdown().await;
-        Ok(())
-    }
-
-    async fn queues_removed(
-        &self,
-        topic: &str,
-        queues: &[RemovedQueue],
-    ) -> Result<(), ListenerError> {
-        self.recorder.queues_removed(topic, queues).await
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn a_callback_may_shut_its_own_consumer_down() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
     let recorder = Recorder::new();
-    let listener = Arc::new(ShutsDownFromCallback {
-        recorder: recorder.clone(),
-        handle: OnceLock::new(),
-    });
+    let listener = Reacting::new(&recorder, OnT::ShutDown);
     let started = tokio::time::Instant::now();
     let handle = builder(&cluster, 0, &["T"], recorder.clone())
         .listener(listener.clone())
