@@ -39,18 +39,30 @@ async fn next(server: &mut Server) -> RemotingCommand {
 
 const T: Duration = Duration::from_secs(3);
 
+/// Sends request `code` on a task of its own.
+fn ask(
+    conn: &Connection,
+    code: i32,
+    timeout: Duration,
+) -> tokio::task::JoinHandle<Result<RemotingCommand, TransportError>> {
+    let conn = conn.clone();
+    tokio::spawn(async move { conn.request(RemotingCommand::request(code), timeout).await })
+}
+
+/// The server answers `request` with success.
+async fn answer_ok(server: &mut Server, request: &RemotingCommand) {
+    server
+        .send(RemotingCommand::response(0, request.opaque, None))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn answers_go_to_their_own_request_whatever_the_order() {
     let (conn, mut server) = pair();
-    let a = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let a = ask(&conn, 1, T);
     let first = next(&mut server).await;
-    let b = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), T).await }
-    });
+    let b = ask(&conn, 2, T);
     let second = next(&mut server).await;
     assert_ne!(first.opaque, second.opaque);
     assert!(!first.is_response() && !first.is_oneway());
@@ -97,10 +109,7 @@ async fn a_request_without_answer_times_out_and_a_late_answer_is_dropped() {
         "the timed-out request left nothing behind"
     );
     let late = next(&mut server).await;
-    server
-        .send(RemotingCommand::response(0, late.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &late).await;
     // The connection still works.
     let conn2 = conn.clone();
     let answer = tokio::spawn(async move { conn2.request(RemotingCommand::request(2), T).await });
@@ -117,10 +126,7 @@ async fn a_request_without_answer_times_out_and_a_late_answer_is_dropped() {
 async fn a_timeout_with_a_silent_server_closes_the_connection() {
     let (conn, mut server) = pair();
     // A second request waits longer than the first: it fails when the connection closes.
-    let longer = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), 2 * T).await }
-    });
+    let longer = ask(&conn, 2, 2 * T);
     let started = tokio::time::Instant::now();
     // T is also the default silence after which a timeout closes the connection.
     let err = conn
@@ -159,21 +165,12 @@ async fn short_timeouts_close_a_silent_connection_once_the_silence_is_long_enoug
 #[tokio::test(start_paused = true)]
 async fn a_timeout_while_the_server_answers_other_requests_keeps_the_connection() {
     let (conn, mut server) = pair();
-    let slow = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let slow = ask(&conn, 1, T);
     assert_eq!(next(&mut server).await.code, 1);
-    let quick = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), T).await }
-    });
+    let quick = ask(&conn, 2, T);
     let req = next(&mut server).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    server
-        .send(RemotingCommand::response(0, req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &req).await;
     assert_eq!(quick.await.unwrap().unwrap().code, 0);
     let err = slow.await.unwrap().unwrap_err();
     assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
@@ -186,10 +183,7 @@ async fn a_timeout_while_the_server_answers_other_requests_keeps_the_connection(
 #[tokio::test(start_paused = true)]
 async fn a_closed_connection_fails_waiting_and_later_requests() {
     let (conn, mut server) = pair();
-    let waiting = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let waiting = ask(&conn, 1, T);
     next(&mut server).await;
     drop(server);
     let err = waiting.await.unwrap().unwrap_err();
@@ -214,10 +208,7 @@ async fn a_closed_connection_fails_waiting_and_later_requests() {
 #[tokio::test(start_paused = true)]
 async fn garbage_from_the_server_closes_the_connection_with_the_reason() {
     let (conn, server) = pair();
-    let waiting = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let waiting = ask(&conn, 1, T);
     let mut raw = server.into_inner();
     // A frame of 12 bytes whose JSON header is not JSON.
     raw.write_all(&[0, 0, 0, 12, 0, 0, 0, 8]).await.unwrap();
@@ -250,15 +241,9 @@ fn binary_frame(code: i16, opaque: i32, flag: i32) -> Vec<u8> {
 #[tokio::test(start_paused = true)]
 async fn a_binary_answer_fails_only_its_request() {
     let (conn, mut server) = pair();
-    let first = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let first = ask(&conn, 1, T);
     let first_req = next(&mut server).await;
-    let second = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), T).await }
-    });
+    let second = ask(&conn, 2, T);
     let second_req = next(&mut server).await;
     // The first is answered in the binary serialization, the second in JSON.
     server
@@ -272,10 +257,7 @@ async fn a_binary_answer_fails_only_its_request() {
         .write_all(&binary_frame(0, 9999, FLAG_RESPONSE))
         .await
         .unwrap();
-    server
-        .send(RemotingCommand::response(0, second_req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &second_req).await;
     let started = tokio::time::Instant::now();
     assert_eq!(
         first.await.unwrap(),
@@ -332,15 +314,9 @@ async fn binary_server_requests_are_skipped_and_the_connection_goes_on() {
     notify.flag = FLAG_ONEWAY;
     server.send(notify).await.unwrap();
     // And requests still get their answers.
-    let asking = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(5), T).await }
-    });
+    let asking = ask(&conn, 5, T);
     let req = next(&mut server).await;
-    server
-        .send(RemotingCommand::response(0, req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &req).await;
     assert_eq!(asking.await.unwrap().unwrap().code, 0);
     assert!(conn.is_open());
     let seen: Vec<i32> = recorder.0.lock().unwrap().iter().map(|c| c.code).collect();
@@ -416,19 +392,13 @@ async fn an_oversized_request_fails_alone() {
         .unwrap_err();
     assert!(matches!(err, TransportError::Encode { .. }), "{err}");
     assert!(conn.is_open());
-    let answer = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), T).await }
-    });
+    let answer = ask(&conn, 2, T);
     let req = next(&mut server).await;
     assert_eq!(
         req.code, 2,
         "the oversized request never reached the server"
     );
-    server
-        .send(RemotingCommand::response(0, req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &req).await;
     assert_eq!(answer.await.unwrap().unwrap().code, 0);
 }
 
@@ -533,10 +503,7 @@ async fn a_short_timeout_to_a_healthy_server_does_not_close_the_connection() {
             }
         }
     });
-    let long = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let long = ask(&conn, 1, T);
     tokio::task::yield_now().await;
     let probe = conn
         .request(RemotingCommand::request(2), Duration::from_millis(5))
@@ -557,10 +524,7 @@ async fn a_short_timeout_to_a_healthy_server_does_not_close_the_connection() {
 async fn an_answer_still_streaming_in_at_the_timeout_is_not_silence() {
     use tokio_util::codec::Encoder;
     let (conn, mut server) = pair();
-    let asking = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let asking = ask(&conn, 1, T);
     let req = next(&mut server).await;
     // A 100 kB answer arriving 1 kB every 50 ms: still incomplete when the request times out.
     let answer = RemotingCommand::response(0, req.opaque, None).with_body(vec![7u8; 100_000]);
@@ -588,24 +552,12 @@ async fn an_answer_still_streaming_in_at_the_timeout_is_not_silence() {
 async fn silence_after_an_answer_counts_for_the_requests_still_waiting() {
     let (conn, mut server) = pair();
     let started = tokio::time::Instant::now();
-    let long = tokio::spawn({
-        let conn = conn.clone();
-        async move {
-            conn.request(RemotingCommand::request(1), Duration::from_secs(10))
-                .await
-        }
-    });
+    let long = ask(&conn, 1, Duration::from_secs(10));
     assert_eq!(next(&mut server).await.code, 1);
-    let quick = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(2), T).await }
-    });
+    let quick = ask(&conn, 2, T);
     let req = next(&mut server).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    server
-        .send(RemotingCommand::response(0, req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &req).await;
     assert_eq!(quick.await.unwrap().unwrap().code, 0);
     // Then nothing comes for 9.9 s while request 1 waits: more than the 3 s of silence.
     let err = long.await.unwrap().unwrap_err();
@@ -622,15 +574,9 @@ async fn silence_after_an_answer_counts_for_the_requests_still_waiting() {
 #[tokio::test(start_paused = true)]
 async fn idle_time_after_every_answer_came_is_not_silence() {
     let (conn, mut server) = pair();
-    let asking = tokio::spawn({
-        let conn = conn.clone();
-        async move { conn.request(RemotingCommand::request(1), T).await }
-    });
+    let asking = ask(&conn, 1, T);
     let req = next(&mut server).await;
-    server
-        .send(RemotingCommand::response(0, req.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &req).await;
     asking.await.unwrap().unwrap();
     // A server push while nothing is awaited, then a minute of idleness.
     let mut push = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED);
@@ -708,9 +654,6 @@ async fn a_panicking_handler_fails_its_request_only_and_the_connection_goes_on()
     let call = tokio::spawn(async move { conn.request(RemotingCommand::request(1), T).await });
     let sent = next(&mut server).await;
     assert_eq!(sent.code, 1, "the one-way request was not answered");
-    server
-        .send(RemotingCommand::response(0, sent.opaque, None))
-        .await
-        .unwrap();
+    answer_ok(&mut server, &sent).await;
     assert_eq!(call.await.unwrap().unwrap().code, 0);
 }
