@@ -1,5 +1,6 @@
 //! [`RemotingClient`]: connections shared per address, re-established with backoff.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -137,7 +138,8 @@ impl RemotingClient {
     /// lost (closed by the server, or after a silent server's timeout) or after failed
     /// attempts; not for the first connection, nor after [`close`](Self::close). A server that
     /// lost a connection may have forgotten what was said on it (a broker drops the consumers
-    /// that heartbeated on it). The hook runs on the connecting task: it must not block.
+    /// that heartbeated on it). The hook runs on the connecting task: it must not block. A
+    /// panic in it is logged; the connection is used all the same.
     pub fn on_reconnect(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
         let mut hooks = self
             .inner
@@ -245,7 +247,11 @@ impl RemotingClient {
                         .unwrap_or_else(|e| e.into_inner())
                         .clone();
                     for hook in hooks {
-                        hook(addr);
+                        // The application's code: a panic in it must not undo the connection.
+                        let called = std::panic::catch_unwind(AssertUnwindSafe(|| hook(addr)));
+                        if called.is_err() {
+                            tracing::error!(addr, "a reconnect hook panicked");
+                        }
                     }
                 }
                 Ok(conn)
@@ -353,6 +359,7 @@ mod tests {
     use super::*;
     use crate::codec::RemotingCodec;
     use futures_util::{SinkExt, StreamExt};
+    use std::sync::atomic::AtomicUsize;
     use tokio::net::TcpListener;
     use tokio_util::codec::Framed;
 
@@ -374,6 +381,50 @@ mod tests {
                 }
             });
         }
+    }
+
+    /// A reconnect hook is the application's code: one that panics must not undo the
+    /// connection it was told about (before, the attempt died with it, so every reconnection
+    /// failed for as long as the hook was registered).
+    #[tokio::test]
+    async fn a_panicking_reconnect_hook_does_not_stop_the_reconnection() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            // The first connection answers one request, then closes; the next ones answer.
+            let (first, _) = listener.accept().await.unwrap();
+            let mut framed = Framed::new(first, RemotingCodec::default());
+            if let Some(Ok(req)) = framed.next().await {
+                let _ = framed
+                    .send(RemotingCommand::response(0, req.opaque, None))
+                    .await;
+            }
+            drop(framed);
+            echo_server(listener, 2).await;
+        });
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(1),
+            ..Default::default()
+        });
+        let called = Arc::new(AtomicUsize::new(0));
+        client.on_reconnect({
+            let called = called.clone();
+            move |_| {
+                called.fetch_add(1, Ordering::SeqCst);
+                panic!("injected hook panic");
+            }
+        });
+        let conn = client.connection(&addr).await.unwrap();
+        client
+            .invoke(&addr, RemotingCommand::request(1))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .unwrap();
+        let answer = client.invoke(&addr, RemotingCommand::request(2)).await;
+        assert_eq!(answer.unwrap().remark.as_deref(), Some("2"));
+        assert_eq!(called.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]
