@@ -28,7 +28,9 @@ pub struct PlanArgs {
     /// The topic.
     #[arg(long)]
     pub topic: String,
-    /// The allocation strategy.
+    /// The allocation strategy: `averagely`, `averagely_by_circle`, `by_config`,
+    /// `by_machine_room`, `consistent_hash`, `machine_room_nearby`, `designated`,
+    /// `balanced_sticky` (with their `--param`s).
     #[arg(long, default_value = "averagely")]
     pub strategy: String,
     /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is

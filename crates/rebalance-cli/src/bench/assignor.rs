@@ -13,14 +13,15 @@ use super::strategy::human;
 use super::timing::{Measured, Sampling, measure, round3};
 use crate::{limits, workload};
 
-/// Which assignment is timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Which assignment is timed (on the command line, `initial` or `member_left`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Scenario {
     /// The first assignment of a fresh group.
     #[default]
     Initial,
     /// The re-assignment after `consumer-{M/2}` left, everyone else owning its first
     /// assignment at generation 1.
+    #[value(name = "member_left", alias = "member-left")]
     MemberLeft,
 }
 

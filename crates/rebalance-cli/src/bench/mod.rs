@@ -36,7 +36,9 @@ use crate::limits;
 #[derive(Debug, Clone, clap::Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["strategy", "assignor"])))]
 pub struct BenchArgs {
-    /// Time a per-topic allocation strategy (with --queues and --consumers).
+    /// Time a per-topic allocation strategy (with --queues and --consumers): `averagely`,
+    /// `averagely_by_circle`, `by_config`, `by_machine_room`, `consistent_hash`,
+    /// `machine_room_nearby`, `designated`, `balanced_sticky`.
     #[arg(long)]
     pub strategy: Option<String>,
     /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is
@@ -49,7 +51,8 @@ pub struct BenchArgs {
     /// Consumers of the group (strategy), from 1 to 1,000,000.
     #[arg(long, requires = "strategy", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub consumers: Option<usize>,
-    /// Time a group assignor (with --topics, --partitions, --members).
+    /// Time a group assignor (with --topics, --partitions, --members): `range`, `roundrobin`,
+    /// `sticky`, `cooperative_sticky`, `broadcast`.
     #[arg(long)]
     pub assignor: Option<String>,
     /// Topics (assignor), from 1 to 1,000,000.
@@ -61,8 +64,9 @@ pub struct BenchArgs {
     /// Members (assignor), from 1 to 1,000,000.
     #[arg(long, requires = "assignor", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub members: Option<usize>,
-    /// What to time (assignor): the first assignment, or the one after consumer-{M/2} left.
-    #[arg(long, default_value = "initial", requires = "assignor")]
+    /// What to time (assignor): `initial`, the first assignment, or `member_left`, the one
+    /// after consumer-{M/2} left.
+    #[arg(long, value_enum, default_value_t = Scenario::Initial, requires = "assignor")]
     pub scenario: Scenario,
     /// Seeds the topic names (assignor).
     #[arg(long, default_value_t = crate::workload::DEFAULT_TOPIC_SEED)]

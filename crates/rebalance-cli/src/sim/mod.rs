@@ -29,7 +29,9 @@ use crate::{limits, table};
 /// 20,000,000 points (clients × virtual nodes); a duration of at most 7 days (168h).
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
-    /// The allocation strategy.
+    /// The allocation strategy: `averagely`, `averagely_by_circle`, `by_config`,
+    /// `by_machine_room`, `consistent_hash`, `machine_room_nearby`, `designated`,
+    /// `balanced_sticky` (with their `--param`s).
     #[arg(long, default_value = "averagely")]
     pub strategy: String,
     /// A Kafka-style group assignor (`range`, `roundrobin`, `sticky`, `cooperative_sticky`,

@@ -1,0 +1,117 @@
+//! `--help` names the values the issues spell out, so that a user can find them without reading
+//! the source: `--scenario initial|member_left` (issue 7), and the strategy and assignor names
+//! that `--strategy NAME` and `--assignor NAME` take.
+
+mod common;
+
+use common::rebalance_text;
+
+fn help(command: &str) -> String {
+    let run = rebalance_text(&[command, "--help"]);
+    assert_eq!(run.code, Some(0), "{command} --help: {}", run.stderr);
+    run.stdout
+}
+
+/// The text of `--option`'s entry in a `--help` page: from its line to the next option.
+fn entry<'a>(page: &'a str, option: &str) -> &'a str {
+    let start = page
+        .find(&format!("      {option} "))
+        .unwrap_or_else(|| panic!("{option} missing from:\n{page}"));
+    let rest = &page[start + option.len() + 6..];
+    let end = rest.find("\n      --").unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn bench_help_names_both_scenarios() {
+    let page = help("bench");
+    let scenario = entry(&page, "--scenario");
+    for value in ["initial", "member_left"] {
+        assert!(
+            scenario.contains(value),
+            "`{value}` missing from --scenario's help:\n{scenario}"
+        );
+    }
+}
+
+#[test]
+fn the_scenario_names_in_the_help_are_accepted() {
+    for value in ["initial", "member_left"] {
+        let run = rebalance_text(&[
+            "bench",
+            "--assignor",
+            "range",
+            "--topics",
+            "1",
+            "--partitions",
+            "4",
+            "--members",
+            "3",
+            "--scenario",
+            value,
+            "--runs",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(run.code, Some(0), "--scenario {value}: {}", run.stderr);
+        let line: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
+        assert_eq!(line["scenario"], value);
+    }
+    let run = rebalance_text(&[
+        "bench",
+        "--assignor",
+        "range",
+        "--topics",
+        "1",
+        "--partitions",
+        "4",
+        "--members",
+        "3",
+        "--scenario",
+        "sideways",
+    ]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(run.stderr.contains("member_left"), "{}", run.stderr);
+}
+
+#[test]
+fn strategy_options_name_the_strategies() {
+    for command in ["bench", "simulate", "plan"] {
+        let page = help(command);
+        let strategy = entry(&page, "--strategy");
+        for name in [
+            "averagely",
+            "averagely_by_circle",
+            "by_config",
+            "by_machine_room",
+            "consistent_hash",
+            "machine_room_nearby",
+            "balanced_sticky",
+        ] {
+            assert!(
+                strategy.contains(name),
+                "{command}: `{name}` missing from --strategy's help:\n{strategy}"
+            );
+        }
+    }
+}
+
+#[test]
+fn assignor_options_name_the_assignors() {
+    for command in ["bench", "simulate"] {
+        let page = help(command);
+        let assignor = entry(&page, "--assignor");
+        for name in [
+            "range",
+            "roundrobin",
+            "sticky",
+            "cooperative_sticky",
+            "broadcast",
+        ] {
+            assert!(
+                assignor.contains(name),
+                "{command}: `{name}` missing from --assignor's help:\n{assignor}"
+            );
+        }
+    }
+}
