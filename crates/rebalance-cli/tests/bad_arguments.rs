@@ -515,3 +515,40 @@ fn every_limit_is_stated_in_the_help() {
         }
     }
 }
+
+/// A strategy's options with an assignor, or an assignor's with a strategy, used to be accepted
+/// and ignored: clap's `requires` is met by any member of the strategy/assignor group
+/// (clap-rs/clap#4707).
+#[test]
+fn bench_refuses_the_options_of_the_other_kind() {
+    refused(
+        &[
+            "bench",
+            "--assignor",
+            "range",
+            "--topics",
+            "1",
+            "--partitions",
+            "1",
+            "--members",
+            "1",
+            "--queues",
+            "5",
+        ],
+        &["--queues", "--assignor"],
+    );
+    refused(
+        &[
+            "bench",
+            "--strategy",
+            "averagely",
+            "--queues",
+            "16",
+            "--consumers",
+            "2",
+            "--scenario",
+            "member_left",
+        ],
+        &["--assignor"],
+    );
+}

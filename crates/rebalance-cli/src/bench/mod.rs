@@ -43,30 +43,30 @@ pub struct BenchArgs {
     pub strategy: Option<String>,
     /// A strategy parameter, `key=value` (repeatable; a key the strategy does not read is
     /// ignored with a warning).
-    #[arg(long = "param", value_parser = parse_param, requires = "strategy")]
+    #[arg(long = "param", value_parser = parse_param, conflicts_with = "assignor")]
     pub params: Vec<(String, Value)>,
     /// Queues of the topic (strategy), from 1 to 10,000,000.
-    #[arg(long, requires = "strategy", value_parser = limits::count(1, limits::MAX_QUEUES))]
+    #[arg(long, conflicts_with = "assignor", value_parser = limits::count(1, limits::MAX_QUEUES))]
     pub queues: Option<usize>,
     /// Consumers of the group (strategy), from 1 to 1,000,000.
-    #[arg(long, requires = "strategy", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
+    #[arg(long, conflicts_with = "assignor", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub consumers: Option<usize>,
     /// Time a group assignor (with --topics, --partitions, --members): `range`, `roundrobin`,
     /// `sticky`, `cooperative_sticky`, `broadcast`.
     #[arg(long)]
     pub assignor: Option<String>,
     /// Topics (assignor), from 1 to 1,000,000.
-    #[arg(long, requires = "assignor", value_parser = limits::count(1, limits::MAX_TOPICS))]
+    #[arg(long, conflicts_with = "strategy", value_parser = limits::count(1, limits::MAX_TOPICS))]
     pub topics: Option<usize>,
     /// Partitions per topic (assignor), at most 10,000,000 over all topics.
-    #[arg(long, requires = "assignor", value_parser = parse_partitions)]
+    #[arg(long, conflicts_with = "strategy", value_parser = parse_partitions)]
     pub partitions: Option<u32>,
     /// Members (assignor), from 1 to 1,000,000.
-    #[arg(long, requires = "assignor", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
+    #[arg(long, conflicts_with = "strategy", value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub members: Option<usize>,
     /// What to time (assignor): `initial`, the first assignment, or `member_left`, the one
     /// after consumer-{M/2} left.
-    #[arg(long, value_enum, default_value_t = Scenario::Initial, requires = "assignor")]
+    #[arg(long, value_enum, default_value_t = Scenario::Initial, conflicts_with = "strategy")]
     pub scenario: Scenario,
     /// Seeds the topic names (assignor).
     #[arg(long, default_value_t = crate::workload::DEFAULT_TOPIC_SEED)]
