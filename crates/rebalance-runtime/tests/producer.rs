@@ -18,24 +18,33 @@ use rebalance_runtime::{NameServer, ProducerHandle, RemoteError, RouteError, Top
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Counts the route requests that reach the name server.
+/// Counts the route requests that reach the name server; with `panic_from`, it has a bug: it
+/// panics from that request on (counting from 0).
 struct Counting {
     inner: ClusterClient,
     calls: AtomicUsize,
+    panic_from: usize,
 }
 
 #[async_trait]
 impl NameServer for Counting {
     async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.panic_from {
+            panic!("injected name server panic");
+        }
         self.inner.topic_route(topic).await
     }
 }
 
 fn counting(cluster: &InMemoryCluster) -> Arc<Counting> {
+    panics_from(cluster, usize::MAX)
+}
+
+fn panics_from(cluster: &InMemoryCluster, panic_from: usize) -> Arc<Counting> {
     Arc::new(Counting {
         inner: cluster.client("producer"),
         calls: AtomicUsize::new(0),
+        panic_from,
     })
 }
 
@@ -550,31 +559,6 @@ async fn producers_do_not_all_start_their_round_robin_on_the_same_queue() {
     }
     // With random starts, 16 producers all on one of 16 queues has probability 16^-15.
     assert!(first.len() > 1, "every producer started on {first:?}");
-}
-
-/// A name server with a bug: it panics from its `from`-th request on (counting from 0).
-struct PanicsFrom {
-    inner: ClusterClient,
-    calls: AtomicUsize,
-    from: usize,
-}
-
-#[async_trait]
-impl NameServer for PanicsFrom {
-    async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
-        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.from {
-            panic!("injected name server panic");
-        }
-        self.inner.topic_route(topic).await
-    }
-}
-
-fn panics_from(cluster: &InMemoryCluster, from: usize) -> Arc<PanicsFrom> {
-    Arc::new(PanicsFrom {
-        inner: cluster.client("producer"),
-        calls: AtomicUsize::new(0),
-        from,
-    })
 }
 
 #[tokio::test(start_paused = true)]
