@@ -10,7 +10,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::command::RemotingCommand;
-use crate::connection::{Connection, ConnectionConfig};
+use crate::connection::{Connection, ConnectionConfig, panic_message};
 use crate::error::TransportError;
 use crate::notify::MembershipNotifier;
 
@@ -249,8 +249,9 @@ impl RemotingClient {
                     for hook in hooks {
                         // The application's code: a panic in it must not undo the connection.
                         let called = std::panic::catch_unwind(AssertUnwindSafe(|| hook(addr)));
-                        if called.is_err() {
-                            tracing::error!(addr, "a reconnect hook panicked");
+                        if let Err(panic) = called {
+                            let message = panic_message(&*panic);
+                            tracing::error!(addr, panic = %message, "a reconnect hook panicked");
                         }
                     }
                 }

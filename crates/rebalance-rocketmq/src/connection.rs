@@ -566,7 +566,7 @@ fn serve(shared: &Shared, handler: &dyn ServerRequestHandler, request: RemotingC
 }
 
 /// The message of a caught panic.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
