@@ -698,13 +698,7 @@ impl ConsumerHandle {
     /// [`ConsumerError::ShutDown`] once the consumer is shutting down.
     pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
         let Subscription { topic, expression } = Subscription::all(topic);
-        self.edit_subscriptions(|requested| {
-            if requested.get(&topic) == Some(&expression) {
-                return false;
-            }
-            requested.insert(topic, expression);
-            true
-        })
+        self.set_subscription(topic, expression)
     }
 
     /// Subscribes the tags of a topic named by `expression` (see
@@ -722,6 +716,15 @@ impl ConsumerHandle {
                 topic: topic.clone(),
                 source,
             })?;
+        self.set_subscription(topic, expression)
+    }
+
+    /// Subscribes `topic` with `expression`; whether that changed anything.
+    fn set_subscription(
+        &self,
+        topic: String,
+        expression: TagExpression,
+    ) -> Result<bool, ConsumerError> {
         self.edit_subscriptions(|requested| {
             if requested.get(&topic) == Some(&expression) {
                 return false;
