@@ -64,9 +64,10 @@
 //! the extra queue, that randomness alone costs about 1.2 times the minimum on the groups above
 //! (1.45 to 1.55 times when members hold 1 to 64 queues). Any strategy that, like this one, gives
 //! the extra queues in a fixed order moves at least 1.25 times the minimum on pairs of leaves
-//! where members hold fewer than `N / 2` queues; and a search over every stateless plan of small
-//! groups finds none below 1.7 times with about 40 members and 20 queues each. The proof and the
-//! search are in `BENCHMARKS.md`.
+//! where members hold fewer than `N / 2` queues. For stateless strategies in general there is
+//! no such proof: a local search over the plans of small groups (a table of one plan per member
+//! subset) found none below 1.7 times with about 40 members and 20 queues each, which is evidence,
+//! not a bound. The proof and the search are in `BENCHMARKS.md`.
 //!
 //! ```
 //! use rebalance_core::{ClientId, MessageQueue, strategy::{AllocateStrategy, BalancedSticky}};
