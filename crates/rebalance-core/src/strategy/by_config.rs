@@ -81,6 +81,7 @@ mod tests {
             MessageQueue::new("X", "y", 9),
         ];
         let s = ByConfig::new(configured.clone());
+        assert_eq!(s.queues(), configured);
         assert_eq!(s.allocate("G", &"".into(), &[], &[]).unwrap(), configured);
         let cids = clients(&["", "a"]);
         let plan = s.plan("G", &[], &cids).unwrap();

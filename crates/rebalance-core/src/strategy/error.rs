@@ -52,3 +52,34 @@ impl AllocateError {
         format!("{}: {}", self.java_name(), self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ClientId, MessageQueue};
+
+    #[test]
+    fn java_messages_name_the_exception_java_throws() {
+        // The reference vectors record exactly these strings.
+        assert_eq!(
+            AllocateError::EmptyQueues.java_message(),
+            "IllegalArgumentException: mqAll is null or mqAll empty"
+        );
+        assert_eq!(
+            AllocateError::NoRoomForConsumer(ClientId::from("c@1")).java_message(),
+            "IllegalArgumentException: Machine room is null for consumer id c@1"
+        );
+        assert_eq!(
+            AllocateError::NoRoomForQueue(MessageQueue::new("T", "b", 2)).java_message(),
+            "IllegalArgumentException: Machine room is null for mq \
+             MessageQueue [topic=T, brokerName=b, queueId=2]"
+        );
+        // A strategy of our own failing is not an argument Java would have refused.
+        let other = AllocateError::Other {
+            strategy: "mine".into(),
+            message: "no luck".into(),
+        };
+        assert_eq!(other.java_name(), "RuntimeException");
+        assert_eq!(other.java_message(), "RuntimeException: mine: no luck");
+    }
+}

@@ -531,8 +531,20 @@ mod tests {
             .map(str::to_string)
             .collect();
         assert_eq!(names.len(), 8, "{names:?}");
+        // Java's names build the same strategies.
+        for (alias, name) in [
+            ("AVG", "averagely"),
+            ("AVG_BY_CIRCLE", "averagely_by_circle"),
+            ("CONFIG", "by_config"),
+            ("MACHINE_ROOM", "by_machine_room"),
+            ("CONSISTENT_HASH", "consistent_hash"),
+        ] {
+            assert_eq!(r.build(alias, &with(name)).unwrap().name(), name);
+        }
         for name in names {
             let strategy = r.build(&name, &with(&name)).unwrap();
+            // A strategy reports the name it is built by (logs and the CLI print it).
+            assert_eq!(strategy.name(), name);
             for cid in &cids {
                 let owned = strategy.allocate("G", cid, &queues, &cids).unwrap();
                 let shared = strategy.allocate_shared("G", cid, &queues, &cids).unwrap();
