@@ -75,6 +75,27 @@ mod tests {
         assert_eq!(block(11, 4, 3), 9..11);
     }
 
+    proptest::proptest! {
+        /// The documented shape: contiguous blocks in member order that tile the queues, the
+        /// first `Q mod N` one longer; with fewer queues than members, one each to the first Q.
+        #[test]
+        fn blocks_tile_the_queues_longest_first(q in 1usize..200, n in 1usize..60) {
+            let blocks: Vec<Range<usize>> = (0..n).map(|i| block(q, n, i)).collect();
+            let mut next = 0;
+            for (i, b) in blocks.iter().enumerate() {
+                proptest::prop_assert_eq!(b.start, next, "block {} of {:?}", i, blocks);
+                let expected = if q < n {
+                    usize::from(i < q)
+                } else {
+                    q / n + usize::from(i < q % n)
+                };
+                proptest::prop_assert_eq!(b.len(), expected, "block {} of {:?}", i, blocks);
+                next = b.end;
+            }
+            proptest::prop_assert_eq!(next, q);
+        }
+    }
+
     #[test]
     fn fewer_queues_than_members() {
         assert_eq!(block(3, 5, 2), 2..3);
