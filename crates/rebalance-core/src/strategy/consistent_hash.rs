@@ -280,6 +280,47 @@ mod tests {
     }
 
     #[test]
+    fn md5_points_are_javas() {
+        // The first four bytes of MD5, big-endian and unsigned (0x90... has the top bit set).
+        assert_eq!(Md5Hash.hash(""), 0xd41d_8cd9);
+        assert_eq!(Md5Hash.hash("abc"), 0x9001_5098);
+        assert_eq!(ConsistentHash::default().virtual_nodes(), 10);
+        assert_eq!(ConsistentHash::new(3).unwrap().virtual_nodes(), 3);
+        // Java's answer for one case of the reference vectors (pub-edge-chash10-more-c-than-q).
+        let mqs: Vec<MessageQueue> = ["roomA@broker-a", "roomA@broker-b", "roomB@broker-c"]
+            .into_iter()
+            .map(|b| MessageQueue::new("TopicTest", b, 0))
+            .collect();
+        let cids = clients(&[
+            "roomA@192.168.0.1@10000",
+            "roomA@192.168.0.3@10002",
+            "roomA@192.168.0.5@10004",
+            "roomA@192.168.0.7@10006",
+            "roomB@192.168.0.2@10001",
+            "roomB@192.168.0.4@10003",
+            "roomB@192.168.0.6@10005",
+        ]);
+        let strategy = ConsistentHash::default();
+        let plan = strategy.plan("GID_TEST", &mqs, &cids).unwrap();
+        let owners: Vec<(&str, Vec<&str>)> = plan
+            .iter()
+            .filter(|(_, share)| !share.is_empty())
+            .map(|(cid, share)| {
+                let brokers = share.iter().map(|q| &*q.broker_name).collect();
+                (cid.as_str(), brokers)
+            })
+            .collect();
+        assert_eq!(
+            owners,
+            [
+                ("roomA@192.168.0.1@10000", vec!["roomA@broker-a"]),
+                ("roomA@192.168.0.3@10002", vec!["roomB@broker-c"]),
+                ("roomB@192.168.0.2@10001", vec!["roomA@broker-b"]),
+            ]
+        );
+    }
+
+    #[test]
     fn plan_agrees_with_allocate_and_covers_everything() {
         let s = ConsistentHash::default();
         let cids = clients(&["10.0.0.1@1", "10.0.0.2@1", "10.0.0.3@1"]);
