@@ -385,6 +385,45 @@ mod tests {
         }
     }
 
+    /// Puts a member's point `"<id>-<k>"` at `k`, and every queue at 1.
+    #[derive(Debug)]
+    struct Suffix;
+    impl HashFunction for Suffix {
+        fn hash(&self, key: &str) -> u64 {
+            key.rsplit_once('-')
+                .and_then(|(_, k)| k.parse().ok())
+                .unwrap_or(1)
+        }
+    }
+
+    #[test]
+    fn a_repeated_id_numbers_its_points_after_those_it_still_holds() {
+        // Java's addNode numbers a node's new points from the count of its points on the ring.
+        // `a` puts points 0 and 1, `b` takes both over, so the second `a` holds none and
+        // numbers its points from 0 again: it takes 0 and 1 back and owns the queue at 1.
+        // (Counting the points taken over as still held would put them at 2 and 3.)
+        let s = ConsistentHash::new(2).unwrap().with_hash(Suffix);
+        let cids = clients(&["a", "b", "a"]);
+        let mqs = queues(1);
+        assert_eq!(s.allocate("G", &cids[0], &mqs, &cids).unwrap(), mqs);
+        assert!(s.allocate("G", &cids[1], &mqs, &cids).unwrap().is_empty());
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        assert_eq!(plan.share("a").unwrap().to_vec(), mqs);
+    }
+
+    #[test]
+    fn a_clone_keeps_the_node_count_and_the_hash() {
+        let s = ConsistentHash::new(2).unwrap().with_hash(Suffix);
+        let copy = s.clone();
+        assert_eq!(copy.virtual_nodes(), 2);
+        let cids = clients(&["a", "b", "a"]);
+        let mqs = queues(1);
+        assert_eq!(
+            copy.plan("G", &mqs, &cids).unwrap().to_lists(),
+            s.plan("G", &mqs, &cids).unwrap().to_lists()
+        );
+    }
+
     #[test]
     fn colliding_points_go_to_the_last_writer() {
         // Every point collides: the last member listed owns the single ring point.
