@@ -411,6 +411,27 @@ mod tests {
         assert_eq!(plan.share("a").unwrap().to_vec(), mqs);
     }
 
+    /// Puts `a`'s point at 10, `b`'s at 20 and every queue at 10.
+    #[derive(Debug)]
+    struct OnAPoint;
+    impl HashFunction for OnAPoint {
+        fn hash(&self, key: &str) -> u64 {
+            if key == "b-0" { 20 } else { 10 }
+        }
+    }
+
+    #[test]
+    fn a_queue_on_a_point_belongs_to_that_point() {
+        // Java's `ring.tailMap(hash)` includes a point equal to the hash.
+        let s = ConsistentHash::new(1).unwrap().with_hash(OnAPoint);
+        let cids = clients(&["a", "b"]);
+        let mqs = queues(2);
+        assert_eq!(s.allocate("G", &cids[0], &mqs, &cids).unwrap(), mqs);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        assert_eq!(plan.share("a").unwrap().to_vec(), mqs);
+        assert!(plan.share("b").unwrap().is_empty());
+    }
+
     #[test]
     fn a_clone_keeps_the_node_count_and_the_hash() {
         let s = ConsistentHash::new(2).unwrap().with_hash(Suffix);
