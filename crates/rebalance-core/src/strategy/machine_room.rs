@@ -127,6 +127,31 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        /// The filter reuses a broker's answer along a run of queues sharing the broker's
+        /// string; it must agree with asking every queue, whether or not equal names share one.
+        #[test]
+        fn filter_agrees_with_asking_every_queue(
+            picks in proptest::collection::vec((0usize..4, proptest::bool::ANY), 0..24),
+        ) {
+            let names = ["roomA@b1", "roomB@b2", "roomA@b3", "plain"];
+            let shared: Vec<Arc<str>> = names.iter().map(|&n| Arc::from(n)).collect();
+            let mqs: Vec<MessageQueue> = picks
+                .iter()
+                .enumerate()
+                .map(|(i, &(b, share))| {
+                    let broker = if share { shared[b].clone() } else { Arc::from(names[b]) };
+                    MessageQueue::new("T", broker, i as i32)
+                })
+                .collect();
+            let s = ByMachineRoom::new(["roomA"]);
+            let expected: Vec<u32> = (0..mqs.len() as u32)
+                .filter(|&p| s.eligible(&mqs[p as usize]))
+                .collect();
+            proptest::prop_assert_eq!(s.filter(&mqs), expected);
+        }
+    }
+
     #[test]
     fn room_agrees_with_java_split() {
         for name in [
