@@ -125,6 +125,13 @@ mod tests {
             got,
             [vec![0, 1, 8], vec![2, 3, 9], vec![4, 5, 10], vec![6, 7]]
         );
+        for cid in &cids {
+            assert_eq!(
+                s.allocate("G", cid, &mqs, &cids).unwrap(),
+                plan.share(cid).unwrap().to_vec(),
+                "{cid}"
+            );
+        }
     }
 
     proptest::proptest! {
