@@ -298,6 +298,24 @@ mod tests {
     }
 
     #[test]
+    fn inner_answers_outside_the_input_keep_their_queues() {
+        // `by_config` answers queues that are not in the input: the plan keeps them in its own
+        // pool, and agrees with `allocate` for every member.
+        let foreign = MessageQueue::new("Elsewhere", "x@b9", 7);
+        let inner: StrategyRef = Arc::new(crate::strategy::ByConfig::new(vec![foreign.clone()]));
+        let s = MachineRoomNearby::new(inner);
+        let mqs = vec![mq("a@b1", 0), mq("b@b2", 0), mq("c@b3", 0)];
+        let cids = clients(&["a@1", "b@1"]);
+        let plan = s.plan("G", &mqs, &cids).unwrap();
+        for cid in &cids {
+            let mine = s.allocate("G", cid, &mqs, &cids).unwrap();
+            // Its own room's answer, then the consumer-less room c's.
+            assert_eq!(mine, vec![foreign.clone(), foreign.clone()], "{cid}");
+            assert_eq!(plan.share(cid).unwrap().to_vec(), mine, "{cid}");
+        }
+    }
+
+    #[test]
     fn missing_rooms_are_errors_queue_first() {
         let s = MachineRoomNearby::new(Arc::new(Averagely));
         let mqs = vec![mq("@b", 0)];
