@@ -293,9 +293,19 @@ mod tests {
         );
         assert_eq!(
             plan.share("b").unwrap().to_vec(),
-            vec![foreign, base[0].clone()]
+            vec![foreign.clone(), base[0].clone()]
         );
         assert_eq!(plan.assigned_count(), 4);
+        assert_eq!((plan.len(), plan.is_empty()), (2, false));
+        assert_eq!(
+            plan.to_lists(),
+            [
+                (ClientId::from("a"), vec![base[2].clone(), foreign.clone()]),
+                (ClientId::from("b"), vec![foreign, base[0].clone()]),
+            ]
+        );
+        let empty = Plan::from_lists(&base, []);
+        assert!(empty.is_empty() && empty.to_lists().is_empty());
     }
 
     #[test]
