@@ -301,8 +301,11 @@ mod tests {
     fn inner_answers_outside_the_input_keep_their_queues() {
         // `by_config` answers queues that are not in the input: the plan keeps them in its own
         // pool, and agrees with `allocate` for every member.
-        let foreign = MessageQueue::new("Elsewhere", "x@b9", 7);
-        let inner: StrategyRef = Arc::new(crate::strategy::ByConfig::new(vec![foreign.clone()]));
+        let configured = vec![
+            MessageQueue::new("Elsewhere", "x@b9", 7),
+            MessageQueue::new("Elsewhere", "x@b9", 8),
+        ];
+        let inner: StrategyRef = Arc::new(crate::strategy::ByConfig::new(configured.clone()));
         let s = MachineRoomNearby::new(inner);
         let mqs = vec![mq("a@b1", 0), mq("b@b2", 0), mq("c@b3", 0)];
         let cids = clients(&["a@1", "b@1"]);
@@ -310,7 +313,7 @@ mod tests {
         for cid in &cids {
             let mine = s.allocate("G", cid, &mqs, &cids).unwrap();
             // Its own room's answer, then the consumer-less room c's.
-            assert_eq!(mine, vec![foreign.clone(), foreign.clone()], "{cid}");
+            assert_eq!(mine, [&configured[..], &configured[..]].concat(), "{cid}");
             assert_eq!(plan.share(cid).unwrap().to_vec(), mine, "{cid}");
         }
     }

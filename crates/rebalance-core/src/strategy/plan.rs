@@ -280,30 +280,20 @@ mod tests {
     fn from_lists_keeps_foreign_queues() {
         let base = mqs(3);
         let foreign = MessageQueue::new("Other", "x", 7);
-        let plan = Plan::from_lists(
-            &base,
-            [
-                (ClientId::from("a"), vec![base[2].clone(), foreign.clone()]),
-                (ClientId::from("b"), vec![foreign.clone(), base[0].clone()]),
-            ],
-        );
-        assert_eq!(
-            plan.share("a").unwrap().to_vec(),
-            vec![base[2].clone(), foreign.clone()]
-        );
-        assert_eq!(
-            plan.share("b").unwrap().to_vec(),
-            vec![foreign.clone(), base[0].clone()]
-        );
-        assert_eq!(plan.assigned_count(), 4);
-        assert_eq!((plan.len(), plan.is_empty()), (2, false));
-        assert_eq!(
-            plan.to_lists(),
-            [
-                (ClientId::from("a"), vec![base[2].clone(), foreign.clone()]),
-                (ClientId::from("b"), vec![foreign, base[0].clone()]),
-            ]
-        );
+        let second = MessageQueue::new("Other", "x", 8);
+        let lists = [
+            (ClientId::from("a"), vec![base[2].clone(), foreign.clone()]),
+            (
+                ClientId::from("b"),
+                vec![foreign.clone(), base[0].clone(), second.clone()],
+            ),
+            (ClientId::from("c"), vec![second, foreign]),
+        ];
+        let plan = Plan::from_lists(&base, lists.clone());
+        assert_eq!(plan.share("b").unwrap().to_vec(), lists[1].1);
+        assert_eq!(plan.assigned_count(), 7);
+        assert_eq!((plan.len(), plan.is_empty()), (3, false));
+        assert_eq!(plan.to_lists(), lists);
         let empty = Plan::from_lists(&base, []);
         assert!(empty.is_empty() && empty.to_lists().is_empty());
     }
@@ -320,6 +310,34 @@ mod tests {
             .collect();
         assert_eq!(got, [(0, "b"), (1, "a"), (4, "c")]);
         assert_eq!(distinct_members(&ids, false).len(), 4);
+    }
+
+    proptest::proptest! {
+        /// The shortcut for strictly increasing (sorted, distinct) input gives what the general
+        /// path gives: each id once, at its first position, the empty one left out on request.
+        #[test]
+        fn distinct_members_agree_with_a_plain_scan(
+            names in proptest::collection::vec("[ab]{0,2}", 0..6),
+            sorted in proptest::bool::ANY,
+            skip_empty in proptest::bool::ANY,
+        ) {
+            let mut ids: Vec<ClientId> = names.into_iter().map(ClientId::from).collect();
+            if sorted {
+                ids.sort();
+            }
+            let expected: Vec<(usize, &str)> = ids
+                .iter()
+                .enumerate()
+                .filter(|&(i, id)| !ids[..i].contains(id))
+                .filter(|(_, id)| !(skip_empty && id.is_empty()))
+                .map(|(i, id)| (i, id.as_str()))
+                .collect();
+            let got: Vec<(usize, &str)> = distinct_members(&ids, skip_empty)
+                .into_iter()
+                .map(|(i, c)| (i, c.as_str()))
+                .collect();
+            proptest::prop_assert_eq!(got, expected);
+        }
     }
 
     #[test]
