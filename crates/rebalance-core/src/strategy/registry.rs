@@ -485,7 +485,10 @@ mod tests {
                 &params(json!({"virtual_node_count": "x"})),
             )
             .unwrap_err();
-        assert!(err.to_string().contains("virtual_node_count"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "strategy `consistent_hash`: parameter `virtual_node_count` must be an integer, not `x`"
+        );
         let err = r
             .build(
                 "consistent_hash",
@@ -496,6 +499,19 @@ mod tests {
             err,
             StrategyConfigError::Rejected(AllocateError::IllegalVirtualNodeCount(-1))
         );
+        // Java's name for its hash, and ours; nothing else (only MD5 is built in).
+        for h in ["default MD5", "md5", "MD5"] {
+            let p = params(json!({"hash_function": h}));
+            assert!(r.build("consistent_hash", &p).is_ok(), "{h}");
+        }
+        for h in [json!("crc32"), json!(5)] {
+            let p = params(json!({"hash_function": h}));
+            let err = r.build("consistent_hash", &p).unwrap_err();
+            assert!(
+                matches!(&err, StrategyConfigError::Param { key, .. } if key == "hash_function"),
+                "{h}: {err}"
+            );
+        }
         let err = r.build("by_config", &Params::new()).unwrap_err();
         assert!(matches!(err, StrategyConfigError::Param { .. }));
         let err = r
