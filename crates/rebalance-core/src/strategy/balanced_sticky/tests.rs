@@ -144,22 +144,54 @@ fn a_member_list_of_empty_ids_only_plans_nothing_instead_of_panicking() {
 #[test]
 fn remembered_rings_give_the_same_plan_as_a_fresh_strategy() {
     let shared = BalancedSticky::default();
-    let mqs = queues(7, 16);
     let groups = [
         members(0..10),
         members(0..11),
         members(1..11),
         members(0..10),
     ];
-    for cids in &groups {
-        let warm = shared.plan("G", &mqs, cids).unwrap().to_lists();
-        let cold = BalancedSticky::default()
-            .plan("G", &mqs, cids)
-            .unwrap()
-            .to_lists();
-        assert_eq!(warm, cold);
+    // Queue lists are remembered too: another list (of the same length or not) is not
+    // mistaken for a remembered one.
+    let other_topic: Vec<MessageQueue> = queues(7, 16)
+        .iter()
+        .map(|q| MessageQueue::new("U", q.broker_name.clone(), q.queue_id))
+        .collect();
+    for mqs in [queues(7, 16), queues(5, 16), other_topic, queues(7, 16)] {
+        for cids in &groups {
+            let warm = shared.plan("G", &mqs, cids).unwrap().to_lists();
+            let cold = BalancedSticky::default()
+                .plan("G", &mqs, cids)
+                .unwrap()
+                .to_lists();
+            assert_eq!(warm, cold);
+        }
     }
     assert_eq!(shared.rings.len(), 3);
+}
+
+#[test]
+fn a_clone_keeps_the_node_count_and_the_weights() {
+    assert_eq!(
+        BalancedSticky::new(0).virtual_nodes(),
+        1,
+        "at least one point"
+    );
+    let heavy = member(0);
+    let s =
+        BalancedSticky::new(16).with_weights(move |c: &ClientId| if *c == heavy { 3 } else { 1 });
+    let copy = s.clone();
+    assert_eq!(copy.virtual_nodes(), 16);
+    let (mqs, cids) = (queues(3, 8), members(0..4));
+    let plan = copy.plan("G", &mqs, &cids).unwrap();
+    assert_eq!(
+        plan.to_lists(),
+        s.plan("G", &mqs, &cids).unwrap().to_lists()
+    );
+    assert_eq!(
+        plan.share(&member(0)).unwrap().len(),
+        12,
+        "weight 3 of 6 takes half"
+    );
 }
 
 #[test]
