@@ -88,6 +88,27 @@ mod tests {
     }
 
     #[test]
+    fn points_ranks_and_queue_points_are_the_spelled_out_functions() {
+        // Computed apart from this code (a few lines of Python following the definitions
+        // above): a client in another language must place everything at these positions.
+        let seed = member_seed(&ClientId::from("c0"));
+        assert_eq!(seed, 0x08a2_7e07_b54a_66a6);
+        let points: Vec<u64> = (0..3).map(|k| member_point(seed, k)).collect();
+        assert_eq!(
+            points,
+            [
+                0x1886_5ce0_90ad_7efd,
+                0x44e4_a722_f505_078a,
+                0x17cf_4ee0_e2fb_55e6
+            ]
+        );
+        assert_eq!(member_rank(seed), 0x65af_52df_71f3_b149);
+        let state = broker_state(&MessageQueue::new("T", "broker-a", 0));
+        assert_eq!(queue_point(state, 3), 0xe33e_7593_28b2_ae6d);
+        assert_eq!(queue_point(state, -1), 0xa6e5_2991_9892_cc50);
+    }
+
+    #[test]
     fn queue_points_reuse_the_broker_prefix_without_changing_results() {
         let queues = [
             MessageQueue::new("T", "b", 0),
