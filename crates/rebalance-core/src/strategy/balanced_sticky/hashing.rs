@@ -108,6 +108,25 @@ mod tests {
         assert_eq!(queue_point(state, -1), 0xa6e5_2991_9892_cc50);
     }
 
+    proptest::proptest! {
+        /// The shortcut for consecutive queues of one broker gives each queue its own point,
+        /// whatever the topics and brokers around it.
+        #[test]
+        fn queue_points_agree_with_hashing_each_queue(
+            picks in proptest::collection::vec((0usize..2, 0usize..2, 0i32..3), 0..12),
+        ) {
+            let queues: Vec<MessageQueue> = picks
+                .into_iter()
+                .map(|(t, b, id)| MessageQueue::new(["T", "U"][t], ["b1", "b2"][b], id))
+                .collect();
+            let slow: Vec<u64> = queues
+                .iter()
+                .map(|q| queue_point(broker_state(q), q.queue_id))
+                .collect();
+            proptest::prop_assert_eq!(queue_points(&queues), slow);
+        }
+    }
+
     #[test]
     fn queue_points_reuse_the_broker_prefix_without_changing_results() {
         let queues = [
