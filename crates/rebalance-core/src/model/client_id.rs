@@ -175,6 +175,11 @@ mod tests {
         assert_eq!(id(""), id(""));
         assert_eq!(id("room0@10.0.3.17@20750"), "room0@10.0.3.17@20750");
         assert_ne!(id("room0@10.0.3.17@20750"), "room0@10.0.3.17@2075");
+        // Against a `str` (not a `&str`), as generic code comparing through `Borrow` does.
+        assert!(id("a@1") == *"a@1");
+        assert!(id("a@1") != *"a@2");
+        assert_eq!(AsRef::<str>::as_ref(&id("a@1")), "a@1");
+        assert_eq!(format!("{:?}", id("a@1")), "\"a@1\"");
     }
 
     proptest::proptest! {
