@@ -141,6 +141,32 @@ mod tests {
     }
 
     #[test]
+    fn from_json_takes_exactly_a_triple_or_an_object() {
+        use serde_json::json;
+        let mq = MessageQueue::new("T", "b", 3);
+        assert_eq!(
+            MessageQueue::from_json(&json!(["T", "b", 3])),
+            Some(mq.clone())
+        );
+        assert_eq!(mq.to_json_triple(), json!(["T", "b", 3]));
+        let object = json!({"topic": "T", "brokerName": "b", "queueId": 3});
+        assert_eq!(MessageQueue::from_json(&object), Some(mq));
+        // Malformed input from outside is refused, never a panic.
+        for bad in [
+            json!(["T", "b"]),
+            json!(["T", "b", 3, 4]),
+            json!([]),
+            json!(["T", 1, 3]),
+            json!(["T", "b", "3"]),
+            json!(["T", "b", -2_147_483_649_i64]),
+            json!({"topic": "T", "brokerName": "b"}),
+            json!("T/b/3"),
+        ] {
+            assert_eq!(MessageQueue::from_json(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn order_is_topic_then_broker_then_id() {
         let a = MessageQueue::new("A", "z", 9);
         let b = MessageQueue::new("B", "a", 0);
