@@ -395,6 +395,7 @@ mod tests {
             info.broker_names().collect::<Vec<_>>(),
             ["broker-10", "broker-2"]
         );
+        assert_eq!(info.broker_count(), 2);
         assert_eq!(info.broker_of(2), Some(1));
         assert_eq!(info.broker_queues(1).len(), 2);
         assert_eq!(info.broker_range(1), 1..3);
@@ -569,6 +570,15 @@ mod tests {
             Err(PublishError::TooManyQueues {
                 count: brokers as u64 * MAX_QUEUES_PER_BROKER as u64
             })
+        );
+        // One broker fewer lists exactly the topic's limit, which is allowed.
+        let at_limit = TopicRoute {
+            queue_datas: route.queue_datas[1..].to_vec(),
+            ..route
+        };
+        assert_eq!(
+            at_limit.publish_info("T").map(|i| i.len()),
+            Ok(MAX_PUBLISH_QUEUES)
         );
         // One broker at the cap is a good topic.
         let at_cap = TopicRoute {
