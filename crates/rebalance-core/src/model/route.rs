@@ -354,6 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn validation_boundaries() {
+        let route = |read: i32, write: i32| TopicRoute {
+            queue_datas: vec![QueueData {
+                write_queue_nums: write,
+                ..qd("a", read, 6)
+            }],
+            ..Default::default()
+        };
+        // No queue at all is a count, not garbage; a readable broker without queues to read
+        // needs no broker data.
+        assert_eq!(route(0, 0).validate(), Ok(()));
+        let negative = Err(RouteDefect::NegativeQueueCount("a".into()));
+        assert_eq!(route(0, -1).validate(), negative);
+        assert_eq!(route(-1, 0).validate(), negative);
+        // One queue to read does need it.
+        assert_eq!(
+            route(1, 0).validate(),
+            Err(RouteDefect::MissingBrokerData("a".into()))
+        );
+    }
+
+    #[test]
     fn queue_counts_above_the_cap_are_garbage() {
         let bd = BrokerData {
             cluster: "c".into(),
@@ -394,6 +416,22 @@ mod tests {
             ..Default::default()
         };
         assert!(route.subscribable_queues("T").is_empty());
+    }
+
+    #[test]
+    fn any_addr_is_the_master_or_else_the_lowest_slave() {
+        let broker = |addrs: &[(i64, &str)]| BrokerData {
+            cluster: "c".into(),
+            broker_name: "a".into(),
+            broker_addrs: addrs.iter().map(|&(id, a)| (id, a.to_string())).collect(),
+        };
+        let with_master = broker(&[(2, "s2:1"), (0, "m:1"), (1, "s1:1")]);
+        assert_eq!(with_master.master_addr(), Some("m:1"));
+        assert_eq!(with_master.any_addr(), Some("m:1"));
+        let slaves_only = broker(&[(3, "s3:1"), (1, "s1:1")]);
+        assert_eq!(slaves_only.master_addr(), None);
+        assert_eq!(slaves_only.any_addr(), Some("s1:1"));
+        assert_eq!(broker(&[]).any_addr(), None);
     }
 
     #[test]
