@@ -88,6 +88,35 @@ async fn lock_retries_run_every_half_second_while_refused() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_membership_change_does_not_delay_a_lock_retry() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.create_topic("U", 1, 1);
+    let intruder = ClientId::from("intruder@1");
+    cluster
+        .client(intruder.clone())
+        .lock(GROUP, &intruder, &[queue(0)])
+        .await
+        .unwrap();
+    let a = start_with(&cluster, 0, &["T"], orderly).await;
+    // Rounds at 0, 0.5 s, 1 s...: each retries the refused lock 500 ms after the last.
+    settle(Duration::from_millis(600)).await;
+    let before = a.handle.rounds().borrow().round;
+    // A member of another topic joins the group at 0.6 s: a membership change for `a`, whose
+    // round may run only `rebalance_min` after the previous one (at 1.5 s)... except the lock
+    // retry, still due at 1 s.
+    let _b = start(&cluster, 1, &["U"]).await;
+    settle(Duration::from_millis(450)).await;
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.round, before + 1, "the retry ran at 1 s: {report:?}");
+    assert!(
+        report.reasons.contains(WakeReasons::LOCK_RETRY)
+            && report.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_in_memory_locker_tells_refused_from_unanswered() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 2, 2);

@@ -161,3 +161,23 @@ async fn a_refused_lock_is_not_retried_while_the_group_settles() {
     assert!(report.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED));
     drop(guards);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_round_asked_for_another_reason_runs_while_the_group_settles() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let a = member(&cluster, 0).await;
+    settle(3 * SETTLE).await;
+    let before = a.handle.rounds().borrow().round;
+    // `b` joins: `a` would wait for the group to settle...
+    let _b = member(&cluster, 1).await;
+    settle(EPSILON).await;
+    assert_eq!(a.handle.rounds().borrow().round, before, "a settles");
+    // ...but `rebalance_now` is not a membership change: it runs as usual, not after the
+    // settle delay.
+    a.handle.rebalance_now();
+    settle(EPSILON).await;
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.round, before + 1, "rebalance_now ran while settling");
+    assert!(report.reasons.contains(WakeReasons::MANUAL), "{report:?}");
+}
