@@ -105,6 +105,10 @@ async fn directory_failures_keep_the_assignment() {
         "{report:?}"
     );
     assert_eq!(a.handle.assignment().len(), 4);
+    // The held queues did not change, but the assignment says the share is not known to be
+    // right any more.
+    assert!(!a.handle.assignment().balanced);
+    assert_eq!(a.handle.assignment().round, report.round);
     // Unbalanced rounds retry every second; once the directory answers, the round is balanced.
     settle(Duration::from_secs(10)).await;
     assert!(a.handle.assignment().balanced);

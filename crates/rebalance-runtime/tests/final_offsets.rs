@@ -148,3 +148,20 @@ async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
     assert_eq!(a.handle.assignment().len(), 2);
     assert_eq!(start_of(&a, &queue(1)), Some(StartPosition::Offset(77)));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_final_offset_still_refused_at_shutdown_is_given_up_and_its_queue_unlocked() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    // Every write of a's shutdown is refused: the final offset at release, and its retry.
+    cluster.fail_next(Operation::PersistOffset, 10);
+    a.handle.shutdown().await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 2);
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(10), "77 was refused");
+    // Nobody retries the value once a is gone: the queue is unlocked at once for its next
+    // owner, who resumes from 10, instead of staying locked until the broker's lock expiry.
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), None);
+    assert_eq!(cluster.lock_owner(GROUP, &queue(0)), None);
+}

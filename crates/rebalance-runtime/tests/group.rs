@@ -37,6 +37,29 @@ async fn a_lone_member_takes_everything_and_gives_it_back_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_round_that_changes_nothing_does_not_wake_the_assignment_watchers() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    let mut assignment = a.handle.watch();
+    let published = assignment.borrow_and_update().clone();
+    assert!(published.balanced && published.len() == 4);
+    let rounds = a.handle.rounds().borrow().round;
+    a.handle.rebalance_now();
+    settle(Duration::from_secs(30)).await;
+    assert!(
+        a.handle.rounds().borrow().round >= rounds + 2,
+        "the manual round and the timer's ran"
+    );
+    assert!(
+        !assignment.has_changed().unwrap(),
+        "balanced rounds that move nothing publish nothing"
+    );
+    assert_eq!(*a.handle.assignment(), *published);
+}
+
+#[tokio::test(start_paused = true)]
 async fn joins_are_picked_up_by_notification_not_by_the_timer() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 2, 4);
