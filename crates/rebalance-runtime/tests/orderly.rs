@@ -313,6 +313,54 @@ async fn a_queue_wanted_back_during_its_release_is_taken_again_after_the_batch()
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_topic_unsubscribed_mid_batch_keeps_the_rounds_unbalanced_until_it_is_released() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    cluster.create_topic("U", 1, 2);
+    let a = start_with(&cluster, 0, &["T", "U"], orderly).await;
+    settle(MIN).await;
+    let u0 = MessageQueue::new("U", "broker-0", 0);
+    let lease = a.recorder.leases.lock().unwrap()[&u0].clone();
+    let guard = lease.consume_guard().await.expect("held queue");
+    assert!(a.handle.unsubscribe("U").await.unwrap());
+    settle(Duration::from_millis(10)).await;
+    let report = a.handle.rounds().borrow().clone();
+    let u = report
+        .topics
+        .iter()
+        .find(|t| t.topic == "U")
+        .expect("U reported");
+    assert_eq!(
+        u.unbalanced,
+        Some(Unbalanced::Pending {
+            not_added: 0,
+            not_released: 1
+        }),
+        "{report:?}"
+    );
+    assert!(!report.balanced);
+    assert_eq!(
+        cluster.lock_owner(GROUP, &u0),
+        Some(a.id.clone()),
+        "not unlocked mid-batch"
+    );
+    // The batch ends: the next round, a second later as after any unbalanced round (not the
+    // 20 s after a balanced one), finishes the release, and then the rounds are balanced.
+    drop(guard);
+    settle(MIN + Duration::from_millis(10)).await;
+    assert_eq!(cluster.lock_owner(GROUP, &u0), None);
+    let report = a.handle.rounds().borrow().clone();
+    let u = report
+        .topics
+        .iter()
+        .find(|t| t.topic == "U")
+        .expect("U reported");
+    assert_eq!(u.unbalanced, None, "{report:?}");
+    assert!(report.balanced, "{report:?}");
+    assert_eq!(a.handle.assignment().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_batch_that_never_ends_is_unlocked_after_the_force_delay() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
