@@ -298,6 +298,15 @@ async fn a_queue_wanted_back_during_its_release_is_taken_again_after_the_batch()
     // (offset persisted, lock freed), then a takes the queue back with a new lease.
     b.handle.shutdown().await;
     settle(3 * MIN).await;
+    // Meanwhile queue 1 is both in a's share and not added (its release is not done), and not
+    // released (its batch is not done).
+    assert_eq!(
+        a.handle.rounds().borrow().topics[0].unbalanced,
+        Some(Unbalanced::Pending {
+            not_added: 1,
+            not_released: 1
+        })
+    );
     drop(guard);
     settle(3 * MIN).await;
     assert_partition(&[&a], &all);
