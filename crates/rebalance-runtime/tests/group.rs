@@ -3,12 +3,17 @@
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
-use rebalance_runtime::{GroupDirectory, RemovalReason, StartPosition, WakeReasons};
+use rebalance_runtime::{
+    GroupDirectory, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
+    StartPosition, WakeReasons,
+};
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -57,6 +62,79 @@ async fn a_round_that_changes_nothing_does_not_wake_the_assignment_watchers() {
         "balanced rounds that move nothing publish nothing"
     );
     assert_eq!(*a.handle.assignment(), *published);
+}
+
+/// The recorder, and every `message_queue_changed` call: (topic, all, mine).
+struct ShareChanges {
+    recorder: Arc<Recorder>,
+    calls: Mutex<Vec<(String, Vec<MessageQueue>, Vec<MessageQueue>)>>,
+}
+
+#[async_trait]
+impl QueueListener for ShareChanges {
+    async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+        self.recorder.queues_added(topic, queues).await
+    }
+
+    async fn queues_removed(
+        &self,
+        topic: &str,
+        queues: &[RemovedQueue],
+    ) -> Result<(), ListenerError> {
+        self.recorder.queues_removed(topic, queues).await
+    }
+
+    async fn message_queue_changed(
+        &self,
+        topic: &str,
+        all: &[MessageQueue],
+        mine: &[MessageQueue],
+    ) -> Result<(), ListenerError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((topic.to_string(), all.to_vec(), mine.to_vec()));
+        Ok(())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn message_queue_changed_is_called_after_each_round_that_changes_the_share() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let all: Vec<MessageQueue> = all_queues(&cluster, &["T"]).into_iter().collect();
+    let recorder = Recorder::new();
+    let changes = Arc::new(ShareChanges {
+        recorder: recorder.clone(),
+        calls: Mutex::new(Vec::new()),
+    });
+    let listener = changes.clone();
+    let handle = builder(&cluster, 0, &["T"], recorder.clone())
+        .listener(listener)
+        .start()
+        .await
+        .unwrap();
+    let a = Member {
+        id: client_id(0),
+        handle,
+        recorder,
+    };
+    let calls = || changes.calls.lock().unwrap().clone();
+    settle(MIN).await;
+    // The first round adds every queue.
+    assert_eq!(calls(), vec![("T".to_string(), all.clone(), all.clone())]);
+    // Rounds that move nothing say nothing.
+    a.handle.rebalance_now();
+    settle(Duration::from_secs(30)).await;
+    assert_eq!(calls().len(), 1, "{:?}", calls());
+    // A join takes half of a's queues: a round that only removes.
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(MIN).await;
+    assert_partition(&[&a, &b], &all.iter().cloned().collect());
+    let mine: Vec<MessageQueue> = a.handle.assignment().iter().cloned().collect();
+    assert_eq!(mine.len(), 2);
+    assert_eq!(calls().len(), 2, "{:?}", calls());
+    assert_eq!(calls()[1], ("T".to_string(), all.clone(), mine));
 }
 
 #[tokio::test(start_paused = true)]
