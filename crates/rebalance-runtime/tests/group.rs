@@ -64,10 +64,13 @@ async fn a_round_that_changes_nothing_does_not_wake_the_assignment_watchers() {
     assert_eq!(*a.handle.assignment(), *published);
 }
 
-/// The recorder, and every `message_queue_changed` call: (topic, all, mine).
+/// One `message_queue_changed` call: (topic, all, mine).
+type ShareChange = (String, Vec<MessageQueue>, Vec<MessageQueue>);
+
+/// The recorder, and every `message_queue_changed` call.
 struct ShareChanges {
     recorder: Arc<Recorder>,
-    calls: Mutex<Vec<(String, Vec<MessageQueue>, Vec<MessageQueue>)>>,
+    calls: Mutex<Vec<ShareChange>>,
 }
 
 #[async_trait]
