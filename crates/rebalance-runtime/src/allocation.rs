@@ -155,6 +155,20 @@ mod tests {
     }
 
     #[test]
+    fn the_name_is_the_strategys_or_the_assignors() {
+        let strategy =
+            rebalance_core::strategy::build_strategy("averagely", &Default::default()).unwrap();
+        let allocation = Allocation::Strategy(strategy.clone());
+        assert_eq!(allocation.name(), strategy.name());
+        assert_eq!(
+            format!("{allocation:?}"),
+            format!("Strategy({:?})", strategy.name())
+        );
+        let allocation = Allocation::Assignor(build_assignor("range").unwrap());
+        assert_eq!(allocation.name(), "range");
+    }
+
+    #[test]
     fn broadcast_gives_every_subscriber_everything() {
         let views: BTreeMap<String, TopicView> =
             [("T".to_string(), view("T", 3, &["a", "b"]))].into();
