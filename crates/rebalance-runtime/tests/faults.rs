@@ -237,12 +237,15 @@ async fn an_unreadable_offset_delays_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn a_stored_offset_of_zero_is_where_the_queue_starts() {
     let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 2);
+    cluster.create_topic("T", 1, 3);
     let mut queues = all_queues(&cluster, &["T"]).into_iter();
     let (stored, fresh) = (queues.next().unwrap(), queues.next().unwrap());
+    let negative = queues.next().unwrap();
     // Offset 0 is real progress (nothing consumed yet, but recorded): the queue starts there,
     // not at the latest message, which would skip everything already in it.
     cluster.set_offset(GROUP, &stored, 0);
+    // A negative offset (RocketMQ's -1) means none: the queue starts where `consume_from` says.
+    cluster.set_offset(GROUP, &negative, -1);
     let a = start(&cluster, 0, &["T"]).await;
     settle(Duration::from_millis(10)).await;
     let added = a.recorder.added();
@@ -251,6 +254,10 @@ async fn a_stored_offset_of_zero_is_where_the_queue_starts() {
         "{added:?}"
     );
     assert!(added.contains(&(fresh, StartPosition::Latest)), "{added:?}");
+    assert!(
+        added.contains(&(negative, StartPosition::Latest)),
+        "{added:?}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
