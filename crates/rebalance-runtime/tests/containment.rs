@@ -74,20 +74,13 @@ async fn a_hung_added_callback_is_cut_short_and_the_consumer_goes_on() {
     cluster.create_topic("U", 1, 2);
     let recorder = Recorder::new();
     let listener = Hangs::new(recorder.clone(), true, false);
-    let handle = builder(&cluster, 0, &["T"], recorder.clone())
-        .listener(listener)
-        .intervals(Intervals {
+    let a = start_recording(&cluster, 0, &["T"], recorder, |b| {
+        b.listener(listener).intervals(Intervals {
             callback_timeout: Duration::from_secs(3),
             ..Intervals::default()
         })
-        .start()
-        .await
-        .unwrap();
-    let a = Member {
-        id: client_id(0),
-        handle,
-        recorder,
-    };
+    })
+    .await;
     settle(Duration::from_secs(2)).await;
     assert_eq!(
         a.handle.rounds().borrow().round,
@@ -129,16 +122,10 @@ async fn a_hung_removed_callback_lets_the_hand_off_proceed() {
     let recorder = Recorder::new();
     *recorder.commit_on_add.lock().unwrap() = Some(42);
     let listener = Hangs::new(recorder.clone(), false, true);
-    let handle = exclusive(builder(&cluster, 0, &["T"], recorder.clone()))
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
-    let a = Member {
-        id: client_id(0),
-        handle,
-        recorder,
-    };
+    let a = start_recording(&cluster, 0, &["T"], recorder, |b| {
+        exclusive(b).listener(listener)
+    })
+    .await;
     settle(Duration::from_secs(1)).await;
     assert_eq!(a.handle.assignment().len(), 4);
 

@@ -112,16 +112,7 @@ async fn message_queue_changed_is_called_after_each_round_that_changes_the_share
         calls: Mutex::new(Vec::new()),
     });
     let listener = changes.clone();
-    let handle = builder(&cluster, 0, &["T"], recorder.clone())
-        .listener(listener)
-        .start()
-        .await
-        .unwrap();
-    let a = Member {
-        id: client_id(0),
-        handle,
-        recorder,
-    };
+    let a = start_recording(&cluster, 0, &["T"], recorder, |b| b.listener(listener)).await;
     let calls = || changes.calls.lock().unwrap().clone();
     settle(MIN).await;
     // The first round adds every queue.

@@ -205,7 +205,17 @@ pub async fn start_with(
     topics: &[&str],
     configure: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder,
 ) -> Member {
-    let recorder = Recorder::new();
+    start_recording(cluster, i, topics, Recorder::new(), configure).await
+}
+
+/// [`start_with`], recording into `recorder` (which a listener set by `configure` may wrap).
+pub async fn start_recording(
+    cluster: &InMemoryCluster,
+    i: usize,
+    topics: &[&str],
+    recorder: Arc<Recorder>,
+    configure: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder,
+) -> Member {
     let handle = configure(builder(cluster, i, topics, recorder.clone()))
         .start()
         .await
