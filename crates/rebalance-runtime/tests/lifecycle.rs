@@ -77,11 +77,11 @@ async fn a_round_under_way_at_shutdown_adds_no_queue_with_a_cancelled_lease() {
     cluster.create_topic("T", 1, 2);
     cluster.create_topic("U", 1, 2);
     let recorder = Recorder::new();
-    let handle = builder(&cluster, 0, &["T", "U"], recorder.clone())
-        .listener(Reacting::new(&recorder, OnT::Sleep))
-        .start()
-        .await
-        .unwrap();
+    let handle = start_recording(&cluster, 0, &["T", "U"], recorder.clone(), |b| {
+        b.listener(Reacting::new(&recorder, OnT::Sleep))
+    })
+    .await
+    .handle;
     // The first round is in T's queues_added callback; U comes next.
     settle(Duration::from_secs(1)).await;
     assert_eq!(recorder.held().len(), 2, "T is added");
@@ -105,11 +105,11 @@ async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
     cluster.create_topic("U", 1, 3);
     let recorder = Recorder::new();
     let listener = Reacting::new(&recorder, OnT::SubscribeU);
-    let handle = builder(&cluster, 0, &["T"], recorder.clone())
-        .listener(listener.clone())
-        .start()
-        .await
-        .unwrap();
+    let handle = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+        b.listener(listener.clone())
+    })
+    .await
+    .handle;
     listener.handle.set(handle.clone()).unwrap();
     settle(Duration::from_secs(3)).await;
     let errors = handle.rounds().borrow().callback_errors.clone();
@@ -160,11 +160,11 @@ async fn a_callback_may_shut_its_own_consumer_down() {
     let recorder = Recorder::new();
     let listener = Reacting::new(&recorder, OnT::ShutDown);
     let started = tokio::time::Instant::now();
-    let handle = builder(&cluster, 0, &["T"], recorder.clone())
-        .listener(listener.clone())
-        .start()
-        .await
-        .unwrap();
+    let handle = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+        b.listener(listener.clone())
+    })
+    .await
+    .handle;
     listener.handle.set(handle.clone()).unwrap();
     handle.join().await.unwrap();
     assert!(
