@@ -70,7 +70,8 @@ pub struct ConnectionConfig {
     /// reconnects instead of timing out again (3 s; `None`: never). A server that is only slow
     /// to answer one request, and answers others meanwhile, keeps its connection, and so does
     /// one that merely misses a request's shorter timeout. The silence runs from the first
-    /// request still unanswered, even one the caller gave up on: a server that has not answered
+    /// request sent and still unanswered, even one the caller gave up on (but not one given up
+    /// on while it still waited for room in the outgoing queue): a server that has not answered
     /// a request sent a minute ago, and sent nothing since, has been silent for a minute. The
     /// Java client goes further and closes on every timeout (`clientCloseSocketIfTimeout`).
     pub close_after_silence: Option<Duration>,
@@ -195,15 +196,20 @@ impl Shared {
 }
 
 /// Removes a request's entry when the request ends, however it ends (answer, timeout, or the
-/// caller dropping the future).
+/// caller dropping the future). A request that ends before it was handed to the writer never
+/// reached the server, so it leaves no silence behind.
 struct PendingGuard<'a> {
     shared: &'a Shared,
     opaque: i32,
+    sent: bool,
 }
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
         self.shared.pending.remove(&self.opaque);
+        if !self.sent {
+            self.shared.settle();
+        }
     }
 }
 
@@ -358,13 +364,21 @@ impl Connection {
         request.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);
         let (reply, answer) = oneshot::channel();
         shared.pending.insert(opaque, reply);
-        let _guard = PendingGuard { shared, opaque };
+        let guard = PendingGuard {
+            shared,
+            opaque,
+            sent: false,
+        };
         if let Some(e) = shared.closed_error() {
             return Err(e);
         }
         let code = request.code;
         shared.awaiting();
-        let exchange = async {
+        // The guard lives in the exchange, so it ends when the exchange does: on the answer, at
+        // the timeout, or when the caller drops this future.
+        let exchange = async move {
+            // Moves the whole guard in (the block alone would capture only `guard.sent`).
+            let mut guard = guard;
             if shared.outbound.send(request).await.is_err() {
                 return Err(shared
                     .closed_error()
@@ -373,6 +387,7 @@ impl Connection {
                         reason: "writer stopped".into(),
                     }));
             }
+            guard.sent = true;
             match answer.await {
                 Ok(result) => result,
                 Err(_) => Err(shared

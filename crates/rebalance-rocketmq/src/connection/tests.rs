@@ -657,3 +657,45 @@ async fn a_panicking_handler_fails_its_request_only_and_the_connection_goes_on()
     answer_ok(&mut server, &sent).await;
     assert_eq!(call.await.unwrap().unwrap().code, 0);
 }
+
+/// A request that times out while still waiting for room in the outgoing queue never reached
+/// the server: the server's quiet afterwards is not silence, and a later request that misses
+/// only its own short timeout keeps the connection.
+#[tokio::test(start_paused = true)]
+async fn a_request_that_timed_out_before_leaving_does_not_start_the_silence() {
+    let config = ConnectionConfig {
+        outbound_queue: 1,
+        ..Default::default()
+    };
+    let (client, server) = tokio::io::duplex(1024);
+    let conn = Connection::from_stream(client, "test:1", config, Arc::new(IgnoreServerRequests));
+    let mut server = Framed::new(server, RemotingCodec::default());
+    // The server reads nothing yet: a large one-way message fills the pipe and holds the
+    // writer, a second one fills the outgoing queue.
+    for _ in 0..2 {
+        let big = RemotingCommand::request(7).with_body(vec![0u8; 4096]);
+        conn.send_oneway(big, T).await.unwrap();
+    }
+    let err = conn
+        .request(RemotingCommand::request(1), Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert_eq!(conn.pending_len(), 0);
+    // The server catches up with the one-way messages and stays quiet, as it may: nothing
+    // awaits its answer.
+    for _ in 0..2 {
+        assert_eq!(next(&mut server).await.code, 7);
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let err = conn
+        .request(RemotingCommand::request(2), Duration::from_millis(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert_eq!(next(&mut server).await.code, 2);
+    assert!(
+        conn.is_open(),
+        "the one request that reached the server has waited 5 ms"
+    );
+}
