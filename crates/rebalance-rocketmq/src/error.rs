@@ -66,7 +66,10 @@ pub enum TransportError {
 impl From<TransportError> for RemoteError {
     fn from(e: TransportError) -> Self {
         match e {
-            TransportError::Timeout { after, .. } => RemoteError::Timeout(after),
+            TransportError::Timeout { addr, after } => RemoteError::Timeout {
+                service: addr,
+                after,
+            },
             TransportError::Encode { .. } | TransportError::UnsupportedSerialization { .. } => {
                 RemoteError::BadResponse(e.to_string())
             }
@@ -100,7 +103,10 @@ mod tests {
                 addr: addr.clone(),
                 after: Duration::from_secs(3)
             }),
-            RemoteError::Timeout(Duration::from_secs(3))
+            RemoteError::Timeout {
+                service: addr.clone(),
+                after: Duration::from_secs(3)
+            }
         );
         for e in [
             TransportError::Connect {

@@ -90,9 +90,10 @@ async fn a_silent_server_times_out_with_a_typed_error() {
     let name_server = NameServerClient::new(remoting, &addr).unwrap();
     assert_eq!(
         name_server.topic_route("T").await,
-        Err(RouteError::NameServer(RemoteError::Timeout(
-            Duration::from_millis(200)
-        )))
+        Err(RouteError::NameServer(RemoteError::Timeout {
+            service: addr.clone(),
+            after: Duration::from_millis(200)
+        }))
     );
 }
 

@@ -7,8 +7,13 @@ pub enum RemoteError {
     #[error("unreachable: {0}")]
     Unreachable(String),
     /// The service did not answer in time.
-    #[error("timed out after {0:?}")]
-    Timeout(std::time::Duration),
+    #[error("{service} did not answer within {after:?}")]
+    Timeout {
+        /// Which service (for a network transport, its address).
+        service: String,
+        /// How long it was given.
+        after: std::time::Duration,
+    },
     /// The service answered with an error.
     #[error("refused with code {code}: {remark}")]
     Refused {
