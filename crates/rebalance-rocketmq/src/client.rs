@@ -78,8 +78,12 @@ impl Attempt {
 }
 
 /// Called with an address each time a connection to it is made again (after one was lost,
-/// or after failed attempts).
-type ReconnectHook = Arc<dyn Fn(&str) + Send + Sync>;
+/// or after failed attempts), for as long as `live` says it is still wanted.
+#[derive(Clone)]
+struct ReconnectHook {
+    call: Arc<dyn Fn(&str) + Send + Sync>,
+    live: Arc<dyn Fn() -> bool + Send + Sync>,
+}
 
 struct Inner {
     config: ClientConfig,
@@ -141,12 +145,39 @@ impl RemotingClient {
     /// that heartbeated on it). The hook runs on the connecting task: it must not block. A
     /// panic in it is logged; the connection is used all the same.
     pub fn on_reconnect(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        self.on_reconnect_while(|| true, hook);
+    }
+
+    /// [`on_reconnect`](Self::on_reconnect) for a hook that is wanted only while `live` says
+    /// so (while its owner exists): a hook no longer live is not called, and is dropped when
+    /// the next one is registered or at the next reconnection.
+    pub(crate) fn on_reconnect_while(
+        &self,
+        live: impl Fn() -> bool + Send + Sync + 'static,
+        hook: impl Fn(&str) + Send + Sync + 'static,
+    ) {
+        self.live_reconnect_hooks().push(ReconnectHook {
+            call: Arc::new(hook),
+            live: Arc::new(live),
+        });
+    }
+
+    /// How many reconnect hooks are registered.
+    #[cfg(test)]
+    pub(crate) fn reconnect_hook_count(&self) -> usize {
+        let hooks = self.inner.reconnect_hooks.read();
+        hooks.unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// The hooks, without those no longer live.
+    fn live_reconnect_hooks(&self) -> std::sync::RwLockWriteGuard<'_, Vec<ReconnectHook>> {
         let mut hooks = self
             .inner
             .reconnect_hooks
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        hooks.push(Arc::new(hook));
+        hooks.retain(|hook| (hook.live)());
+        hooks
     }
 
     /// Where the brokers' membership-change notifications arrive.
@@ -240,15 +271,12 @@ impl RemotingClient {
             Ok(conn) => {
                 tracing::info!(addr, reconnect, "connected");
                 if reconnect {
-                    let hooks = self
-                        .inner
-                        .reconnect_hooks
-                        .read()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .clone();
+                    // Called without the lock: a hook may register another.
+                    let hooks = self.live_reconnect_hooks().clone();
                     for hook in hooks {
                         // The application's code: a panic in it must not undo the connection.
-                        let called = std::panic::catch_unwind(AssertUnwindSafe(|| hook(addr)));
+                        let called =
+                            std::panic::catch_unwind(AssertUnwindSafe(|| (hook.call)(addr)));
                         if let Err(panic) = called {
                             let message = panic_message(&*panic);
                             tracing::error!(addr, panic = %message, "a reconnect hook panicked");

@@ -96,7 +96,11 @@ impl BrokerClient {
             }),
         };
         let weak = Arc::downgrade(&client.inner);
-        client.remoting().on_reconnect(move |addr| {
+        let owner = weak.clone();
+        // Only while this client lives: a name server client outlives the broker clients made
+        // over it, and would otherwise keep one dead hook for each.
+        let live = move || owner.strong_count() > 0;
+        client.remoting().on_reconnect_while(live, move |addr| {
             let Some(inner) = weak.upgrade() else { return };
             let client = BrokerClient { inner };
             let addr = addr.to_string();
@@ -240,5 +244,26 @@ pub(crate) fn refused(response: &RemotingCommand) -> RemoteError {
     RemoteError::Refused {
         code: response.code,
         remark: response.remark_or_empty().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn broker_clients_that_are_gone_leave_no_reconnect_hook_behind() {
+        let name_server = NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        name_server.remoting().on_reconnect(|_| {});
+        for _ in 0..100 {
+            drop(BrokerClient::new(name_server.clone()));
+        }
+        let kept = BrokerClient::new(name_server.clone());
+        assert_eq!(
+            name_server.remoting().reconnect_hook_count(),
+            2,
+            "the application's own hook and the living client's"
+        );
+        drop(kept);
     }
 }
