@@ -539,6 +539,35 @@ mod tests {
         assert!(client.connection(&addr).await.unwrap().is_open());
     }
 
+    /// `close` is the application's own doing: the connection closes, the next use opens a
+    /// new one, and that is no reconnection (the hooks are for connections the server lost).
+    #[tokio::test]
+    async fn close_and_close_all_end_the_connections_and_the_next_use_connects_afresh() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(echo_server(listener, 3));
+        let client = RemotingClient::default();
+        let reconnects = Arc::new(AtomicUsize::new(0));
+        client.on_reconnect({
+            let reconnects = reconnects.clone();
+            move |_| {
+                reconnects.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let first = client.connection(&addr).await.unwrap();
+        client.close(&addr);
+        tokio::time::timeout(Duration::from_secs(5), first.closed())
+            .await
+            .unwrap();
+        let second = client.connection(&addr).await.unwrap();
+        assert!(second.is_open());
+        client.close_all();
+        assert!(!second.is_open());
+        let answer = client.invoke(&addr, RemotingCommand::request(9)).await;
+        assert_eq!(answer.unwrap().remark.as_deref(), Some("9"));
+        assert_eq!(reconnects.load(Ordering::SeqCst), 0);
+    }
+
     #[tokio::test]
     async fn failed_attempts_back_off_instead_of_spinning() {
         // A port nobody listens on: bind, note the port, close.
