@@ -699,3 +699,36 @@ async fn a_request_that_timed_out_before_leaving_does_not_start_the_silence() {
         "the one request that reached the server has waited 5 ms"
     );
 }
+
+/// Whatever kind bits the caller left on a command, a request goes out as a plain request: a
+/// stray response or one-way bit would have the server drop it or never answer it.
+#[tokio::test(start_paused = true)]
+async fn a_request_goes_out_flagged_as_a_plain_request() {
+    let (conn, mut server) = pair();
+    let fresh = ask(&conn, 1, T);
+    let req = next(&mut server).await;
+    assert_eq!(req.flag, 0);
+    answer_ok(&mut server, &req).await;
+    assert_eq!(fresh.await.unwrap().unwrap().code, 0);
+    let mut reused = RemotingCommand::request(2);
+    reused.flag = FLAG_RESPONSE | FLAG_ONEWAY;
+    let conn2 = conn.clone();
+    let reused = tokio::spawn(async move { conn2.request(reused, T).await });
+    let req = next(&mut server).await;
+    assert_eq!((req.code, req.flag), (2, 0));
+    answer_ok(&mut server, &req).await;
+    assert_eq!(reused.await.unwrap().unwrap().code, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_resolves_once_the_connection_has_closed_and_not_before() {
+    let (conn, server) = pair();
+    assert_eq!(conn.addr(), "test:1");
+    let open = tokio::time::timeout(Duration::from_secs(60), conn.closed()).await;
+    assert!(open.is_err(), "closed() resolved on an open connection");
+    drop(server);
+    tokio::time::timeout(Duration::from_secs(60), conn.closed())
+        .await
+        .expect("the server went away, yet closed() never resolved");
+    assert!(!conn.is_open());
+}
