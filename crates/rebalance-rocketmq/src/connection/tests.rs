@@ -303,7 +303,7 @@ async fn binary_server_requests_are_skipped_and_the_connection_goes_on() {
         .await
         .unwrap();
     let answer = next(&mut server).await;
-    assert!(answer.is_response());
+    assert_eq!(answer.flag, FLAG_RESPONSE);
     assert_eq!(
         (answer.code, answer.opaque),
         (response_code::REQUEST_CODE_NOT_SUPPORTED, 101)
@@ -342,7 +342,7 @@ async fn server_requests_reach_the_handler_and_get_sensible_answers() {
     unknown.opaque = 101;
     server.send(unknown).await.unwrap();
     let answer = next(&mut server).await;
-    assert!(answer.is_response());
+    assert_eq!(answer.flag, FLAG_RESPONSE);
     assert_eq!(
         (answer.code, answer.opaque),
         (response_code::REQUEST_CODE_NOT_SUPPORTED, 101)
@@ -356,7 +356,7 @@ async fn server_requests_reach_the_handler_and_get_sensible_answers() {
         (answer.code, answer.opaque, answer.remark.as_deref()),
         (0, 102, Some("handled"))
     );
-    assert!(answer.is_response());
+    assert_eq!(answer.flag, FLAG_RESPONSE);
     let seen: Vec<(i32, Option<String>)> = recorder
         .0
         .lock()
@@ -374,8 +374,14 @@ async fn oneway_requests_are_flagged_and_not_awaited() {
         .await
         .unwrap();
     let got = next(&mut server).await;
-    assert!(got.is_oneway() && !got.is_response());
+    assert_eq!(got.flag, FLAG_ONEWAY);
     assert_eq!(got.ext("commitOffset"), Some("5"));
+    // Kind bits the caller left on a command do not change what goes out.
+    let mut reused = RemotingCommand::request(16);
+    reused.flag = FLAG_RESPONSE | FLAG_ONEWAY;
+    conn.send_oneway(reused, T).await.unwrap();
+    let got = next(&mut server).await;
+    assert_eq!((got.code, got.flag), (16, FLAG_ONEWAY));
     assert_eq!(conn.pending_len(), 0);
 }
 
