@@ -502,6 +502,8 @@ mod tests {
         let got: Vec<u128> = (1..=6).map(|n| config.backoff(n).as_millis()).collect();
         assert_eq!(got, [100, 200, 400, 800, 1000, 1000]);
         assert_eq!(config.backoff(u32::MAX), Duration::from_millis(1000));
+        // What the client is made with is what it reports (the producer reads its timeout).
+        assert_eq!(RemotingClient::new(config).config(), &config);
     }
 
     #[tokio::test]
