@@ -16,7 +16,16 @@ struct Recorder(Mutex<Vec<RemotingCommand>>);
 impl ServerRequestHandler for Recorder {
     fn handle(&self, _peer: &str, request: &RemotingCommand) -> Option<RemotingCommand> {
         self.0.lock().unwrap().push(request.clone());
-        (request.code == 999).then(|| RemotingCommand::response(0, 0, Some("handled".into())))
+        match request.code {
+            999 => Some(RemotingCommand::response(0, 0, Some("handled".into()))),
+            // A careless handler: its answer is built as a one-way request.
+            998 => {
+                let mut answer = RemotingCommand::request(0);
+                answer.flag = FLAG_ONEWAY;
+                Some(answer)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -357,6 +366,12 @@ async fn server_requests_reach_the_handler_and_get_sensible_answers() {
         (0, 102, Some("handled"))
     );
     assert_eq!(answer.flag, FLAG_RESPONSE);
+    // The answer goes out as an answer to this request, however the handler built it.
+    let mut careless = RemotingCommand::request(998);
+    careless.opaque = 103;
+    server.send(careless).await.unwrap();
+    let answer = next(&mut server).await;
+    assert_eq!((answer.opaque, answer.flag), (103, FLAG_RESPONSE));
     let seen: Vec<(i32, Option<String>)> = recorder
         .0
         .lock()
@@ -364,7 +379,15 @@ async fn server_requests_reach_the_handler_and_get_sensible_answers() {
         .iter()
         .map(|c| (c.code, c.ext("consumerGroup").map(str::to_string)))
         .collect();
-    assert_eq!(seen, [(40, Some("G".into())), (307, None), (999, None)]);
+    assert_eq!(
+        seen,
+        [
+            (40, Some("G".into())),
+            (307, None),
+            (999, None),
+            (998, None)
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]
