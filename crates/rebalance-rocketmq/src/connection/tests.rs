@@ -24,6 +24,8 @@ impl ServerRequestHandler for Recorder {
                 answer.flag = FLAG_ONEWAY;
                 Some(answer)
             }
+            // An answer too large to send.
+            997 => Some(RemotingCommand::response(0, 0, None).with_body(vec![0u8; 1000])),
             _ => None,
         }
     }
@@ -760,4 +762,24 @@ async fn closed_resolves_once_the_connection_has_closed_and_not_before() {
         .await
         .expect("the server went away, yet closed() never resolved");
     assert!(!conn.is_open());
+}
+
+/// An answer to a server request that cannot be sent fails nothing else, not even the client's
+/// own request that happens to carry the same opaque (the two sides number independently).
+#[tokio::test(start_paused = true)]
+async fn an_answer_that_cannot_be_sent_fails_no_request_of_ours() {
+    let config = ConnectionConfig {
+        max_frame_len: 512,
+        ..Default::default()
+    };
+    let (conn, mut server) = pair_with(config, Arc::new(Recorder::default()));
+    let ours = ask(&conn, 1, T);
+    let req = next(&mut server).await;
+    let mut theirs = RemotingCommand::request(997);
+    theirs.opaque = req.opaque;
+    server.send(theirs).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    answer_ok(&mut server, &req).await;
+    assert_eq!(ours.await.unwrap().unwrap().code, 0);
+    assert!(conn.is_open());
 }
