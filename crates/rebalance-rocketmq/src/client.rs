@@ -570,6 +570,42 @@ mod tests {
         assert_eq!(reconnects.load(Ordering::SeqCst), 0);
     }
 
+    /// The brokers' pushes arrive on the connections this client opens, and reach the watchers
+    /// of [`RemotingClient::membership`].
+    #[tokio::test]
+    async fn a_membership_change_pushed_by_a_server_reaches_the_watchers() {
+        use crate::command::{FLAG_ONEWAY, request_code};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut framed = Framed::new(socket, RemotingCodec::default());
+            let Some(Ok(req)) = framed.next().await else {
+                return;
+            };
+            let _ = framed
+                .send(RemotingCommand::response(0, req.opaque, None))
+                .await;
+            let mut push = RemotingCommand::request(request_code::NOTIFY_CONSUMER_IDS_CHANGED)
+                .with_ext("consumerGroup", "G");
+            push.flag = FLAG_ONEWAY;
+            let _ = framed.send(push).await;
+            // Keeps the connection open until the client goes.
+            while let Some(Ok(_)) = framed.next().await {}
+        });
+        let client = RemotingClient::default();
+        let mut changes = client.membership().subscribe("G");
+        client
+            .invoke(&addr, RemotingCommand::request(1))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), changes.changed())
+            .await
+            .expect("the push never reached the watcher")
+            .unwrap();
+        assert_eq!(*changes.borrow(), 1);
+    }
+
     #[tokio::test]
     async fn failed_attempts_back_off_instead_of_spinning() {
         // A port nobody listens on: bind, note the port, close.
