@@ -266,4 +266,18 @@ mod tests {
         );
         drop(kept);
     }
+
+    /// The runtime learns of membership changes from the brokers' pushes instead of waiting for
+    /// its next round.
+    #[tokio::test]
+    async fn membership_changes_follow_the_pushes_the_connections_receive() {
+        use rebalance_runtime::GroupDirectory;
+        let name_server = NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        let brokers = BrokerClient::new(name_server.clone());
+        let changes = brokers
+            .membership_changes("G")
+            .expect("the RocketMQ directory is told of changes");
+        assert!(name_server.remoting().membership().notify("G"));
+        assert!(changes.has_changed().unwrap());
+    }
 }
