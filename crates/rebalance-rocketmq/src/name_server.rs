@@ -230,5 +230,8 @@ mod tests {
             parse_addresses("a:70000"),
             Err(AddressError::Malformed("a:70000".into()))
         );
+        let client = NameServerClient::from_addresses("a:1;b:2").unwrap();
+        assert_eq!(client.addresses(), ["a:1", "b:2"]);
+        assert_eq!(client.preferred_address(), "a:1");
     }
 }
