@@ -145,6 +145,31 @@ mod tests {
         assert!(t.take().is_empty());
     }
 
+    #[test]
+    fn every_reason_is_its_own_bit_with_its_own_name() {
+        // A reason without a bit of its own would vanish from `pending` and from the round
+        // report, or be mistaken for another.
+        let mut all = WakeReasons::NONE;
+        for (reason, name) in WakeReasons::NAMES {
+            assert!(!reason.is_empty(), "{name}");
+            assert_eq!(reason.0.count_ones(), 1, "{name}");
+            assert!(!all.contains(reason), "{name} shares a bit");
+            assert_eq!(reason.to_string(), name);
+            all |= reason;
+        }
+        assert_eq!(all.names().count(), WakeReasons::NAMES.len());
+    }
+
+    #[test]
+    fn or_is_a_union() {
+        let manual = WakeReasons::MANUAL;
+        assert_eq!(manual | manual, manual);
+        let both = manual | WakeReasons::RETRY;
+        assert_eq!(both | WakeReasons::RETRY, both);
+        assert!(!(both | both).is_empty());
+        assert_eq!((both | both).to_string(), "retry+manual");
+    }
+
     #[tokio::test]
     async fn a_wake_before_waiting_is_not_lost() {
         let t = Trigger::new();
