@@ -202,6 +202,10 @@ mod tests {
         let q = MessageQueue::new("T", "b", 0);
         let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
+        // The start offset came from the store: committing it again (nothing consumed yet)
+        // writes nothing.
+        lease.commit(5);
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
         lease.commit(9);
         lease.commit(7);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(9));
