@@ -168,5 +168,35 @@ mod tests {
         };
         assert!(a.contains(&q(2)) && !a.contains(&q(1)));
         assert_eq!(a.len(), 2);
+        assert!(!a.is_empty());
+        assert_eq!(a.iter().cloned().collect::<Vec<_>>(), [q(0), q(2)]);
+        assert!(Assignment::default().is_empty());
+    }
+
+    #[test]
+    fn a_round_report_lists_every_topics_changes() {
+        let q = |t, i| MessageQueue::new(t, "b", i);
+        let topic = |t, added, removed| TopicReport {
+            topic: String::from(t),
+            fingerprint: None,
+            unbalanced: None,
+            added,
+            removed,
+        };
+        let gone = |queue| RemovedQueue {
+            queue,
+            reason: crate::RemovalReason::Reassigned,
+        };
+        let report = RoundReport {
+            topics: vec![
+                topic("A", vec![q("A", 0)], vec![gone(q("A", 1))]),
+                topic("B", vec![q("B", 2), q("B", 3)], vec![]),
+            ],
+            ..RoundReport::default()
+        };
+        let added: Vec<_> = report.added().cloned().collect();
+        assert_eq!(added, [q("A", 0), q("B", 2), q("B", 3)]);
+        let removed: Vec<_> = report.removed().map(|r| r.queue.clone()).collect();
+        assert_eq!(removed, [q("A", 1)]);
     }
 }
