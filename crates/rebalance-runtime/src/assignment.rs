@@ -159,6 +159,17 @@ mod tests {
     }
 
     #[test]
+    fn fingerprint_is_fnv1a_of_the_documented_layout() {
+        // Computed independently: FNV-1a 64 over the topic, the broker name and the big-endian
+        // queue id of each queue, then `|ids` and each id, every field followed by 0xff. Members
+        // (perhaps of different versions) compare these values in their logs.
+        let q = |i| MessageQueue::new("T", "b", i);
+        let ids: Vec<ClientId> = vec!["a".into(), "b".into()];
+        assert_eq!(fingerprint(&[q(0), q(1)], &ids), 0xffe8_c96c_4a66_7a1a);
+        assert_eq!(fingerprint(&[], &[]), 0x9e71_9839_a639_b000);
+    }
+
+    #[test]
     fn assignment_lookup() {
         let q = |i| MessageQueue::new("T", "b", i);
         let a = Assignment {
