@@ -424,3 +424,51 @@ fn log_publish_change(topic: &str, publish: &Result<Arc<PublishInfo>, PublishErr
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::InMemoryCluster;
+
+    /// A consumer's route sync of `topics` on `cluster` (polls every 30 s), its table and trigger.
+    fn consumer_sync(
+        cluster: &InMemoryCluster,
+        topics: &[&str],
+    ) -> (RouteSync, watch::Receiver<Arc<RouteTable>>, Arc<Trigger>) {
+        let topics: BTreeSet<String> = topics.iter().map(|t| t.to_string()).collect();
+        let (_, subscriptions) = watch::channel(Arc::new(topics));
+        let (table, table_rx) = watch::channel(Arc::default());
+        let trigger = Arc::new(Trigger::new());
+        let sync = RouteSync::new(
+            Arc::new(cluster.client("c")),
+            Duration::from_secs(30),
+            Duration::from_secs(60),
+            subscriptions,
+            table,
+            trigger.clone(),
+        );
+        (sync, table_rx, trigger)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_change_that_keeps_the_queues_wakes_no_round() {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 4);
+        let (mut sync, table, trigger) = consumer_sync(&cluster, &["T"]);
+        sync.poll_all().await;
+        assert!(trigger.take().contains(WakeReasons::ROUTE_CHANGED));
+        // Writes stop: producers must see it, the consumers' queue set is the same.
+        let mut route = cluster.route("T").unwrap();
+        route.queue_datas[0].perm = rebalance_core::route::perm::READ;
+        cluster.set_route("T", route);
+        sync.poll_all().await;
+        assert!(
+            table.borrow().publish_info("T").is_none(),
+            "the table changed"
+        );
+        assert!(
+            trigger.take().is_empty(),
+            "no round for an unchanged queue set"
+        );
+    }
+}
