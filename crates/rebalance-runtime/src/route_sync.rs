@@ -471,4 +471,22 @@ mod tests {
             "no round for an unchanged queue set"
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_same_route_in_another_order_changes_nothing() {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 2, 4);
+        let (mut sync, mut table, trigger) = consumer_sync(&cluster, &["T"]);
+        sync.poll_all().await;
+        table.borrow_and_update();
+        trigger.take();
+        // Name servers list brokers in no fixed order.
+        let mut route = cluster.route("T").unwrap();
+        route.queue_datas.reverse();
+        route.broker_datas.reverse();
+        cluster.set_route("T", route);
+        sync.poll_all().await;
+        assert!(!table.has_changed().unwrap(), "table republished");
+        assert!(trigger.take().is_empty());
+    }
 }
