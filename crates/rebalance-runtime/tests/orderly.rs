@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster, Operation};
 use rebalance_runtime::{
     ConsumeOrder, Intervals, MessageModel, QueueLease, QueueLocker, RemovalReason, StartPosition,
     Unbalanced, WakeReasons,
@@ -24,20 +24,21 @@ fn queue(i: i32) -> MessageQueue {
     MessageQueue::new("T", "broker-0", i)
 }
 
+/// Another client takes the lock of `queue(0)` first, so the members' own lock of it is
+/// refused. Returns that client, to unlock it later.
+async fn intruder_holds_queue_0(cluster: &InMemoryCluster) -> ClusterClient {
+    let intruder = cluster.client("intruder@1");
+    let id = intruder.client_id().clone();
+    let answer = intruder.lock(GROUP, &id, &[queue(0)]).await.unwrap();
+    assert_eq!(answer.granted, vec![queue(0)]);
+    intruder
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refused_lock_is_retried_until_granted() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
-    let intruder = ClientId::from("intruder@1");
-    let other = cluster.client(intruder.clone());
-    assert_eq!(
-        other
-            .lock(GROUP, &intruder, &[queue(0)])
-            .await
-            .unwrap()
-            .granted,
-        vec![queue(0)]
-    );
+    let other = intruder_holds_queue_0(&cluster).await;
 
     let a = start_with(&cluster, 0, &["T"], orderly).await;
     settle(Duration::from_millis(10)).await;
@@ -51,6 +52,7 @@ async fn a_refused_lock_is_retried_until_granted() {
         assert_eq!(cluster.lock_owner(GROUP, &queue(i)), Some(a.id.clone()));
     }
     settle(Duration::from_secs(3)).await;
+    let intruder = other.client_id().clone();
     other.unlock(GROUP, &intruder, &[queue(0)]).await.unwrap();
     // Retried every `lock_retry` (500 ms), sooner than the `rebalance_min` (1 s) spacing of
     // other rounds: the lock freed at 3.01 s is taken by the retry at 3.5 s.
@@ -70,12 +72,7 @@ async fn a_refused_lock_is_retried_until_granted() {
 async fn lock_retries_run_every_half_second_while_refused() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
-    let intruder = ClientId::from("intruder@1");
-    cluster
-        .client(intruder.clone())
-        .lock(GROUP, &intruder, &[queue(0)])
-        .await
-        .unwrap();
+    intruder_holds_queue_0(&cluster).await;
     let a = start_with(&cluster, 0, &["T"], orderly).await;
     settle(Duration::from_millis(10)).await;
     let mut rounds = a.handle.rounds();
@@ -92,12 +89,7 @@ async fn a_membership_change_does_not_delay_a_lock_retry() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
     cluster.create_topic("U", 1, 1);
-    let intruder = ClientId::from("intruder@1");
-    cluster
-        .client(intruder.clone())
-        .lock(GROUP, &intruder, &[queue(0)])
-        .await
-        .unwrap();
+    intruder_holds_queue_0(&cluster).await;
     let a = start_with(&cluster, 0, &["T"], orderly).await;
     // Rounds at 0, 0.5 s, 1 s...: each retries the refused lock 500 ms after the last.
     settle(Duration::from_millis(600)).await;
@@ -610,7 +602,7 @@ async fn broadcasting_gives_everyone_everything_without_locks() {
 
 /// The cluster's offset store, except that reading one queue's offset fails.
 struct UnreadableOffset {
-    inner: rebalance_runtime::memory::ClusterClient,
+    inner: ClusterClient,
     queue: MessageQueue,
 }
 
