@@ -68,7 +68,8 @@ impl<'s> Rooms<'s> {
         let mut rooms: Vec<(Cow<'s, str>, Vec<u32>)> = Vec::new();
         let mut last: Option<usize> = None;
         for (p, item) in items.iter().enumerate() {
-            if let Some(slot) = last.filter(|_| p > 0 && same_room(&items[p - 1], item)) {
+            // `last` is set from the second item on, so `p - 1` is the item before.
+            if let Some(slot) = last.filter(|_| same_room(&items[p - 1], item)) {
                 rooms[slot].1.push(p as u32);
                 continue;
             }
