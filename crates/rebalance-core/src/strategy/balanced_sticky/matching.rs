@@ -104,3 +104,77 @@ pub(crate) fn first_points(ring: &Ring, points: &[u64]) -> Vec<u32> {
         .map(|&p| ring.first_at_or_after(p) as u32)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ClientId;
+    use proptest::prelude::*;
+
+    /// Each member's distance from `origin`: clockwise to its first point at or after it.
+    fn distances(ring: &Ring, origin: u64, members: usize) -> Vec<u64> {
+        let mut d = vec![u64::MAX; members];
+        for (&position, &m) in ring.positions.iter().zip(&ring.owners) {
+            let m = m as usize;
+            d[m] = d[m].min(position.wrapping_sub(origin));
+        }
+        d
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// The module's promise, checked from its definition rather than from the walk: every
+        /// queue is placed once, no member holds more than its capacity, and no queue and member
+        /// would both rather be together (the queue prefers the closer member, ties by member
+        /// index as on the ring; the member prefers the smaller claim `(distance, queue)`).
+        #[test]
+        fn the_matching_is_stable_and_within_capacities(
+            n in 1usize..10,
+            virtual_nodes in 1usize..5,
+            points in prop::collection::vec(any::<u64>(), 1..50),
+            rotation in 0usize..10,
+        ) {
+            let members: Vec<ClientId> = (0..n).map(|i| ClientId::from(format!("10.0.0.{i}@1"))).collect();
+            let ring = Ring::build(&members, virtual_nodes);
+            let q = points.len();
+            let caps: Vec<u32> = if q < n {
+                vec![1; n]
+            } else {
+                (0..n)
+                    .map(|m| (q / n) as u32 + u32::from((m + rotation) % n < q % n))
+                    .collect()
+            };
+            let shares = assign(&ring, &points, &first_points(&ring, &points), &caps);
+
+            let mut owner = vec![None; q];
+            for (m, share) in shares.iter().enumerate() {
+                prop_assert!(share.len() <= caps[m] as usize, "member {m} over capacity");
+                prop_assert!(share.windows(2).all(|w| w[0] < w[1]), "share not ascending");
+                for &queue in share {
+                    prop_assert!(owner[queue as usize].replace(m).is_none(), "queue {queue} placed twice");
+                }
+            }
+            let owner: Vec<usize> = owner.into_iter().map(|o| o.expect("every queue placed")).collect();
+            let dist: Vec<Vec<u64>> = points.iter().map(|&p| distances(&ring, p, n)).collect();
+            for queue in 0..q {
+                let m = owner[queue];
+                for other in (0..n).filter(|&o| o != m) {
+                    if (dist[queue][other], other) >= (dist[queue][m], m) {
+                        continue; // the queue does not prefer `other`
+                    }
+                    let claim = (dist[queue][other], queue);
+                    let held = &shares[other];
+                    let full = held.len() == caps[other] as usize;
+                    let all_better = held
+                        .iter()
+                        .all(|&h| (dist[h as usize][other], h as usize) < claim);
+                    prop_assert!(
+                        full && all_better,
+                        "queue {queue} (held by {m}) and member {other} would both rather be together"
+                    );
+                }
+            }
+        }
+    }
+}
