@@ -115,3 +115,53 @@ impl AssignorRegistry {
 pub fn build_assignor(name: &str) -> Result<AssignorRef, AssignorConfigError> {
     AssignorRegistry::default().build(name, &Params::new())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An assignor's `name()` is what a group advertises and what the registry builds it by:
+    /// every built-in name and alias builds an assignor whose own name builds the same one.
+    #[test]
+    fn every_built_in_answers_to_its_canonical_name() {
+        let registry = AssignorRegistry::default();
+        let canonical = |name: &str| {
+            registry
+                .build(name, &Params::new())
+                .unwrap()
+                .name()
+                .to_string()
+        };
+        let expected = [
+            ("range", "range"),
+            ("roundrobin", "roundrobin"),
+            ("round_robin", "roundrobin"),
+            ("sticky", "sticky"),
+            ("cooperative_sticky", "cooperative_sticky"),
+            ("cooperative-sticky", "cooperative_sticky"),
+            ("broadcast", "broadcast"),
+        ];
+        let mut names: Vec<&str> = expected.iter().map(|(name, _)| *name).collect();
+        names.sort_unstable();
+        assert_eq!(registry.names().collect::<Vec<_>>(), names);
+        for (name, want) in expected {
+            assert_eq!(canonical(name), want, "built by {name}");
+            assert_eq!(canonical(want), want, "{want} built by its own name");
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_lists_the_known_ones() {
+        let err = AssignorRegistry::default()
+            .build("sticky_v2", &Params::new())
+            .unwrap_err();
+        let AssignorConfigError::Unknown { name, known } = err else {
+            panic!("expected Unknown, got {err:?}");
+        };
+        assert_eq!(name, "sticky_v2");
+        assert!(
+            known.contains("cooperative_sticky") && known.contains("range"),
+            "{known}"
+        );
+    }
+}
