@@ -264,6 +264,42 @@ mod tests {
         assert_eq!(c, expected);
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn past_the_64th_broker_avoided_brokers_are_still_skipped() {
+        // The per-selection memo covers the first 64 brokers; later ones are looked up.
+        let info = info(70, 2);
+        let faults = LatencyFaultTracker::default();
+        for b in [3, 63, 64, 66, 69] {
+            faults.report(&format!("broker-{b}"), Duration::from_secs(1), true);
+        }
+        // Start among the late brokers, so the scan wraps around past all of them.
+        let rr = RoundRobin::starting_at(131);
+        let usable = (70 - 5) * 2;
+        let c = counts(&rr, &info, usable * 2, None, Some(&faults));
+        assert_eq!(c.len(), usable, "{c:?}");
+        assert!(c.values().all(|n| *n == 2), "{c:?}");
+        for avoided in [
+            "broker-3",
+            "broker-63",
+            "broker-64",
+            "broker-66",
+            "broker-69",
+        ] {
+            assert!(c.keys().all(|q| &*q.broker_name != avoided), "{avoided}");
+        }
+        // A retry after broker-65 failed skips it as well as the avoided brokers around it.
+        let rr = RoundRobin::starting_at(128);
+        let (q, how) = rr.select(&info, Some("broker-65"), Some(&faults));
+        assert_eq!(
+            (&*q.broker_name, q.queue_id, how),
+            ("broker-67", 0, Choice::InTurn)
+        );
+        // Once their time is up, every broker is back in turn.
+        tokio::time::advance(Duration::from_secs(60)).await;
+        let c = counts(&rr, &info, 140, None, Some(&faults));
+        assert!(c.len() == 140 && c.values().all(|n| *n == 1), "{c:?}");
+    }
+
     #[test]
     fn many_threads_share_one_cycle_exactly() {
         let info = info(4, 8);
