@@ -381,6 +381,24 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_configured_policy_is_the_one_reported_and_applied() {
+        let policy = AvoidPolicy::from_steps([(ms(10), Duration::from_secs(5))]);
+        let t = LatencyFaultTracker::new(policy.clone());
+        assert_eq!(t.policy(), &policy);
+        assert_ne!(t.policy(), &AvoidPolicy::default());
+        // 20 ms avoids for 5 s here (nothing by the default steps); a failure too.
+        t.report("a", ms(20), true);
+        t.report("b", ms(1), false);
+        assert_eq!(
+            t.avoided(Instant::now()),
+            [
+                ("a".to_string(), Duration::from_secs(5)),
+                ("b".to_string(), Duration::from_secs(5))
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_avoid_step_beyond_the_clock_avoids_for_as_long_as_it_can() {
         // "Avoid for ever", as a policy may well be configured.
         let t = LatencyFaultTracker::new(AvoidPolicy::from_steps([(ms(0), Duration::MAX)]));
