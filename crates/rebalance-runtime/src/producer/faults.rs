@@ -399,6 +399,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_instant_its_avoidance_ends_a_broker_ranks_as_good_as_new() {
+        let t = LatencyFaultTracker::default();
+        t.report("meh", ms(1000), true); // avoided for 60 s
+        tokio::time::advance(Duration::from_secs(40)).await;
+        t.report("fast", ms(560), true); // avoided for 30 s, until 70 s
+        tokio::time::advance(Duration::from_secs(20)).await;
+        let now = Instant::now();
+        // At 60 s "meh" may be used again: it beats "fast", which still has 10 s to go,
+        // though its last send was faster.
+        assert!(t.is_available("meh", now));
+        assert!(!t.is_available("fast", now));
+        assert_eq!(t.least_bad(["fast", "meh"], now), Some("meh"));
+        assert_eq!(t.better_half(["fast", "meh"], now), ["meh"]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn an_avoid_step_beyond_the_clock_avoids_for_as_long_as_it_can() {
         // "Avoid for ever", as a policy may well be configured.
         let t = LatencyFaultTracker::new(AvoidPolicy::from_steps([(ms(0), Duration::MAX)]));
