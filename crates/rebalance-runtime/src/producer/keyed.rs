@@ -213,6 +213,29 @@ mod tests {
     }
 
     #[test]
+    fn random_is_splitmix64_so_a_seed_replays_the_reference_sequence() {
+        // The first outputs of Vigna's reference `splitmix64.c` with the state at 0.
+        let r = SelectByRandom::seeded(0);
+        let values: Vec<u64> = (0..5).map(|_| r.next_u64()).collect();
+        assert_eq!(
+            values,
+            [
+                0xe220_a839_7b1d_cdaf,
+                0x6e78_9e6a_a1b9_65f4,
+                0x06c4_5d18_8009_454f,
+                0xf88b_b8a8_724c_81ec,
+                0x1b39_896a_51a8_749b,
+            ]
+        );
+        // Multiply-shift maps each value to its queue: the top bits pick it.
+        let q = queues(&["a", "b"], 4);
+        let r = SelectByRandom::seeded(0);
+        let picks: Vec<usize> = (0..5).map(|_| r.select(&q, "").unwrap()).collect();
+        let expected: Vec<usize> = values.iter().map(|v| (v >> 61) as usize).collect();
+        assert_eq!(picks, expected);
+    }
+
+    #[test]
     fn rooms_are_the_text_before_the_first_at() {
         assert_eq!(broker_room("room1@broker-a"), "room1");
         assert_eq!(broker_room("room1@broker@x"), "room1");
