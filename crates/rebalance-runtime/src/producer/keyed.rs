@@ -236,6 +236,22 @@ mod tests {
     }
 
     #[test]
+    fn machine_room_hashes_over_its_room_or_over_every_queue_without_one() {
+        let q = queues(&["room0@a", "room1@b"], 4);
+        // "hello".hashCode() == 99162322: queue 2 of room1's four, index 6 overall.
+        let near = SelectByMachineRoom::new("room1");
+        assert_eq!(near.room(), "room1");
+        assert_eq!(near.select(&q, "hello"), Some(4 + 99_162_322 % 4));
+        // No broker in the room: as SelectByHash over every queue.
+        let far = SelectByMachineRoom::new("roomZ");
+        assert_eq!(far.room(), "roomZ");
+        for key in ["hello", "order-42", "polygenelubricants"] {
+            assert_eq!(far.select(&q, key), SelectByHash.select(&q, key), "{key}");
+        }
+        assert_eq!(far.select(&q, "hello"), Some(99_162_322 % 8));
+    }
+
+    #[test]
     fn rooms_are_the_text_before_the_first_at() {
         assert_eq!(broker_room("room1@broker-a"), "room1");
         assert_eq!(broker_room("room1@broker@x"), "room1");
