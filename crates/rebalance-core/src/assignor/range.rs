@@ -263,6 +263,49 @@ mod tests {
         assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
     }
 
+    /// The last extra partition goes to the member that first takes more than its quota, not
+    /// to the first that reaches it: c0 reaches its quota of 2 on its rack, and c1 may still take
+    /// 3, so no partition is left over.
+    #[test]
+    fn reaching_the_quota_on_the_rack_keeps_the_extra_partition_available() {
+        let mut g = group(&[("a", 5)], &[("c0", &["a"]), ("c1", &["a"])])
+            .with_partition_racks("a", [["r0"], ["r0"], ["r1"], ["r1"], ["r1"]]);
+        g.members[0].rack = Some("r0".into());
+        g.members[1].rack = Some("r1".into());
+        let a = Range.assign(&g).unwrap();
+        assert_eq!(lists(&a), ["c0: a-0 a-1", "c1: a-2 a-3 a-4"]);
+    }
+
+    /// Co-partitioned topics (same subscribers, same partition count) go to a member together.
+    /// c0 is at its quota on r0 when c1 takes the only extra partition; a later r0 partition then
+    /// waits for the ordinary pass (which gives it to c2) instead of putting c0 over its quota.
+    #[test]
+    fn a_co_partitioned_member_at_its_quota_takes_no_more_once_the_extras_are_gone() {
+        let racks = [["r0"], ["r0"], ["r1"], ["r1"], ["r1"], ["r0"], ["r2"]];
+        let mut g = group(
+            &[("x", 7), ("y", 7)],
+            &[
+                ("c0", &["x", "y"]),
+                ("c1", &["x", "y"]),
+                ("c2", &["x", "y"]),
+            ],
+        )
+        .with_partition_racks("x", racks)
+        .with_partition_racks("y", racks);
+        for (member, rack) in g.members.iter_mut().zip(["r0", "r1", "r2"]) {
+            member.rack = Some(rack.into());
+        }
+        let a = Range.assign(&g).unwrap();
+        assert_eq!(
+            lists(&a),
+            [
+                "c0: x-0 x-1 y-0 y-1",
+                "c1: x-2 x-3 x-4 y-2 y-3 y-4",
+                "c2: x-5 x-6 y-5 y-6"
+            ]
+        );
+    }
+
     /// Topics whose Java (UTF-16) order differs from their byte order: U+1F600 sorts before
     /// U+E000 in Java, after it in UTF-8. Each topic's racks must still be found.
     #[test]
