@@ -251,7 +251,71 @@ mod tests {
         })
     }
 
+    /// JSON whose object keys are often integers, nested in arrays and objects.
+    fn arb_json_with_integer_keys() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            any::<i64>().prop_map(Value::from),
+            ".{0,6}".prop_map(Value::String)
+        ];
+        let key = prop_oneof![
+            any::<i32>().prop_map(|k| k.to_string()),
+            "[-0-9a-z:{}\\[\\]\" ]{0,6}"
+        ];
+        leaf.prop_recursive(4, 32, 5, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone(), inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `value` as compact JSON, with integer keys unquoted as fastjson writes map keys.
+    fn fastjson(value: &Value) -> String {
+        match value {
+            Value::Array(items) => {
+                let items: Vec<String> = items.iter().map(fastjson).collect();
+                format!("[{}]", items.join(","))
+            }
+            Value::Object(map) => {
+                let entries: Vec<String> = map
+                    .iter()
+                    .map(|(k, v)| {
+                        let digits = k.strip_prefix('-').unwrap_or(k);
+                        let integer =
+                            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+                        let key = if integer {
+                            k.clone()
+                        } else {
+                            Value::String(k.clone()).to_string()
+                        };
+                        format!("{key}:{}", fastjson(v))
+                    })
+                    .collect();
+                format!("{{{}}}", entries.join(","))
+            }
+            leaf => leaf.to_string(),
+        }
+    }
+
     proptest! {
+        /// Integer keys anywhere (in objects after arrays, in arrays of objects) are quoted back
+        /// to exactly the standard text.
+        #[test]
+        fn integer_keys_are_quoted_at_any_depth(value in arb_json_with_integer_keys()) {
+            let text = fastjson(&value);
+            prop_assert_eq!(quote_integer_keys(&text), value.to_string());
+        }
+
+        /// A minus sign without digits is no key to quote: the text stays as it is, and its error
+        /// is the plain "not JSON" one.
+        #[test]
+        fn a_lone_minus_is_not_an_integer_key(space in "[ ]{0,2}") {
+            let text = format!("{{-{space}:1}}");
+            prop_assert!(matches!(quote_integer_keys(&text), Cow::Borrowed(_)));
+            prop_assert!(matches!(parse_route(text.as_bytes()), Err(RouteParseError::NotJson(_))));
+        }
+
         #[test]
         fn standard_json_is_left_alone(value in arb_json()) {
             for text in [value.to_string(), serde_json::to_string_pretty(&value).unwrap()] {
