@@ -252,13 +252,20 @@ mod tests {
         assert_eq!(lists(&a), ["a: t-2 t-3", "b: t-4", "c: t-0 t-1"]);
     }
 
+    /// `g` with its members on `racks`, in member order.
+    fn on_racks<const N: usize>(mut g: GroupSubscription, racks: [&str; N]) -> GroupSubscription {
+        assert_eq!(g.members.len(), N, "one rack per member");
+        for (member, rack) in g.members.iter_mut().zip(racks) {
+            member.rack = Some(rack.into());
+        }
+        g
+    }
+
     #[test]
     fn rack_pass_prefers_local_partitions() {
         let g = group(&[("a", 4)], &[("c0", &["a"]), ("c1", &["a"])])
             .with_partition_racks("a", [["r0"], ["r1"], ["r0"], ["r1"]]);
-        let mut g = g;
-        g.members[0].rack = Some("r1".into());
-        g.members[1].rack = Some("r0".into());
+        let g = on_racks(g, ["r1", "r0"]);
         let a = Range.assign(&g).unwrap();
         assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
     }
@@ -268,10 +275,9 @@ mod tests {
     /// 3, so no partition is left over.
     #[test]
     fn reaching_the_quota_on_the_rack_keeps_the_extra_partition_available() {
-        let mut g = group(&[("a", 5)], &[("c0", &["a"]), ("c1", &["a"])])
+        let g = group(&[("a", 5)], &[("c0", &["a"]), ("c1", &["a"])])
             .with_partition_racks("a", [["r0"], ["r0"], ["r1"], ["r1"], ["r1"]]);
-        g.members[0].rack = Some("r0".into());
-        g.members[1].rack = Some("r1".into());
+        let g = on_racks(g, ["r0", "r1"]);
         let a = Range.assign(&g).unwrap();
         assert_eq!(lists(&a), ["c0: a-0 a-1", "c1: a-2 a-3 a-4"]);
     }
@@ -282,7 +288,7 @@ mod tests {
     #[test]
     fn a_co_partitioned_member_at_its_quota_takes_no_more_once_the_extras_are_gone() {
         let racks = [["r0"], ["r0"], ["r1"], ["r1"], ["r1"], ["r0"], ["r2"]];
-        let mut g = group(
+        let g = group(
             &[("x", 7), ("y", 7)],
             &[
                 ("c0", &["x", "y"]),
@@ -292,9 +298,7 @@ mod tests {
         )
         .with_partition_racks("x", racks)
         .with_partition_racks("y", racks);
-        for (member, rack) in g.members.iter_mut().zip(["r0", "r1", "r2"]) {
-            member.rack = Some(rack.into());
-        }
+        let g = on_racks(g, ["r0", "r1", "r2"]);
         let a = Range.assign(&g).unwrap();
         assert_eq!(
             lists(&a),
@@ -311,14 +315,13 @@ mod tests {
     #[test]
     fn racks_are_found_whatever_the_topic_order() {
         let (emoji, private) = ("\u{1F600}", "\u{E000}");
-        let mut g = group(
+        let g = group(
             &[(emoji, 2), (private, 2)],
             &[("c0", &[emoji, private]), ("c1", &[emoji, private])],
         )
         .with_partition_racks(emoji, [["r1"], ["r0"]])
         .with_partition_racks(private, [["r1"], ["r0"]]);
-        g.members[0].rack = Some("r0".into());
-        g.members[1].rack = Some("r1".into());
+        let g = on_racks(g, ["r0", "r1"]);
         let a = Range.assign(&g).unwrap();
         let mine = |m: &str| -> Vec<String> {
             lists(&a)
