@@ -235,39 +235,36 @@ mod tests {
         }
     }
 
-    fn arb_json() -> impl Strategy<Value = Value> {
+    /// JSON values up to four levels deep whose object keys come from `keys`.
+    fn arb_json_keyed(keys: BoxedStrategy<String>) -> impl Strategy<Value = Value> {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
             ".{0,8}".prop_map(Value::String),
         ];
-        leaf.prop_recursive(4, 32, 6, |inner| {
+        leaf.prop_recursive(4, 32, 6, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-                prop::collection::btree_map("[-0-9a-z:{}\" ]{0,6}", inner, 0..6)
+                prop::collection::btree_map(keys.clone(), inner, 0..6)
                     .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
     }
 
+    fn arb_json() -> impl Strategy<Value = Value> {
+        arb_json_keyed("[-0-9a-z:{}\" ]{0,6}".boxed())
+    }
+
     /// JSON whose object keys are often integers, nested in arrays and objects.
     fn arb_json_with_integer_keys() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            any::<i64>().prop_map(Value::from),
-            ".{0,6}".prop_map(Value::String)
-        ];
-        let key = prop_oneof![
-            any::<i32>().prop_map(|k| k.to_string()),
-            "[-0-9a-z:{}\\[\\]\" ]{0,6}"
-        ];
-        leaf.prop_recursive(4, 32, 5, move |inner| {
+        arb_json_keyed(
             prop_oneof![
-                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-                prop::collection::btree_map(key.clone(), inner, 0..5)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                any::<i32>().prop_map(|k| k.to_string()),
+                "[-0-9a-z:{}\\[\\]\" ]{0,6}"
             ]
-        })
+            .boxed(),
+        )
     }
 
     /// `value` as compact JSON, with integer keys unquoted as fastjson writes map keys.
