@@ -83,6 +83,19 @@ fn owning(mut g: GroupSubscription, a: &GroupAssignment, generation: i32) -> Gro
     g
 }
 
+/// Makes member `i` of `g` list `owned`, reported at `generation`.
+fn claim<P: Into<TopicPartition>>(
+    g: &mut GroupSubscription,
+    i: usize,
+    owned: impl IntoIterator<Item = P>,
+    generation: i32,
+) {
+    g.members[i] = g.members[i]
+        .clone()
+        .with_owned(owned)
+        .with_generation(generation);
+}
+
 fn moved(g: &GroupSubscription, a: &GroupAssignment) -> usize {
     let sets = as_sets(a);
     g.members
@@ -143,18 +156,9 @@ fn same_generation_double_claim_frees_the_partition() {
         &[("c0", &["a"]), ("c1", &["a"]), ("c2", &["a"])],
     );
     let mut g = g;
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned([("a", 0), ("a", 1)])
-        .with_generation(3);
-    g.members[1] = g.members[1]
-        .clone()
-        .with_owned([("a", 0), ("a", 2)])
-        .with_generation(3);
-    g.members[2] = g.members[2]
-        .clone()
-        .with_owned([("a", 3)])
-        .with_generation(3);
+    claim(&mut g, 0, [("a", 0), ("a", 1)], 3);
+    claim(&mut g, 1, [("a", 0), ("a", 2)], 3);
+    claim(&mut g, 2, [("a", 3)], 3);
     let a = Sticky.assign(&g).unwrap();
     assert_valid(&g, &a);
     assert_eq!(sizes(&a), [2, 2, 2]);
@@ -172,14 +176,8 @@ fn same_generation_double_claim_frees_the_partition() {
 #[test]
 fn higher_generation_wins_and_is_not_held_back() {
     let mut g = group(&[("a", 4)], &[("c0", &["a"]), ("c1", &["a"])]);
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned([("a", 0), ("a", 1), ("a", 2)])
-        .with_generation(3);
-    g.members[1] = g.members[1]
-        .clone()
-        .with_owned([("a", 0)])
-        .with_generation(4);
+    claim(&mut g, 0, [("a", 0), ("a", 1), ("a", 2)], 3);
+    claim(&mut g, 1, [("a", 0)], 4);
     let a = CooperativeSticky.assign(&g).unwrap();
     assert_eq!(lists(&a), ["c0: a-1 a-2", "c1: a-0 a-3"]);
     assert!(a.pending_revocation().is_empty());
@@ -203,10 +201,7 @@ fn the_newest_claim_wins_whatever_the_order_of_the_claims() {
             order.iter().map(|&i| (claims[i].0, &["a"][..])).collect();
         let mut g = group(&[("a", 3)], &members);
         for (slot, &i) in order.iter().enumerate() {
-            g.members[slot] = g.members[slot]
-                .clone()
-                .with_owned([("a", 0)])
-                .with_generation(claims[i].1);
+            claim(&mut g, slot, [("a", 0)], claims[i].1);
         }
         for a in [
             Sticky.assign(&g).unwrap(),
@@ -265,18 +260,9 @@ fn stale_owner_group(
         &[("a", 4), ("b", 2)],
         &[("X", &["b"]), ("Y", &["a", "b"]), ("Z", &["a", "b"])],
     );
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned(x_owns.iter().copied())
-        .with_generation(x_generation);
-    g.members[1] = g.members[1]
-        .clone()
-        .with_owned([("a", 0), ("a", 1), ("a", 2), ("a", 3)])
-        .with_generation(2);
-    g.members[2] = g.members[2]
-        .clone()
-        .with_owned(z_owns.iter().copied())
-        .with_generation(2);
+    claim(&mut g, 0, x_owns.iter().copied(), x_generation);
+    claim(&mut g, 1, [("a", 0), ("a", 1), ("a", 2), ("a", 3)], 2);
+    claim(&mut g, 2, z_owns.iter().copied(), 2);
     g
 }
 
@@ -349,14 +335,8 @@ fn nonexistent_owned_partitions_are_ignored() {
         &[("a", 3), ("b", 2)],
         &[("c0", &["a", "b"]), ("c1", &["a", "b"])],
     );
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned([("a", 0), ("a", 7), ("gone", 1)])
-        .with_generation(3);
-    g.members[1] = g.members[1]
-        .clone()
-        .with_owned([("b", 0), ("a", -1)])
-        .with_generation(3);
+    claim(&mut g, 0, [("a", 0), ("a", 7), ("gone", 1)], 3);
+    claim(&mut g, 1, [("b", 0), ("a", -1)], 3);
     for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
         let a = assignor.assign(&g).unwrap();
         assert_valid(&g, &a);
@@ -384,10 +364,7 @@ fn rack_aware_mode_aligns_free_partitions_and_gives_up_misplaced_ones() {
     let a = Sticky.assign(&g).unwrap();
     assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
     // c0 owns a-0 (on r0 only): it gives it up to c1, which sits on r0.
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned([("a", 0), ("a", 1)])
-        .with_generation(1);
+    claim(&mut g, 0, [("a", 0), ("a", 1)], 1);
     let a = Sticky.assign(&g).unwrap();
     assert_eq!(lists(&a), ["c0: a-1 a-3", "c1: a-0 a-2"]);
 }
@@ -395,14 +372,8 @@ fn rack_aware_mode_aligns_free_partitions_and_gives_up_misplaced_ones() {
 #[test]
 fn cooperative_round_one_is_the_sticky_target_minus_transfers() {
     let mut g = group(&[("t", 10)], &[("a", &["t"]), ("b", &["t"]), ("c", &["t"])]);
-    g.members[0] = g.members[0]
-        .clone()
-        .with_owned((0..5).map(|p| ("t", p)))
-        .with_generation(1);
-    g.members[1] = g.members[1]
-        .clone()
-        .with_owned((5..10).map(|p| ("t", p)))
-        .with_generation(1);
+    claim(&mut g, 0, (0..5).map(|p| ("t", p)), 1);
+    claim(&mut g, 1, (5..10).map(|p| ("t", p)), 1);
     let target = Sticky.assign(&g).unwrap();
     let round1 = CooperativeSticky.assign(&g).unwrap();
     assert_valid(&g, &round1);
