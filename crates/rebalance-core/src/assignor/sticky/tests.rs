@@ -330,6 +330,39 @@ fn making_up_for_a_loss_passes_only_partitions_nobody_loses() {
 }
 
 #[test]
+fn the_extra_slot_spares_a_partition_only_its_member_lists() {
+    // 7 partitions over 3 members: 2 each and one extra. c0 and c1 could each keep 3, but c0's
+    // a-5 is also listed (by c2, an older generation), so it counts as moved whoever gets it:
+    // the extra goes to c1, which would otherwise revoke a partition only it lists, and c0
+    // gives up a-5 rather than one of its own.
+    let mut g = group(
+        &[("a", 7)],
+        &[("c0", &["a"]), ("c1", &["a"]), ("c2", &["a"])],
+    );
+    claim(&mut g, 0, [("a", 3), ("a", 4), ("a", 5)], 2);
+    claim(&mut g, 1, [("a", 0), ("a", 1), ("a", 2)], 2);
+    claim(&mut g, 2, [("a", 5)], 1);
+    let a = Sticky.assign(&g).unwrap();
+    assert_eq!(lists(&a), ["c0: a-3 a-4", "c1: a-0 a-1 a-2", "c2: a-5 a-6"]);
+}
+
+#[test]
+fn members_sharing_no_topic_are_evened_out_through_a_chain() {
+    // X reads b, Z reads a, Y both. Kafka's notion of balance stops at 5/4/3 (X and Z share no
+    // topic); a chain of partitions nobody owned (X gives Y one of b, Y gives Z one of a) makes
+    // it 4/4/4.
+    let g = group(
+        &[("a", 4), ("b", 8)],
+        &[("X", &["b"]), ("Y", &["a", "b"]), ("Z", &["a"])],
+    );
+    for assignor in [&Sticky as &dyn GroupAssignor, &CooperativeSticky] {
+        let a = assignor.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        assert_eq!(sizes(&a), [4, 4, 4], "{}", assignor.name());
+    }
+}
+
+#[test]
 fn nonexistent_owned_partitions_are_ignored() {
     let mut g = group(
         &[("a", 3), ("b", 2)],
