@@ -201,10 +201,10 @@ fn non_json_headers_and_other_serialization_types_are_refused() {
 
 #[test]
 fn frames_in_other_serializations_are_framed_and_skipped_whole() {
-    // A binary header: code 40, language, version, opaque 77, flag 2 (one-way), remark and
-    // extFields lengths (0), then a body.
+    // A binary header: code 40, language, version, opaque 0x12345678 (four different bytes,
+    // each read in its place), flag 2 (one-way), remark and extFields lengths (0), then a body.
     let mut binary = vec![0, 40, 0, 1, 219];
-    binary.extend_from_slice(&77i32.to_be_bytes());
+    binary.extend_from_slice(&0x1234_5678i32.to_be_bytes());
     binary.extend_from_slice(&FLAG_ONEWAY.to_be_bytes());
     binary.extend_from_slice(&[0; 8]);
     let mut buf = frame(SERIALIZE_ROCKETMQ, &binary, b"body");
@@ -214,7 +214,7 @@ fn frames_in_other_serializations_are_framed_and_skipped_whole() {
     let mut codec = RemotingCodec::default();
     let routing = FrameRouting {
         code: 40,
-        opaque: 77,
+        opaque: 0x1234_5678,
         flag: FLAG_ONEWAY,
     };
     assert!(routing.is_oneway() && !routing.is_response());
