@@ -264,6 +264,28 @@ fn frames_in_other_serializations_are_framed_and_skipped_whole() {
 }
 
 #[test]
+fn the_smallest_frame_is_a_header_length_word_and_nothing_else() {
+    // Total length 4: an empty header and no body. It frames; what it holds is judged after.
+    let mut buf = frame(7, b"", b"");
+    buf.extend_from_slice(&frame(SERIALIZE_ROCKETMQ, b"", b""));
+    buf.extend_from_slice(&frame(SERIALIZE_JSON, b"", b""));
+    assert_eq!(buf.len(), 3 * 8);
+    let mut codec = RemotingCodec::default();
+    for serialize_type in [7, SERIALIZE_ROCKETMQ] {
+        assert_eq!(
+            codec.decode_frame(&mut buf).unwrap(),
+            Some(Frame::Unsupported(UnsupportedFrame {
+                serialize_type,
+                routing: None
+            }))
+        );
+    }
+    let err = codec.decode_frame(&mut buf).unwrap_err();
+    assert!(matches!(err, CodecError::BadHeader(_)), "{err}");
+    assert!(buf.is_empty());
+}
+
+#[test]
 fn impossible_lengths_are_refused() {
     let mut codec = RemotingCodec::default();
     let mut buf = BytesMut::new();
