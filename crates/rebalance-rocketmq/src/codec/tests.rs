@@ -139,6 +139,24 @@ fn refuses_an_oversized_frame_before_buffering_it() {
 }
 
 #[test]
+fn the_default_limit_is_the_java_clients_16_mib() {
+    const MIB_16: usize = 16 * 1024 * 1024;
+    let mut codec = RemotingCodec::default();
+    assert_eq!(codec.max_frame_len(), MIB_16);
+    // A frame announcing exactly 16 MiB is awaited; one byte more is refused at once.
+    let mut buf = BytesMut::new();
+    buf.put_u32(MIB_16 as u32);
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    let mut buf = BytesMut::new();
+    buf.put_u32(MIB_16 as u32 + 1);
+    let err = codec.decode(&mut buf).unwrap_err();
+    assert!(
+        matches!(err, CodecError::FrameTooLarge { len, max: MIB_16 } if len == MIB_16 + 1),
+        "{err}"
+    );
+}
+
+#[test]
 fn encoding_an_oversized_command_fails_and_writes_nothing() {
     let mut codec = RemotingCodec::new(64);
     let mut buf = BytesMut::new();
