@@ -138,6 +138,41 @@ fn refuses_an_oversized_frame_before_buffering_it() {
     );
 }
 
+/// `sample()` with a body sized so that its frame's total length (after the length prefix) is
+/// `total`.
+fn sample_of_total(total: usize) -> RemotingCommand {
+    let bare = RemotingCommand {
+        body: Bytes::new(),
+        ..sample()
+    };
+    let overhead = encode(&bare).len() - 4;
+    bare.with_body(vec![b'x'; total - overhead])
+}
+
+#[test]
+fn a_frame_at_the_limit_passes_both_ways_and_one_byte_more_is_refused_both_ways() {
+    let mut codec = RemotingCodec::new(256);
+    assert_eq!(codec.max_frame_len(), 256);
+    let at_limit = sample_of_total(256);
+    let mut buf = BytesMut::new();
+    codec.encode(at_limit.clone(), &mut buf).unwrap();
+    assert_eq!(buf.len(), 4 + 256);
+    assert_eq!(codec.decode(&mut buf).unwrap(), Some(at_limit));
+
+    let over = sample_of_total(257);
+    let err = codec.encode(over.clone(), &mut buf).unwrap_err();
+    assert!(
+        matches!(err, CodecError::FrameTooLarge { len: 257, max: 256 }),
+        "{err}"
+    );
+    assert!(buf.is_empty());
+    let err = codec.decode(&mut encode(&over)).unwrap_err();
+    assert!(
+        matches!(err, CodecError::FrameTooLarge { len: 257, max: 256 }),
+        "{err}"
+    );
+}
+
 #[test]
 fn the_default_limit_is_the_java_clients_16_mib() {
     const MIB_16: usize = 16 * 1024 * 1024;
