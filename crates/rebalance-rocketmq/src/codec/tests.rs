@@ -503,7 +503,7 @@ fn a_header_longer_than_16_bits_keeps_its_whole_length() {
 }
 
 #[test]
-fn a_header_beyond_the_24_bit_field_is_refused_whatever_the_frame_limit() {
+fn a_header_fills_the_24_bit_field_and_beyond_it_is_refused_whatever_the_frame_limit() {
     // With a frame limit above 16 MiB, the frame fits but its header length does not fit in
     // the 24-bit field: it would spill into the serialization type byte.
     let mut codec = RemotingCodec::new(64 * 1024 * 1024);
@@ -512,4 +512,19 @@ fn a_header_beyond_the_24_bit_field_is_refused_whatever_the_frame_limit() {
     let err = codec.encode(cmd, &mut buf).unwrap_err();
     assert!(matches!(err, CodecError::Encode(_)), "{err}");
     assert!(buf.is_empty());
+    // A header of exactly 2^24 - 1 bytes, the field's largest value, is written and read back.
+    let mut encoded = |cmd: &RemotingCommand| {
+        let mut buf = BytesMut::new();
+        codec.encode(cmd.clone(), &mut buf).unwrap();
+        (u32::from_be_bytes(buf[4..8].try_into().unwrap()), buf)
+    };
+    let (short, _) = encoded(&RemotingCommand::request(36).with_ext("keys", ""));
+    let fill = MAX_HEADER_LEN - short as usize;
+    let cmd = RemotingCommand::request(36).with_ext("keys", "k".repeat(fill));
+    let (word, mut buf) = encoded(&cmd);
+    assert_eq!(
+        word as usize, MAX_HEADER_LEN,
+        "serialization type 0, every length bit set"
+    );
+    assert_eq!(codec.decode(&mut buf).unwrap(), Some(cmd));
 }
