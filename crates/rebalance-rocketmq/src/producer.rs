@@ -307,4 +307,17 @@ mod tests {
         assert_eq!(request.ext_fields.len(), expected.len());
         assert_eq!(&request.body[..], b"body");
     }
+
+    #[test]
+    fn a_sender_reports_its_group_and_its_clients_request_timeout() {
+        // The request timeout is what an application charges a failed send with.
+        let remoting = crate::RemotingClient::new(crate::ClientConfig {
+            request_timeout: Duration::from_millis(250),
+            ..crate::ClientConfig::default()
+        });
+        let name_server = NameServerClient::new(remoting, "127.0.0.1:9876").unwrap();
+        let sender = MessageSender::new(name_server, "orders-producer");
+        assert_eq!(sender.group(), "orders-producer");
+        assert_eq!(sender.request_timeout(), Duration::from_millis(250));
+    }
 }
