@@ -3,8 +3,9 @@
 
 mod scripted;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{
@@ -94,4 +95,37 @@ async fn messages_go_to_the_master_only_never_to_a_slave() {
         "{outcome:?}"
     );
     assert_eq!(asked.load(Ordering::SeqCst), 0, "the slave got nothing");
+}
+
+#[tokio::test]
+async fn a_sent_message_carries_its_birth_time_in_unix_milliseconds() {
+    let born = Arc::new(Mutex::new(Vec::new()));
+    let seen = born.clone();
+    let (broker, _) = answering(move |req| {
+        seen.lock()
+            .unwrap()
+            .push(req.ext("bornTimestamp").map(str::to_string));
+        stored(0)
+    })
+    .await;
+    let sender = MessageSender::new(name_server(&[(0, &broker)]).await, "P");
+    let unix_ms = || {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        i64::try_from(now.as_millis()).unwrap()
+    };
+    let before = unix_ms();
+    sender
+        .send(&MessageQueue::new("T", "broker-a", 2), &Message::new("x"))
+        .await
+        .unwrap();
+    let after = unix_ms();
+    let born = born.lock().unwrap().clone();
+    let [Some(born)] = born.as_slice() else {
+        panic!("one send with a bornTimestamp: {born:?}");
+    };
+    let born: i64 = born.parse().unwrap();
+    assert!(
+        (before..=after).contains(&born),
+        "born at {born}, sent between {before} and {after}"
+    );
 }
