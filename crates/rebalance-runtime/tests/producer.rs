@@ -398,6 +398,29 @@ async fn retries_skip_the_failed_broker_and_avoidance_steers_around_slow_ones() 
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_producer_says_its_group_and_whether_it_avoids_faults() {
+    let cluster = InMemoryCluster::new();
+    for avoid in [true, false] {
+        let builder = Producer::builder("P")
+            .name_server(Arc::new(cluster.client("producer")))
+            .topic("T")
+            .latency_fault_avoidance(avoid);
+        let described = format!("{builder:?}");
+        for part in ["\"P\"", "\"T\"", &format!("fault_avoidance: {avoid}")] {
+            assert!(described.contains(part), "{part} not in {described}");
+        }
+        let producer = builder.start().await.unwrap();
+        assert_eq!(producer.group(), "P");
+        assert_eq!(producer.fault_avoidance(), avoid);
+        let described = format!("{producer:?}");
+        for part in ["\"P\"", &format!("fault_avoidance: {avoid}")] {
+            assert!(described.contains(part), "{part} not in {described}");
+        }
+        producer.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn without_avoidance_reports_change_nothing() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 2, 1);
