@@ -151,11 +151,10 @@ fn member_leaving_moves_nothing_at_moderate_scale() {
 
 #[test]
 fn same_generation_double_claim_frees_the_partition() {
-    let g = group(
+    let mut g = group(
         &[("a", 6)],
         &[("c0", &["a"]), ("c1", &["a"]), ("c2", &["a"])],
     );
-    let mut g = g;
     claim(&mut g, 0, [("a", 0), ("a", 1)], 3);
     claim(&mut g, 1, [("a", 0), ("a", 2)], 3);
     claim(&mut g, 2, [("a", 3)], 3);
