@@ -98,5 +98,5 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
         "constrained quotas"
     );
     let mut slot_of = vec![NONE; layout.members().len()];
-    place(ctx, &free, &mut slots, &mut slot_of, owner);
+    place(ctx, &free, &mut slots, &mut slot_of, owner, |_| None);
 }

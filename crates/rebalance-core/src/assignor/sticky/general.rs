@@ -3,7 +3,9 @@
 //! The state is one cell per subscription (member, topic) holding how many of the topic's
 //! partitions the member gets, split by kind: owned and listed only by this member (`costly`:
 //! moving one costs a revocation), owned but also listed by others (`cheap`: counted as moved
-//! whoever gets it), and not owned (`fresh`). Partitions are chosen only at the end, so balancing
+//! whoever gets it), not owned (`fresh`), and not owned but made up for a partition an older
+//! generation of the member lost (`returned`: Kafka gave it back, so it stays unless balance
+//! needs it). Partitions are chosen only at the end, so balancing
 //! never touches per-partition data.
 
 use std::cmp::Reverse;
@@ -20,11 +22,12 @@ struct Cell {
     costly: u32,
     cheap: u32,
     fresh: u32,
+    returned: u32,
 }
 
 impl Cell {
     fn total(&self) -> u32 {
-        self.costly + self.cheap + self.fresh
+        self.costly + self.cheap + self.fresh + self.returned
     }
 }
 
@@ -132,8 +135,9 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
     let holds = |m: u32, t: u32, g: u32| {
         ctx.claims.is_owner(g, m) && cells.cell(m, t).is_some() && !ctx.rack_mismatch(g, t, m)
     };
-    let debts = Debts::find(ctx, holds, &cells.load);
-    let moves = balance(ctx, &mut cells, debts);
+    let mut debts = Debts::find(ctx, holds, &cells.load);
+    let moves = balance(ctx, &mut cells, &mut debts);
+    let previous_owner = |g: u32| debts.as_ref().and_then(|d| d.previous_owner(g));
 
     // 4. Counts to partitions.
     let members = layout.members().len();
@@ -168,14 +172,14 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
         for c in subscribers.clone() {
             let cell = cells.cells[c];
             debug_assert_eq!(cell.costly + cell.cheap, 0);
-            if cell.fresh > 0 {
+            if cell.fresh + cell.returned > 0 {
                 slots.push(Slot {
                     member: cells.subs[c],
-                    want: cell.fresh,
+                    want: cell.fresh + cell.returned,
                 });
             }
         }
-        place(ctx, &free, &mut slots, &mut slot_of, owner);
+        place(ctx, &free, &mut slots, &mut slot_of, owner, previous_owner);
         for c in subscribers {
             cell_of[cells.subs[c] as usize] = NONE;
         }
@@ -228,7 +232,7 @@ fn water_fill(ctx: &Ctx<'_>, cells: &mut Cells, t: usize, free: u32) {
 /// stops when a pass moves nothing, which is Kafka's notion of balanced. In a pass that starts
 /// unbalanced, a member first settles what it can of the debts to older generations ([`pull`]).
 /// Each move lowers the sum of squared loads, so this ends. Returns the number of moves.
-fn balance(ctx: &Ctx<'_>, cells: &mut Cells, mut debts: Option<Debts>) -> usize {
+fn balance(ctx: &Ctx<'_>, cells: &mut Cells, debts: &mut Option<Debts>) -> usize {
     let topics = ctx.layout.topic_count();
     // Per topic, its subscribers by (load, id), with stale entries skipped lazily.
     let mut heaps: Vec<Heap> = (0..topics)
@@ -299,6 +303,7 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells, mut debts: Option<Debts>) -> usize 
                 match kind {
                     Kind::Fresh => cell.fresh -= 1,
                     Kind::Cheap => cell.cheap -= 1,
+                    Kind::Returned => cell.returned -= 1,
                     Kind::Costly => cell.costly -= 1,
                 }
                 cells.cells[into].fresh += 1;
@@ -315,7 +320,10 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells, mut debts: Option<Debts>) -> usize 
             continue;
         }
         // Balanced in Kafka's sense. Chains of moves can still even out members that share no
-        // topic directly.
+        // topic directly, and evenness is worth more than where a returned partition ends.
+        for cell in &mut cells.cells {
+            cell.fresh += std::mem::take(&mut cell.returned);
+        }
         let min = order
             .iter()
             .map(|&m| cells.load[m as usize])
@@ -342,11 +350,13 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells, mut debts: Option<Debts>) -> usize 
 }
 
 /// What a member gives up in a move: a partition it did not own, one it owned that others also
-/// list (counted as moved whoever gets it), or one only it owned (a revocation).
+/// list (counted as moved whoever gets it), one it was given back as a previous owner (undoing
+/// Kafka's return, but revoking nothing), or one only it owned (a revocation).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Fresh,
     Cheap,
+    Returned,
     Costly,
 }
 
@@ -378,6 +388,8 @@ fn best_move(cells: &Cells, heaps: &mut [Heap], h: u32) -> Option<Move> {
             Kind::Fresh
         } else if cell.cheap > 0 {
             Kind::Cheap
+        } else if cell.returned > 0 {
+            Kind::Returned
         } else {
             Kind::Costly
         };
@@ -405,7 +417,8 @@ fn best_move(cells: &Cells, heaps: &mut [Heap], h: u32) -> Option<Move> {
 /// `o` along a chain in which every member hands the next a partition nobody would lose: straight
 /// to `o` when `o` subscribes to a topic `h` can give, otherwise through members in between
 /// (`h` gives to `w`, `w` gives `o` a partition of a topic `o` subscribes to). So it revokes
-/// nothing Kafka's move would not. Each lost partition is made up for once. Returns `o`.
+/// nothing Kafka's move would not. Each lost partition is made up for once, and what `o` gets
+/// for it is `returned`: chains do not pass it on. Returns `o`.
 fn pull(cells: &mut Cells, debts: &mut Debts, search: &mut ChainSearch, h: u32) -> Option<u32> {
     let load_h = cells.load[h as usize];
     let (s, e) = cells.range[h as usize];
@@ -422,6 +435,13 @@ fn pull(cells: &mut Cells, debts: &mut Debts, search: &mut ChainSearch, h: u32) 
             continue;
         }
         if search.cheap_chain(cells, h, Goal::Member(o)).is_some() {
+            // The last hop gave `o` a fresh partition: it is the one made up for, which later
+            // chains must not hand on (that would undo the return and move one more).
+            let (_, last) = search.parent[o as usize];
+            if let Some(c) = cells.cell(o, last) {
+                cells.cells[c].fresh -= 1;
+                cells.cells[c].returned += 1;
+            }
             debts.settle(o, t);
             tracing::trace!(from = h, to = o, topic = t, "made up for a lost partition");
             return Some(o);

@@ -48,7 +48,10 @@
 //!   one to `w`, `w` gives the owed member one of a topic it subscribes to). That revokes
 //!   nothing Kafka's move does not; when only a revocation would reach the owed member, it
 //!   stays short, as Kafka's spread there rests on an invalid assignment. Each owed partition is
-//!   made up for once, as Kafka moves each back once. Only previous owners trigger this: in a
+//!   made up for once, as Kafka moves each back once, and later chains do not pass on what was
+//!   made up (until the group is balanced in Kafka's sense, when evenness comes first). When
+//!   partitions are chosen, one a member owes goes back to it when it has room for one of that
+//!   topic, as Kafka moves back that very partition. Only previous owners trigger this: in a
 //!   group reporting one generation, partitions nobody would lose go to Kafka's own moves first,
 //!   and nothing is revoked for balance beyond Kafka's notion (Kafka would not move either;
 //!   `owned_uneven` has a case where a narrower spread costs one more revocation than Kafka's).

@@ -13,9 +13,10 @@ pub(super) struct Slot {
 }
 
 /// Gives every `(topic, partition)` of `free` to a slot with room, in this order of preference:
-/// back to the partition's claimant (when it is not on the wrong rack), to a member on a rack
-/// hosting it (rack-aware mode), back to its claimant anyway, then round robin over the slots in
-/// their order. The slots' total room must equal `free.len()`.
+/// back to the partition's claimant, else to its `previous_owner` (an older generation's member
+/// that lost it; both when not on the wrong rack), to a member on a rack hosting it (rack-aware
+/// mode), back to its claimant anyway, then round robin over the slots in their order. The
+/// slots' total room must equal `free.len()`.
 ///
 /// `slot_of` is scratch space indexed by member, all [`NONE`] on entry and on return.
 pub(super) fn place(
@@ -24,29 +25,36 @@ pub(super) fn place(
     slots: &mut [Slot],
     slot_of: &mut [u32],
     owner: &mut [u32],
+    previous_owner: impl Fn(u32) -> Option<u32>,
 ) {
     for (i, s) in slots.iter().enumerate() {
         slot_of[s.member as usize] = i as u32;
     }
-    let claimant_slot = |g: u32, slots: &[Slot], slot_of: &[u32]| -> Option<usize> {
-        let m = ctx.claims.claimant(g);
-        if m >= CONFLICT {
-            return None;
-        }
+    let with_room = |m: u32, slots: &[Slot], slot_of: &[u32]| -> Option<usize> {
         let i = slot_of[m as usize];
         (i != NONE && slots[i as usize].want > 0).then_some(i as usize)
+    };
+    let claimant_slot = |g: u32, slots: &[Slot], slot_of: &[u32]| -> Option<usize> {
+        let m = ctx.claims.claimant(g);
+        (m < CONFLICT).then(|| with_room(m, slots, slot_of))?
     };
     let mut give = |i: usize, g: u32, slots: &mut [Slot]| {
         owner[g as usize] = slots[i].member;
         slots[i].want -= 1;
     };
 
-    // 1. Home, where the claimant may keep it.
+    // 1. Home, where the claimant may keep it, or back to its previous owner.
     let mut left = Vec::with_capacity(free.len());
     for &(t, g) in free {
-        match claimant_slot(g, slots, slot_of) {
-            Some(i) if !ctx.rack_mismatch(g, t, slots[i].member) => give(i, g, slots),
-            _ => left.push((t, g)),
+        let home = [Some(ctx.claims.claimant(g)), previous_owner(g)]
+            .into_iter()
+            .flatten()
+            .filter(|&m| m < CONFLICT)
+            .filter_map(|m| with_room(m, slots, slot_of))
+            .find(|&i| !ctx.rack_mismatch(g, t, slots[i].member));
+        match home {
+            Some(i) => give(i, g, slots),
+            None => left.push((t, g)),
         }
     }
     // 2. Rack-local.

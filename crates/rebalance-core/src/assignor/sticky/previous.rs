@@ -7,7 +7,9 @@
 //! partitions than its previous owner goes back to that owner, whether or not the owner still
 //! subscribes to its topic. Here the partitions a previous owner lost are counted per (owner,
 //! topic) as *debts*; the balance loop settles a debt with a valid move towards the owner (see
-//! `general::pull`).
+//! `general::pull`). When partitions are finally chosen, a member with room for a partition
+//! of a topic gets back first the partitions of it that it is the previous owner of, as in Kafka,
+//! where the rule moves that very partition (see `place`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -37,6 +39,8 @@ pub(super) struct Debts {
     pass: u32,
     /// Partitions still owed, over all debts.
     left: u64,
+    /// `(partition, previous owner)` for every partition owed, by partition.
+    owners: Vec<(u32, u32)>,
 }
 
 impl Debts {
@@ -71,14 +75,12 @@ impl Debts {
         listed.sort_unstable();
         listed.dedup_by_key(|&mut (g, ..)| g);
         let subscribed = |m: u32| !ctx.layout.subscription(m as usize).is_empty();
-        let mut owed: Vec<(u32, u32)> = listed
-            .into_iter()
-            .filter(|&(g, _, _, m, t)| subscribed(m) && !holds(m, t, g))
-            .map(|(_, _, _, m, t)| (m, t))
-            .collect();
-        if owed.is_empty() {
+        listed.retain(|&(g, _, _, m, t)| subscribed(m) && !holds(m, t, g));
+        if listed.is_empty() {
             return None;
         }
+        let owners = listed.iter().map(|&(g, _, _, m, _)| (g, m)).collect();
+        let mut owed: Vec<(u32, u32)> = listed.into_iter().map(|(_, _, _, m, t)| (m, t)).collect();
         owed.sort_unstable();
         let mut debts: Vec<Debt> = Vec::new();
         for (member, topic) in owed {
@@ -113,11 +115,18 @@ impl Debts {
             failed: vec![0; members.len()],
             pass: 1,
             left,
+            owners,
         };
         for m in debtors {
             this.loaded(ctx, m, load);
         }
         Some(this)
+    }
+
+    /// The previous owner of partition `g`, when it lost it.
+    pub fn previous_owner(&self, g: u32) -> Option<u32> {
+        let i = self.owners.binary_search_by_key(&g, |&(g, _)| g).ok()?;
+        Some(self.owners[i].1)
     }
 
     /// Whether any debt is left.

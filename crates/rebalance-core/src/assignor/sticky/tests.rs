@@ -218,6 +218,78 @@ fn the_newest_claim_wins_whatever_the_order_of_the_claims() {
 }
 
 #[test]
+fn a_partition_a_newer_generation_took_goes_back_to_its_previous_owner() {
+    // c1 (generation 5) holds all of t0 and t1-0, which c2 (generation 4) listed before. The
+    // group is not balanced (c1 holds 11, c0 and c2 none), so Kafka hands t1-0 back to c2, its
+    // previous owner, rather than to c0, which comes first among the least loaded; c2 listed
+    // t1-0 too, so that moves one partition where c0 would move two. A member that listed it
+    // at an older generation still (c3, generation 3) has the weaker claim.
+    for older in [None, Some(3)] {
+        let mut g = group(
+            &[("t0", 10), ("t1", 1)],
+            &[
+                ("c0", &["t1"]),
+                ("c1", &["t0", "t1"]),
+                ("c2", &["t1"]),
+                ("c3", &["t1"]),
+            ],
+        );
+        claim(&mut g, 0, Vec::<(&str, i32)>::new(), 5);
+        claim(&mut g, 1, (0..10).map(|p| ("t0", p)).chain([("t1", 0)]), 5);
+        claim(&mut g, 2, [("t1", 0)], 4);
+        claim(&mut g, 3, older.map(|_| ("t1", 0)), older.unwrap_or(5));
+        let a = Sticky.assign(&g).unwrap();
+        assert_valid(&g, &a);
+        assert_eq!(
+            lists(&a),
+            [
+                "c0:",
+                "c1: t0-0 t0-1 t0-2 t0-3 t0-4 t0-5 t0-6 t0-7 t0-8 t0-9",
+                "c2: t1-0",
+                "c3:",
+            ],
+            "{older:?}"
+        );
+    }
+}
+
+#[test]
+fn each_previous_owner_is_made_up_for_each_partition_it_lost_once() {
+    // c1 (generation 5) holds everything; c2 (generation 4) listed t1-0 and t1-1, c3 t1-2. Kafka
+    // hands t1-0 and t1-1 back to c2 and t1-2 to c3 while c1 holds at least two more than them,
+    // and the last partition of t1 to c0 by balance: c2 ends with two, c0 and c3 with one.
+    let mut g = group(
+        &[("t0", 10), ("t1", 4)],
+        &[
+            ("c0", &["t1"]),
+            ("c1", &["t0", "t1"]),
+            ("c2", &["t1"]),
+            ("c3", &["t1"]),
+        ],
+    );
+    claim(&mut g, 0, Vec::<(&str, i32)>::new(), 5);
+    claim(
+        &mut g,
+        1,
+        (0..10).map(|p| ("t0", p)).chain((0..4).map(|p| ("t1", p))),
+        5,
+    );
+    claim(&mut g, 2, [("t1", 0), ("t1", 1)], 4);
+    claim(&mut g, 3, [("t1", 2)], 4);
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_eq!(
+        lists(&a),
+        [
+            "c0: t1-3",
+            "c1: t0-0 t0-1 t0-2 t0-3 t0-4 t0-5 t0-6 t0-7 t0-8 t0-9",
+            "c2: t1-0 t1-1",
+            "c3: t1-2",
+        ]
+    );
+}
+
+#[test]
 fn members_without_subscriptions_get_nothing() {
     // Kafka gives c3 partitions when it comes first in hash order.
     let g = group(&[("a", 6)], &[("c3", &[]), ("c0", &["a"]), ("c1", &["a"])]);
