@@ -273,3 +273,100 @@ impl fmt::Debug for MemberPartitions<'_> {
             .finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(t: &str, p: i32) -> TopicPartition {
+        TopicPartition::new(t, p)
+    }
+
+    fn sample() -> GroupAssignment {
+        GroupAssignment::from_lists([
+            ("c0", vec![tp("b", 1), tp("a", 2), tp("b", 0)]),
+            ("c1", vec![]),
+            ("c2", vec![tp("a", 0)]),
+        ])
+    }
+
+    #[test]
+    fn from_lists_sorts_each_list_and_keeps_the_member_order() {
+        let a = sample();
+        assert_eq!((a.len(), a.is_empty(), a.assigned_count()), (3, false, 4));
+        let members: Vec<&str> = a.members().map(ClientId::as_str).collect();
+        assert_eq!(members, ["c0", "c1", "c2"]);
+        assert_eq!(
+            a.to_lists(),
+            [
+                (
+                    ClientId::from("c0"),
+                    vec![tp("a", 2), tp("b", 0), tp("b", 1)]
+                ),
+                (ClientId::from("c1"), vec![]),
+                (ClientId::from("c2"), vec![tp("a", 0)]),
+            ]
+        );
+        let empty = GroupAssignment::from_lists(Vec::<(&str, Vec<TopicPartition>)>::new());
+        assert_eq!(
+            (empty.len(), empty.is_empty(), empty.assigned_count()),
+            (0, true, 0)
+        );
+        assert!(empty.to_lists().is_empty());
+    }
+
+    #[test]
+    fn contains_needs_both_the_topic_and_the_partition() {
+        let a = sample();
+        let c0 = a.get("c0").unwrap();
+        assert!(c0.contains("a", 2) && c0.contains("b", 0));
+        assert!(!c0.contains("a", 0), "a-0 is c2's");
+        assert!(!c0.contains("c", 2), "no topic c");
+        assert!(!a.get("c1").unwrap().contains("a", 2));
+    }
+
+    #[test]
+    fn equal_only_with_the_same_members_lists_and_pending_revocations() {
+        let a = sample();
+        assert_eq!(a, sample());
+        let renamed = GroupAssignment::from_lists([
+            ("c0", vec![tp("a", 2), tp("b", 0), tp("b", 1)]),
+            ("cX", vec![]),
+            ("c2", vec![tp("a", 0)]),
+        ]);
+        assert_ne!(a, renamed);
+        let moved = GroupAssignment::from_lists([
+            ("c0", vec![tp("a", 2), tp("b", 0)]),
+            ("c1", vec![tp("b", 1)]),
+            ("c2", vec![tp("a", 0)]),
+        ]);
+        assert_ne!(a, moved);
+        let shorter = GroupAssignment::from_lists([
+            ("c0", vec![tp("a", 2), tp("b", 0)]),
+            ("c1", vec![]),
+            ("c2", vec![tp("a", 0)]),
+        ]);
+        assert_ne!(a.get("c0").unwrap(), shorter.get("c0").unwrap());
+        assert_ne!(a, shorter);
+        let held_back = GroupAssignment::from_flat(
+            a.topics.clone(),
+            a.members.clone(),
+            a.offsets.clone(),
+            a.partitions.clone(),
+            vec![PartitionRef {
+                topic: 0,
+                partition: 1,
+            }],
+        );
+        assert_ne!(a, held_back);
+        assert_eq!(held_back.pending_revocation().to_vec(), [tp("a", 1)]);
+    }
+
+    #[test]
+    fn debug_shows_every_member_with_its_partitions() {
+        assert_eq!(
+            format!("{:?}", sample()),
+            r#"{"c0": ["a-2", "b-0", "b-1"], "c1": [], "c2": ["a-0"]}"#
+        );
+    }
+}

@@ -130,3 +130,91 @@ pub(crate) fn subscriber_racks(
     }
     per_topic
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assignor::{GroupSubscription, MemberSubscription};
+
+    /// Topic `t` with one partition per entry of `replicas`; members `c{i}` on `member_racks[i]`
+    /// (`""` for none), all subscribing to `t`.
+    fn group(replicas: &[&[&str]], member_racks: &[&str]) -> GroupSubscription {
+        let mut g = GroupSubscription::new()
+            .with_topic("t", replicas.len() as u32)
+            .with_partition_racks("t", replicas.iter().map(|r| r.iter().copied()));
+        for (i, rack) in member_racks.iter().enumerate() {
+            let m = MemberSubscription::new(format!("c{i}"), ["t"]);
+            g = g.with_member(if rack.is_empty() {
+                m
+            } else {
+                m.with_rack(*rack)
+            });
+        }
+        g
+    }
+
+    /// Whether rack awareness applies to the whole group.
+    fn aware(g: &GroupSubscription) -> Option<bool> {
+        let layout = Layout::build(g).unwrap();
+        let racks = Racks::build(&layout)?;
+        Some(racks.rack_aware(0..layout.members().len() as u32, 0..layout.total()))
+    }
+
+    #[test]
+    fn replicas_in_one_rack_count_once() {
+        // Three replicas, two of them in r0: the partition is hosted by r0 and r1.
+        let g = group(&[&["r0", "r1", "r0"], &["r1", "r1"]], &["r0", "r1"]);
+        let layout = Layout::build(&g).unwrap();
+        let racks = Racks::build(&layout).unwrap();
+        let (r0, r1) = (racks.member[0].unwrap(), racks.member[1].unwrap());
+        let mut both = vec![r0, r1];
+        both.sort_unstable();
+        assert_eq!(racks.of(0), both);
+        assert_eq!(racks.of(1), [r1]);
+        assert_eq!(racks.count, 2);
+        assert_eq!(racks.member_hosts(0, 1), Some(false));
+        assert_eq!(racks.member_hosts(1, 1), Some(true));
+    }
+
+    #[test]
+    fn kafkas_test_for_rack_awareness() {
+        // No member with a rack: off, without even building the table.
+        assert_eq!(aware(&group(&[&["r0"], &["r1"]], &["", ""])), None);
+        // Members' racks host some partitions and not others: on.
+        assert_eq!(aware(&group(&[&["r0"], &["r1"]], &["r0", ""])), Some(true));
+        // Every partition on every rack (one rack listed twice for a partition): nothing to align.
+        let everywhere: &[&[&str]] = &[&["r0", "r1", "r0"], &["r1", "r0"]];
+        assert_eq!(aware(&group(everywhere, &["r0", "r1"])), Some(false));
+        // The members' racks host no partition at all: off.
+        assert_eq!(
+            aware(&group(&[&["r0"], &["r1"]], &["r2", "r3"])),
+            Some(false)
+        );
+        // Partitions without rack information, members with racks: off.
+        assert_eq!(aware(&group(&[&[], &[]], &["r0", "r1"])), Some(false));
+    }
+
+    #[test]
+    fn subscriber_racks_lists_each_topics_member_racks_once() {
+        let g = GroupSubscription::new()
+            .with_topic("a", 1)
+            .with_topic("b", 1)
+            .with_member(MemberSubscription::new("c0", ["a", "b"]).with_rack("r1"))
+            .with_member(MemberSubscription::new("c1", ["a"]).with_rack("r0"))
+            .with_member(MemberSubscription::new("c2", ["a"]).with_rack("r1"))
+            .with_member(MemberSubscription::new("c3", ["b"]));
+        let layout = Layout::build(&g).unwrap();
+        let racks = Racks::build(&layout).unwrap();
+        let (r1, r0) = (racks.member[0].unwrap(), racks.member[1].unwrap());
+        let a = layout.topic_index(&"a".into()).unwrap() as usize;
+        let b = layout.topic_index(&"b".into()).unwrap() as usize;
+        let per_topic = subscriber_racks(&layout, &racks, &[0, 1, 2, 3]);
+        let mut expected_a = vec![r0, r1];
+        expected_a.sort_unstable();
+        assert_eq!(per_topic[a], expected_a);
+        assert_eq!(per_topic[b], [r1]);
+        // Only the members given count.
+        assert_eq!(subscriber_racks(&layout, &racks, &[1])[a], [r0]);
+        assert!(subscriber_racks(&layout, &racks, &[1])[b].is_empty());
+    }
+}

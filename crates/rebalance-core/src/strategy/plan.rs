@@ -277,6 +277,28 @@ mod tests {
     }
 
     #[test]
+    fn debug_shows_each_member_with_its_queues() {
+        let base = mqs(3);
+        let plan = Plan::over_input(
+            &base,
+            vec![
+                (ClientId::from("a"), vec![2, 0]),
+                (ClientId::from("b"), vec![]),
+            ],
+        );
+        let a = vec![base[2].clone(), base[0].clone()];
+        assert_eq!(format!("{:?}", plan.share("a").unwrap()), format!("{a:?}"));
+        assert_eq!(
+            format!("{plan:?}"),
+            format!(
+                "{{{:?}: {a:?}, {:?}: []}}",
+                ClientId::from("a"),
+                ClientId::from("b")
+            )
+        );
+    }
+
+    #[test]
     fn from_lists_keeps_foreign_queues() {
         let base = mqs(3);
         let foreign = MessageQueue::new("Other", "x", 7);
