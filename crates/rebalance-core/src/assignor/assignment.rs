@@ -348,6 +348,13 @@ mod tests {
         ]);
         assert_ne!(a.get("c0").unwrap(), shorter.get("c0").unwrap());
         assert_ne!(a, shorter);
+        let swapped = GroupAssignment::from_lists([
+            ("c0", vec![tp("a", 0), tp("b", 0), tp("b", 1)]),
+            ("c1", vec![]),
+            ("c2", vec![tp("a", 2)]),
+        ]);
+        assert_ne!(a.get("c0").unwrap(), swapped.get("c0").unwrap());
+        assert_ne!(a, swapped);
         let held_back = GroupAssignment::from_flat(
             a.topics.clone(),
             a.members.clone(),

@@ -666,4 +666,13 @@ mod tests {
         assert!(r.build("mine", &Params::new()).is_ok());
         assert!(r.names().any(|n| n == "mine"));
     }
+
+    #[test]
+    fn debug_lists_the_registered_names() {
+        let mut r = StrategyRegistry::empty();
+        assert_eq!(format!("{r:?}"), "{}");
+        r.register("mine", |_, _| Ok(Arc::new(Averagely)));
+        r.register("also_mine", |_, _| Ok(Arc::new(Averagely)));
+        assert_eq!(format!("{r:?}"), r#"{"also_mine", "mine"}"#);
+    }
 }
