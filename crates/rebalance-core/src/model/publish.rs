@@ -477,6 +477,10 @@ mod tests {
         assert!(info.is_ordered());
         // Permissions and masters do not remove listed queues: keys keep their queue.
         assert_eq!(names(&info), ["T/b/0", "T/b/1", "T/a/0"]);
+        assert_eq!(
+            format!("{info:?}"),
+            r#"PublishInfo { ordered: true, brokers: ["b:2", "a:1"] }"#
+        );
     }
 
     #[test]

@@ -112,4 +112,10 @@ mod tests {
         get(&memo, &[2, 1], &mut calls);
         assert_eq!(calls, 4);
     }
+
+    #[test]
+    fn debug_shows_the_capacity_only() {
+        let memo: Memo<[u32], u32> = Memo::new(0);
+        assert_eq!(format!("{memo:?}"), "Memo { capacity: 1, .. }");
+    }
 }
