@@ -217,6 +217,24 @@ fn the_newest_claim_wins_whatever_the_order_of_the_claims() {
     }
 }
 
+/// c0 reads t1, c1 t0 and t1, c2 and c3 t1; c1 (generation 5) holds all of t0 (10 partitions)
+/// and of t1 (`t1` partitions), c0 (generation 5) nothing. c2 and c3 list nothing yet.
+fn one_holds_all_group(t1: u32) -> GroupSubscription {
+    let mut g = group(
+        &[("t0", 10), ("t1", t1)],
+        &[
+            ("c0", &["t1"]),
+            ("c1", &["t0", "t1"]),
+            ("c2", &["t1"]),
+            ("c3", &["t1"]),
+        ],
+    );
+    claim(&mut g, 0, Vec::<(&str, i32)>::new(), 5);
+    let t0 = (0..10).map(|p| ("t0", p));
+    claim(&mut g, 1, t0.chain((0..t1 as i32).map(|p| ("t1", p))), 5);
+    g
+}
+
 #[test]
 fn a_partition_a_newer_generation_took_goes_back_to_its_previous_owner() {
     // c1 (generation 5) holds all of t0 and t1-0, which c2 (generation 4) listed before. The
@@ -225,17 +243,7 @@ fn a_partition_a_newer_generation_took_goes_back_to_its_previous_owner() {
     // t1-0 too, so that moves one partition where c0 would move two. A member that listed it
     // at an older generation still (c3, generation 3) has the weaker claim.
     for older in [None, Some(3)] {
-        let mut g = group(
-            &[("t0", 10), ("t1", 1)],
-            &[
-                ("c0", &["t1"]),
-                ("c1", &["t0", "t1"]),
-                ("c2", &["t1"]),
-                ("c3", &["t1"]),
-            ],
-        );
-        claim(&mut g, 0, Vec::<(&str, i32)>::new(), 5);
-        claim(&mut g, 1, (0..10).map(|p| ("t0", p)).chain([("t1", 0)]), 5);
+        let mut g = one_holds_all_group(1);
         claim(&mut g, 2, [("t1", 0)], 4);
         claim(&mut g, 3, older.map(|_| ("t1", 0)), older.unwrap_or(5));
         let a = Sticky.assign(&g).unwrap();
@@ -258,22 +266,7 @@ fn each_previous_owner_is_made_up_for_each_partition_it_lost_once() {
     // c1 (generation 5) holds everything; c2 (generation 4) listed t1-0 and t1-1, c3 t1-2. Kafka
     // hands t1-0 and t1-1 back to c2 and t1-2 to c3 while c1 holds at least two more than them,
     // and the last partition of t1 to c0 by balance: c2 ends with two, c0 and c3 with one.
-    let mut g = group(
-        &[("t0", 10), ("t1", 4)],
-        &[
-            ("c0", &["t1"]),
-            ("c1", &["t0", "t1"]),
-            ("c2", &["t1"]),
-            ("c3", &["t1"]),
-        ],
-    );
-    claim(&mut g, 0, Vec::<(&str, i32)>::new(), 5);
-    claim(
-        &mut g,
-        1,
-        (0..10).map(|p| ("t0", p)).chain((0..4).map(|p| ("t1", p))),
-        5,
-    );
+    let mut g = one_holds_all_group(4);
     claim(&mut g, 2, [("t1", 0), ("t1", 1)], 4);
     claim(&mut g, 3, [("t1", 2)], 4);
     let a = Sticky.assign(&g).unwrap();
