@@ -7,9 +7,9 @@
 //! partitions than its previous owner goes back to that owner, whether or not the owner still
 //! subscribes to its topic. Here the partitions a previous owner lost are counted per (owner,
 //! topic) as *debts*; the balance loop settles a debt with a valid move towards the owner (see
-//! `general::pull`). When partitions are finally chosen, a member with room for a partition
-//! of a topic gets back first the partitions of it that it is the previous owner of, as in Kafka,
-//! where the rule moves that very partition (see `place`).
+//! `general::pull`). When partitions are finally chosen, an owed partition goes back to its
+//! previous owner whenever that member has room for one of its topic, as Kafka's rule moves that
+//! very partition (see `place`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
