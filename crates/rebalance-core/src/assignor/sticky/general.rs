@@ -4,9 +4,9 @@
 //! partitions the member gets, split by kind: owned and listed only by this member (`costly`:
 //! moving one costs a revocation), owned but also listed by others (`cheap`: counted as moved
 //! whoever gets it), not owned (`fresh`), and not owned but made up for a partition an older
-//! generation of the member lost (`returned`: Kafka gave it back, so it stays unless balance
-//! needs it). Partitions are chosen only at the end, so balancing
-//! never touches per-partition data.
+//! generation of the member lost (`returned`: Kafka gave it back, so no chain passes it on until
+//! the group is balanced in Kafka's sense; then it counts as fresh). Partitions are chosen only at
+//! the end, so balancing never touches per-partition data.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -171,11 +171,12 @@ pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
         slots.clear();
         for c in subscribers.clone() {
             let cell = cells.cells[c];
-            debug_assert_eq!(cell.costly + cell.cheap, 0);
-            if cell.fresh + cell.returned > 0 {
+            // Balancing ends after returned units were counted as fresh again.
+            debug_assert_eq!(cell.costly + cell.cheap + cell.returned, 0);
+            if cell.fresh > 0 {
                 slots.push(Slot {
                     member: cells.subs[c],
-                    want: cell.fresh + cell.returned,
+                    want: cell.fresh,
                 });
             }
         }
