@@ -321,9 +321,12 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells, debts: &mut Option<Debts>) -> usize
             continue;
         }
         // Balanced in Kafka's sense. Chains of moves can still even out members that share no
-        // topic directly, and evenness is worth more than where a returned partition ends.
-        for cell in &mut cells.cells {
-            cell.fresh += std::mem::take(&mut cell.returned);
+        // topic directly, and evenness is worth more than where a returned partition ends (only
+        // debts make returned units: without them there is nothing to count again).
+        if debts.is_some() {
+            for cell in &mut cells.cells {
+                cell.fresh += std::mem::take(&mut cell.returned);
+            }
         }
         let min = order
             .iter()
