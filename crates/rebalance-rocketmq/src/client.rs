@@ -2,7 +2,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -28,6 +28,14 @@ pub struct ClientConfig {
     pub reconnect_backoff_max: Duration,
     /// Framing and queueing of each connection.
     pub connection: ConnectionConfig,
+    /// Forget an address that no call has used for this long (120 s, the Java client's idle
+    /// channel time): its connection is dropped (closed unless a caller still holds it) with
+    /// the count of its failed attempts, so a client whose servers come and go under new
+    /// addresses does not keep an entry for every address it ever used. The next use of a
+    /// forgotten address connects as if for the first time: that is no reconnection. Calls
+    /// look for idle addresses at most twice per period, so an address is forgotten between one
+    /// and one and a half periods after its last use, at the next call. `None`: never forget.
+    pub forget_idle_after: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -38,6 +46,7 @@ impl Default for ClientConfig {
             reconnect_backoff_min: Duration::from_millis(100),
             reconnect_backoff_max: Duration::from_secs(5),
             connection: ConnectionConfig::default(),
+            forget_idle_after: Some(Duration::from_secs(120)),
         }
     }
 }
@@ -65,14 +74,17 @@ struct Attempt {
     /// Consecutive failed attempts before this one.
     failures_before: u32,
     reconnect: bool,
+    /// When a call last asked for the address, in milliseconds after the client's epoch.
+    last_used: AtomicU64,
 }
 
 impl Attempt {
-    fn new(failures_before: u32, reconnect: bool) -> Arc<Self> {
+    fn new(failures_before: u32, reconnect: bool, now: u64) -> Arc<Self> {
         Arc::new(Self {
             outcome: OnceCell::new(),
             failures_before,
             reconnect,
+            last_used: AtomicU64::new(now),
         })
     }
 }
@@ -88,6 +100,10 @@ struct ReconnectHook {
 struct Inner {
     config: ClientConfig,
     slots: DashMap<String, Arc<Attempt>>,
+    /// What `last_used` counts from.
+    epoch: Instant,
+    /// When the next look for idle addresses is due, in milliseconds after `epoch`.
+    next_forget: AtomicU64,
     membership: Arc<MembershipNotifier>,
     reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
 }
@@ -127,6 +143,8 @@ impl RemotingClient {
             inner: Arc::new(Inner {
                 config,
                 slots: DashMap::new(),
+                epoch: Instant::now(),
+                next_forget: AtomicU64::new(0),
                 membership: Arc::new(MembershipNotifier::default()),
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
             }),
@@ -162,6 +180,12 @@ impl RemotingClient {
         });
     }
 
+    /// How many addresses the client remembers.
+    #[cfg(test)]
+    pub(crate) fn address_count(&self) -> usize {
+        self.inner.slots.len()
+    }
+
     /// How many reconnect hooks are registered.
     #[cfg(test)]
     pub(crate) fn reconnect_hook_count(&self) -> usize {
@@ -191,6 +215,7 @@ impl RemotingClient {
     /// shorter than the connect timeout, a dropped future) does not cancel it, so its outcome
     /// still reaches the other callers and a failure still backs off.
     pub async fn connection(&self, addr: &str) -> Result<Connection, TransportError> {
+        self.forget_idle_if_due();
         if let Some(conn) = self.open_connection(addr) {
             return Ok(conn);
         }
@@ -209,13 +234,15 @@ impl RemotingClient {
     /// connection closed or the backoff after a failed one has passed.
     async fn shared_attempt(&self, addr: &str) -> Result<Connection, TransportError> {
         for _ in 0..3 {
+            let now = self.now();
             let attempt = self
                 .inner
                 .slots
                 .entry(addr.to_string())
-                .or_insert_with(|| Attempt::new(0, false))
+                .or_insert_with(|| Attempt::new(0, false, now))
                 .value()
                 .clone();
+            attempt.last_used.store(now, Ordering::Relaxed);
             let made_here = AtomicBool::new(false);
             let outcome = attempt
                 .outcome
@@ -228,7 +255,7 @@ impl RemotingClient {
                 Ok(conn) if conn.is_open() => return Ok(conn.clone()),
                 Ok(_) => {
                     tracing::info!(addr, "connection lost, reconnecting");
-                    self.replace(addr, &attempt, Attempt::new(0, true));
+                    self.replace(addr, &attempt, Attempt::new(0, true, now));
                 }
                 Err(failure) => {
                     let failures = attempt.failures_before + 1;
@@ -244,7 +271,7 @@ impl RemotingClient {
                             last_error: failure.error.to_string(),
                         });
                     }
-                    self.replace(addr, &attempt, Attempt::new(failures, true));
+                    self.replace(addr, &attempt, Attempt::new(failures, true, now));
                 }
             }
         }
@@ -299,10 +326,50 @@ impl RemotingClient {
     /// The connection to `addr` if one is open now, without waiting.
     fn open_connection(&self, addr: &str) -> Option<Connection> {
         let attempt = self.inner.slots.get(addr)?;
+        attempt.last_used.store(self.now(), Ordering::Relaxed);
         match attempt.value().outcome.get() {
             Some(Ok(conn)) if conn.is_open() => Some(conn.clone()),
             _ => None,
         }
+    }
+
+    /// Milliseconds since the client's epoch.
+    fn now(&self) -> u64 {
+        let elapsed = self.inner.epoch.elapsed().as_millis();
+        u64::try_from(elapsed).unwrap_or(u64::MAX)
+    }
+
+    /// Forgets the addresses no call has used for `forget_idle_after`, when a look is due (at
+    /// most twice per period, so a busy client pays one clock read and one atomic load per
+    /// call). An attempt still connecting is kept: its callers are waiting for it.
+    fn forget_idle_if_due(&self) {
+        let Some(idle) = self.inner.config.forget_idle_after else {
+            return;
+        };
+        let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let now = self.now();
+        let due = self.inner.next_forget.load(Ordering::Relaxed);
+        if now < due {
+            return;
+        }
+        let next = now.saturating_add(idle / 2).max(now.saturating_add(1));
+        let claimed = self.inner.next_forget.compare_exchange(
+            due,
+            next,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        if claimed.is_err() {
+            return; // another call is looking
+        }
+        self.inner.slots.retain(|addr, attempt| {
+            let unused = now.saturating_sub(attempt.last_used.load(Ordering::Relaxed));
+            let keep = unused < idle || attempt.outcome.get().is_none();
+            if !keep {
+                tracing::debug!(addr, unused_ms = unused, "forgetting an idle address");
+            }
+            keep
+        });
     }
 
     fn replace(&self, addr: &str, old: &Arc<Attempt>, new: Arc<Attempt>) {
@@ -749,5 +816,116 @@ mod tests {
             matches!(&err, TransportError::BackingOff { retry_in, .. } if *retry_in > Duration::from_millis(50)),
             "{err}"
         );
+    }
+
+    /// Moves the clock on by `by` at once (real time runs again afterwards, for the sockets).
+    async fn jump(by: Duration) {
+        tokio::time::pause();
+        tokio::time::advance(by).await;
+        tokio::time::resume();
+    }
+
+    /// A server that serves one connection and reports when the client has closed it.
+    async fn server_reporting_close() -> (String, tokio::sync::oneshot::Receiver<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (closed, on_close) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut framed = Framed::new(socket, RemotingCodec::default());
+            while let Some(Ok(_)) = framed.next().await {}
+            let _ = closed.send(());
+        });
+        (addr, on_close)
+    }
+
+    /// A client whose brokers restart under new addresses must not keep an entry (and a
+    /// connection) for each address it ever used: an address no call used for the idle period
+    /// is forgotten at a later call, its connection closed unless a caller still holds it;
+    /// addresses in use are kept, and a forgotten one connects afresh, with no reconnect hook.
+    #[tokio::test]
+    async fn addresses_left_unused_are_forgotten_and_their_connections_closed() {
+        let (unheld, unheld_closed) = server_reporting_close().await;
+        let (held, _held_closed) = server_reporting_close().await;
+        let (used, _used_closed) = server_reporting_close().await;
+        let client = RemotingClient::new(ClientConfig {
+            forget_idle_after: Some(Duration::from_secs(120)),
+            ..Default::default()
+        });
+        let reconnects = Arc::new(AtomicUsize::new(0));
+        client.on_reconnect({
+            let reconnects = reconnects.clone();
+            move |_| {
+                reconnects.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        client.connection(&unheld).await.unwrap();
+        let held_connection = client.connection(&held).await.unwrap();
+        client.connection(&used).await.unwrap();
+
+        jump(Duration::from_secs(100)).await;
+        client.connection(&used).await.unwrap();
+        assert_eq!(client.address_count(), 3, "nothing idle for 120 s yet");
+        jump(Duration::from_secs(50)).await;
+        client.connection(&used).await.unwrap();
+        assert_eq!(client.address_count(), 3, "no look due yet");
+        jump(Duration::from_secs(20)).await;
+        client.connection(&used).await.unwrap();
+        assert_eq!(client.address_count(), 1, "only the address in use is left");
+
+        tokio::time::timeout(Duration::from_secs(5), unheld_closed)
+            .await
+            .expect("the forgotten connection nobody held was not closed")
+            .unwrap();
+        assert!(
+            held_connection.is_open(),
+            "a caller's connection stays open"
+        );
+        assert!(client.connection(&used).await.unwrap().is_open());
+        assert_eq!(reconnects.load(Ordering::SeqCst), 0);
+    }
+
+    /// Forgetting an address forgets its failures too: after the idle period the next call
+    /// tries at once instead of waiting out a long backoff.
+    #[tokio::test]
+    async fn a_forgotten_address_is_tried_again_without_its_backoff() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_secs(1000),
+            reconnect_backoff_max: Duration::from_secs(1000),
+            forget_idle_after: Some(Duration::from_secs(120)),
+            ..Default::default()
+        });
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+        jump(Duration::from_secs(100)).await;
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(matches!(err, TransportError::BackingOff { .. }), "{err}");
+        jump(Duration::from_secs(200)).await;
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(matches!(err, TransportError::Connect { .. }), "{err}");
+        let err = client.connection(&addr).await.unwrap_err();
+        assert!(
+            matches!(&err, TransportError::BackingOff { retry_in, .. } if *retry_in > Duration::from_secs(900)),
+            "{err}"
+        );
+    }
+
+    /// With `forget_idle_after: None` nothing is forgotten, however long it lies unused.
+    #[tokio::test]
+    async fn with_no_idle_period_every_address_is_kept() {
+        let (addr, _closed) = server_reporting_close().await;
+        let client = RemotingClient::new(ClientConfig {
+            forget_idle_after: None,
+            ..Default::default()
+        });
+        let first = client.connection(&addr).await.unwrap();
+        drop(first);
+        jump(Duration::from_secs(100_000)).await;
+        assert!(client.connection(&addr).await.unwrap().is_open());
+        assert_eq!(client.address_count(), 1);
     }
 }
