@@ -215,8 +215,9 @@ impl RemotingClient {
     /// shorter than the connect timeout, a dropped future) does not cancel it, so its outcome
     /// still reaches the other callers and a failure still backs off.
     pub async fn connection(&self, addr: &str) -> Result<Connection, TransportError> {
-        self.forget_idle_if_due();
-        if let Some(conn) = self.open_connection(addr) {
+        let now = self.now();
+        self.forget_idle_if_due(now);
+        if let Some(conn) = self.open_connection(addr, now) {
             return Ok(conn);
         }
         let client = self.clone();
@@ -323,10 +324,11 @@ impl RemotingClient {
         }
     }
 
-    /// The connection to `addr` if one is open now, without waiting.
-    fn open_connection(&self, addr: &str) -> Option<Connection> {
+    /// The connection to `addr` if one is open, without waiting; notes that `addr` was used
+    /// `now`.
+    fn open_connection(&self, addr: &str, now: u64) -> Option<Connection> {
         let attempt = self.inner.slots.get(addr)?;
-        attempt.last_used.store(self.now(), Ordering::Relaxed);
+        attempt.last_used.store(now, Ordering::Relaxed);
         match attempt.value().outcome.get() {
             Some(Ok(conn)) if conn.is_open() => Some(conn.clone()),
             _ => None,
@@ -342,12 +344,11 @@ impl RemotingClient {
     /// Forgets the addresses no call has used for `forget_idle_after`, when a look is due (at
     /// most twice per period, so a busy client pays one clock read and one atomic load per
     /// call). An attempt still connecting is kept: its callers are waiting for it.
-    fn forget_idle_if_due(&self) {
+    fn forget_idle_if_due(&self, now: u64) {
         let Some(idle) = self.inner.config.forget_idle_after else {
             return;
         };
         let idle = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        let now = self.now();
         let due = self.inner.next_forget.load(Ordering::Relaxed);
         if now < due {
             return;
