@@ -532,6 +532,72 @@ fn balance_hands_on_what_moves_anyway_before_what_only_its_holder_lists() {
 }
 
 #[test]
+fn a_chain_of_hand_overs_spares_a_revocation() {
+    // X holds a-0 and a-1, which only it lists, and b-0 and b-1, which O (an older member that
+    // reads nothing now) listed too. Y (a, c) and Z (b, c) get one c each. X first hands Z a b;
+    // then only Y, of a, is two below it. Rather than revoke an a, X hands Z its other b and Z
+    // hands Y its c: 2/2/2 with only the b's moved, which count as moved whoever gets them.
+    let mut g = group(
+        &[("a", 2), ("b", 2), ("c", 2)],
+        &[
+            ("X", &["a", "b"]),
+            ("Y", &["a", "c"]),
+            ("Z", &["b", "c"]),
+            ("O", &[]),
+        ],
+    );
+    claim(&mut g, 0, [("a", 0), ("a", 1), ("b", 0), ("b", 1)], 2);
+    claim(&mut g, 3, [("b", 0), ("b", 1)], 1);
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_eq!(lists(&a), ["X: a-0 a-1", "Y: c-0 c-1", "Z: b-0 b-1", "O:"]);
+    assert_eq!(moved_partitions(&g, &a), 2);
+}
+
+#[test]
+fn a_pass_of_chains_alone_still_counts_as_progress() {
+    // P holds all of t, which X also reads; X holds a-0 and a-1, which only it lists, and b-0
+    // and b-1, which O (an older member that reads nothing now) listed too, as it listed Z's c's.
+    // P and X start at 4, so P has nobody to give to. X then hands on its b's through two
+    // chains (X to Z to Y) rather than revoke an a, and drops to 2: now P is two above X. No
+    // chain of hand-overs reaches X from a member two above it, so a further pass has P give
+    // X a t.
+    let mut g = group(
+        &[("a", 2), ("b", 2), ("c", 3), ("t", 4)],
+        &[
+            ("P", &["t"]),
+            ("X", &["a", "b", "t"]),
+            ("Y", &["a", "c"]),
+            ("Z", &["b", "c"]),
+            ("O", &[]),
+        ],
+    );
+    claim(&mut g, 0, (0..4).map(|p| ("t", p)), 2);
+    claim(&mut g, 1, [("a", 0), ("a", 1), ("b", 0), ("b", 1)], 2);
+    claim(&mut g, 3, [("c", 0), ("c", 1), ("c", 2)], 2);
+    claim(
+        &mut g,
+        4,
+        [("b", 0), ("b", 1), ("c", 0), ("c", 1), ("c", 2)],
+        1,
+    );
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_balanced(&g, &a);
+    assert_eq!(
+        lists(&a),
+        [
+            "P: t-0 t-1 t-2",
+            "X: a-0 a-1 t-3",
+            "Y: c-1 c-2",
+            "Z: b-0 b-1 c-0",
+            "O:"
+        ]
+    );
+    assert_eq!(moved_partitions(&g, &a), 6, "what O listed, and t-3");
+}
+
+#[test]
 fn nonexistent_owned_partitions_are_ignored() {
     let mut g = group(
         &[("a", 3), ("b", 2)],
