@@ -243,7 +243,6 @@ impl RemotingClient {
                 .or_insert_with(|| Attempt::new(0, false, now))
                 .value()
                 .clone();
-            attempt.last_used.store(now, Ordering::Relaxed);
             let made_here = AtomicBool::new(false);
             let outcome = attempt
                 .outcome
