@@ -34,7 +34,9 @@ pub struct ClientConfig {
     /// addresses does not keep an entry for every address it ever used. The next use of a
     /// forgotten address connects as if for the first time: that is no reconnection. Calls
     /// look for idle addresses at most twice per period, so an address is forgotten between one
-    /// and one and a half periods after its last use, at the next call. `None`: never forget.
+    /// and one and a half periods after its last use, at the next call. Keep it longer than the
+    /// consumers' heartbeat interval (30 s): a broker forgets the consumers of a connection that
+    /// closed (and closes connections idle for 120 s itself). `None`: never forget.
     pub forget_idle_after: Option<Duration>,
 }
 
