@@ -120,6 +120,10 @@ mod tests {
             ]
         );
         assert!(parse_events("jump").is_err());
+        // What the rows print reads back as the same event.
+        for event in [Event::Join, Event::Leave(Some(3)), Event::Leave(None)] {
+            assert_eq!(event.to_string().parse::<Event>(), Ok(event));
+        }
         assert!(parse_events("leave:x").is_err());
     }
 
@@ -128,7 +132,9 @@ mod tests {
         let mut m = Members::new(3);
         let mut rng = SplitMix64::new(0);
         m.apply(Event::Join, &mut rng).unwrap();
-        assert_eq!(m.ids().len(), 4);
+        m.apply(Event::Join, &mut rng).unwrap();
+        assert_eq!(m.ids().len(), 5);
+        // Strictly increasing: the second joiner's id is new too.
         assert!(m.ids().windows(2).all(|w| w[0] < w[1]));
         let first = m.ids()[0].clone();
         let what = m.apply(Event::Leave(Some(0)), &mut rng).unwrap();

@@ -122,5 +122,7 @@ mod tests {
         assert_eq!(bal.spread, 2);
         assert_eq!(bal.max_over_mean, 1.5);
         assert_eq!(balance(&b, &all).spread, 0);
+        // No queues: a ratio of 0, not the NaN that JSON cannot carry.
+        assert_eq!(balance(&Vec::new(), &all).max_over_mean, 0.0);
     }
 }
