@@ -555,6 +555,28 @@ fn a_chain_of_hand_overs_spares_a_revocation() {
 }
 
 #[test]
+fn a_chain_into_the_lighter_member_spares_a_revocation() {
+    // H holds all of t, which only it lists; K holds all of u, which O (an older member that
+    // reads nothing now) listed too. L reads both and holds nothing. H comes first and has only
+    // t to give: rather than revoke two t's, it has K hand L two u's (which count as moved
+    // whoever gets them), and revokes one t only when K is no longer two above L.
+    let mut g = group(
+        &[("t", 4), ("u", 4)],
+        &[("H", &["t"]), ("K", &["u"]), ("L", &["t", "u"]), ("O", &[])],
+    );
+    claim(&mut g, 0, (0..4).map(|p| ("t", p)), 2);
+    claim(&mut g, 1, (0..4).map(|p| ("u", p)), 2);
+    claim(&mut g, 3, (0..4).map(|p| ("u", p)), 1);
+    let a = Sticky.assign(&g).unwrap();
+    assert_valid(&g, &a);
+    assert_eq!(
+        lists(&a),
+        ["H: t-0 t-1 t-2", "K: u-0 u-1", "L: t-3 u-2 u-3", "O:"]
+    );
+    assert_eq!(moved_partitions(&g, &a), 5, "O's u's and one t");
+}
+
+#[test]
 fn a_pass_of_chains_alone_still_counts_as_progress() {
     // P holds all of t, which X also reads; X holds a-0 and a-1, which only it lists, and b-0
     // and b-1, which O (an older member that reads nothing now) listed too, as it listed Z's c's.
