@@ -567,3 +567,6 @@ fn sample(
     }
     Ok(totals)
 }
+
+#[cfg(test)]
+mod tests;
