@@ -675,13 +675,15 @@ mod tests {
         assert_eq!(*changes.borrow(), 1);
     }
 
+    /// A port nobody listens on: bound, noted, closed.
+    fn refused_address() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
     #[tokio::test]
     async fn failed_attempts_back_off_instead_of_spinning() {
-        // A port nobody listens on: bind, note the port, close.
-        let addr = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        };
+        let addr = refused_address();
         let client = RemotingClient::new(ClientConfig {
             reconnect_backoff_min: Duration::from_millis(300),
             reconnect_backoff_max: Duration::from_secs(2),
@@ -799,10 +801,7 @@ mod tests {
 
     #[tokio::test]
     async fn consecutive_failures_lengthen_the_backoff() {
-        let addr = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        };
+        let addr = refused_address();
         let client = RemotingClient::new(ClientConfig {
             reconnect_backoff_min: Duration::from_millis(50),
             reconnect_backoff_max: Duration::from_secs(10),
@@ -891,10 +890,7 @@ mod tests {
     /// tries at once instead of waiting out a long backoff.
     #[tokio::test]
     async fn a_forgotten_address_is_tried_again_without_its_backoff() {
-        let addr = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().to_string()
-        };
+        let addr = refused_address();
         let client = RemotingClient::new(ClientConfig {
             reconnect_backoff_min: Duration::from_secs(1000),
             reconnect_backoff_max: Duration::from_secs(1000),

@@ -16,6 +16,12 @@ fn args(extra: &[&str]) -> CompareArgs {
     }
 }
 
+/// 12 queues over 4 members (blocks of 3 under averagely), then `events`.
+fn twelve_over_four(events: &str, extra: &[&str]) -> CompareArgs {
+    let base = ["--queues", "12", "--consumers", "4", "--events", events];
+    args(&[&base[..], extra].concat())
+}
+
 fn output(args: &CompareArgs) -> (String, Vec<Summary>) {
     let mut out = Vec::new();
     let summaries = run(args, &mut out).unwrap();
@@ -31,17 +37,10 @@ fn refusal(args: &CompareArgs) -> String {
 
 #[test]
 fn totals_add_up_the_rows_and_the_ratio_is_moved_over_the_minimum() {
-    let a = args(&[
-        "--queues",
-        "12",
-        "--consumers",
-        "4",
-        "--events",
+    let a = twelve_over_four(
         "leave:0,join,join",
-        "--strategies",
-        "averagely,consistent_hash",
-        "--json",
-    ]);
+        &["--strategies", "averagely,consistent_hash", "--json"],
+    );
     let (text, summaries) = output(&a);
     let rows: Vec<Value> = text
         .lines()
@@ -80,16 +79,7 @@ fn the_ratio_needs_a_minimum() {
 
 #[test]
 fn the_table_shows_every_step_and_the_totals() {
-    let a = args(&[
-        "--queues",
-        "12",
-        "--consumers",
-        "4",
-        "--events",
-        "leave:0",
-        "--strategies",
-        "averagely",
-    ]);
+    let a = twelve_over_four("leave:0", &["--strategies", "averagely"]);
     let (text, _) = output(&a);
     let words = |line: &str| {
         line.split_whitespace()
