@@ -618,13 +618,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(echo_server(listener, 3));
         let client = RemotingClient::default();
-        let reconnects = Arc::new(AtomicUsize::new(0));
-        client.on_reconnect({
-            let reconnects = reconnects.clone();
-            move |_| {
-                reconnects.fetch_add(1, Ordering::SeqCst);
-            }
-        });
+        let reconnects = count_reconnects(&client);
         let first = client.connection(&addr).await.unwrap();
         client.close(&addr);
         tokio::time::timeout(Duration::from_secs(5), first.closed())
@@ -673,6 +667,16 @@ mod tests {
             .expect("the push never reached the watcher")
             .unwrap();
         assert_eq!(*changes.borrow(), 1);
+    }
+
+    /// How many times `client` calls its reconnect hooks.
+    fn count_reconnects(client: &RemotingClient) -> Arc<AtomicUsize> {
+        let reconnects = Arc::new(AtomicUsize::new(0));
+        let counter = reconnects.clone();
+        client.on_reconnect(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        });
+        reconnects
     }
 
     /// A port nobody listens on: bound, noted, closed.
@@ -853,13 +857,7 @@ mod tests {
             forget_idle_after: Some(Duration::from_secs(120)),
             ..Default::default()
         });
-        let reconnects = Arc::new(AtomicUsize::new(0));
-        client.on_reconnect({
-            let reconnects = reconnects.clone();
-            move |_| {
-                reconnects.fetch_add(1, Ordering::SeqCst);
-            }
-        });
+        let reconnects = count_reconnects(&client);
         client.connection(&unheld).await.unwrap();
         let held_connection = client.connection(&held).await.unwrap();
         client.connection(&used).await.unwrap();
