@@ -452,6 +452,27 @@ const REGIMES: [(&str, f64); 4] = [
     (">=64", f64::INFINITY),
 ];
 
+/// Sample `k`'s group and event: `8..=queues` queues, `2..=consumers` members, a join for even
+/// `k` and a leave for odd `k`.
+fn draw(args: &CompareArgs, k: usize, rng: &mut SplitMix64) -> (usize, usize, Event) {
+    let q = 8 + rng.below((args.queues - 7) as u64) as usize;
+    let n = 2 + rng.below((args.consumers - 1) as u64) as usize;
+    let event = if k % 2 == 0 {
+        Event::Join
+    } else {
+        Event::Leave(None)
+    };
+    (q, n, event)
+}
+
+/// The [`REGIMES`] entry of `q` queues over `n` members.
+fn regime(q: usize, n: usize) -> usize {
+    REGIMES
+        .iter()
+        .position(|&(_, upper)| (q as f64 / n as f64) < upper)
+        .unwrap_or(REGIMES.len() - 1)
+}
+
 fn sample(
     args: &CompareArgs,
     samples: usize,
@@ -474,23 +495,14 @@ fn sample(
     let mut regimes: Vec<Vec<Summary>> =
         vec![vec![Summary::default(); REGIMES.len()]; strategies.len()];
     for k in 0..samples {
-        let q = 8 + rng.below((args.queues - 7) as u64) as usize;
-        let n = 2 + rng.below((args.consumers - 1) as u64) as usize;
+        let (q, n, event) = draw(args, k, &mut rng);
         let queues = workload::queues(q);
         let mut members = Members::new(n);
         let before_ids = members.ids().to_vec();
-        let event = if k % 2 == 0 {
-            Event::Join
-        } else {
-            Event::Leave(None)
-        };
         members
             .apply(event, &mut rng)
             .map_err(CompareError::Arguments)?;
-        let regime = REGIMES
-            .iter()
-            .position(|&(_, upper)| (q as f64 / n as f64) < upper)
-            .unwrap_or(REGIMES.len() - 1);
+        let regime = regime(q, n);
         for (s, (name, strategy)) in strategies.iter().enumerate() {
             let before = plan_owners(name, strategy, &queues, &before_ids)?;
             let after = plan_owners(name, strategy, &queues, members.ids())?;

@@ -219,3 +219,56 @@ fn sizes_are_checked_before_anything_is_built() {
     };
     assert!(refusal(&samples).contains("--sample must be at most"));
 }
+
+#[test]
+fn samples_draw_groups_across_the_whole_range_and_alternate_joins_and_leaves() {
+    let a = args(&["--queues", "11", "--consumers", "4", "--sample", "1"]);
+    let mut rng = SplitMix64::new(7);
+    let mut queues = std::collections::BTreeSet::new();
+    let mut members = std::collections::BTreeSet::new();
+    for k in 0..400 {
+        let (q, n, event) = draw(&a, k, &mut rng);
+        queues.insert(q);
+        members.insert(n);
+        let expected = if k % 2 == 0 {
+            Event::Join
+        } else {
+            Event::Leave(None)
+        };
+        assert_eq!(event, expected, "sample {k}");
+    }
+    assert_eq!(queues.into_iter().collect::<Vec<_>>(), [8, 9, 10, 11]);
+    assert_eq!(members.into_iter().collect::<Vec<_>>(), [2, 3, 4]);
+}
+
+#[test]
+fn brackets_go_by_queues_per_member() {
+    assert_eq!(regime(15, 4), 0, "3.75 per member: <4");
+    assert_eq!(regime(16, 4), 1, "4 per member: 4-16");
+    assert_eq!(regime(63, 4), 1);
+    assert_eq!(regime(64, 4), 2, "16 per member: 16-64");
+    assert_eq!(regime(255, 4), 2);
+    assert_eq!(regime(256, 4), 3, "64 per member: >=64");
+    assert_eq!(regime(1_000_000, 2), 3);
+}
+
+#[test]
+fn sampling_needs_room_to_draw() {
+    for (queues, consumers) in [("7", "2"), ("8", "1")] {
+        let a = args(&[
+            "--queues",
+            queues,
+            "--consumers",
+            consumers,
+            "--sample",
+            "1",
+        ]);
+        assert!(
+            refusal(&a).contains("--sample needs"),
+            "{queues} x {consumers}"
+        );
+    }
+    let smallest = args(&["--queues", "8", "--consumers", "2", "--sample", "2"]);
+    let (_, summaries) = output(&smallest);
+    assert!(summaries.iter().all(|s| s.min_moves > 0), "{summaries:?}");
+}
