@@ -210,6 +210,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A strategy registered without its keys here would take any `--param` without a word.
+    #[test]
+    fn every_registered_strategy_lists_the_keys_it_reads() {
+        let registry = rebalance_core::strategy::StrategyRegistry::default();
+        for name in registry.names() {
+            assert!(
+                strategy_param_keys(name).is_some(),
+                "`{name}` is not listed"
+            );
+        }
+        assert_eq!(strategy_param_keys("no_such_strategy"), None);
+    }
+
     fn params(v: Value) -> Params {
         serde_json::from_value(v).unwrap()
     }
