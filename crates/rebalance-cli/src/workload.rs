@@ -6,7 +6,7 @@
 //! + i}`; both sorted the Java way. Kafka: topics `topic-{8 hex digits}` from a seeded
 //! [`SplitMix64`], members `consumer-{i}` all subscribing to every topic.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use rebalance_core::assignor::{
@@ -194,18 +194,40 @@ pub fn moved(group: &GroupSubscription, assignment: &GroupAssignment) -> usize {
         .sum()
 }
 
-/// How many partitions each member of a plan holds, by member (for balance checks).
-pub fn sizes(assignment: &GroupAssignment) -> HashMap<ClientId, usize> {
-    assignment
-        .iter()
-        .map(|(m, p)| (m.clone(), p.len()))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use rebalance_core::assignor::build_assignor;
+
+    /// The benches run these; a name or parameter that no longer builds would only show when
+    /// someone benchmarks. Every one must plan the bench's workload, and every strategy of the
+    /// Java reference timings must be there.
+    #[test]
+    fn every_reference_strategy_plans_the_workload() {
+        use crate::bench::strategy::with_reference_params;
+        let registry = rebalance_core::strategy::StrategyRegistry::default();
+        let (mq_all, cids) = (queues(40), client_ids(6));
+        let mut labels = Vec::new();
+        for (label, name, params) in reference_strategies() {
+            let params = with_reference_params(name, params, &mq_all, cids.len());
+            let strategy = registry.build(name, &params).unwrap();
+            let plan = strategy.plan("G", &mq_all, &cids).unwrap();
+            let planned: usize = plan.iter().map(|(_, share)| share.len()).sum();
+            assert!(planned > 0, "{label}");
+            labels.push(label);
+        }
+        for java in [
+            "averagely",
+            "averagely_by_circle",
+            "by_config",
+            "by_machine_room",
+            "consistent_hash",
+            "machine_room_nearby",
+            "machine_room_nearby_consistent_hash",
+        ] {
+            assert!(labels.contains(&java), "{java} missing: {labels:?}");
+        }
+    }
 
     #[test]
     fn queues_follow_the_java_layout() {
