@@ -104,6 +104,13 @@ mod tests {
     }
 
     #[test]
+    fn three_decimals() {
+        assert_eq!(round3(1.23456), 1.235);
+        assert_eq!(round3(2.0), 2.0);
+        assert_eq!(round3(0.0004), 0.0);
+    }
+
+    #[test]
     fn short_operations_are_batched_and_runs_are_honoured() {
         let mut calls = 0u64;
         let m = measure(
@@ -120,6 +127,47 @@ mod tests {
         assert_eq!(m.runs, 4);
         assert!(m.batch > 1, "a trivial closure is batched");
         assert_eq!(calls, 1 + 4 * m.batch as u64);
+    }
+
+    /// Spins for `d` (no sleep: the scheduler's granularity would decide the time).
+    fn spin(d: Duration) -> Result<(), Infallible> {
+        let start = Instant::now();
+        while start.elapsed() < d {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+
+    /// The median is per call, not per batch: a 100 µs operation batched to fill 2 ms samples
+    /// reports about 100 µs. The upper bound leaves ten times that for a loaded machine; a
+    /// per-batch figure would be about 20 times the operation.
+    #[test]
+    fn the_median_is_the_time_of_one_call() {
+        let op = Duration::from_micros(100);
+        let sampling = Sampling {
+            runs: Some(3),
+            ..Sampling::within_a_second(3, None)
+        };
+        let m = measure(sampling, || spin(op)).unwrap();
+        assert!(m.median_us >= 100.0, "{m:?}");
+        assert!(m.median_us < 1000.0, "{m:?}");
+    }
+
+    /// Without a set number of runs, samples fill the budget up to `max_runs`, and never fall
+    /// below three.
+    #[test]
+    fn without_runs_the_budget_decides_within_bounds() {
+        let quick = Sampling::within_a_second(7, None);
+        // 2 ms samples in a second: 500 would fit, 7 are allowed.
+        let m = measure(quick, || spin(Duration::from_micros(20))).unwrap();
+        assert_eq!(m.runs, 7, "{m:?}");
+        // 2 ms samples in a 1 ms budget: none would fit, three are taken anyway.
+        let tight = Sampling {
+            budget: Duration::from_millis(1),
+            ..quick
+        };
+        let m = measure(tight, || spin(Duration::from_micros(20))).unwrap();
+        assert_eq!(m.runs, 3, "{m:?}");
     }
 
     #[test]
