@@ -307,5 +307,77 @@ mod tests {
         assert_eq!("initial".parse(), Ok(Scenario::Initial));
         assert_eq!("member_left".parse(), Ok(Scenario::MemberLeft));
         assert!("other".parse::<Scenario>().is_err());
+        // The text line names the scenario as the command line does.
+        for scenario in [Scenario::Initial, Scenario::MemberLeft] {
+            assert_eq!(scenario.to_string().parse(), Ok(scenario));
+        }
+    }
+
+    /// Cases built in code skip the command line's own bounds; `run` checks them again before
+    /// building anything.
+    #[test]
+    fn sizes_are_checked_before_anything_is_built() {
+        let registry = AssignorRegistry::default();
+        let base = AssignorCase {
+            assignor: "range".into(),
+            topics: 2,
+            partitions: 4,
+            members: 3,
+            scenario: Scenario::Initial,
+            seed: 1,
+            runs: Some(1),
+        };
+        let refusal = |case: AssignorCase| match run(&case, &registry) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted: {case:?}"),
+        };
+        for empty in [
+            AssignorCase {
+                topics: 0,
+                ..base.clone()
+            },
+            AssignorCase {
+                partitions: 0,
+                ..base.clone()
+            },
+            AssignorCase {
+                members: 0,
+                ..base.clone()
+            },
+        ] {
+            assert!(refusal(empty).contains("at least 1"));
+        }
+        let many_topics = AssignorCase {
+            topics: limits::MAX_TOPICS + 1,
+            ..base.clone()
+        };
+        assert!(refusal(many_topics).contains("--topics"));
+        let many_members = AssignorCase {
+            members: limits::MAX_CONSUMERS + 1,
+            ..base.clone()
+        };
+        assert!(refusal(many_members).contains("--members"));
+        let many_partitions = AssignorCase {
+            topics: 1_000,
+            partitions: 20_000,
+            ..base.clone()
+        };
+        assert!(refusal(many_partitions).contains("partitions in all"));
+        // Every member gets every partition only under broadcast: 10,000 x 20,000 pairs is too
+        // many there, and a small broadcast is fine.
+        let wide_broadcast = AssignorCase {
+            assignor: "broadcast".into(),
+            topics: 10,
+            partitions: 1_000,
+            members: 20_000,
+            ..base.clone()
+        };
+        assert!(refusal(wide_broadcast).contains("member-partition pairs"));
+        let small_broadcast = AssignorCase {
+            assignor: "broadcast".into(),
+            ..base
+        };
+        let r = run(&small_broadcast, &registry).unwrap();
+        assert_eq!(r.sizes, (8, 8));
     }
 }
