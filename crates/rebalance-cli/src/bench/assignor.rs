@@ -313,6 +313,51 @@ mod tests {
         }
     }
 
+    /// What criterion times is the group `run` times: after a member left, the others own
+    /// their first assignment at generation 1, and the departed member's share is what nobody
+    /// owns. The text line names the case and what it found.
+    #[test]
+    fn the_timed_group_and_the_text_line() {
+        let registry = AssignorRegistry::default();
+        let case = AssignorCase {
+            assignor: "sticky".into(),
+            topics: 3,
+            partitions: 8,
+            members: 5,
+            scenario: Scenario::MemberLeft,
+            seed: 1,
+            runs: Some(1),
+        };
+        let group = timed_group(&case, &registry).unwrap();
+        assert_eq!(group.members.len(), 4);
+        assert!(
+            group
+                .members
+                .iter()
+                .all(|m| m.member_id.as_str() != "consumer-2")
+        );
+        assert!(group.members.iter().all(|m| m.generation == Some(1)));
+        let owned: usize = group.members.iter().map(|m| m.owned.len()).sum();
+        let r = run(&case, &registry).unwrap();
+        assert_eq!(owned + r.orphaned, 24);
+        let initial = AssignorCase {
+            scenario: Scenario::Initial,
+            ..case.clone()
+        };
+        let fresh = timed_group(&initial, &registry).unwrap();
+        assert_eq!(fresh.members.len(), 5);
+        assert!(fresh.members.iter().all(|m| m.owned.is_empty()));
+        let text = r.to_text();
+        assert!(
+            text.starts_with("sticky member_left topics=3 partitions=8 members=5:"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("moved 0, orphaned {}", r.orphaned)),
+            "{text}"
+        );
+    }
+
     /// Cases built in code skip the command line's own bounds; `run` checks them again before
     /// building anything.
     #[test]
