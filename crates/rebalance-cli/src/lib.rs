@@ -13,4 +13,6 @@ pub mod produce_sim;
 pub mod rng;
 pub mod sim;
 pub mod table;
+#[cfg(test)]
+mod test_args;
 pub mod workload;

@@ -4,16 +4,7 @@
 use super::*;
 
 fn args(extra: &[&str]) -> CompareArgs {
-    use clap::Parser;
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: CompareArgs,
-    }
-    match Cli::try_parse_from([&["compare"], extra].concat()) {
-        Ok(cli) => cli.args,
-        Err(e) => panic!("{extra:?}: {e}"),
-    }
+    crate::test_args::parse("compare", extra).unwrap_or_else(|e| panic!("{extra:?}: {e}"))
 }
 
 /// 12 queues over 4 members (blocks of 3 under averagely), then `events`.

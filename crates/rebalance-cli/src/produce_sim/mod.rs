@@ -377,15 +377,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> ProduceSimArgs {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: ProduceSimArgs,
-        }
-        let mut argv = vec!["produce-sim"];
-        argv.extend_from_slice(extra);
-        Cli::try_parse_from(argv).unwrap().args
+        crate::test_args::parse("produce-sim", extra).unwrap()
     }
 
     #[test]

@@ -297,13 +297,7 @@ mod tests {
     use super::*;
 
     fn args(extra: &[&str]) -> Result<SimulateArgs, clap::Error> {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            args: SimulateArgs,
-        }
-        Cli::try_parse_from([&["simulate"], extra].concat()).map(|c| c.args)
+        crate::test_args::parse("simulate", extra)
     }
 
     fn refusal(extra: &[&str]) -> String {
