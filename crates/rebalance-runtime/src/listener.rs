@@ -175,7 +175,9 @@ impl QueueLease {
             .fetch_max(next_offset, Ordering::AcqRel);
     }
 
-    /// The last offset reported with [`commit`](Self::commit).
+    /// The last offset reported with [`commit`](Self::commit). A queue this client takes back
+    /// before its final offset could be stored starts with that offset here (it is progress
+    /// the store does not have yet, and is persisted like a commit).
     pub fn committed(&self) -> Option<i64> {
         self.state.committed()
     }

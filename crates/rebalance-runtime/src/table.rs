@@ -64,14 +64,28 @@ pub(crate) struct ProcessQueueTable {
 impl ProcessQueueTable {
     /// Inserts a newly added queue and returns its lease. `lock_valid_until`: until when its
     /// broker lock is trusted without renewal, if it is locked.
+    ///
+    /// An `Offset` start is taken to be what the store holds, unless `unsaved` says it is
+    /// progress the store does not have (a final offset it refused when the queue was released
+    /// and that this client takes back): then it counts as committed and is persisted like a
+    /// commit.
     pub(crate) fn insert(
         &mut self,
         queue: MessageQueue,
         start: StartPosition,
         parent: &CancellationToken,
         lock_valid_until: Option<Instant>,
+        unsaved: bool,
     ) -> QueueLease {
         let state = Arc::new(LeaseState::new(lock_valid_until));
+        let persisted = match start {
+            StartPosition::Offset(o) if unsaved => {
+                state.committed.store(o, Ordering::Release);
+                None
+            }
+            StartPosition::Offset(o) => Some(o),
+            _ => None,
+        };
         let token = parent.child_token();
         let lease = QueueLease::new(queue.clone(), start, token.clone(), state.clone());
         self.changed = true;
@@ -80,10 +94,7 @@ impl ProcessQueueTable {
             ProcessQueue {
                 state,
                 token,
-                persisted: match start {
-                    StartPosition::Offset(o) => Some(o),
-                    _ => None,
-                },
+                persisted,
                 release: None,
             },
         );
@@ -184,7 +195,7 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
         assert!(!lease.is_cancelled());
         assert_eq!(table.held()["T"], vec![q.clone()]);
         assert!(table.start_release(&q, Instant::now()));
@@ -200,7 +211,7 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         let q = MessageQueue::new("T", "b", 0);
-        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
         // The start offset came from the store: committing it again (nothing consumed yet)
         // writes nothing.
@@ -209,5 +220,20 @@ mod tests {
         lease.commit(9);
         lease.commit(7);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(9));
+    }
+
+    #[test]
+    fn an_unsaved_start_is_persisted_like_a_commit() {
+        let mut table = ProcessQueueTable::default();
+        let root = CancellationToken::new();
+        let q = MessageQueue::new("T", "b", 0);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, true);
+        assert_eq!(lease.start_position(), StartPosition::Offset(5));
+        assert_eq!(lease.committed(), Some(5));
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(5));
+        lease.commit(3);
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(5));
+        lease.commit(8);
+        assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(8));
     }
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_core::MessageQueue;
-use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::QueueLocker;
+use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
 use rebalance_runtime::{ConsumerBuilder, Intervals, RemovalReason, StartPosition};
 
 const MIN: Duration = Duration::from_secs(1);
@@ -147,6 +148,38 @@ async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
     settle(MIN).await;
     assert_eq!(a.handle.assignment().len(), 2);
     assert_eq!(start_of(&a, &queue(1)), Some(StartPosition::Offset(77)));
+    // 77 is progress the store does not have: it is persisted like a commit, although the
+    // queue is idle and the application commits nothing more.
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(77));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
+    // Broker locks expire after 10 s here, before the client's renewal (every 20 s).
+    let cluster = InMemoryCluster::with_config(ClusterConfig {
+        lock_expiry: Duration::from_secs(10),
+        ..ClusterConfig::default()
+    });
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
+    settle(Duration::from_secs(11)).await;
+    let intruder = cluster.client("intruder@1");
+    let id = intruder.client_id().clone();
+    let answer = intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
+    assert_eq!(answer.granted, vec![queue(1)]);
+    settle(MIN).await;
+    cluster.set_offset(GROUP, &queue(1), 100);
+    // a, unaware, commits 90; its writes are refused until its renewal at 20 s is refused.
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
+    cluster.fail_next(Operation::PersistOffset, 2);
+    settle(Duration::from_secs(8)).await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
+    // The lock was someone else's: 90 is not retried over the new holder's progress.
+    settle(Duration::from_secs(30)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
 }
 
 #[tokio::test(start_paused = true)]

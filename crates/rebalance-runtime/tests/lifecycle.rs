@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{
     ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
 };
@@ -95,6 +95,34 @@ async fn a_round_under_way_at_shutdown_adds_no_queue_with_a_cancelled_lease() {
     );
     assert_eq!(recorder.removed_with(RemovalReason::Shutdown).len(), 2);
     assert!(recorder.held().is_empty());
+    assert!(cluster.members(GROUP).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_during_the_start_offset_reads_adds_nothing_and_leaves_no_lock() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    // The first round locks both queues, then waits 2 s for the first start offset.
+    cluster.delay_next(Operation::ReadOffset, 1, Duration::from_secs(2));
+    let a = start_with(&cluster, 0, &["T"], |b| b.exclusive_hand_off(true)).await;
+    settle(Duration::from_millis(500)).await;
+    let queues = all_queues(&cluster, &["T"]);
+    assert!(
+        queues
+            .iter()
+            .all(|q| cluster.lock_owner(GROUP, q) == Some(a.id.clone())),
+        "the round is under way, with its locks"
+    );
+    assert!(a.recorder.added().is_empty());
+    a.handle.shutdown().await;
+    assert!(
+        a.recorder.events().is_empty(),
+        "no lease is handed out (cancelled at birth) once the shutdown began: {:?}",
+        a.recorder.events()
+    );
+    for q in &queues {
+        assert_eq!(cluster.lock_owner(GROUP, q), None, "{q:?} still locked");
+    }
     assert!(cluster.members(GROUP).is_empty());
 }
 

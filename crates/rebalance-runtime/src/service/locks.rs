@@ -58,6 +58,12 @@ impl Service {
                 continue;
             }
             if !unanswered.contains(&q) {
+                // Someone else holds the lock: stop trusting ours at once, so that no batch
+                // starts and the release does not keep retrying a final offset that would land
+                // over the new holder's progress.
+                if let Some(pq) = self.table.get(&q) {
+                    pq.set_lock_valid_until(now);
+                }
                 refused.push(q);
                 continue;
             }

@@ -475,22 +475,27 @@ impl Service {
             }
             lock_valid_until = Some(Instant::now() + self.ctx.intervals.lock_lifetime);
         }
-        let mut leases = Vec::with_capacity(queues.len());
+        // Start positions first, then the inserts: the shutdown may begin during the lock
+        // request or the offset reads, and then nothing is inserted (see below).
+        let mut starts = Vec::with_capacity(queues.len());
         let mut unread = Vec::new();
         for queue in queues {
             // Our lock was granted again before the refused final offset's window closed: nobody
-            // else held the queue meanwhile, so the value is still its latest progress.
-            let pending = self.pending_offsets.remove(&queue).filter(|p| {
-                let fresh = Instant::now() < p.until;
-                if !fresh {
-                    tracing::warn!(topic, queue = ?queue, offset = p.offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
-                }
-                fresh
-            });
-            let start = match pending {
+            // else held the queue meanwhile, so the value is still its latest progress. It stays
+            // pending until the queue is inserted, so that a shutdown now still settles it.
+            let pending = match self.pending_offsets.get(&queue) {
+                Some(p) if Instant::now() < p.until => Some(p.offset),
                 Some(p) => {
-                    tracing::info!(topic, queue = ?queue, offset = p.offset, "taking the queue back: resuming from the final offset the store refused");
-                    StartPosition::Offset(p.offset)
+                    tracing::warn!(topic, queue = ?queue, offset = p.offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
+                    self.pending_offsets.remove(&queue);
+                    None
+                }
+                None => None,
+            };
+            let start = match pending {
+                Some(offset) => {
+                    tracing::info!(topic, queue = ?queue, offset, "taking the queue back: resuming from the final offset the store refused");
+                    StartPosition::Offset(offset)
                 }
                 None => match self.ctx.offsets.read(&group, &queue).await {
                     Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
@@ -506,17 +511,44 @@ impl Service {
                     }
                 },
             };
-            leases.push(
-                self.table
-                    .insert(queue, start, &self.queues_token, lock_valid_until),
-            );
+            starts.push((queue, start, pending.is_some()));
         }
         // Not taken, so not locked either: a lock kept would hold the queue's next owner off
         // until it expired at the broker (the next round locks it again if it is still ours).
+        // The same holds for every queue when the shutdown began during the awaits above: a
+        // lease inserted now would be cancelled at birth. A queue whose refused final offset
+        // is still pending stays locked: the shutdown settles it, then unlocks it.
+        let shutting_down = self.queues_token.is_cancelled();
+        if shutting_down {
+            tracing::debug!(
+                topic,
+                count = wanted,
+                "shutdown began while adding queues; not adding them"
+            );
+            unread.extend(
+                starts
+                    .drain(..)
+                    .map(|(queue, _, _)| queue)
+                    .filter(|q| !self.pending_offsets.contains_key(q)),
+            );
+        }
         if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty()) {
             if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &unread).await {
                 tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
             }
+        }
+        let mut leases = Vec::with_capacity(starts.len());
+        for (queue, start, unsaved) in starts {
+            if unsaved {
+                self.pending_offsets.remove(&queue);
+            }
+            leases.push(self.table.insert(
+                queue,
+                start,
+                &self.queues_token,
+                lock_valid_until,
+                unsaved,
+            ));
         }
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
