@@ -10,7 +10,9 @@ pub use rebalance_core::{
     AllocateError, AllocateStrategy, ClientId, MessageQueue, Plan, TopicRoute,
 };
 pub use rebalance_runtime as runtime;
-pub use rebalance_runtime::{Consumer, ConsumerHandle, QueueLease, QueueListener, RemovedQueue};
+pub use rebalance_runtime::{
+    Consumer, ConsumerHandle, QueueLease, QueueListener, RemovedQueue, WeakConsumerHandle,
+};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

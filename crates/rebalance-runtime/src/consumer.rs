@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use rebalance_core::assignor::{AssignorConfigError, AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Averagely, Params, StrategyConfigError, StrategyRegistry};
@@ -67,9 +67,13 @@ pub enum ConsumerError {
     )]
     SharedOffsetStore,
     /// A task of the consumer panicked (a panic in a transport or another component the runtime
-    /// calls without containing it). The consumer has stopped: every lease was cancelled and the
-    /// client unregistered (when the directory could be reached), but queues were not announced
-    /// as removed, their last offsets not persisted and their locks not released (they expire).
+    /// calls without containing it). The consumer has stopped, and `task` says how far it got:
+    /// - `"heartbeat"` or `"route sync"`: the service stopped the consumer the ordinary way
+    ///   (queues announced as removed, last offsets persisted, locks released, client
+    ///   unregistered when the directory could be reached);
+    /// - `"rebalance"`, the service itself: every lease was cancelled and the client
+    ///   unregistered (when the directory could be reached), but queues were not announced as
+    ///   removed, their last offsets not persisted and their locks not released (they expire).
     ///
     /// [`ConsumerBuilder::start`] returns it when the first route poll or the first heartbeat,
     /// which it runs itself, panics: then nothing was started and no queue was taken (a
@@ -666,9 +670,38 @@ struct HandleInner {
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
 /// called, when the token given to [`ConsumerBuilder::shutdown_on`] is cancelled, or when every
 /// handle is dropped.
+///
+/// A listener that keeps a handle of its own consumer keeps that consumer alive after the
+/// application dropped its handles: keep a [`WeakConsumerHandle`] there instead
+/// ([`downgrade`](Self::downgrade)).
 #[derive(Clone)]
 pub struct ConsumerHandle {
     inner: Arc<HandleInner>,
+}
+
+/// A handle that does not keep the consumer running: what a listener keeps to reach its own
+/// consumer (to change subscriptions from a callback, say) without preventing the shutdown
+/// that dropping the application's last [`ConsumerHandle`] starts.
+#[derive(Clone, Default)]
+pub struct WeakConsumerHandle {
+    inner: Weak<HandleInner>,
+}
+
+impl WeakConsumerHandle {
+    /// A handle to the consumer, or `None` once every [`ConsumerHandle`] was dropped (the
+    /// consumer is then shutting down, or stopped). A handle obtained here keeps the consumer
+    /// running while it lives: drop it when done.
+    pub fn upgrade(&self) -> Option<ConsumerHandle> {
+        self.inner.upgrade().map(|inner| ConsumerHandle { inner })
+    }
+}
+
+impl fmt::Debug for WeakConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakConsumerHandle")
+            .field("alive", &(self.inner.strong_count() > 0))
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for ConsumerHandle {
@@ -681,6 +714,13 @@ impl fmt::Debug for ConsumerHandle {
 }
 
 impl ConsumerHandle {
+    /// A handle that does not keep the consumer running (see [`WeakConsumerHandle`]).
+    pub fn downgrade(&self) -> WeakConsumerHandle {
+        WeakConsumerHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
     /// This client's id.
     pub fn client_id(&self) -> &ClientId {
         &self.inner.ctx.client_id
@@ -694,7 +734,8 @@ impl ConsumerHandle {
     /// Subscribes every tag of a topic (`*`); returns whether that changed anything (a new
     /// topic, or one subscribed with other tags before). A round follows at once when the topic
     /// is new; the next heartbeat carries the subscription either way. It does not wait for the
-    /// consumer's task, so a listener callback may call it. Fails with
+    /// consumer's task, so a listener callback may call it (through a [`WeakConsumerHandle`],
+    /// so as not to keep its consumer running). Fails with
     /// [`ConsumerError::ShutDown`] once the consumer is shutting down.
     pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
         let Subscription { topic, expression } = Subscription::all(topic);

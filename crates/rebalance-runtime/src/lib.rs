@@ -90,7 +90,8 @@ pub use allocation::Allocation;
 pub use assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 pub use consumer::{
-    ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, default_client_id,
+    ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, WeakConsumerHandle,
+    default_client_id,
 };
 pub use directory::{GroupDirectory, Registration};
 pub use error::{RemoteError, RouteError};

@@ -11,6 +11,7 @@ use common::*;
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{
     ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
+    WeakConsumerHandle,
 };
 
 /// What a listener does once it has recorded that it was given topic `T`'s queues.
@@ -29,7 +30,8 @@ struct Reacting {
     recorder: Arc<Recorder>,
     on_t: OnT,
     /// The listener's own consumer, set right after `start` (before its first round runs).
-    handle: OnceLock<ConsumerHandle>,
+    /// Weak, so that the listener does not keep its consumer running.
+    handle: OnceLock<WeakConsumerHandle>,
 }
 
 impl Reacting {
@@ -41,8 +43,12 @@ impl Reacting {
         })
     }
 
-    fn handle(&self) -> &ConsumerHandle {
-        self.handle.get().expect("handle set after start")
+    fn handle(&self) -> Result<ConsumerHandle, ListenerError> {
+        self.handle
+            .get()
+            .expect("handle set after start")
+            .upgrade()
+            .ok_or_else(|| "every handle of the consumer was dropped".into())
     }
 }
 
@@ -54,9 +60,9 @@ impl QueueListener for Reacting {
             match self.on_t {
                 OnT::Sleep => tokio::time::sleep(Duration::from_secs(2)).await,
                 OnT::SubscribeU => {
-                    self.handle().subscribe("U").await?;
+                    self.handle()?.subscribe("U").await?;
                 }
-                OnT::ShutDown => self.handle().shutdown().await,
+                OnT::ShutDown => self.handle()?.shutdown().await,
             }
         }
         Ok(())
@@ -138,13 +144,45 @@ async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
     })
     .await
     .handle;
-    listener.handle.set(handle.clone()).unwrap();
+    listener.handle.set(handle.downgrade()).unwrap();
     settle(Duration::from_secs(3)).await;
     let errors = handle.rounds().borrow().callback_errors.clone();
     assert!(errors.is_empty(), "the callback did not return: {errors:?}");
     assert_eq!(handle.assignment().len(), 5, "T and U are held");
     handle.shutdown().await;
     assert!(recorder.held().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_with_a_weak_handle_does_not_keep_its_consumer_running() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.create_topic("U", 1, 3);
+    let recorder = Recorder::new();
+    let listener = Reacting::new(&recorder, OnT::SubscribeU);
+    let handle = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+        b.listener(listener.clone())
+    })
+    .await
+    .handle;
+    listener.handle.set(handle.downgrade()).unwrap();
+    settle(Duration::from_secs(3)).await;
+    assert_eq!(handle.assignment().len(), 5, "the callback subscribed U");
+    let token = handle.token().clone();
+    let weak = handle.downgrade();
+    drop(handle);
+    settle(Duration::from_secs(1)).await;
+    assert!(
+        token.is_cancelled(),
+        "the listener's handle kept it running"
+    );
+    assert!(weak.upgrade().is_none());
+    assert_eq!(recorder.removed_with(RemovalReason::Shutdown).len(), 5);
+    assert!(cluster.members(GROUP).is_empty());
+    assert_eq!(
+        format!("{weak:?}"),
+        "WeakConsumerHandle { alive: false, .. }"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -193,7 +231,7 @@ async fn a_callback_may_shut_its_own_consumer_down() {
     })
     .await
     .handle;
-    listener.handle.set(handle.clone()).unwrap();
+    listener.handle.set(handle.downgrade()).unwrap();
     handle.join().await.unwrap();
     assert!(
         started.elapsed() < Duration::from_secs(1),
