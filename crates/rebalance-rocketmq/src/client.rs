@@ -24,7 +24,8 @@ pub struct ClientConfig {
     /// The wait after the first failed connection attempt to an address (100 ms); it doubles with
     /// every further failure.
     pub reconnect_backoff_min: Duration,
-    /// The longest wait between two connection attempts to an address (5 s).
+    /// The longest wait between two connection attempts to an address (5 s). Also how long a
+    /// connection must have been open for its close not to count as a failed attempt.
     pub reconnect_backoff_max: Duration,
     /// Framing and queueing of each connection.
     pub connection: ConnectionConfig,
@@ -68,11 +69,17 @@ struct Failure {
     at: Instant,
 }
 
+/// A connection made, and when.
+struct Opened {
+    conn: Connection,
+    at: Instant,
+}
+
 /// One attempt to have a connection to an address: made once, shared by every caller that
 /// needs the address meanwhile, replaced by a new attempt when its connection closes or when
 /// it failed and the backoff has passed.
 struct Attempt {
-    outcome: OnceCell<Result<Connection, Failure>>,
+    outcome: OnceCell<Result<Opened, Failure>>,
     /// Consecutive failed attempts before this one.
     failures_before: u32,
     reconnect: bool,
@@ -86,6 +93,17 @@ impl Attempt {
             outcome: OnceCell::new(),
             failures_before,
             reconnect,
+            last_used: AtomicU64::new(now),
+        })
+    }
+
+    /// An attempt that already failed: the next one waits out the backoff after
+    /// `failures_before + 1` failures.
+    fn failed(failures_before: u32, failure: Failure, now: u64) -> Arc<Self> {
+        Arc::new(Self {
+            outcome: OnceCell::new_with(Some(Err(failure))),
+            failures_before,
+            reconnect: true,
             last_used: AtomicU64::new(now),
         })
     }
@@ -112,7 +130,9 @@ struct Inner {
 
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
 /// replaced on the next use after it closed, and retried with exponential backoff after a failed
-/// attempt (calls during the backoff fail at once with [`TransportError::BackingOff`]).
+/// attempt (calls during the backoff fail at once with [`TransportError::BackingOff`]). A
+/// connection that closes within `reconnect_backoff_max` of opening counts as a failed
+/// attempt: the first such close is reconnected at once, the next ones back off.
 ///
 /// Server pushes of `NOTIFY_CONSUMER_IDS_CHANGED` on any of its connections reach
 /// [`membership`](Self::membership).
@@ -254,10 +274,10 @@ impl RemotingClient {
                 })
                 .await;
             match outcome {
-                Ok(conn) if conn.is_open() => return Ok(conn.clone()),
-                Ok(_) => {
-                    tracing::info!(addr, "connection lost, reconnecting");
-                    self.replace(addr, &attempt, Attempt::new(0, true, now));
+                Ok(opened) if opened.conn.is_open() => return Ok(opened.conn.clone()),
+                Ok(opened) => {
+                    let next = self.after_close(addr, &attempt, opened, now);
+                    self.replace(addr, &attempt, next);
                 }
                 Err(failure) => {
                     let failures = attempt.failures_before + 1;
@@ -283,12 +303,62 @@ impl RemotingClient {
         })
     }
 
+    /// What follows a closed connection. A connection that lived at least
+    /// `reconnect_backoff_max` was healthy: reconnect at once, with no failure counted. One that
+    /// closed sooner (a proxy with no backend, a server refusing this client's traffic, a broker
+    /// going down) counts as a failure: the first is reconnected at once, but when the
+    /// connection that replaced it closes soon too, the next attempt waits out the backoff.
+    /// Without that, every call would reconnect at once, and each reconnection's hooks (the
+    /// broker client heartbeats again) would make the calls that reconnect again.
+    fn after_close(
+        &self,
+        addr: &str,
+        attempt: &Attempt,
+        opened: &Opened,
+        now: u64,
+    ) -> Arc<Attempt> {
+        let lived = opened.at.elapsed();
+        if lived >= self.inner.config.reconnect_backoff_max {
+            tracing::info!(addr, "connection lost, reconnecting");
+            return Attempt::new(0, true, now);
+        }
+        if attempt.failures_before == 0 {
+            tracing::info!(
+                addr,
+                ?lived,
+                "connection closed soon after it opened; reconnecting"
+            );
+            return Attempt::new(1, true, now);
+        }
+        let failures = attempt.failures_before;
+        let backoff = self.inner.config.backoff(failures + 1);
+        tracing::warn!(
+            addr,
+            ?lived,
+            failures,
+            ?backoff,
+            "connection closed soon after it opened, again; backing off"
+        );
+        let error = TransportError::Closed {
+            addr: addr.to_string(),
+            reason: format!("{} ms after it opened", lived.as_millis()),
+        };
+        Attempt::failed(
+            failures,
+            Failure {
+                error,
+                at: Instant::now(),
+            },
+            now,
+        )
+    }
+
     async fn connect(
         &self,
         addr: &str,
         failures_before: u32,
         reconnect: bool,
-    ) -> Result<Connection, Failure> {
+    ) -> Result<Opened, Failure> {
         if reconnect {
             tracing::info!(addr, failures_before, "reconnecting");
         } else {
@@ -312,7 +382,10 @@ impl RemotingClient {
                         }
                     }
                 }
-                Ok(conn)
+                Ok(Opened {
+                    conn,
+                    at: Instant::now(),
+                })
             }
             Err(error) => {
                 let backoff = config.backoff(failures_before + 1);
@@ -331,7 +404,7 @@ impl RemotingClient {
         let attempt = self.inner.slots.get(addr)?;
         attempt.last_used.store(now, Ordering::Relaxed);
         match attempt.value().outcome.get() {
-            Some(Ok(conn)) if conn.is_open() => Some(conn.clone()),
+            Some(Ok(opened)) if opened.conn.is_open() => Some(opened.conn.clone()),
             _ => None,
         }
     }
@@ -437,8 +510,8 @@ impl RemotingClient {
     /// Closes the connection to `addr`, if any (the next use reconnects at once).
     pub fn close(&self, addr: &str) {
         if let Some((_, attempt)) = self.inner.slots.remove(addr) {
-            if let Some(Ok(conn)) = attempt.outcome.get() {
-                conn.close();
+            if let Some(Ok(opened)) = attempt.outcome.get() {
+                opened.conn.close();
             }
         }
     }
@@ -801,6 +874,114 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(answer.remark.as_deref(), Some("5"));
+    }
+
+    /// A server that accepts every connection and closes it at once (a proxy with no
+    /// backend); returns its address and how many connections it accepted.
+    async fn closing_server() -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn connections_that_close_as_they_open_back_off_from_the_second() {
+        let (addr, accepted) = closing_server().await;
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let reconnects = count_reconnects(&client);
+        let call = |n| client.invoke(&addr, RemotingCommand::request(n));
+        let err = call(1).await.unwrap_err();
+        assert!(matches!(err, TransportError::Closed { .. }), "{err}");
+        // The first early close is taken for bad luck: reconnected at once.
+        let err = call(2).await.unwrap_err();
+        assert!(matches!(err, TransportError::Closed { .. }), "{err}");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(reconnects.load(Ordering::SeqCst), 1);
+        // The second is not: the next attempt waits out the backoff after two failures.
+        let err = call(3).await.unwrap_err();
+        assert!(
+            matches!(&err, TransportError::BackingOff { retry_in, last_error, .. }
+                if *retry_in > Duration::from_millis(200) && last_error.contains("after it opened")),
+            "{err}"
+        );
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(call(4).await.is_err());
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_lived_long_is_reconnected_at_once_when_it_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (hang_up, on_hang_up) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            // The first connection closes at once; the second answers until told to close.
+            drop(listener.accept().await.unwrap());
+            let (second, _) = listener.accept().await.unwrap();
+            let mut framed = Framed::new(second, RemotingCodec::default());
+            if let Some(Ok(req)) = framed.next().await {
+                let answer = RemotingCommand::response(0, req.opaque, None);
+                framed.send(answer).await.unwrap();
+            }
+            let _ = on_hang_up.await;
+            drop(framed);
+            echo_server(listener, 1).await;
+        });
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(200),
+            ..Default::default()
+        });
+        let call = |n| client.invoke(&addr, RemotingCommand::request(n));
+        assert!(call(1).await.is_err(), "closed as it opened");
+        let conn = client.connection(&addr).await.unwrap();
+        call(2).await.unwrap();
+        // After `reconnect_backoff_max` open, the connection counts as healthy: its close
+        // is not a second early one, and the next call reconnects at once.
+        jump(ClientConfig::default().reconnect_backoff_max).await;
+        hang_up.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .unwrap();
+        let answer = call(3).await.unwrap();
+        assert_eq!(answer.remark.as_deref(), Some("3"));
+    }
+
+    /// The broker client's reconnect hook heartbeats again through the same client: with a
+    /// server that closes every connection, each reconnection made the calls that reconnect
+    /// again, at once, for ever.
+    #[tokio::test]
+    async fn a_reconnect_hook_that_calls_does_not_feed_a_reconnection_storm() {
+        let (addr, accepted) = closing_server().await;
+        let client = RemotingClient::default();
+        client.on_reconnect({
+            let client = client.clone();
+            move |addr| {
+                let (client, addr) = (client.clone(), addr.to_string());
+                tokio::spawn(async move {
+                    for n in 0..2 {
+                        let _ = client.invoke(&addr, RemotingCommand::request(n)).await;
+                    }
+                });
+            }
+        });
+        for n in 0..2 {
+            let _ = client.invoke(&addr, RemotingCommand::request(n)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let n = accepted.load(Ordering::SeqCst);
+        assert!(n <= 3, "{n} connections in half a second");
     }
 
     #[tokio::test]
