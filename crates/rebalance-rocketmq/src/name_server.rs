@@ -51,7 +51,8 @@ struct Inner {
 /// Fetches topic routes (GET_ROUTEINFO_BY_TOPIC) from a list of name servers, trying the next
 /// address when one fails and remembering the one that answered. Implements the runtime's
 /// [`NameServer`]; every route it fetches lands in its [`RouteCache`], where the broker clients
-/// find broker addresses. A "topic not found" answer forgets the topic's cached route, so that
+/// find broker addresses, unless it fails [`TopicRoute::validate`](rebalance_core::TopicRoute::validate)
+/// (then it is that name server's bad response, and the next one is asked). A "topic not found" answer forgets the topic's cached route, so that
 /// heartbeats, unregistrations and member lists stop using the brokers of a topic that is gone;
 /// the brokers' addresses stay known (other topics may use them), and the runtime keeps its own
 /// last good route until it decides the topic is gone.
@@ -132,9 +133,17 @@ impl NameServerClient {
             let outcome = match self.inner.remoting.invoke(addr, request).await {
                 Err(e) => Err(RemoteError::from(e)),
                 Ok(response) => match response.code {
+                    // A route that makes no sense is this name server's failure: it is not
+                    // cached, where the broker clients would plan heartbeats and unregistrations
+                    // from it, and the next name server is asked.
                     response_code::SUCCESS => parse_route(&response.body)
-                        .map(Some)
-                        .map_err(|e| RemoteError::BadResponse(e.to_string())),
+                        .map_err(|e| RemoteError::BadResponse(e.to_string()))
+                        .and_then(|route| match route.validate() {
+                            Ok(()) => Ok(Some(route)),
+                            Err(defect) => Err(RemoteError::BadResponse(format!(
+                                "route of `{topic}` makes no sense: {defect}"
+                            ))),
+                        }),
                     response_code::TOPIC_NOT_EXIST => Ok(None),
                     code => Err(RemoteError::Refused {
                         code,

@@ -80,6 +80,43 @@ async fn garbage_routes_are_bad_responses() {
     ));
 }
 
+/// A route that lists queues on a broker it gives no address for.
+const ROUTE_WITHOUT_ITS_BROKER: &str = r#"{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"c"}],"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4},{"brokerName":"broker-b","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}]}"#;
+
+#[tokio::test]
+async fn a_route_that_makes_no_sense_is_not_cached_and_the_next_name_server_is_asked() {
+    let answer_nonsense = Arc::new(AtomicBool::new(false));
+    let (first, _) = scripted({
+        let nonsense = answer_nonsense.clone();
+        move |_| {
+            let body = if nonsense.load(Ordering::SeqCst) {
+                ROUTE_WITHOUT_ITS_BROKER
+            } else {
+                FASTJSON_ROUTE
+            };
+            Some(ok(body))
+        }
+    })
+    .await;
+    let (second, second_count) = scripted(|_| Some(ok(FASTJSON_ROUTE))).await;
+    let name_server = NameServerClient::from_addresses(&first).unwrap();
+    let good = name_server.topic_route("T").await.unwrap();
+    answer_nonsense.store(true, Ordering::SeqCst);
+    let err = name_server.topic_route("T").await.unwrap_err();
+    assert!(
+        matches!(&err, RouteError::NameServer(RemoteError::BadResponse(why)) if why.contains("broker-b")),
+        "{err:?}"
+    );
+    assert_eq!(
+        name_server.routes().topic("T"),
+        Some(good.clone()),
+        "the last good route stays in the cache the broker clients read"
+    );
+    let both = NameServerClient::from_addresses(&format!("{first};{second}")).unwrap();
+    assert_eq!(both.topic_route("T").await, Ok(good));
+    assert_eq!(second_count.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test]
 async fn a_silent_server_times_out_with_a_typed_error() {
     let (addr, _) = scripted(|_| None).await;
