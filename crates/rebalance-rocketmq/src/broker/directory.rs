@@ -162,7 +162,8 @@ impl GroupDirectory for BrokerClient {
     /// A broker heartbeated before that serves none of the subscribed topics any more (their
     /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
     /// that it stops listing the client at once rather than at shutdown or expiry; one that
-    /// fails is tried again by the next heartbeat. That is done only when every subscribed
+    /// fails is tried again by the next heartbeats, until the broker's own expiry of the client
+    /// (120 s after the last heartbeat it was sent). That is done only when every subscribed
     /// topic's route is known: a route that failed to come says nothing about its brokers.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;
@@ -212,13 +213,14 @@ impl GroupDirectory for BrokerClient {
 
     /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
     /// heartbeated since the last unregistration (also those of topics dropped since, or gone,
-    /// and when no topic is subscribed any more). A broker that fails is tried again by the next
-    /// unregistration.
+    /// and when no topic is subscribed any more), except those not heartbeated for the broker's
+    /// 120 s expiry, which have forgotten the client. A broker that fails is tried again by the
+    /// next unregistration, until that expiry.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let mut addrs = addrs.all();
         let heartbeated = self.inner.registrations.take_heartbeated(registration);
-        addrs.extend(heartbeated);
+        addrs.extend(heartbeated.keys().cloned());
         if addrs.is_empty() {
             return match route_error {
                 Some(e) => Err(e),
@@ -229,9 +231,13 @@ impl GroupDirectory for BrokerClient {
         let failures = self
             .broadcast("unregister", &addrs, unregister_request(registration))
             .await;
+        // Brokers of the subscribed topics never heartbeated have nothing to forget.
         self.inner.registrations.still_registered(
             registration,
-            failures.iter().map(|(addr, _)| addr.clone()).collect(),
+            failures
+                .iter()
+                .filter_map(|(addr, _)| Some((addr.clone(), *heartbeated.get(addr)?)))
+                .collect(),
         );
         first_failure(failures)
     }

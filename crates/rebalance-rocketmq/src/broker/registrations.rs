@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use rebalance_runtime::Registration;
 use tokio::time::Instant;
@@ -42,14 +43,19 @@ impl VersionClock {
     }
 }
 
+/// How long after the last heartbeat a broker forgets a client (the broker's channel expiry,
+/// 120 s in RocketMQ): a broker not heartbeated for that long needs no unregistration.
+pub(crate) const BROKER_FORGETS_AFTER: Duration = Duration::from_secs(120);
+
 /// One client id in one group.
 #[derive(Debug, Default)]
 struct Record {
     /// Per subscribed topic, its tag expression and `subVersion`: when it was first seen
     /// subscribed with that expression.
     versions: BTreeMap<String, (String, i64)>,
-    /// Every broker heartbeated since the last unregistration.
-    heartbeated: BTreeSet<String>,
+    /// Every broker heartbeated since the last unregistration, with when it was last sent a
+    /// heartbeat.
+    heartbeated: BTreeMap<String, Instant>,
     /// The registration last heartbeated and its subscriptions' versions, as sent: sent again
     /// as they are to a broker reconnected to.
     last: Option<(Registration, Vec<i64>)>,
@@ -138,7 +144,10 @@ impl Registrations {
     ) {
         self.with(|state| {
             let record = state.records.entry(key(registration)).or_default();
-            record.heartbeated.extend(brokers.iter().cloned());
+            let now = Instant::now();
+            record
+                .heartbeated
+                .extend(brokers.iter().map(|b| (b.clone(), now)));
             let unchanged = record
                 .last
                 .as_ref()
@@ -155,7 +164,9 @@ impl Registrations {
             state
                 .records
                 .iter()
-                .filter(|(_, record)| record.heartbeated.contains(broker) && record.last.is_some())
+                .filter(|(_, record)| {
+                    record.heartbeated.contains_key(broker) && record.last.is_some()
+                })
                 .map(|(key, _)| key.clone())
                 .collect()
         })
@@ -171,7 +182,7 @@ impl Registrations {
     ) -> Option<(Registration, Vec<i64>)> {
         self.with(|state| {
             let record = state.records.get(key)?;
-            if !record.heartbeated.contains(broker) {
+            if !record.heartbeated.contains_key(broker) {
                 return None;
             }
             record.last.clone()
@@ -179,14 +190,33 @@ impl Registrations {
     }
 
     /// The brokers heartbeated for `registration` that are not among `serving` (the brokers of
-    /// its topics now): those of topics dropped since.
+    /// its topics now): those of topics dropped since. A broker left that was last heartbeated
+    /// [`BROKER_FORGETS_AFTER`] ago or more has forgotten the client by itself: it is forgotten
+    /// here too, and not returned (one gone for good would otherwise be told again with every
+    /// heartbeat, for ever).
     pub(crate) fn left(
         &self,
         registration: &Registration,
         serving: &BTreeSet<String>,
     ) -> BTreeSet<String> {
-        self.with(|state| match state.records.get(&key(registration)) {
-            Some(record) => record.heartbeated.difference(serving).cloned().collect(),
+        let now = Instant::now();
+        self.with(|state| match state.records.get_mut(&key(registration)) {
+            Some(record) => {
+                record.heartbeated.retain(|broker, &mut last| {
+                    let forgotten = serving.contains(broker)
+                        || now.duration_since(last) < BROKER_FORGETS_AFTER;
+                    if !forgotten {
+                        tracing::debug!(broker, group = %registration.group, "a broker left and not heartbeated for the broker's expiry has forgotten the client");
+                    }
+                    forgotten
+                });
+                record
+                    .heartbeated
+                    .keys()
+                    .filter(|b| !serving.contains(*b))
+                    .cloned()
+                    .collect()
+            }
             None => BTreeSet::new(),
         })
     }
@@ -195,25 +225,38 @@ impl Registrations {
     pub(crate) fn unregistered(&self, registration: &Registration, brokers: &BTreeSet<String>) {
         self.with(|state| {
             if let Some(record) = state.records.get_mut(&key(registration)) {
-                record.heartbeated.retain(|b| !brokers.contains(b));
+                record.heartbeated.retain(|b, _| !brokers.contains(b));
             }
         })
     }
 
-    /// Takes the brokers heartbeated for `registration` (to unregister at) and forgets its
-    /// subscriptions: registering again afterwards is a new subscription.
-    pub(crate) fn take_heartbeated(&self, registration: &Registration) -> BTreeSet<String> {
-        self.with(|state| {
+    /// Takes the brokers heartbeated for `registration` (to unregister at), with when each was
+    /// last heartbeated, and forgets its subscriptions: registering again afterwards is a new
+    /// subscription. Brokers last heartbeated [`BROKER_FORGETS_AFTER`] ago or more are left
+    /// out: they have forgotten the client.
+    pub(crate) fn take_heartbeated(
+        &self,
+        registration: &Registration,
+    ) -> BTreeMap<String, Instant> {
+        let now = Instant::now();
+        let mut taken = self.with(|state| {
             state
                 .records
                 .remove(&key(registration))
                 .map(|record| record.heartbeated)
                 .unwrap_or_default()
-        })
+        });
+        taken.retain(|_, &mut last| now.duration_since(last) < BROKER_FORGETS_AFTER);
+        taken
     }
 
-    /// Puts back brokers an unregistration did not reach, so that the next one tries again.
-    pub(crate) fn still_registered(&self, registration: &Registration, brokers: BTreeSet<String>) {
+    /// Puts back brokers an unregistration did not reach, with when each was last heartbeated,
+    /// so that the next one tries again (until they have forgotten the client).
+    pub(crate) fn still_registered(
+        &self,
+        registration: &Registration,
+        brokers: BTreeMap<String, Instant>,
+    ) {
         if brokers.is_empty() {
             return;
         }
@@ -299,8 +342,13 @@ mod tests {
         assert_eq!(book.sub_versions(&registration("G", &["T", "U"])), again);
     }
 
-    #[test]
-    fn brokers_left_are_those_heartbeated_and_no_longer_serving() {
+    /// The brokers of a taken or given-back map.
+    fn names(map: BTreeMap<String, Instant>) -> BTreeSet<String> {
+        map.into_keys().collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn brokers_left_are_those_heartbeated_and_no_longer_serving() {
         let book = Registrations::default();
         let g = registration("G", &["T", "U"]);
         assert_eq!(
@@ -314,16 +362,16 @@ mod tests {
         assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&["b:1"]));
         book.unregistered(&t_only, &set(&["b:1"]));
         assert_eq!(book.left(&t_only, &set(&["a:1"])), set(&[]), "told once");
-        assert_eq!(book.take_heartbeated(&t_only), set(&["a:1"]));
+        assert_eq!(names(book.take_heartbeated(&t_only)), set(&["a:1"]));
         // Another group's registration at the same broker is its own.
         assert_eq!(
-            book.take_heartbeated(&registration("H", &[])),
+            names(book.take_heartbeated(&registration("H", &[]))),
             set(&["b:1"])
         );
     }
 
-    #[test]
-    fn heartbeated_brokers_are_remembered_until_unregistered() {
+    #[tokio::test(start_paused = true)]
+    async fn heartbeated_brokers_are_remembered_until_unregistered() {
         let book = Registrations::default();
         let g = registration("G", &["T", "U"]);
         book.heartbeating(&g, &[], &set(&["a:1", "b:1"]));
@@ -331,14 +379,58 @@ mod tests {
         book.heartbeating(&registration("G", &["T"]), &[], &set(&["a:1"]));
         book.heartbeating(&registration("H", &["T"]), &[], &set(&["c:1"]));
         let empty = registration("G", &[]);
-        assert_eq!(book.take_heartbeated(&empty), set(&["a:1", "b:1"]));
-        assert_eq!(book.take_heartbeated(&empty), set(&[]), "taken");
+        let taken = book.take_heartbeated(&empty);
+        assert_eq!(names(taken.clone()), set(&["a:1", "b:1"]));
+        assert!(book.take_heartbeated(&empty).is_empty(), "taken");
         // What an unregistration did not reach is tried again next time.
-        book.still_registered(&empty, set(&["b:1"]));
-        assert_eq!(book.take_heartbeated(&g), set(&["b:1"]));
+        book.still_registered(
+            &empty,
+            taken.into_iter().filter(|(b, _)| b == "b:1").collect(),
+        );
+        assert_eq!(names(book.take_heartbeated(&g)), set(&["b:1"]));
         assert_eq!(
-            book.take_heartbeated(&registration("H", &[])),
+            names(book.take_heartbeated(&registration("H", &[]))),
             set(&["c:1"])
         );
+    }
+
+    /// A broker that left the routes and never accepts the unregistration (decommissioned, or
+    /// a slave back at another address) was told again with every heartbeat, for ever.
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_not_heartbeated_for_its_expiry_is_told_nothing_more() {
+        let book = Registrations::default();
+        let both = registration("G", &["T", "U"]);
+        let t_only = registration("G", &["T"]);
+        book.heartbeating(&both, &[], &set(&["a:1", "gone:1"]));
+        // From now on only a:1 serves, and gone:1 never answers.
+        let step = Duration::from_secs(30);
+        let mut told = 0;
+        for _ in 0..10 {
+            tokio::time::advance(step).await;
+            book.heartbeating(&t_only, &[], &set(&["a:1"]));
+            if book.left(&t_only, &set(&["a:1"])) == set(&["gone:1"]) {
+                told += 1;
+            }
+        }
+        // Told at 30, 60 and 90 s; at 120 s it has expired the client by itself.
+        assert_eq!(told, 3);
+        assert!(book.heartbeated_at("gone:1").is_empty());
+        assert_eq!(names(book.take_heartbeated(&t_only)), set(&["a:1"]));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unregistration_skips_brokers_that_have_forgotten_the_client() {
+        let book = Registrations::default();
+        let g = registration("G", &["T"]);
+        book.heartbeating(&g, &[], &set(&["a:1", "b:1"]));
+        tokio::time::advance(BROKER_FORGETS_AFTER - Duration::from_secs(1)).await;
+        book.heartbeating(&g, &[], &set(&["a:1"]));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let taken = book.take_heartbeated(&g);
+        assert_eq!(names(taken.clone()), set(&["a:1"]));
+        // Given back after a failed unregistration, it keeps its time: it expires on schedule.
+        book.still_registered(&g, taken);
+        tokio::time::advance(BROKER_FORGETS_AFTER - Duration::from_secs(1)).await;
+        assert_eq!(names(book.take_heartbeated(&g)), set(&[]));
     }
 }
