@@ -23,8 +23,11 @@ use tokio_util::codec::{Decoder, Encoder};
 
 use crate::command::RemotingCommand;
 
-/// The default largest frame (16 MiB, as the Java client's `frameMaxLength`).
-pub const DEFAULT_MAX_FRAME_LEN: usize = 16 * 1024 * 1024;
+/// The default largest frame after the length prefix: 16 MiB minus the 4 bytes of the prefix,
+/// since Java's `frameMaxLength` (16 MiB, in Netty's `LengthFieldBasedFrameDecoder`) counts
+/// the prefix too. A request 1 to 4 bytes longer would be refused by a Java server, which
+/// closes the connection instead of answering.
+pub const DEFAULT_MAX_FRAME_LEN: usize = 16 * 1024 * 1024 - 4;
 
 /// The serialization type of JSON headers.
 pub const SERIALIZE_JSON: u8 = 0;

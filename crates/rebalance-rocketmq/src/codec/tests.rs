@@ -174,21 +174,39 @@ fn a_frame_at_the_limit_passes_both_ways_and_one_byte_more_is_refused_both_ways(
 }
 
 #[test]
-fn the_default_limit_is_the_java_clients_16_mib() {
-    const MIB_16: usize = 16 * 1024 * 1024;
+fn the_default_limit_is_the_java_servers_16_mib_prefix_included() {
+    // Java: LengthFieldBasedFrameDecoder(16 MiB, 0, 4, 0, 4) refuses prefix + total > 16 MiB.
+    const LIMIT: usize = 16 * 1024 * 1024 - 4;
     let mut codec = RemotingCodec::default();
-    assert_eq!(codec.max_frame_len(), MIB_16);
-    // A frame announcing exactly 16 MiB is awaited; one byte more is refused at once.
+    assert_eq!(codec.max_frame_len(), LIMIT);
+    // A frame announcing exactly the limit is awaited; one byte more is refused at once.
     let mut buf = BytesMut::new();
-    buf.put_u32(MIB_16 as u32);
+    buf.put_u32(LIMIT as u32);
     assert_eq!(codec.decode(&mut buf).unwrap(), None);
     let mut buf = BytesMut::new();
-    buf.put_u32(MIB_16 as u32 + 1);
+    buf.put_u32(LIMIT as u32 + 1);
     let err = codec.decode(&mut buf).unwrap_err();
     assert!(
-        matches!(err, CodecError::FrameTooLarge { len, max: MIB_16 } if len == MIB_16 + 1),
+        matches!(err, CodecError::FrameTooLarge { len, max: LIMIT } if len == LIMIT + 1),
         "{err}"
     );
+    // What the encoder writes is never more than a Java server takes: 16 MiB on the wire.
+    let header_and_prefix = {
+        let mut buf = BytesMut::new();
+        codec
+            .encode(RemotingCommand::request(15), &mut buf)
+            .unwrap();
+        buf.len()
+    };
+    let fits = 16 * 1024 * 1024 - header_and_prefix;
+    let mut buf = BytesMut::new();
+    let cmd = RemotingCommand::request(15).with_body(vec![b'x'; fits]);
+    codec.encode(cmd, &mut buf).unwrap();
+    assert_eq!(buf.len(), 16 * 1024 * 1024);
+    let mut buf = BytesMut::new();
+    let cmd = RemotingCommand::request(15).with_body(vec![b'x'; fits + 1]);
+    assert!(codec.encode(cmd, &mut buf).is_err());
+    assert!(buf.is_empty());
 }
 
 #[test]
