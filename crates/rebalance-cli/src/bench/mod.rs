@@ -164,3 +164,19 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), BenchError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_from_1_to_the_limit() {
+        for fine in [None, Some(1), Some(limits::MAX_RUNS)] {
+            assert!(check_runs(fine).is_ok(), "{fine:?}");
+        }
+        for refused in [Some(0), Some(limits::MAX_RUNS + 1)] {
+            let err = check_runs(refused).unwrap_err();
+            assert_eq!(err.to_string(), "--runs must be from 1 to 1000");
+        }
+    }
+}

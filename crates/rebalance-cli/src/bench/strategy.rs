@@ -45,8 +45,13 @@ pub struct StrategyResult {
     /// The whole group's plan on freshly built strategy values (median of up to 3, µs): what
     /// the first round costs when a strategy keeps results between rounds.
     pub cold_plan_us: f64,
+    /// How many fresh strategy values `cold_plan_us` is the median of (3, or 1 when a plan
+    /// takes over 2 s).
+    pub cold_runs: usize,
     /// Queues in the plan (a check that it covered the topic).
     pub assigned: usize,
+    /// Queues the timed single allocation gave the consumer at position N/2.
+    pub single_assigned: usize,
 }
 
 /// Fills in the parameters the Java reference timings used when the case does not name them:
@@ -126,6 +131,10 @@ pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyR
         strategy.allocate_shared(GROUP, current, &mq_all, &cid_all)
     })
     .map_err(allocate_error)?;
+    let single_assigned = strategy
+        .allocate_shared(GROUP, current, &mq_all, &cid_all)
+        .map_err(allocate_error)?
+        .len();
     Ok(StrategyResult {
         case: StrategyCase {
             params,
@@ -133,14 +142,17 @@ pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyR
         },
         single,
         plan,
+        cold_runs: cold.len(),
         cold_plan_us: median(&mut cold),
         assigned,
+        single_assigned,
     })
 }
 
 impl StrategyResult {
     /// The JSON line: `{"strategy", "queues", "consumers", "single_us", "plan_us", "runs"}`,
-    /// then `cold_plan_us`, `single_runs`, `assigned` and `params`.
+    /// then `cold_plan_us`, `cold_runs`, `single_runs`, `assigned`, `single_assigned` and
+    /// `params`.
     pub fn to_json(&self) -> Value {
         json!({
             "strategy": self.case.strategy,
@@ -150,8 +162,10 @@ impl StrategyResult {
             "plan_us": round3(self.plan.median_us),
             "runs": self.plan.runs,
             "cold_plan_us": round3(self.cold_plan_us),
+            "cold_runs": self.cold_runs,
             "single_runs": self.single.runs,
             "assigned": self.assigned,
+            "single_assigned": self.single_assigned,
             "params": shown_params(&self.case.params),
         })
     }
@@ -240,5 +254,123 @@ mod tests {
             assert!(v.get(key).is_some(), "{key} missing from {v}");
         }
         assert_eq!(v["runs"], 3);
+        assert_eq!(v["single_runs"], 3);
+        assert_eq!(v["cold_runs"], 3);
+        // Plans of 64 queues take microseconds: neither 0 nor about a second (the elapsed
+        // seconds, not scaled to µs, or shifted by a million).
+        let cold = v["cold_plan_us"].as_f64().unwrap();
+        assert!(cold > 0.0 && cold < 100_000.0, "{cold}");
+        assert_eq!(
+            r.to_text(),
+            format!(
+                "averagely queues=64 consumers=8: allocate {} (median of 3), plan {} (median of 3), first plan {}",
+                human(r.single.median_us),
+                human(r.plan.median_us),
+                human(r.cold_plan_us)
+            )
+        );
+    }
+
+    #[test]
+    fn the_single_allocation_is_the_one_of_the_consumer_at_position_n_over_2() {
+        // averagely, 10 queues over 4: shares 3, 3, 2, 2; position 2 gets 2.
+        let case = StrategyCase {
+            strategy: "averagely".into(),
+            params: Params::new(),
+            queues: 10,
+            consumers: 4,
+            runs: Some(1),
+        };
+        let r = run(&case, &StrategyRegistry::default()).unwrap();
+        assert_eq!(r.single_assigned, 2);
+        assert_eq!(r.to_json()["single_assigned"], 2);
+        assert_eq!(r.assigned, 10);
+    }
+
+    #[test]
+    fn the_json_line_echoes_the_reference_params_used() {
+        let case = StrategyCase {
+            strategy: "by_machine_room".into(),
+            params: Params::new(),
+            queues: 32,
+            consumers: 4,
+            runs: Some(1),
+        };
+        let v = run(&case, &StrategyRegistry::default()).unwrap().to_json();
+        assert_eq!(v["params"]["consumer_idcs"], "room0,room1");
+    }
+
+    #[test]
+    fn long_lists_are_summarized_from_nine_items() {
+        let shown = |n: usize| {
+            let mut p = Params::new();
+            p.insert("list".into(), json!(vec![1; n]));
+            shown_params(&p)["list"].clone()
+        };
+        assert_eq!(shown(8), json!(vec![1; 8]));
+        assert_eq!(shown(9), json!("<9 items>"));
+    }
+
+    #[test]
+    fn times_read_in_the_unit_that_fits() {
+        assert_eq!(human(12.3), "12.30 µs");
+        assert_eq!(human(999.99), "999.99 µs");
+        assert_eq!(human(1_000.0), "1.00 ms");
+        assert_eq!(human(4_560.0), "4.56 ms");
+        assert_eq!(human(999_990.0), "999.99 ms");
+        assert_eq!(human(1_000_000.0), "1.00 s");
+        assert_eq!(human(1_230_000.0), "1.23 s");
+    }
+
+    #[test]
+    fn sizes_and_runs_are_checked_before_anything_is_built() {
+        let registry = StrategyRegistry::default();
+        let base = StrategyCase {
+            strategy: "averagely".into(),
+            params: Params::new(),
+            queues: 8,
+            consumers: 2,
+            runs: Some(1),
+        };
+        let refusal = |case: StrategyCase| match run(&case, &registry) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted: {case:?}"),
+        };
+        for empty in [
+            StrategyCase {
+                queues: 0,
+                ..base.clone()
+            },
+            StrategyCase {
+                consumers: 0,
+                ..base.clone()
+            },
+        ] {
+            assert!(refusal(empty).contains("at least 1"));
+        }
+        for too_many in [
+            StrategyCase {
+                queues: limits::MAX_QUEUES + 1,
+                ..base.clone()
+            },
+            StrategyCase {
+                consumers: limits::MAX_CONSUMERS + 1,
+                ..base.clone()
+            },
+        ] {
+            assert!(refusal(too_many).starts_with("at most"));
+        }
+        // At the limits the sizes pass, and the runs are checked next (nothing is built).
+        for (queues, consumers) in [(limits::MAX_QUEUES, 2), (8, limits::MAX_CONSUMERS)] {
+            for runs in [0, limits::MAX_RUNS + 1] {
+                let case = StrategyCase {
+                    queues,
+                    consumers,
+                    runs: Some(runs),
+                    ..base.clone()
+                };
+                assert!(refusal(case).starts_with("--runs must be from 1 to 1000"));
+            }
+        }
     }
 }
