@@ -4,6 +4,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::listener::StartPosition;
+use crate::subscription::is_retry_topic;
+
 /// How a group shares a topic.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -53,6 +56,28 @@ pub enum ConsumeFrom {
 }
 
 impl ConsumeFrom {
+    /// Where a queue of `topic` with no stored offset starts, as the Java client's
+    /// `RebalancePushImpl.computePullFromWhere` decides it: a retry topic (`%RETRY%…`) starts
+    /// from its oldest message under `LastOffset` (the messages sent back for another try
+    /// before anyone stored an offset must not be skipped), and from its end under `Timestamp`.
+    ///
+    /// ```
+    /// use rebalance_runtime::{ConsumeFrom, StartPosition};
+    ///
+    /// assert_eq!(ConsumeFrom::LastOffset.start_without_offset("orders"), StartPosition::Latest);
+    /// assert_eq!(ConsumeFrom::LastOffset.start_without_offset("%RETRY%g"), StartPosition::Earliest);
+    /// ```
+    pub fn start_without_offset(self, topic: &str) -> StartPosition {
+        let retry = is_retry_topic(topic);
+        match self {
+            ConsumeFrom::LastOffset if retry => StartPosition::Earliest,
+            ConsumeFrom::LastOffset => StartPosition::Latest,
+            ConsumeFrom::FirstOffset => StartPosition::Earliest,
+            ConsumeFrom::Timestamp(_) if retry => StartPosition::Latest,
+            ConsumeFrom::Timestamp(t) => StartPosition::Timestamp(t),
+        }
+    }
+
     /// The name RocketMQ uses on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -229,6 +254,25 @@ impl Default for Intervals {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn queues_without_an_offset_start_where_the_java_client_starts_them() {
+        use StartPosition::*;
+        let cases = [
+            (ConsumeFrom::LastOffset, Latest, Earliest),
+            (ConsumeFrom::FirstOffset, Earliest, Earliest),
+            (ConsumeFrom::Timestamp(7), Timestamp(7), Latest),
+        ];
+        for (from, topic, retry) in cases {
+            assert_eq!(from.start_without_offset("orders"), topic, "{from:?}");
+            assert_eq!(from.start_without_offset("%RETRY%g"), retry, "{from:?}");
+        }
+        // Only the prefix makes a retry topic.
+        assert_eq!(
+            ConsumeFrom::LastOffset.start_without_offset("RETRY%g"),
+            Latest
+        );
+    }
 
     #[test]
     fn membership_settle_may_be_zero_but_not_absurd() {

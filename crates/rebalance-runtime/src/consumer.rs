@@ -71,7 +71,7 @@ pub enum ConsumerError {
     /// - `"heartbeat"` or `"route sync"`: the service stopped the consumer the ordinary way
     ///   (queues announced as removed, last offsets persisted, locks released, client
     ///   unregistered when the directory could be reached);
-    /// - `"rebalance"`, the service itself: every lease was cancelled and the client
+    /// - `"rebalance service"`, the service itself: every lease was cancelled and the client
     ///   unregistered (when the directory could be reached), but queues were not announced as
     ///   removed, their last offsets not persisted and their locks not released (they expire).
     ///

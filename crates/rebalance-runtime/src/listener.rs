@@ -18,11 +18,16 @@ pub type ListenerError = Box<dyn std::error::Error + Send + Sync>;
 pub enum StartPosition {
     /// The stored offset: continue exactly there.
     Offset(i64),
-    /// No stored offset, start from the end (`ConsumeFrom::LastOffset`).
+    /// No stored offset, start from the end (`ConsumeFrom::LastOffset`; `Timestamp` on a retry
+    /// topic). Resolve it at the broker (its max offset) and [`commit`](QueueLease::commit) the
+    /// result at once: the runtime stores only committed offsets, and a queue that changes
+    /// owner before anything was stored starts from the end again, skipping what came between.
     Latest,
-    /// No stored offset, start from the oldest message (`ConsumeFrom::FirstOffset`).
+    /// No stored offset, start from the oldest message (`ConsumeFrom::FirstOffset`;
+    /// `LastOffset` on a retry topic, as the Java client does).
     Earliest,
-    /// No stored offset, start from this time (ms since the Unix epoch).
+    /// No stored offset, start from this time (ms since the Unix epoch). Like `Latest`, commit
+    /// the offset it resolves to at once.
     Timestamp(i64),
 }
 

@@ -11,7 +11,7 @@ use super::offsets::PendingOffset;
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
-use crate::config::{ConsumeFrom, MessageModel};
+use crate::config::MessageModel;
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
@@ -499,11 +499,7 @@ impl Service {
                 }
                 None => match self.ctx.offsets.read(&group, &queue).await {
                     Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
-                    Ok(_) => match self.ctx.consume_from {
-                        ConsumeFrom::LastOffset => StartPosition::Latest,
-                        ConsumeFrom::FirstOffset => StartPosition::Earliest,
-                        ConsumeFrom::Timestamp(t) => StartPosition::Timestamp(t),
-                    },
+                    Ok(_) => self.ctx.consume_from.start_without_offset(topic),
                     Err(e) => {
                         tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
                         unread.push(queue);
