@@ -247,7 +247,7 @@ fn balance(ctx: &Ctx<'_>, cells: &mut Cells, debts: &mut Option<Debts>) -> usize
                 .collect()
         })
         .collect();
-    let mut search = ChainSearch::new(ctx.layout.members().len());
+    let mut search = ChainSearch::new(ctx.layout.members().len(), cells.subs.len());
     let mut total = 0;
     loop {
         let mut order = ctx.active.clone();
@@ -492,25 +492,48 @@ enum Goal {
 /// Breadth-first search for a chain of moves that lowers a member by one and raises another
 /// (one holding at least two fewer, or a given one) by one, passing only partitions nobody would
 /// lose (`fresh` or `cheap`). Members in the middle give one and take one. Bounded, so that it
-/// stays cheap.
+/// stays cheap: each search expands at most [`LIMIT`](Self::LIMIT) members, and all the
+/// searches of one assignment scan at most `budget` subscribers together.
 struct ChainSearch {
     stamp: Vec<u32>,
     parent: Vec<(u32, u32)>,
     round: u32,
     queue: Vec<u32>,
+    /// Subscriber scans left for every search of this assignment. Searches that keep failing
+    /// (a group scaling out, where the members that could pass a partition on are all as light
+    /// as the member to fill) would otherwise cost up to `LIMIT` expansions per partition moved:
+    /// tens of seconds at a few thousand partitions. Once spent, moves go directly.
+    budget: usize,
 }
 
 impl ChainSearch {
     /// How many members one search may expand.
     const LIMIT: usize = 512;
 
-    fn new(members: usize) -> Self {
+    /// A search over `members`, whose cells (member-topic pairs) number `cells`.
+    fn new(members: usize, cells: usize) -> Self {
         Self {
             stamp: vec![0; members],
             parent: vec![(0, 0); members],
             round: 0,
             queue: Vec::new(),
+            budget: cells.saturating_mul(64).saturating_add(1 << 20),
         }
+    }
+
+    /// Takes `scans` from the budget; false (and the budget spent) when it does not cover them.
+    fn spend(&mut self, scans: usize) -> bool {
+        if let Some(left) = self.budget.checked_sub(scans) {
+            self.budget = left;
+            #[cfg(test)]
+            SCANNED.with(|n| n.set(n.get() + scans));
+            return true;
+        }
+        if self.budget > 0 {
+            tracing::debug!("chain searches spent their budget; the remaining moves go directly");
+        }
+        self.budget = 0;
+        false
     }
 
     /// Applies the first chain found from `h` to `goal` and returns its last member.
@@ -535,7 +558,11 @@ impl ChainSearch {
                 if cell.fresh + cell.cheap == 0 {
                     continue;
                 }
-                for s in cells.subscribers(t as usize) {
+                let subscribers = cells.subscribers(t as usize);
+                if !self.spend(subscribers.len()) {
+                    break 'search;
+                }
+                for s in subscribers {
                     let j = cells.subs[s];
                     if self.stamp[j as usize] == round {
                         continue;
@@ -576,7 +603,11 @@ impl ChainSearch {
             let j = self.queue[head];
             head += 1;
             for &(t, _) in cells.of_member(j) {
-                for s in cells.subscribers(t as usize) {
+                let subscribers = cells.subscribers(t as usize);
+                if !self.spend(subscribers.len()) {
+                    break 'search;
+                }
+                for s in subscribers {
                     let k = cells.subs[s];
                     let cell = cells.cells[s];
                     if self.stamp[k as usize] == round || cell.fresh + cell.cheap == 0 {
@@ -603,6 +634,12 @@ impl ChainSearch {
         finish_chain(cells, h, l);
         Some(h)
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Subscribers the chain searches scanned on this thread (for the tests of the budget).
+    pub(super) static SCANNED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// One hop of a chain: `giver` hands one partition of topic `t` to `taker` (a fresh one when it
