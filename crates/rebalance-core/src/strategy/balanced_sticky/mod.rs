@@ -2,7 +2,8 @@
 //! joins or leaves, with no coordinator and no memory of earlier rounds.
 //!
 //! # The algorithm
-//! 1. **Ring.** Every member puts `virtual_nodes` points (default 128) on a 64-bit ring, every
+//! 1. **Ring.** Every member puts `virtual_nodes` points (default 128; fewer when the ring would
+//!    pass [`MAX_RING_POINTS`](BalancedSticky::MAX_RING_POINTS) in all) on a 64-bit ring, every
 //!    queue one point (the hashes are spelled out in `hashing.rs`: FNV-1a over the UTF-8 id, or
 //!    over `topic 0xFF broker 0xFF queue_id`, finished with SplitMix64's mixer). A queue's
 //!    *distance* to a member is the clockwise distance from the queue's point to the member's
@@ -127,6 +128,13 @@ impl BalancedSticky {
     /// The default number of ring points per member.
     pub const DEFAULT_VIRTUAL_NODES: usize = 128;
 
+    /// The most points the ring has in all (2^22, about 200 MB while it is built): with more
+    /// members than `MAX_RING_POINTS / virtual_nodes`, each gets `MAX_RING_POINTS / N` points
+    /// (at least one). Every client of a group sees the same `N`, so all still agree. Without
+    /// it, `virtual_nodes` at its maximum (65,536) on a group of 2,000 would build a ring of
+    /// 131 million points (about 6 GB) at every change of the member list.
+    pub const MAX_RING_POINTS: usize = 1 << 22;
+
     /// A strategy with `virtual_nodes` ring points per member (at least 1).
     pub fn new(virtual_nodes: usize) -> Self {
         Self {
@@ -138,9 +146,17 @@ impl BalancedSticky {
         }
     }
 
-    /// The number of ring points per member.
+    /// The number of ring points per member, as configured (see
+    /// [`MAX_RING_POINTS`](Self::MAX_RING_POINTS) for large groups).
     pub fn virtual_nodes(&self) -> usize {
         self.virtual_nodes
+    }
+
+    /// The ring points each of `members` members gets.
+    fn points_per_member(&self, members: usize) -> usize {
+        self.virtual_nodes
+            .min(Self::MAX_RING_POINTS / members.max(1))
+            .max(1)
     }
 
     /// Shares in proportion to `weight(member)` instead of equal ones: every member's share is
@@ -187,7 +203,10 @@ impl BalancedSticky {
     fn ring(&self, members: &[ClientId]) -> Arc<Ring> {
         self.rings.get_or_insert_with(
             |key| key == members,
-            || (members.into(), Ring::build(members, self.virtual_nodes)),
+            || {
+                let points = self.points_per_member(members.len());
+                (members.into(), Ring::build(members, points))
+            },
         )
     }
 

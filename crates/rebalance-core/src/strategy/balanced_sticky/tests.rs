@@ -324,3 +324,27 @@ fn moves_about_twice_the_minimum_on_random_groups() {
         "averagely moved {moved_theirs} for a minimum of {minimum} (balanced_sticky {moved_ours})"
     );
 }
+
+#[test]
+fn the_ring_never_exceeds_its_total_of_points() {
+    let most = BalancedSticky::new(65_536);
+    let max = BalancedSticky::MAX_RING_POINTS;
+    assert_eq!(most.points_per_member(1), 65_536);
+    assert_eq!(most.points_per_member(64), 65_536);
+    assert_eq!(most.points_per_member(65), max / 65);
+    assert_eq!(most.points_per_member(2_000), 2_097);
+    assert!(2_000 * most.points_per_member(2_000) <= max);
+    assert_eq!(
+        most.points_per_member(max + 1),
+        1,
+        "at least one point each"
+    );
+    // The default is untouched up to 32,768 members.
+    let default = BalancedSticky::default();
+    assert_eq!(default.points_per_member(32_768), 128);
+    assert_eq!(default.points_per_member(32_769), 127);
+    // What is built follows it.
+    let small = BalancedSticky::new(1_000_000);
+    let ring = small.ring(&members(0..8));
+    assert_eq!(ring.positions.len(), max / 8 * 8);
+}
