@@ -90,6 +90,10 @@ impl AllocateStrategy for Designated {
         self.inner.allocate(group, current, mq_all, &consumers)
     }
 
+    /// The inner strategy's plan over the designated members, and nothing for the others. An
+    /// error of the inner strategy fails the whole plan, although [`allocate`](Self::allocate)
+    /// for a member that is not designated still returns `Ok` (nothing): a plan has no place
+    /// for an error that only some members get.
     fn plan<'a>(
         &'a self,
         group: &str,
