@@ -3,26 +3,39 @@
 //!
 //! `cargo run --example quickstart`
 //!
+//! Each member runs a stand-in for a pull loop per queue it holds (one "message" every 100 ms),
+//! which is the shape a real consumer has: `queues_added` starts a task per lease, the task
+//! commits its progress on the lease and stops when the lease is cancelled, and
+//! `queues_removed` waits for those tasks, so that their last offsets are committed before the
+//! runtime stores them and hands the queues over.
+//!
 //! The cluster and the consumers run on tokio's paused clock, so the scenario's minutes of
 //! simulated time (a crashed member is only noticed when its heartbeats expire, after 120 s)
 //! take a moment of real time, and every run prints the same story.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance::runtime::memory::InMemoryCluster;
-use rebalance::runtime::{ListenerError, StartPosition};
-use rebalance::{Consumer, ConsumerHandle, MessageQueue, QueueLease, QueueListener, RemovedQueue};
+use rebalance::{
+    Consumer, ConsumerHandle, ListenerError, MessageQueue, QueueLease, QueueListener, RemovedQueue,
+    StartPosition,
+};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-/// Prints what happens to one member.
-struct Narrator {
+/// One member: prints what happens to it, and runs a consuming task per queue it holds.
+struct Member {
     name: &'static str,
     epoch: Instant,
+    /// The consuming task of each held queue. Locked only to insert or take tasks, never
+    /// across an `.await`.
+    consuming: Mutex<HashMap<MessageQueue, JoinHandle<()>>>,
 }
 
-impl Narrator {
+impl Member {
     fn say(&self, what: String) {
         println!(
             "[{:>6.1}s] {:<8} {what}",
@@ -30,29 +43,61 @@ impl Narrator {
             self.name
         );
     }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<MessageQueue, JoinHandle<()>>> {
+        self.consuming
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A crash takes the consuming tasks down with the process.
+    fn crash(&self) {
+        for (_, task) in self.tasks().drain() {
+            task.abort();
+        }
+    }
 }
 
-fn describe(queues: impl Iterator<Item = MessageQueue>) -> String {
-    let names: Vec<String> = queues
-        .map(|q| format!("{}#{}", q.broker_name, q.queue_id))
-        .collect();
-    format!("{} queue(s): {}", names.len(), names.join(" "))
+fn short(q: &MessageQueue) -> String {
+    format!("{}#{}", q.broker_name, q.queue_id)
+}
+
+/// Stands in for a pull loop: "consumes" one message every 100 ms from `next`, committing after
+/// each, until the queue is taken away.
+async fn consume(lease: QueueLease, mut next: i64) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            _ = lease.cancelled() => return,
+            _ = tick.tick() => {
+                // ... process message `next` here ...
+                next += 1;
+                lease.commit(next);
+            }
+        }
+    }
 }
 
 #[async_trait]
-impl QueueListener for Narrator {
+impl QueueListener for Member {
     async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
-        let start = match queues.first().map(QueueLease::start_position) {
-            Some(StartPosition::Offset(o)) => format!("resuming at offset {o}"),
-            _ => "starting from the latest message".to_string(),
-        };
-        let what = describe(queues.iter().map(|l| l.queue().clone()));
-        self.say(format!("now consumes {topic} {what} ({start})"));
-        // A real consumer would spawn a pull loop per lease here, stop it when
-        // `lease.cancelled()` completes, and report progress with `lease.commit(offset)`.
+        let mut started = Vec::new();
         for lease in queues {
-            lease.commit(100 + i64::from(lease.queue().queue_id));
+            let next = match lease.start_position() {
+                StartPosition::Offset(offset) => offset,
+                // No stored offset: a real consumer asks the broker for the queue's last (or
+                // first) offset, or the one at a time, and commits it at once so that a next
+                // owner resumes there. The in-memory cluster has no messages: start at 0.
+                _ => {
+                    lease.commit(0);
+                    0
+                }
+            };
+            started.push(format!("{} from {next}", short(lease.queue())));
+            let task = tokio::spawn(consume(lease.clone(), next));
+            self.tasks().insert(lease.queue().clone(), task);
         }
+        self.say(format!("now consumes {topic}: {}", started.join(", ")));
         Ok(())
     }
 
@@ -61,9 +106,21 @@ impl QueueListener for Narrator {
         topic: &str,
         queues: &[RemovedQueue],
     ) -> Result<(), ListenerError> {
+        // Take the tasks out first: the lock is not held while waiting for them.
+        let stopping: Vec<JoinHandle<()>> = {
+            let mut tasks = self.tasks();
+            queues
+                .iter()
+                .filter_map(|r| tasks.remove(&r.queue))
+                .collect()
+        };
+        for task in stopping {
+            // The lease is cancelled: the task commits nothing more and ends.
+            let _ = task.await;
+        }
         let reason = queues.first().map_or("", |r| r.reason.as_str());
-        let what = describe(queues.iter().map(|r| r.queue.clone()));
-        self.say(format!("gives up {topic} {what} ({reason})"));
+        let names: Vec<String> = queues.iter().map(|r| short(&r.queue)).collect();
+        self.say(format!("gives up {topic}: {} ({reason})", names.join(", ")));
         Ok(())
     }
 }
@@ -71,18 +128,24 @@ impl QueueListener for Narrator {
 async fn join(
     cluster: &InMemoryCluster,
     name: &'static str,
+    host: u8,
     epoch: Instant,
-) -> Result<ConsumerHandle, Box<dyn std::error::Error>> {
-    let id = format!("10.0.0.{}@{name}", name.len());
+) -> Result<(ConsumerHandle, Arc<Member>), Box<dyn std::error::Error>> {
+    let id = format!("10.0.0.{host}@{name}");
+    let member = Arc::new(Member {
+        name,
+        epoch,
+        consuming: Mutex::default(),
+    });
     let consumer = Consumer::builder("orders-group")
         .client_id(id.as_str())
         .subscribe("Orders")
         .strategy_named("averagely", &Default::default())?
         .cluster(cluster.client(id.as_str()))
-        .listener(Arc::new(Narrator { name, epoch }))
+        .listener(member.clone())
         .start()
         .await?;
-    Ok(consumer)
+    Ok((consumer, member))
 }
 
 #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -92,20 +155,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let epoch = Instant::now();
     let pause = |secs| tokio::time::sleep(Duration::from_secs(secs));
 
-    println!("Topic Orders has 8 queues on 2 brokers; the group divides them with `averagely`.\n");
-    let alice = join(&cluster, "alice", epoch).await?;
+    println!("Topic Orders has 8 queues on 2 brokers; the group divides them with `averagely`.");
+    println!("Each member consumes one message per queue every 100 ms and commits as it goes.");
+    println!("Members hand queues over concurrently, as Java's do: the next owner may start");
+    println!("before the last one has stopped (`exclusive_hand_off(true)` makes it wait).\n");
+    let (alice, _) = join(&cluster, "alice", 1, epoch).await?;
     pause(5).await;
-    let bob = join(&cluster, "bob", epoch).await?;
+    let (bob, _) = join(&cluster, "bob", 2, epoch).await?;
     pause(5).await;
-    let carol = join(&cluster, "carol", epoch).await?;
+    let (carol, carols_tasks) = join(&cluster, "carol", 3, epoch).await?;
     pause(5).await;
 
-    println!("\nbob leaves cleanly: he releases his queues and unregisters.");
+    println!(
+        "\nbob leaves cleanly: he stops consuming, his last offsets are stored, he unregisters."
+    );
     bob.shutdown().await;
     pause(5).await;
 
-    println!("\ncarol crashes: nobody is told; the directory expires her after 120 s of silence.");
+    println!(
+        "\ncarol crashes: nobody is told; the directory expires her after 120 s of silence, and"
+    );
+    println!(
+        "her queues resume from the offsets stored last (up to 5 s old: some messages again)."
+    );
     carol.abort();
+    carols_tasks.crash();
     pause(150).await;
 
     println!("\nalice shuts down.");

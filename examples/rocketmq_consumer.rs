@@ -190,16 +190,33 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         json: args.json,
     });
     let consumer = builder.listener(printer).start().await?;
+    let mut interrupted = false;
     if !args.json {
         println!(
-            "{} joined {} on {} ({}) (Ctrl-C to leave)",
+            "{} started in {} on {} ({}) (Ctrl-C to leave)",
             consumer.client_id(),
             args.group,
             args.topic,
             args.tags
         );
+        // `start` succeeds whatever the servers say; the first round tells whether the
+        // consumer reached them.
+        let mut rounds = consumer.rounds();
+        tokio::select! {
+            first = rounds.wait_for(|r| r.round >= 1) => match first {
+                Ok(report) if report.balanced => println!("first round done: balanced"),
+                Ok(report) => {
+                    let why: Vec<_> = report.topics.iter().filter_map(|t| t.unbalanced.as_ref()).collect();
+                    println!("first round done, not balanced (tried again every second): {why:?}");
+                }
+                Err(_) => {}
+            },
+            _ = tokio::signal::ctrl_c() => interrupted = true,
+        }
     }
-    tokio::signal::ctrl_c().await?;
+    if !interrupted {
+        tokio::signal::ctrl_c().await?;
+    }
     if !args.json {
         println!("leaving: releasing queues and unregistering…");
     }

@@ -11,7 +11,8 @@ pub use rebalance_core::{
 };
 pub use rebalance_runtime as runtime;
 pub use rebalance_runtime::{
-    Consumer, ConsumerHandle, QueueLease, QueueListener, RemovedQueue, WeakConsumerHandle,
+    Consumer, ConsumerBuilder, ConsumerHandle, ListenerError, QueueLease, QueueListener,
+    RemovalReason, RemovedQueue, StartPosition, WeakConsumerHandle,
 };
 
 /// The README's examples, compiled and run as doctests.

@@ -190,9 +190,9 @@ impl QueueLease {
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken
     /// away, and while its broker lock is older than `lock_lifetime` without a renewal (it may
     /// belong to someone else by then: consumption pauses until the lock is renewed, or the
-    /// queue is taken away). Hold the guard while processing (ordered consumption): the runtime
-    /// releases the queue's broker lock only when no guard is held, or after
-    /// `force_unlock_after`.
+    /// queue is taken away). Hold the guard while processing (ordered consumption, or
+    /// concurrent consumption with `exclusive_hand_off`): the runtime releases the queue's broker
+    /// lock only when no guard is held, or after `force_unlock_after`.
     ///
     /// The runtime renews locks every `lock_renew` and takes the queue away (reason `lost`) when
     /// the broker refuses, or when renewal has failed for `lock_lifetime`; this check covers the
@@ -242,6 +242,18 @@ pub struct RemovedQueue {
 /// [`queues_removed`](Self::queues_removed): when it times out, the hand-off proceeds with
 /// whatever was committed by then, and the next owner may start while this client still
 /// consumes.
+///
+/// The usual shape (`examples/quickstart.rs`): `queues_added` starts a task per lease that
+/// consumes from [`QueueLease::start_position`], commits as it goes, and stops when
+/// [`QueueLease::cancelled`] completes; the listener keeps those tasks by queue, and
+/// `queues_removed` awaits the ones of the queues removed (taking them out of its map first:
+/// no lock is held across the wait), so that their last commits are in before it returns.
+///
+/// An error from [`queues_added`](Self::queues_added) does not undo the addition: the queues
+/// are held, their leases live, and nothing calls it again for them (the error is logged and
+/// reported in [`RoundReport::callback_errors`](crate::RoundReport::callback_errors)). A
+/// listener that could not start consuming a queue must retry on its own, or give the queue
+/// up by shutting the consumer down.
 #[async_trait]
 pub trait QueueListener: Send + Sync + 'static {
     /// Queues of `topic` this client now consumes.

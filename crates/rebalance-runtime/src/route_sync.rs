@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::subscription::is_retry_topic;
 use crate::wake::{Trigger, WakeReasons};
 use crate::{NameServer, RemoteError, RouteError};
 
@@ -116,7 +117,13 @@ struct TopicRecord {
     polled_at: Option<Instant>,
     /// Why the last poll did not give a good route (cleared by a good one).
     last_error: Option<RouteError>,
+    /// When a warning last said that the topic, never found, does not exist.
+    missing_warned_at: Option<Instant>,
 }
+
+/// How often a topic that was never found is warned about (a misspelled subscription is
+/// otherwise silent: its rounds only say "route unknown").
+const MISSING_TOPIC_WARN_EVERY: Duration = Duration::from_secs(300);
 
 /// A producer's request: poll `topic` now (registering it) and answer once it was polled.
 #[derive(Debug)]
@@ -345,6 +352,19 @@ impl RouteSync {
                         topic,
                         "name server says the topic does not exist; keeping the last good route for now"
                     );
+                } else if record.known.is_none()
+                    && !record.gone
+                    && !is_retry_topic(topic)
+                    && record
+                        .missing_warned_at
+                        .is_none_or(|at| now.duration_since(at) >= MISSING_TOPIC_WARN_EVERY)
+                {
+                    // Retry topics are left out: one exists only once a message was sent back.
+                    record.missing_warned_at = Some(now);
+                    tracing::warn!(
+                        topic,
+                        "topic not found on the name server (misspelled, or not created yet): nothing is consumed or sent on it until it appears"
+                    );
                 } else {
                     tracing::debug!(topic, "topic not found on the name server");
                 }
@@ -470,6 +490,27 @@ mod tests {
             trigger.take().is_empty(),
             "no round for an unchanged queue set"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_topic_never_found_is_warned_about_every_five_minutes_but_a_retry_topic_is_not() {
+        let cluster = InMemoryCluster::new();
+        let (mut sync, _table, _trigger) = consumer_sync(&cluster, &["Typo", "%RETRY%G"]);
+        let warned = |sync: &RouteSync, topic: &str| sync.records[topic].missing_warned_at;
+        let start = Instant::now();
+        sync.poll_all().await;
+        assert_eq!(warned(&sync, "Typo"), Some(start));
+        assert_eq!(warned(&sync, "%RETRY%G"), None);
+        tokio::time::advance(MISSING_TOPIC_WARN_EVERY - Duration::from_secs(1)).await;
+        sync.poll_all().await;
+        assert_eq!(warned(&sync, "Typo"), Some(start), "not again so soon");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        sync.poll_all().await;
+        assert_eq!(warned(&sync, "Typo"), Some(Instant::now()));
+        // Once the topic exists, a later "not found" is about a known topic, not a missing one.
+        cluster.create_topic("Typo", 1, 1);
+        sync.poll_all().await;
+        assert!(sync.records["Typo"].known.is_some());
     }
 
     #[tokio::test(start_paused = true)]
