@@ -80,8 +80,9 @@ pub fn with_reference_params(
     params
 }
 
-/// Runs a strategy benchmark case.
-pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyResult, BenchError> {
+/// Checks a case's sizes and runs before anything is built (the command line checks them too;
+/// a case built in code is checked here).
+fn check(case: &StrategyCase) -> Result<(), BenchError> {
     if case.queues == 0 || case.consumers == 0 {
         return Err(BenchError::Arguments(
             "--queues and --consumers must be at least 1".into(),
@@ -95,8 +96,12 @@ pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyR
         )));
     }
     super::check_runs(case.runs)?;
-    limits::check_ring(&case.strategy, &case.params, case.consumers)
-        .map_err(BenchError::Arguments)?;
+    limits::check_ring(&case.strategy, &case.params, case.consumers).map_err(BenchError::Arguments)
+}
+
+/// Runs a strategy benchmark case.
+pub fn run(case: &StrategyCase, registry: &StrategyRegistry) -> Result<StrategyResult, BenchError> {
+    check(case)?;
     let mq_all = workload::queues(case.queues);
     let cid_all = workload::client_ids(case.consumers);
     let params =
@@ -324,7 +329,6 @@ mod tests {
 
     #[test]
     fn sizes_and_runs_are_checked_before_anything_is_built() {
-        let registry = StrategyRegistry::default();
         let base = StrategyCase {
             strategy: "averagely".into(),
             params: Params::new(),
@@ -332,9 +336,9 @@ mod tests {
             consumers: 2,
             runs: Some(1),
         };
-        let refusal = |case: StrategyCase| match run(&case, &registry) {
+        let refusal = |case: StrategyCase| match check(&case) {
             Err(e) => e.to_string(),
-            Ok(_) => panic!("accepted: {case:?}"),
+            Ok(()) => panic!("accepted: {case:?}"),
         };
         for empty in [
             StrategyCase {
@@ -360,17 +364,26 @@ mod tests {
         ] {
             assert!(refusal(too_many).starts_with("at most"));
         }
-        // At the limits the sizes pass, and the runs are checked next (nothing is built).
         for (queues, consumers) in [(limits::MAX_QUEUES, 2), (8, limits::MAX_CONSUMERS)] {
+            let at_the_limits = StrategyCase {
+                queues,
+                consumers,
+                ..base.clone()
+            };
+            assert!(check(&at_the_limits).is_ok(), "{at_the_limits:?}");
             for runs in [0, limits::MAX_RUNS + 1] {
                 let case = StrategyCase {
-                    queues,
-                    consumers,
                     runs: Some(runs),
-                    ..base.clone()
+                    ..at_the_limits.clone()
                 };
                 assert!(refusal(case).starts_with("--runs must be from 1 to 1000"));
             }
+        }
+        // `run` checks first.
+        let empty = StrategyCase { queues: 0, ..base };
+        match run(&empty, &StrategyRegistry::default()) {
+            Err(e) => assert!(e.to_string().contains("at least 1"), "{e}"),
+            Ok(_) => panic!("accepted: {empty:?}"),
         }
     }
 }
