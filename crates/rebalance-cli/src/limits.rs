@@ -163,18 +163,10 @@ pub fn check_ring(name: &str, params: &Params, members: usize) -> Result<(), Str
     }
 }
 
-/// The parameter keys a built-in strategy reads, or `None` for a name this table does not know.
+/// The parameter keys a built-in strategy reads (the core registry's list), or `None` for a
+/// name it does not know.
 pub fn strategy_param_keys(name: &str) -> Option<&'static [&'static str]> {
-    Some(match name {
-        "averagely" | "AVG" | "averagely_by_circle" | "AVG_BY_CIRCLE" => &[],
-        "by_config" | "CONFIG" => &["message_queue_list"],
-        "by_machine_room" | "MACHINE_ROOM" => &["consumer_idcs"],
-        "consistent_hash" | "CONSISTENT_HASH" => &["virtual_node_count", "hash_function"],
-        "balanced_sticky" => &["virtual_nodes", "default_weight", "weights"],
-        "machine_room_nearby" => &["inner_strategy", "inner_params"],
-        "designated" => &["consumers", "inner_strategy", "inner_params"],
-        _ => return None,
-    })
+    rebalance_core::strategy::StrategyRegistry::default().param_keys(name)
 }
 
 /// Warnings for the `--param` keys that strategy `name` (or, with `assignor`, a group assignor,

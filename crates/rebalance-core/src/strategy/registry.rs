@@ -98,6 +98,8 @@ pub enum StrategyConfigError {
 #[derive(Clone)]
 pub struct StrategyRegistry {
     factories: BTreeMap<String, StrategyFactory>,
+    /// The parameters each built-in strategy reads.
+    keys: BTreeMap<String, &'static [&'static str]>,
 }
 
 impl fmt::Debug for StrategyRegistry {
@@ -143,6 +145,29 @@ impl Default for StrategyRegistry {
                 consumers,
             )))
         });
+        // After the registrations: `register` forgets a name's list.
+        r.reads(
+            &["averagely", "AVG", "averagely_by_circle", "AVG_BY_CIRCLE"],
+            &[],
+        );
+        r.reads(&["by_config", "CONFIG"], &["message_queue_list"]);
+        r.reads(&["by_machine_room", "MACHINE_ROOM"], &["consumer_idcs"]);
+        r.reads(
+            &["consistent_hash", "CONSISTENT_HASH"],
+            &["virtual_node_count", "hash_function"],
+        );
+        r.reads(
+            &["balanced_sticky"],
+            &["virtual_nodes", "default_weight", "weights"],
+        );
+        r.reads(
+            &["machine_room_nearby"],
+            &["inner_strategy", "inner_params"],
+        );
+        r.reads(
+            &["designated"],
+            &["consumers", "inner_strategy", "inner_params"],
+        );
         r
     }
 }
@@ -152,10 +177,12 @@ impl StrategyRegistry {
     pub fn empty() -> Self {
         Self {
             factories: BTreeMap::new(),
+            keys: BTreeMap::new(),
         }
     }
 
-    /// Adds (or replaces) a strategy.
+    /// Adds (or replaces) a strategy. Its parameters are not checked against a list of the
+    /// keys it reads (the built-in strategies' are: see [`param_keys`](Self::param_keys)).
     pub fn register<F>(&mut self, name: impl Into<String>, factory: F) -> &mut Self
     where
         F: Fn(&Params, &StrategyRegistry) -> Result<StrategyRef, StrategyConfigError>
@@ -163,8 +190,24 @@ impl StrategyRegistry {
             + Sync
             + 'static,
     {
-        self.factories.insert(name.into(), Arc::new(factory));
+        let name = name.into();
+        self.keys.remove(&name);
+        self.factories.insert(name, Arc::new(factory));
         self
+    }
+
+    fn reads(&mut self, names: &[&str], keys: &'static [&'static str]) {
+        for name in names {
+            self.keys.insert((*name).to_string(), keys);
+        }
+    }
+
+    /// The parameters built-in strategy `name` reads; `None` for a name registered without a
+    /// list (or unknown). [`build`](Self::build) warns about any other key it is given: most
+    /// likely a misspelling, which would otherwise leave the default in place silently (and a
+    /// group whose members disagree on, say, `virtual_node_count` disagrees on its plan).
+    pub fn param_keys(&self, name: &str) -> Option<&'static [&'static str]> {
+        self.keys.get(name).copied()
     }
 
     fn register_simple<F>(&mut self, names: &[&str], factory: F)
@@ -186,6 +229,11 @@ impl StrategyRegistry {
                 name: name.to_string(),
                 known: self.names().collect::<Vec<_>>().join(", "),
             })?;
+        if let Some(keys) = self.param_keys(name) {
+            for key in params.keys().filter(|k| !keys.contains(&k.as_str())) {
+                tracing::warn!(strategy = name, key, reads = ?keys, "strategy parameter not read (misspelled?); ignored");
+            }
+        }
         factory(params, self)
     }
 
@@ -403,6 +451,24 @@ mod tests {
             Value::Object(o) => o,
             _ => unreachable!("test params are objects"),
         }
+    }
+
+    #[test]
+    fn every_builtin_lists_the_parameters_it_reads() {
+        let r = StrategyRegistry::default();
+        for name in r.names() {
+            assert!(r.param_keys(name).is_some(), "{name} lists no keys");
+        }
+        assert_eq!(
+            r.param_keys("CONSISTENT_HASH"),
+            Some(&["virtual_node_count", "hash_function"][..])
+        );
+        assert_eq!(r.param_keys("AVG_BY_CIRCLE"), Some(&[][..]));
+        // A strategy registered over a built-in name is not checked against its old list.
+        let mut custom = StrategyRegistry::default();
+        custom.register("averagely", |_, _| Ok(Arc::new(Averagely)));
+        assert_eq!(custom.param_keys("averagely"), None);
+        assert_eq!(custom.param_keys("AVG"), Some(&[][..]));
     }
 
     #[test]
