@@ -132,20 +132,27 @@ async fn a_shutdown_during_the_start_offset_reads_adds_nothing_and_leaves_no_loc
     assert!(cluster.members(GROUP).is_empty());
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
-    let cluster = InMemoryCluster::new();
+/// A consumer of T (2 queues) whose listener, once given them, subscribes its own consumer to U
+/// (3 queues) through a weak handle; 3 s later.
+async fn subscribing_u(cluster: &InMemoryCluster, recorder: &Arc<Recorder>) -> ConsumerHandle {
     cluster.create_topic("T", 1, 2);
     cluster.create_topic("U", 1, 3);
-    let recorder = Recorder::new();
-    let listener = Reacting::new(&recorder, OnT::SubscribeU);
-    let handle = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+    let listener = Reacting::new(recorder, OnT::SubscribeU);
+    let handle = start_recording(cluster, 0, &["T"], recorder.clone(), |b| {
         b.listener(listener.clone())
     })
     .await
     .handle;
     listener.handle.set(handle.downgrade()).unwrap();
     settle(Duration::from_secs(3)).await;
+    handle
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
+    let cluster = InMemoryCluster::new();
+    let recorder = Recorder::new();
+    let handle = subscribing_u(&cluster, &recorder).await;
     let errors = handle.rounds().borrow().callback_errors.clone();
     assert!(errors.is_empty(), "the callback did not return: {errors:?}");
     assert_eq!(handle.assignment().len(), 5, "T and U are held");
@@ -156,17 +163,8 @@ async fn a_callback_may_change_the_subscriptions_of_its_own_consumer() {
 #[tokio::test(start_paused = true)]
 async fn a_listener_with_a_weak_handle_does_not_keep_its_consumer_running() {
     let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 2);
-    cluster.create_topic("U", 1, 3);
     let recorder = Recorder::new();
-    let listener = Reacting::new(&recorder, OnT::SubscribeU);
-    let handle = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
-        b.listener(listener.clone())
-    })
-    .await
-    .handle;
-    listener.handle.set(handle.downgrade()).unwrap();
-    settle(Duration::from_secs(3)).await;
+    let handle = subscribing_u(&cluster, &recorder).await;
     assert_eq!(handle.assignment().len(), 5, "the callback subscribed U");
     let token = handle.token().clone();
     let weak = handle.downgrade();
