@@ -2,7 +2,7 @@
 //! slowly, or failed, is avoided for a while.
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -118,7 +118,14 @@ pub struct LatencyFaultTracker {
     items: DashMap<String, FaultItem>,
     /// How many items are announced as avoided: zero lets selection skip every lookup.
     announced: AtomicUsize,
+    /// What `next_sweep` counts from.
+    epoch: Instant,
+    /// When the next [`sweep_if_due`](Self::sweep_if_due) may run, in ms after `epoch`.
+    next_sweep: AtomicU64,
 }
+
+/// How often the brokers whose avoidance is over are looked for among all those reported.
+const SWEEP_EVERY_MS: u64 = 1_000;
 
 impl Default for LatencyFaultTracker {
     fn default() -> Self {
@@ -143,6 +150,8 @@ impl LatencyFaultTracker {
             policy,
             items: DashMap::new(),
             announced: AtomicUsize::new(0),
+            epoch: Instant::now(),
+            next_sweep: AtomicU64::new(0),
         }
     }
 
@@ -238,6 +247,35 @@ impl LatencyFaultTracker {
             self.expire(broker, now);
         }
         available
+    }
+
+    /// Takes off the avoid list every broker whose time is up, at most once a second. A broker
+    /// that selections look up goes off as it is looked up; one that is looked up no more (it
+    /// left the route, or only topics no longer sent to have it) would otherwise stay counted
+    /// for ever: every selection on the slow path, and its "taken off" event never said.
+    pub(crate) fn sweep_if_due(&self, now: Instant) {
+        let at = u64::try_from(now.saturating_duration_since(self.epoch).as_millis())
+            .unwrap_or(u64::MAX);
+        let due = self.next_sweep.load(Ordering::Relaxed);
+        if at < due {
+            return;
+        }
+        let next = at.saturating_add(SWEEP_EVERY_MS);
+        let claimed =
+            self.next_sweep
+                .compare_exchange(due, next, Ordering::Relaxed, Ordering::Relaxed);
+        if claimed.is_err() {
+            return; // another selection is sweeping
+        }
+        let over: Vec<String> = self
+            .items
+            .iter()
+            .filter(|i| i.announced && now >= i.available_at)
+            .map(|i| i.key().clone())
+            .collect();
+        for broker in over {
+            self.expire(&broker, now);
+        }
     }
 
     /// Takes `broker` off the avoid list once its time is up (emitting the event once).

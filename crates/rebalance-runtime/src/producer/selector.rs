@@ -23,7 +23,7 @@ pub enum Choice {
 /// - Every call takes the next queue in turn; over a cycle of `n` calls every queue is chosen
 ///   once, whatever the number of threads calling.
 /// - On a retry (`last_failed` names a broker), the queues of that broker are skipped when the
-///   topic has another broker.
+///   topic has another broker that is not avoided.
 /// - With a [`LatencyFaultTracker`], queues of avoided brokers are skipped too. The positions
 ///   skipped are consumed, so the queues still in use share the load equally (the Java client
 ///   scans on from one index, which doubles the load of the queue after an avoided broker).
@@ -77,6 +77,9 @@ impl RoundRobin {
             return (queues[start % n].clone(), Choice::InTurn);
         }
         let now = Instant::now();
+        if let Some(f) = faults {
+            f.sweep_if_due(now);
+        }
         let mut memo = Memo::default();
         let first = start % n;
         let mut k = 0;
@@ -103,7 +106,16 @@ impl RoundRobin {
             }
             return (queues[i].clone(), Choice::InTurn);
         }
-        // Only the skipped broker or avoided brokers are left: the least bad of the others.
+        // Only the skipped broker or avoided brokers are left. The failed broker is skipped only
+        // for another one that is available: when it is the one available, it takes the message.
+        if let (Some(b), Some(f)) = (skip, faults) {
+            let name = info.broker_name(b).unwrap_or_default();
+            let own = info.broker_queues(b);
+            if !own.is_empty() && memo.check(b, || f.is_available(name, now)) {
+                return (own[start % own.len()].clone(), Choice::InTurn);
+            }
+        }
+        // The least bad of the others.
         let candidates = info
             .broker_names()
             .enumerate()
@@ -220,6 +232,51 @@ mod tests {
         let c = counts(&rr, &info, 12, None, Some(&faults));
         assert!(c.values().all(|n| *n == 1), "{c:?}");
         assert!(!faults.any_avoided());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_goes_back_to_the_failed_broker_when_it_is_the_one_available() {
+        // broker-0 just failed this send, but its fault record says it is available (a fast
+        // send of another thread since, say); broker-1 is avoided.
+        let two = info(2, 3);
+        let faults = LatencyFaultTracker::default();
+        faults.report("broker-1", Duration::from_millis(2500), true);
+        let rr = RoundRobin::default();
+        let c = counts(&rr, &two, 6, Some("broker-0"), Some(&faults));
+        assert_eq!(c.len(), 3, "{c:?}");
+        assert!(c.keys().all(|q| &*q.broker_name == "broker-0"), "{c:?}");
+        assert!(c.values().all(|n| *n == 2), "in turn: {c:?}");
+        assert_eq!(
+            rr.select(&two, Some("broker-0"), Some(&faults)).1,
+            Choice::InTurn
+        );
+        // Both avoided: the least bad of the others, as before.
+        faults.report("broker-0", Duration::from_millis(3000), true);
+        let (queue, choice) = rr.select(&two, Some("broker-0"), Some(&faults));
+        assert_eq!(
+            (&*queue.broker_name, choice),
+            ("broker-1", Choice::LeastBad)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_broker_no_route_names_any_more_comes_off_the_avoid_list_on_time() {
+        let faults = LatencyFaultTracker::default();
+        faults.report("broker-gone", Duration::from_millis(2000), true);
+        assert!(faults.any_avoided());
+        // Selections only ever look up the brokers of the routes they select over.
+        let route = info(2, 2);
+        let rr = RoundRobin::default();
+        tokio::time::advance(Duration::from_secs(119)).await;
+        rr.select(&route, None, Some(&faults));
+        assert!(faults.any_avoided(), "not yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        rr.select(&route, None, Some(&faults));
+        assert!(
+            !faults.any_avoided(),
+            "every selection would stay on the slow path: {faults:?}"
+        );
+        assert!(format!("{faults:?}").contains("avoided: 0"));
     }
 
     #[tokio::test(start_paused = true)]
