@@ -6,10 +6,15 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{Intervals, RemovalReason, StartPosition, Unbalanced};
 
 const MIN: Duration = Duration::from_secs(1);
+
+fn queue(i: i32) -> MessageQueue {
+    MessageQueue::new("T", "broker-0", i)
+}
 
 #[tokio::test(start_paused = true)]
 async fn a_name_server_outage_keeps_the_assignment() {
@@ -298,4 +303,44 @@ async fn shutdown_does_not_wait_for_a_hanging_route_poll_or_heartbeat() {
     );
     assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 4);
     assert!(cluster.members(GROUP).is_empty(), "unregistered");
+}
+
+/// Requests the servers handled although the client saw them fail (their answers were lost, as
+/// when a request times out at the client after the server acted on it).
+#[tokio::test(start_paused = true)]
+async fn requests_that_took_effect_but_lost_their_answers_are_repaired() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let all = all_queues(&cluster, &["T"]);
+    // The first heartbeat registered a, and a's first lock request locked both queues, but
+    // a heard neither answer.
+    cluster.lose_next_replies(Operation::Register, 1);
+    cluster.lose_next_replies(Operation::Lock, 1);
+    let a = start_with(&cluster, 0, &["T"], |b| b.exclusive_hand_off(true)).await;
+    assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
+    settle(Duration::from_millis(100)).await;
+    assert!(a.recorder.added().is_empty(), "no lock answer, no queue");
+    assert!(
+        all.iter()
+            .all(|q| cluster.lock_owner(GROUP, q) == Some(a.id.clone())),
+        "the locks were granted all the same"
+    );
+    // The lock retry (500 ms later) is granted again to the same client: a holds the queues.
+    settle(MIN).await;
+    assert_partition(&[&a], &all);
+    // A final offset stored whose answer was lost is retried under the lock, then handed over.
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
+    cluster.lose_next_replies(Operation::PersistOffset, 1);
+    let b = start_with(&cluster, 1, &["T"], |b| b.exclusive_hand_off(true)).await;
+    settle(10 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(77));
+    assert_partition(&[&a, &b], &all);
+    assert_eq!(
+        b.recorder
+            .added()
+            .into_iter()
+            .find(|(q, _)| q == &queue(1))
+            .map(|(_, start)| start),
+        Some(StartPosition::Offset(77))
+    );
 }

@@ -24,38 +24,39 @@ pub enum Operation {
     Unlock,
 }
 
-/// Pending faults: per operation, a queue of (delay, fail) for the next calls.
+/// What happens to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Fault {
+    /// The call never reaches the cluster and fails.
+    Fail,
+    /// The call is served at once and its answer comes this much later.
+    Delay(Duration),
+    /// The call is served, but its answer is lost: the caller sees a failure.
+    LoseReply,
+}
+
+/// Pending faults: per operation, the faults of the next calls, in order.
 #[derive(Debug, Default)]
 pub(super) struct Faults {
-    next: HashMap<Operation, VecDeque<(Option<Duration>, bool)>>,
+    next: HashMap<Operation, VecDeque<Fault>>,
     garbled: HashMap<String, usize>,
 }
 
 impl Faults {
-    pub(super) fn fail(&mut self, operation: Operation, n: usize) {
+    pub(super) fn add(&mut self, operation: Operation, n: usize, fault: Fault) {
         self.next
             .entry(operation)
             .or_default()
-            .extend((0..n).map(|_| (None, true)));
-    }
-
-    pub(super) fn delay(&mut self, operation: Operation, n: usize, delay: Duration) {
-        self.next
-            .entry(operation)
-            .or_default()
-            .extend((0..n).map(|_| (Some(delay), false)));
+            .extend(std::iter::repeat_n(fault, n));
     }
 
     pub(super) fn garble(&mut self, topic: &str, n: usize) {
         *self.garbled.entry(topic.to_string()).or_default() += n;
     }
 
-    /// The fault for the next call of `operation`: an optional delay and whether it fails.
-    pub(super) fn take(&mut self, operation: Operation) -> (Option<Duration>, bool) {
-        self.next
-            .get_mut(&operation)
-            .and_then(VecDeque::pop_front)
-            .unwrap_or((None, false))
+    /// The fault for the next call of `operation`, if any.
+    pub(super) fn take(&mut self, operation: Operation) -> Option<Fault> {
+        self.next.get_mut(&operation).and_then(VecDeque::pop_front)
     }
 
     pub(super) fn take_garbled(&mut self, topic: &str) -> bool {

@@ -18,6 +18,19 @@
 //! assert!(client.topic_route("Orders").await.is_ok());
 //! # }
 //! ```
+//!
+//! # Where it differs from a real cluster
+//! It is kinder than production in ways a test should know about:
+//! - a topic's member list holds only the members that subscribe to it, unless
+//!   [`ClusterConfig::members_per_topic`] is `false` (a broker lists the whole group);
+//! - departures are pushed to the group, unless [`ClusterConfig::notify_departures`] is `false`
+//!   (a broker does not always push them, so the runtime must not depend on it);
+//! - the group's retry topic exists only if a test creates it (a broker creates it, with one
+//!   queue, at the group's first heartbeat);
+//! - one directory and one lock table serve every broker, locks and offsets are accepted for
+//!   any queue (routed or not), and a call fails or succeeds as a whole;
+//! - an answer is never late beyond what [`delay_next`](InMemoryCluster::delay_next) asks, and
+//!   never lost unless [`lose_next_replies`](InMemoryCluster::lose_next_replies) says so.
 
 mod faults;
 
@@ -32,8 +45,8 @@ use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use self::faults::Faults;
 pub use self::faults::Operation;
+use self::faults::{Fault, Faults};
 use crate::directory::Registration;
 use crate::{
     GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
@@ -46,8 +59,11 @@ pub struct ClusterConfig {
     pub heartbeat_expiry: Duration,
     /// A lock not renewed for this long expires (60 s).
     pub lock_expiry: Duration,
-    /// Whether departures (unregister, expiry) are pushed to the group like joins are (a Java
-    /// broker does; the Rust broker used in the real-server tests does not).
+    /// Whether departures (unregister, expiry) are pushed to the group like joins are (`true`,
+    /// the default). A Java broker pushes when a client unregisters or its connection closes,
+    /// not always when a silent client expires; the Rust broker used in the real-server tests
+    /// never does. With `false`, a test sees departures only through the periodic rounds, as
+    /// the runtime must cope with.
     pub notify_departures: bool,
     /// Whether a topic's member list holds only the members that subscribe to it (`true`, the
     /// default), or every member of the group (`false`), as a real RocketMQ broker answers.
@@ -234,14 +250,24 @@ impl InMemoryCluster {
             .map(|l| l.owner.clone())
     }
 
-    /// Makes the next `n` calls of `operation` (from any client) fail as unreachable.
+    /// Makes the next `n` calls of `operation` (from any client) fail as unreachable, without
+    /// reaching the cluster. Faults set for one operation apply in the order they were set.
     pub fn fail_next(&self, operation: Operation, n: usize) {
-        self.lock().faults.fail(operation, n);
+        self.lock().faults.add(operation, n, Fault::Fail);
     }
 
-    /// Delays the next `n` calls of `operation` by `delay` (on tokio's clock).
+    /// Delays the answers of the next `n` calls of `operation` by `delay` (on tokio's clock);
+    /// the calls are served at once.
     pub fn delay_next(&self, operation: Operation, n: usize, delay: Duration) {
-        self.lock().faults.delay(operation, n, delay);
+        self.lock().faults.add(operation, n, Fault::Delay(delay));
+    }
+
+    /// Serves the next `n` calls of `operation` but loses their answers: the callers see them
+    /// fail as unreachable although they took effect (a heartbeat that registered, a lock that
+    /// was granted, an offset that was stored), as when a request times out at the client
+    /// after the server handled it.
+    pub fn lose_next_replies(&self, operation: Operation, n: usize) {
+        self.lock().faults.add(operation, n, Fault::LoseReply);
     }
 
     /// Makes the next `n` route answers for `topic` garbage (a route that fails validation).
@@ -341,8 +367,9 @@ impl ClusterClient {
     }
 
     /// Serves one call of `operation`: a partitioned client or an injected failure gets an
-    /// error without reaching the cluster; otherwise `serve` runs at once on the cluster's state
-    /// and an injected delay holds back only the answer (a slow network, not a slow server).
+    /// error without reaching the cluster; otherwise `serve` runs at once on the cluster's state,
+    /// an injected delay holds back only the answer (a slow network, not a slow server), and a
+    /// lost answer turns it into an error.
     async fn call<T>(
         &self,
         operation: Operation,
@@ -359,9 +386,15 @@ impl ClusterClient {
             if operation == Operation::Route && inner.name_server_down {
                 return Err(RemoteError::Unreachable("name server is down".into()));
             }
-            let (delay, fail) = inner.faults.take(operation);
-            let answer = if fail { None } else { Some(serve(&mut inner)) };
-            (delay, answer)
+            match inner.faults.take(operation) {
+                None => (None, Some(serve(&mut inner))),
+                Some(Fault::Fail) => (None, None),
+                Some(Fault::Delay(delay)) => (Some(delay), Some(serve(&mut inner))),
+                Some(Fault::LoseReply) => {
+                    serve(&mut inner);
+                    (None, None)
+                }
+            }
         };
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
