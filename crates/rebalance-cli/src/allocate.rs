@@ -59,9 +59,29 @@ fn id_list(case: &Value, key: &str, required: bool) -> Result<Vec<ClientId>, Lin
         .collect()
 }
 
-/// Computes one case with the strategy's one-pass plan, asking `allocate` only for the ids the
-/// plan does not answer (outsiders, the empty id, errors), so every answer is exactly Java's.
+/// How a case's answers are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Method {
+    /// The strategy's one-pass plan, with `allocate` only for the ids the plan does not answer
+    /// (outsiders, the empty id, errors).
+    #[default]
+    Plan,
+    /// One `allocate_shared` call per queried id: what every client of a group runs.
+    EachMember,
+}
+
+/// Computes one case with the strategy's one-pass plan (see [`Method::Plan`]), so every
+/// answer is exactly Java's.
 pub fn answer(case: &Value, registry: &StrategyRegistry) -> Result<CaseAnswer, LineError> {
+    answer_with(case, registry, Method::Plan)
+}
+
+/// Computes one case by `method`.
+pub fn answer_with(
+    case: &Value,
+    registry: &StrategyRegistry,
+    method: Method,
+) -> Result<CaseAnswer, LineError> {
     let id = field(case, "id")?.clone();
     let strategy_name = str_field(case, "strategy")?;
     let params: Params = match case.get("params") {
@@ -99,13 +119,19 @@ pub fn answer(case: &Value, registry: &StrategyRegistry) -> Result<CaseAnswer, L
         }
         Err(e) => return Err(LineError(e.to_string())),
     };
-    let plan = strategy.plan(group, &mq_all, &cid_all).ok();
+    let plan = match method {
+        Method::Plan => strategy.plan(group, &mq_all, &cid_all).ok(),
+        Method::EachMember => None,
+    };
     let results = queried
         .into_iter()
         .map(|cid| {
-            let result = match plan.as_ref().and_then(|p| p.share(&cid)) {
-                Some(share) => Ok(share.to_vec()),
-                None => strategy.allocate(group, &cid, &mq_all, &cid_all),
+            let result = match (method, plan.as_ref().and_then(|p| p.share(&cid))) {
+                (Method::Plan, Some(share)) => Ok(share.to_vec()),
+                (Method::Plan, None) => strategy.allocate(group, &cid, &mq_all, &cid_all),
+                (Method::EachMember, _) => strategy
+                    .allocate_shared(group, &cid, &mq_all, &cid_all)
+                    .map(|share| share.to_vec()),
             };
             (cid, result)
         })

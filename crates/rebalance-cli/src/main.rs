@@ -33,6 +33,10 @@ enum Command {
         /// Print a table per case instead of JSON lines.
         #[arg(long)]
         pretty: bool,
+        /// Answer every member with its own `allocate` call (what each client of a group runs)
+        /// instead of the group's one-pass plan; the answers are the same.
+        #[arg(long)]
+        each_member: bool,
     },
     /// Run real runtime clients on the in-memory cluster through a scripted scenario, on a
     /// simulated clock, and report what happened.
@@ -97,7 +101,18 @@ fn main() -> ExitCode {
             warn("compare", compare::warnings(&args));
             to_stdout("compare", |out| compare::run(&args, out))
         }
-        Command::Allocate { file, pretty } => batch("allocate", run_allocate(file, pretty)),
+        Command::Allocate {
+            file,
+            pretty,
+            each_member,
+        } => {
+            let method = if each_member {
+                allocate::Method::EachMember
+            } else {
+                allocate::Method::Plan
+            };
+            batch("allocate", run_allocate(file, pretty, method))
+        }
         Command::Assign { file, pretty } => batch("assign", run_assign(file, pretty)),
         Command::Simulate(args) => {
             warn("simulate", sim::warnings(&args));
@@ -137,12 +152,16 @@ fn batch(name: &str, result: Result<ExitCode, jsonl::BatchError>) -> io::Result<
     }
 }
 
-fn run_allocate(file: Option<PathBuf>, pretty: bool) -> Result<ExitCode, jsonl::BatchError> {
+fn run_allocate(
+    file: Option<PathBuf>,
+    pretty: bool,
+    method: allocate::Method,
+) -> Result<ExitCode, jsonl::BatchError> {
     let input = jsonl::open_input(file.as_deref())?;
     let registry = StrategyRegistry::default();
     let stdout = io::stdout().lock();
     let summary = jsonl::run(input, io::BufWriter::new(stdout), |case, buf| {
-        let answer = allocate::answer(case, &registry)?;
+        let answer = allocate::answer_with(case, &registry, method)?;
         if pretty {
             answer.write_pretty(buf)?;
         } else {

@@ -12,7 +12,17 @@ const VECTORS: &str = concat!(
 
 #[test]
 fn allocate_matches_every_java_vector() {
-    let run = common::rebalance(&["allocate", VECTORS], None);
+    matches_every_java_vector(&["allocate", VECTORS]);
+}
+
+/// The runtime asks each member's share with `allocate_shared`, not the plan: the same answers.
+#[test]
+fn each_member_allocation_matches_every_java_vector() {
+    matches_every_java_vector(&["allocate", "--each-member", VECTORS]);
+}
+
+fn matches_every_java_vector(args: &[&str]) {
+    let run = common::rebalance(args, None);
     assert!(run.success, "stderr: {}", run.stderr);
     let text = std::fs::read_to_string(VECTORS).expect("vectors");
     let cases: Vec<Value> = text

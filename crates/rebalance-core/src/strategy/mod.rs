@@ -153,6 +153,8 @@ pub(crate) fn validate_group(
 }
 
 #[cfg(test)]
+mod agreement_tests;
+#[cfg(test)]
 pub(crate) mod test_support {
     use crate::{ClientId, MessageQueue};
 
