@@ -801,7 +801,10 @@ impl ConsumerHandle {
         self.inner.trigger.wake(WakeReasons::MANUAL);
     }
 
-    /// The current assignment.
+    /// The assignment as of the end of the last round (or lock renewal) that changed it. It is
+    /// published once the round's callbacks have run, so during a `queues_added` or
+    /// `queues_removed` callback it does not show that callback's queues yet: a listener keeps
+    /// its own view from the callbacks' arguments.
     pub fn assignment(&self) -> Arc<Assignment> {
         self.inner.assignment.borrow().clone()
     }

@@ -297,7 +297,15 @@ impl RouteSync {
 
     /// Polls one topic; returns whether its queue set (or its existence) changed.
     async fn poll(&mut self, topic: &str) -> bool {
-        let result = self.name_server.topic_route(topic).await;
+        let result = match self.name_server.topic_route(topic).await {
+            // A name server has no route without queue data (it says "not found" once a
+            // topic's last broker left): one like that is treated as not found, with the same
+            // grace, rather than taken as a topic with no queue to consume.
+            Ok(route) if route.queue_datas.is_empty() => {
+                Err(RouteError::TopicNotFound(topic.to_string()))
+            }
+            other => other,
+        };
         let gone_after = self.topic_gone_after;
         let record = self.records.entry(topic.to_string()).or_default();
         record.polled_at = Some(Instant::now());

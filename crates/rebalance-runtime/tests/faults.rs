@@ -175,6 +175,27 @@ async fn a_deleted_topic_is_released_only_after_the_grace_period() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_route_without_any_queue_data_counts_as_not_found() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let intervals = Intervals::default();
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    cluster.set_route("T", rebalance_core::TopicRoute::default());
+    settle(intervals.topic_gone_after).await;
+    assert_eq!(a.handle.assignment().len(), 4, "kept through the grace");
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Reassigned)
+            .is_empty()
+    );
+    settle(2 * intervals.poll_name_server).await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::TopicGone).len(), 4);
+}
+
+/// Unlike a route without queue data, one whose queues are all unreadable (an operator made
+/// the topic write-only) is a real route: its queues are released at once.
+#[tokio::test(start_paused = true)]
 async fn a_route_without_readable_queues_releases_the_topic() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 4);
