@@ -138,7 +138,6 @@ async fn join(
         consuming: Mutex::default(),
     });
     let consumer = Consumer::builder("orders-group")
-        .client_id(id.as_str())
         .subscribe("Orders")
         .strategy_named("averagely", &Default::default())?
         .cluster(cluster.client(id.as_str()))

@@ -39,6 +39,17 @@ pub enum ConsumerError {
     /// The client id is empty.
     #[error("the client id is empty")]
     EmptyClientId,
+    /// The directory is bound to another client id than the one the builder was given (an
+    /// in-memory cluster client made for another id, say).
+    #[error(
+        "the client id is `{configured}`, but the directory registers `{bound}`; give both the same id, or leave `client_id` out"
+    )]
+    ClientIdMismatch {
+        /// The id given to the builder.
+        configured: ClientId,
+        /// The id the directory registers.
+        bound: ClientId,
+    },
     /// The strategy could not be built.
     #[error("strategy: {0}")]
     Strategy(#[from] StrategyConfigError),
@@ -190,7 +201,8 @@ pub trait ClusterAccess: NameServer + GroupDirectory + OffsetStore + QueueLocker
 impl<T: NameServer + GroupDirectory + OffsetStore + QueueLocker> ClusterAccess for T {}
 
 impl ConsumerBuilder {
-    /// This client's id (default: `ip@pid@nanos`). Must be unique in the group.
+    /// This client's id (default: the directory's, when it is bound to one, as the in-memory
+    /// cluster's clients are; else `ip@pid@nanos`). Must be unique in the group.
     pub fn client_id(mut self, id: impl Into<ClientId>) -> Self {
         self.client_id = Some(id.into());
         self
@@ -390,7 +402,14 @@ impl ConsumerBuilder {
         if self.group.is_empty() {
             return Err(ConsumerError::EmptyGroup);
         }
-        let client_id = self.client_id.unwrap_or_else(default_client_id);
+        let bound = self.directory.as_ref().and_then(|d| d.bound_client_id());
+        let client_id = match (self.client_id, bound) {
+            (Some(configured), Some(bound)) if configured != bound => {
+                return Err(ConsumerError::ClientIdMismatch { configured, bound });
+            }
+            (Some(id), _) | (None, Some(id)) => id,
+            (None, None) => default_client_id(),
+        };
         if client_id.is_empty() {
             return Err(ConsumerError::EmptyClientId);
         }

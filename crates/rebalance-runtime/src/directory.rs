@@ -62,4 +62,12 @@ pub trait GroupDirectory: Send + Sync + 'static {
     fn membership_changes(&self, _group: &str) -> Option<watch::Receiver<u64>> {
         None
     }
+
+    /// The one client id this directory registers, when it is bound to one (the in-memory
+    /// cluster's clients are); `None` when it registers whatever id it is given. A consumer
+    /// built without [`client_id`](crate::ConsumerBuilder::client_id) takes this one, and one
+    /// built with another id fails to start.
+    fn bound_client_id(&self) -> Option<ClientId> {
+        None
+    }
 }

@@ -156,3 +156,33 @@ async fn broadcasting_clients_keep_their_own_offsets() {
         assert_eq!(stores[1].offset(GROUP, q), Some(101));
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_client_id_comes_from_the_cluster_client_and_must_agree_with_it() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let wired = |id: Option<&str>| {
+        let builder = rebalance_runtime::Consumer::builder(GROUP)
+            .subscribe("T")
+            .cluster(cluster.client("10.0.0.9@cluster"))
+            .listener(Recorder::new());
+        match id {
+            Some(id) => builder.client_id(id),
+            None => builder,
+        }
+    };
+    match wired(Some("10.0.0.9@other")).start().await {
+        Err(ConsumerError::ClientIdMismatch { configured, bound }) => {
+            assert_eq!(configured.as_str(), "10.0.0.9@other");
+            assert_eq!(bound.as_str(), "10.0.0.9@cluster");
+        }
+        other => panic!("started with two ids: {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty(), "nothing registered");
+    let handle = wired(None).start().await.unwrap();
+    assert_eq!(handle.client_id().as_str(), "10.0.0.9@cluster");
+    assert_eq!(cluster.members(GROUP), vec![handle.client_id().clone()]);
+    handle.shutdown().await;
+    let same = wired(Some("10.0.0.9@cluster")).start().await.unwrap();
+    same.shutdown().await;
+}

@@ -431,6 +431,10 @@ fn garble(mut route: TopicRoute) -> TopicRoute {
 
 #[async_trait]
 impl GroupDirectory for ClusterClient {
+    fn bound_client_id(&self) -> Option<ClientId> {
+        Some(self.client_id.clone())
+    }
+
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let now = Instant::now();
         let config = self.state.config;

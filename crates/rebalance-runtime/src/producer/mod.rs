@@ -318,7 +318,7 @@ impl ProducerHandle {
 
     /// The queue for the next unordered message of `topic`. Pass the broker of the previous
     /// attempt as `last_failed` when retrying a failed send: its queues are skipped when the
-    /// topic has another broker. A topic whose route is not known yet is registered and its
+    /// topic has another broker that is not avoided. A topic whose route is not known yet is registered and its
     /// route fetched at once (waiting at most the route timeout); one without publish queues,
     /// or gone, is fetched again when its last poll is a second old, as the Java producer asks
     /// the name server again on every send to such a topic.
