@@ -244,15 +244,22 @@ struct SimClient {
 
 /// The running client `index`, or the error naming the event.
 fn running(
-    clients: &mut [SimClient],
+    clients: &mut [Option<SimClient>],
     index: usize,
     at: Duration,
 ) -> Result<&mut SimClient, SimError> {
-    let count = clients.len();
+    let count = clients.iter().filter(|c| c.is_some()).count();
     clients
         .get_mut(index)
+        .and_then(Option::as_mut)
         .filter(|c| c.status == Status::Running)
         .ok_or(SimError::NoSuchClient { at, index, count })
+}
+
+/// What happens at a moment of the run: an initial client starts, or a scripted event.
+enum Step<'e> {
+    Start(usize),
+    Event(&'e Event),
 }
 
 /// Runs the simulation on a fresh paused-clock runtime.
@@ -275,7 +282,8 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
     }
     let epoch = Instant::now();
     let log: Log = Arc::default();
-    let mut clients: Vec<SimClient> = Vec::new();
+    // Initial clients keep the indices 0..consumers whenever they start; joiners come after.
+    let mut clients: Vec<Option<SimClient>> = (0..config.consumers).map(|_| None).collect();
 
     let start = |index: usize| {
         let id = client_id(index);
@@ -314,21 +322,32 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         .map(|_| Duration::from_millis(rng.next_u64() % 500))
         .collect();
     jitters.sort();
-    for jitter in jitters {
-        tokio::time::sleep_until(epoch + jitter).await;
-        let index = clients.len();
-        clients.push(start(index).await?);
-    }
-    for event in &config.events {
-        if event.at > config.duration {
+    // One timeline: the initial clients' starts (index in start order) and the events, each at
+    // its time, starts first at the same instant; nothing after `duration`.
+    let mut steps: Vec<(Duration, Step<'_>)> = jitters
+        .into_iter()
+        .enumerate()
+        .map(|(index, at)| (at, Step::Start(index)))
+        .chain(config.events.iter().map(|e| (e.at, Step::Event(e))))
+        .collect();
+    steps.sort_by_key(|(at, step)| (*at, matches!(step, Step::Event(_))));
+    for (at, step) in steps {
+        if at > config.duration {
             break;
         }
-        tokio::time::sleep_until(epoch + event.at).await;
+        tokio::time::sleep_until(epoch + at).await;
         let now_ms = epoch.elapsed().as_millis() as u64;
+        let event = match step {
+            Step::Start(index) => {
+                clients[index] = Some(start(index).await?);
+                continue;
+            }
+            Step::Event(event) => event,
+        };
         match event.action {
             Action::Join => {
                 let index = clients.len();
-                clients.push(start(index).await?);
+                clients.push(Some(start(index).await?));
             }
             Action::Leave(i) => {
                 let c = running(&mut clients, i, event.at)?;
@@ -347,10 +366,16 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         }
     }
     tokio::time::sleep_until(epoch + config.duration).await;
-    let records = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+    let duration_ms = config.duration.as_millis() as u64;
+    let mut records = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+    // A leave's shutdown may wait past the end (for a batch in progress): the run ends at
+    // `duration` all the same.
+    records.retain(|r| r.t_ms <= duration_ms);
     let clients = clients
         .into_iter()
         .enumerate()
+        // An initial client whose start fell after the end never ran.
+        .filter_map(|(index, c)| c.map(|c| (index, c)))
         .map(|(index, c)| ClientEnd {
             owned: match c.status {
                 Status::Running => c.handle.assignment().iter().cloned().collect(),
@@ -367,6 +392,86 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         records,
         clients,
         queues,
-        duration_ms: config.duration.as_millis() as u64,
+        duration_ms,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::report::summarize;
+    use crate::sim::scenario::parse_events;
+    use rebalance_core::strategy::{Params, StrategyRegistry};
+
+    fn config(consumers: usize, events: &str, duration: Duration) -> Config {
+        Config {
+            allocation: Allocation::Strategy(
+                StrategyRegistry::default()
+                    .build("averagely", &Params::new())
+                    .unwrap(),
+            ),
+            topics: 1,
+            queues: 4,
+            brokers: 1,
+            consumers,
+            events: parse_events(events).unwrap(),
+            duration,
+            seed: 7,
+            settle: Duration::ZERO,
+        }
+    }
+
+    /// When each initial client starts (the seeded jitter, in start order).
+    fn starts(consumers: usize, seed: u64) -> Vec<u64> {
+        let mut rng = SplitMix64::new(seed);
+        let mut at: Vec<u64> = (0..consumers).map(|_| rng.next_u64() % 500).collect();
+        at.sort();
+        at
+    }
+
+    #[test]
+    fn an_event_before_a_client_started_does_not_find_it() {
+        let at = starts(2, 7);
+        assert!(at[1] > 0, "{at:?}");
+        let early = format!("crash:1@{}ms", at[1] - 1);
+        match simulate(&config(2, &early, Duration::from_secs(5))) {
+            Err(SimError::NoSuchClient { index: 1, .. }) => {}
+            other => panic!("{other:?}"),
+        }
+        let on_time = format!("crash:1@{}ms", at[1]);
+        let outcome = simulate(&config(2, &on_time, Duration::from_secs(5))).unwrap();
+        assert_eq!(outcome.clients[1].status, Status::Crashed);
+        assert_eq!(outcome.clients[1].stopped_ms, Some(at[1]));
+    }
+
+    #[test]
+    fn a_joiner_before_the_last_start_still_takes_the_next_index() {
+        let outcome = simulate(&config(3, "join@0s", Duration::from_secs(5))).unwrap();
+        let ids: Vec<&str> = outcome.clients.iter().map(|c| c.client.as_str()).collect();
+        let expected: Vec<ClientId> = (0..4).map(client_id).collect();
+        assert_eq!(
+            ids,
+            expected.iter().map(ClientId::as_str).collect::<Vec<_>>()
+        );
+        assert!(outcome.clients.iter().all(|c| c.status == Status::Running));
+    }
+
+    #[test]
+    fn nothing_happens_after_the_end() {
+        let at = starts(3, 7);
+        let end = Duration::from_millis(at[1]);
+        let outcome = simulate(&config(3, "", end)).unwrap();
+        assert_eq!(
+            outcome.clients.len(),
+            2,
+            "the third start falls after the end"
+        );
+        assert!(outcome.records.iter().all(|r| r.t_ms <= at[1]));
+        let nothing = simulate(&config(3, "", Duration::ZERO)).unwrap();
+        let s = summarize(&nothing);
+        assert_eq!(
+            (s.moves, s.unowned_queue_ms, s.double_owned_queue_ms),
+            (0, 0, 0)
+        );
+    }
 }

@@ -15,7 +15,8 @@ pub struct Summary {
     pub double_owned_queue_ms: u64,
     /// Sum over queues of the time (ms) nobody held them.
     pub unowned_queue_ms: u64,
-    /// Queues added to a client after having been held by another (first assignments excluded).
+    /// Queues added to a client after having been held by another (first assignments, and a
+    /// client taking back a queue it held last, excluded).
     pub moves: u64,
     /// Rebalance rounds run by all clients together.
     pub rounds: u64,
@@ -48,29 +49,50 @@ pub fn summarize(outcome: &Outcome) -> Summary {
     let total = outcome.queues.len() as u64;
     let mut holdings: HashMap<&ClientId, HashSet<&MessageQueue>> = HashMap::new();
     let mut owners: HashMap<&MessageQueue, u64> = HashMap::new();
-    let mut ever_owned: HashSet<&MessageQueue> = HashSet::new();
+    // The client that took each queue last: a queue taken back by it is not a move.
+    let mut last_holder: HashMap<&MessageQueue, &ClientId> = HashMap::new();
+    // Kept up to date as owner counts change: queues of the run held by someone, and queues
+    // held by two or more.
+    let (mut owned, mut doubled) = (0u64, 0u64);
     let mut summary = Summary::default();
     let mut last = 0;
-    let mut account = |now: u64, owners: &HashMap<&MessageQueue, u64>, summary: &mut Summary| {
+    let mut account = |now: u64, owned: u64, doubled: u64, summary: &mut Summary| {
         let dt = now.saturating_sub(last);
-        let owned = owners
-            .iter()
-            .filter(|(q, n)| **n > 0 && outcome.queues.contains(**q))
-            .count() as u64;
-        let doubled = owners.values().filter(|n| **n > 1).count() as u64;
         summary.double_owned_queue_ms += dt * doubled;
         summary.unowned_queue_ms += dt * total.saturating_sub(owned);
         last = last.max(now);
     };
+    let drop_owner = |q: &MessageQueue,
+                      owners: &mut HashMap<&MessageQueue, u64>,
+                      owned: &mut u64,
+                      doubled: &mut u64| {
+        if let Some(n) = owners.get_mut(q) {
+            *n -= 1;
+            match *n {
+                0 if outcome.queues.contains(q) => *owned -= 1,
+                1 => *doubled -= 1,
+                _ => {}
+            }
+        }
+    };
     for (t, step) in &steps {
-        account(*t, &owners, &mut summary);
+        account(*t, owned, doubled, &mut summary);
         match step {
             Step::Callback(client, true, queues) => {
                 let held = holdings.entry(client).or_default();
                 for q in queues.iter() {
                     if held.insert(q) {
-                        *owners.entry(q).or_default() += 1;
-                        if !ever_owned.insert(q) {
+                        let n = owners.entry(q).or_default();
+                        *n += 1;
+                        match *n {
+                            1 if outcome.queues.contains(q) => owned += 1,
+                            2 => doubled += 1,
+                            _ => {}
+                        }
+                        if last_holder
+                            .insert(q, client)
+                            .is_some_and(|prev| prev != *client)
+                        {
                             summary.moves += 1;
                         }
                     }
@@ -80,18 +102,18 @@ pub fn summarize(outcome: &Outcome) -> Summary {
                 let held = holdings.entry(client).or_default();
                 for q in queues.iter() {
                     if held.remove(q) {
-                        *owners.entry(q).or_default() -= 1;
+                        drop_owner(q, &mut owners, &mut owned, &mut doubled);
                     }
                 }
             }
             Step::Crash(client) => {
                 for q in holdings.remove(client).unwrap_or_default() {
-                    *owners.entry(q).or_default() -= 1;
+                    drop_owner(q, &mut owners, &mut owned, &mut doubled);
                 }
             }
         }
     }
-    account(outcome.duration_ms, &owners, &mut summary);
+    account(outcome.duration_ms, owned, doubled, &mut summary);
 
     let mut covered: BTreeSet<&MessageQueue> = BTreeSet::new();
     let mut disjoint = true;
@@ -171,5 +193,44 @@ mod tests {
         );
         assert!(!s.converged);
         assert_eq!(s.rounds, 6);
+    }
+
+    #[test]
+    fn a_queue_taken_back_by_its_last_holder_is_not_a_move() {
+        let outcome = Outcome {
+            records: vec![
+                record(0, "a", true, &[0, 1]),
+                record(10, "a", false, &[1]), // a saw a joiner that left at once
+                record(20, "a", true, &[1]),  // back to a: nobody else held it
+                record(30, "a", false, &[0]),
+                record(40, "b", true, &[0]), // a to b: a move
+                record(50, "b", false, &[0]),
+                record(60, "a", true, &[0]), // b to a: a move
+            ],
+            clients: vec![end("a", Status::Running, &[0, 1], None)],
+            queues: [q(0), q(1)].into(),
+            duration_ms: 100,
+        };
+        let s = summarize(&outcome);
+        assert_eq!(s.moves, 2);
+        assert_eq!(s.unowned_queue_ms, 10 + 10 + 10);
+        assert_eq!(s.double_owned_queue_ms, 0);
+    }
+
+    #[test]
+    fn queues_outside_the_run_are_never_owned_but_may_be_doubled() {
+        let outcome = Outcome {
+            records: vec![
+                record(0, "a", true, &[0, 9]),
+                record(0, "b", true, &[9]),
+                record(50, "b", false, &[9]),
+            ],
+            clients: vec![end("a", Status::Running, &[0], None)],
+            queues: [q(0)].into(),
+            duration_ms: 100,
+        };
+        let s = summarize(&outcome);
+        assert_eq!(s.unowned_queue_ms, 0, "q9 is not a queue of the run");
+        assert_eq!(s.double_owned_queue_ms, 50);
     }
 }
