@@ -47,6 +47,11 @@ impl VersionClock {
 /// 120 s in RocketMQ): a broker not heartbeated for that long needs no unregistration.
 pub(crate) const BROKER_FORGETS_AFTER: Duration = Duration::from_secs(120);
 
+/// Whether a broker last heartbeated at `last` still knows the client at `now`.
+fn still_known(last: Instant, now: Instant) -> bool {
+    now.duration_since(last) < BROKER_FORGETS_AFTER
+}
+
 /// One client id in one group.
 #[derive(Debug, Default)]
 struct Record {
@@ -203,12 +208,11 @@ impl Registrations {
         self.with(|state| match state.records.get_mut(&key(registration)) {
             Some(record) => {
                 record.heartbeated.retain(|broker, &mut last| {
-                    let forgotten = serving.contains(broker)
-                        || now.duration_since(last) < BROKER_FORGETS_AFTER;
-                    if !forgotten {
+                    let keep = serving.contains(broker) || still_known(last, now);
+                    if !keep {
                         tracing::debug!(broker, group = %registration.group, "a broker left and not heartbeated for the broker's expiry has forgotten the client");
                     }
-                    forgotten
+                    keep
                 });
                 record
                     .heartbeated
@@ -246,7 +250,7 @@ impl Registrations {
                 .map(|record| record.heartbeated)
                 .unwrap_or_default()
         });
-        taken.retain(|_, &mut last| now.duration_since(last) < BROKER_FORGETS_AFTER);
+        taken.retain(|_, &mut last| still_known(last, now));
         taken
     }
 
