@@ -25,7 +25,8 @@ pub struct ClientConfig {
     /// every further failure.
     pub reconnect_backoff_min: Duration,
     /// The longest wait between two connection attempts to an address (5 s). Also how long a
-    /// connection must have been open for its close not to count as a failed attempt.
+    /// connection the server never answered on must have been open for its close not to count
+    /// as a failed attempt.
     pub reconnect_backoff_max: Duration,
     /// Framing and queueing of each connection.
     pub connection: ConnectionConfig,
@@ -131,8 +132,9 @@ struct Inner {
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
 /// replaced on the next use after it closed, and retried with exponential backoff after a failed
 /// attempt (calls during the backoff fail at once with [`TransportError::BackingOff`]). A
-/// connection that closes within `reconnect_backoff_max` of opening counts as a failed
-/// attempt: the first such close is reconnected at once, the next ones back off.
+/// connection that closes within `reconnect_backoff_max` of opening without a word from the
+/// server counts as a failed attempt: the first such close is reconnected at once, the next
+/// ones back off.
 ///
 /// Server pushes of `NOTIFY_CONSUMER_IDS_CHANGED` on any of its connections reach
 /// [`membership`](Self::membership).
@@ -303,13 +305,15 @@ impl RemotingClient {
         })
     }
 
-    /// What follows a closed connection. A connection that lived at least
-    /// `reconnect_backoff_max` was healthy: reconnect at once, with no failure counted. One that
-    /// closed sooner (a proxy with no backend, a server refusing this client's traffic, a broker
-    /// going down) counts as a failure: the first is reconnected at once, but when the
-    /// connection that replaced it closes soon too, the next attempt waits out the backoff.
-    /// Without that, every call would reconnect at once, and each reconnection's hooks (the
-    /// broker client heartbeats again) would make the calls that reconnect again.
+    /// What follows a closed connection. One that the server answered on, or that lived at
+    /// least `reconnect_backoff_max`, was healthy: reconnect at once, with no failure counted (a
+    /// load balancer that closes connections after a while is not a failure). One that closed
+    /// sooner without a word from the server (a proxy with no backend, a server refusing this
+    /// client's traffic, a broker going down) counts as a failure: the first is reconnected at
+    /// once, but when the connection that replaced it closes the same way, the next attempt
+    /// waits out the backoff. Without that, every call would reconnect at once, and each
+    /// reconnection's hooks (the broker client heartbeats again) would make the calls that
+    /// reconnect again.
     fn after_close(
         &self,
         addr: &str,
@@ -318,7 +322,7 @@ impl RemotingClient {
         now: u64,
     ) -> Arc<Attempt> {
         let lived = opened.at.elapsed();
-        if lived >= self.inner.config.reconnect_backoff_max {
+        if opened.conn.heard_from_server() || lived >= self.inner.config.reconnect_backoff_max {
             tracing::info!(addr, "connection lost, reconnecting");
             return Attempt::new(0, true, now);
         }
@@ -927,16 +931,12 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let (hang_up, on_hang_up) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
-            // The first connection closes at once; the second answers until told to close.
+            // The first connection closes at once; the second says nothing until told to
+            // close; then an echo server.
             drop(listener.accept().await.unwrap());
             let (second, _) = listener.accept().await.unwrap();
-            let mut framed = Framed::new(second, RemotingCodec::default());
-            if let Some(Ok(req)) = framed.next().await {
-                let answer = RemotingCommand::response(0, req.opaque, None);
-                framed.send(answer).await.unwrap();
-            }
             let _ = on_hang_up.await;
-            drop(framed);
+            drop(second);
             echo_server(listener, 1).await;
         });
         let client = RemotingClient::new(ClientConfig {
@@ -946,9 +946,9 @@ mod tests {
         let call = |n| client.invoke(&addr, RemotingCommand::request(n));
         assert!(call(1).await.is_err(), "closed as it opened");
         let conn = client.connection(&addr).await.unwrap();
-        call(2).await.unwrap();
-        // After `reconnect_backoff_max` open, the connection counts as healthy: its close
-        // is not a second early one, and the next call reconnects at once.
+        // After `reconnect_backoff_max` open, the connection counts as healthy, although the
+        // server never answered on it: its close is not a second early one, and the next
+        // call reconnects at once.
         jump(ClientConfig::default().reconnect_backoff_max).await;
         hang_up.send(()).unwrap();
         tokio::time::timeout(Duration::from_secs(5), conn.closed())
@@ -956,6 +956,37 @@ mod tests {
             .unwrap();
         let answer = call(3).await.unwrap();
         assert_eq!(answer.remark.as_deref(), Some("3"));
+    }
+
+    /// A load balancer that closes every connection after its first answer: the closes are
+    /// early, but the server answered, so nothing backs off.
+    #[tokio::test]
+    async fn connections_closed_after_an_answer_are_reconnected_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let mut framed = Framed::new(socket, RemotingCodec::default());
+                if let Some(Ok(req)) = framed.next().await {
+                    let answer = RemotingCommand::response(0, req.opaque, None);
+                    let _ = framed.send(answer).await;
+                }
+            }
+        });
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_secs(10),
+            ..Default::default()
+        });
+        for n in 0..6 {
+            let conn = client.connection(&addr).await.unwrap();
+            client
+                .invoke(&addr, RemotingCommand::request(n))
+                .await
+                .unwrap();
+            tokio::time::timeout(Duration::from_secs(5), conn.closed())
+                .await
+                .unwrap();
+        }
     }
 
     /// The broker client's reconnect hook heartbeats again through the same client: with a

@@ -16,7 +16,7 @@
 //! would otherwise time out every request until TCP gives up, many minutes later.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -100,6 +100,8 @@ struct Shared {
     /// the server, or [`NOT_AWAITING`]: set by a request when unset, moved to now by every byte
     /// heard, cleared once no answer is awaited.
     awaiting_since: AtomicU64,
+    /// Whether the server has sent anything at all on this connection.
+    heard_any: AtomicBool,
     epoch: Instant,
     close_after_silence: Option<Duration>,
 }
@@ -155,6 +157,7 @@ impl Shared {
 
     /// Something came from the server: the answers still awaited count their silence from now.
     fn heard(&self) {
+        self.heard_any.store(true, Ordering::Relaxed);
         let now = self.nanos_since_epoch(Instant::now());
         self.awaiting_since.store(now, Ordering::Release);
         self.settle();
@@ -291,6 +294,7 @@ impl Connection {
             closed: OnceLock::new(),
             outbound,
             awaiting_since: AtomicU64::new(NOT_AWAITING),
+            heard_any: AtomicBool::new(false),
             epoch: Instant::now(),
             close_after_silence: config.close_after_silence,
         });
@@ -322,6 +326,11 @@ impl Connection {
     /// The server's address.
     pub fn addr(&self) -> &str {
         &self.inner.shared.addr
+    }
+
+    /// Whether the server has sent anything on this connection (an answer, a push).
+    pub fn heard_from_server(&self) -> bool {
+        self.inner.shared.heard_any.load(Ordering::Relaxed)
     }
 
     /// Whether the connection is still usable.
