@@ -353,7 +353,13 @@ async fn requests_that_took_effect_but_lost_their_answers_are_repaired() {
     a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
     cluster.lose_next_replies(Operation::PersistOffset, 1);
     let b = start_with(&cluster, 1, &["T"], |b| b.exclusive_hand_off(true)).await;
-    settle(10 * MIN).await;
+    settle(2 * MIN).await;
+    assert_eq!(
+        cluster.lock_owner(GROUP, &queue(1)),
+        Some(a.id.clone()),
+        "a heard no answer: it keeps the lock and retries the offset"
+    );
+    settle(8 * MIN).await;
     assert_eq!(cluster.offset(GROUP, &queue(1)), Some(77));
     assert_partition(&[&a, &b], &all);
     assert_eq!(

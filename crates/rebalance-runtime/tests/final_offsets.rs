@@ -198,3 +198,48 @@ async fn a_final_offset_still_refused_at_shutdown_is_given_up_and_its_queue_unlo
     assert_eq!(cluster.lock_owner(GROUP, &queue(1)), None);
     assert_eq!(cluster.lock_owner(GROUP, &queue(0)), None);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_offset() {
+    // Broker locks expire after 10 s here, before the client's trust in them (30 s).
+    let cluster = InMemoryCluster::with_config(ClusterConfig {
+        lock_expiry: Duration::from_secs(10),
+        ..ClusterConfig::default()
+    });
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    // a's final write of queue 1 and its retries until 15 s are refused: 77 stays pending,
+    // under a's lock (b consumes without locks).
+    cluster.fail_next(Operation::PersistOffset, 4);
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(MIN).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    // At 11 s a's lock has expired at the broker and another client takes it, and stores its
+    // progress, 100.
+    settle(Duration::from_secs(9)).await;
+    let intruder = cluster.client("intruder@1");
+    let id = intruder.client_id().clone();
+    assert_eq!(
+        intruder
+            .lock(GROUP, &id, &[queue(1)])
+            .await
+            .unwrap()
+            .granted,
+        vec![queue(1)]
+    );
+    cluster.set_offset(GROUP, &queue(1), 100);
+    // b leaves at 15 s: queue 1 is a's again, but its lock is refused.
+    settle(Duration::from_secs(4)).await;
+    intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
+    b.handle.shutdown().await;
+    settle(Duration::from_secs(3)).await;
+    intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
+    assert!(!a.handle.assignment().contains(&queue(1)));
+    // From 20 s the store would take a's retry: it must not be made.
+    settle(Duration::from_secs(20)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
+}

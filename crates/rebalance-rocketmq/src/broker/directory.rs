@@ -163,8 +163,9 @@ impl GroupDirectory for BrokerClient {
     /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
     /// that it stops listing the client at once rather than at shutdown or expiry; one that
     /// fails is tried again by the next heartbeats, until the broker's own expiry of the client
-    /// (120 s after the last heartbeat it was sent). That is done only when every subscribed
-    /// topic's route is known: a route that failed to come says nothing about its brokers.
+    /// (130 s after the last heartbeat it was sent: its 120 s expiry, checked every 10 s). That
+    /// is done only when every subscribed topic's route is known: a route that failed to come
+    /// says nothing about its brokers.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let all = addrs.all();
@@ -214,7 +215,7 @@ impl GroupDirectory for BrokerClient {
     /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
     /// heartbeated since the last unregistration (also those of topics dropped since, or gone,
     /// and when no topic is subscribed any more), except those not heartbeated for the broker's
-    /// 120 s expiry, which have forgotten the client. A broker that fails is tried again by the
+    /// expiry (130 s), which have forgotten the client. A broker that fails is tried again by the
     /// next unregistration, until that expiry.
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;

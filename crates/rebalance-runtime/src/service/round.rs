@@ -457,6 +457,13 @@ impl Service {
                     LockOutcome::unanswered(&queues)
                 }
             };
+            // Someone else holds a refused queue's lock now: a final offset still pending for it
+            // must not be retried over that client's progress.
+            for q in &outcome.refused {
+                if let Some(p) = self.pending_offsets.remove(q) {
+                    tracing::warn!(topic, queue = ?q, offset = p.offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
+                }
+            }
             let granted: HashSet<MessageQueue> = outcome.granted.into_iter().collect();
             let before = queues.len();
             queues.retain(|q| granted.contains(q));
