@@ -96,6 +96,18 @@ impl Cells {
     fn subscribers(&self, t: usize) -> std::ops::Range<usize> {
         self.sub_off[t] as usize..self.sub_off[t + 1] as usize
     }
+
+    /// Whether some member holding at least `load` partitions could pass one on (holds one
+    /// nobody would lose): where a chain into a lighter member would have to start.
+    fn giver_at_least(&self, load: u32) -> bool {
+        (0..self.load.len() as u32).any(|m| {
+            self.load[m as usize] >= load
+                && self.of_member(m).iter().any(|&(_, c)| {
+                    let cell = self.cells[c as usize];
+                    cell.fresh + cell.cheap > 0
+                })
+        })
+    }
 }
 
 pub(super) fn assign(ctx: &Ctx<'_>, owner: &mut [u32]) {
@@ -499,10 +511,11 @@ struct ChainSearch {
     parent: Vec<(u32, u32)>,
     round: u32,
     queue: Vec<u32>,
-    /// Subscriber scans left for every search of this assignment. Searches that keep failing
-    /// (a group scaling out, where the members that could pass a partition on are all as light
-    /// as the member to fill) would otherwise cost up to `LIMIT` expansions per partition moved:
-    /// tens of seconds at a few thousand partitions. Once spent, moves go directly.
+    /// Subscriber scans left for every search of this assignment: a bound for groups where
+    /// searches keep failing although a giver heavy enough exists (unreachable through the
+    /// topics), which would otherwise cost up to `LIMIT` expansions per partition moved. Once
+    /// spent, moves go directly. Far above what groups of ordinary shape use (tens of millions
+    /// of scans at 300 members).
     budget: usize,
 }
 
@@ -517,7 +530,7 @@ impl ChainSearch {
             parent: vec![(0, 0); members],
             round: 0,
             queue: Vec::new(),
-            budget: cells.saturating_mul(64).saturating_add(1 << 20),
+            budget: cells.saturating_mul(1 << 12).max(1 << 28),
         }
     }
 
@@ -591,9 +604,16 @@ impl ChainSearch {
     /// The same search backwards: a chain ending at `l` that starts at a member holding at
     /// least two more. Applies it and returns its first member.
     fn cheap_chain_into(&mut self, cells: &mut Cells, l: u32) -> Option<u32> {
+        let wanted = cells.load[l as usize] + 2;
+        // The chain must start at such a giver: without one, the search cannot succeed (a group
+        // scaling out, where the members that could pass a partition on are all as light as
+        // `l`, would otherwise search in vain before every move: tens of seconds at a few
+        // thousand partitions).
+        if !cells.giver_at_least(wanted) {
+            return None;
+        }
         self.round += 1;
         let round = self.round;
-        let wanted = cells.load[l as usize] + 2;
         self.queue.clear();
         self.queue.push(l);
         self.stamp[l as usize] = round;
@@ -633,6 +653,26 @@ impl ChainSearch {
         }
         finish_chain(cells, h, l);
         Some(h)
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::ChainSearch;
+
+    #[test]
+    fn a_spent_budget_refuses_every_further_scan() {
+        let mut search = ChainSearch::new(4, 0);
+        assert_eq!(search.budget, 1 << 28, "a floor for small groups");
+        search.budget = 10;
+        assert!(search.spend(6));
+        assert!(!search.spend(6), "only 4 left");
+        assert_eq!(search.budget, 0);
+        assert!(!search.spend(1));
+        assert!(
+            ChainSearch::new(4, 1 << 20).budget > 1 << 28,
+            "grows with the cells"
+        );
     }
 }
 

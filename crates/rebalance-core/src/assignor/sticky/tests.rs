@@ -577,12 +577,12 @@ fn a_chain_into_the_lighter_member_spares_a_revocation() {
 }
 
 #[test]
-fn chain_searches_that_keep_failing_stay_within_their_budget() {
+fn chain_searches_that_cannot_succeed_are_not_run() {
     // 20 members own 5 topics of 400 partitions; 180 join, the last also reading a topic of one
     // partition, so subscriptions differ (the general path). Nearly every move revokes a
     // partition, and no chain can spare it: the members that could pass one on are all as light
-    // as the one to fill. Each failed search used to expand up to 512 members: about 10^9
-    // scans here, seconds of CPU (tens of seconds at 1,000 members).
+    // as the one to fill. Each search used to expand up to 512 members before failing: about
+    // 3 x 10^8 scans here, seconds of CPU (tens of seconds at 1,000 members).
     let topics: Vec<String> = (0..5).map(|t| format!("t{t}")).collect();
     let all: Vec<(String, i32)> = topics
         .iter()
@@ -613,8 +613,7 @@ fn chain_searches_that_keep_failing_stay_within_their_budget() {
     let scanned = general::SCANNED.with(|n| n.get());
     assert_valid(&g, &a);
     assert_balanced(&g, &a);
-    let cells = 200 * 5 + 1;
-    assert!(scanned <= 64 * cells + (1 << 20), "{scanned} scans");
+    assert!(scanned <= 100_000, "{scanned} scans");
     // The old members keep what any balanced plan lets them keep: 10 each, and 11 for the
     // one member that 2,001 partitions over 200 give an extra one.
     assert_eq!(moved(&g, &a), 2_000 - (20 * 10 + 1));
