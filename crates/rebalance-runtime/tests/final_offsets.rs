@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::QueueLocker;
-use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, Operation};
 use rebalance_runtime::{ConsumerBuilder, Intervals, RemovalReason, StartPosition};
 
 const MIN: Duration = Duration::from_secs(1);
@@ -31,6 +31,27 @@ async fn first_member(
     assert_eq!(a.handle.assignment().len(), 2);
     a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
     a
+}
+
+/// A cluster whose broker locks expire after 10 s, before the client's renewal (every 20 s) and
+/// before it stops trusting them (30 s); queue 1 has 10 stored.
+fn short_lock_cluster() -> InMemoryCluster {
+    let cluster = InMemoryCluster::with_config(ClusterConfig {
+        lock_expiry: Duration::from_secs(10),
+        ..ClusterConfig::default()
+    });
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    cluster
+}
+
+/// Another client takes queue 1's lock (its old holder's has expired at the broker).
+async fn intruder_locks_queue_1(cluster: &InMemoryCluster) -> ClusterClient {
+    let intruder = cluster.client("intruder@1");
+    let id = intruder.client_id().clone();
+    let answer = intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
+    assert_eq!(answer.granted, vec![queue(1)]);
+    intruder
 }
 
 fn start_of(m: &Member, q: &MessageQueue) -> Option<StartPosition> {
@@ -156,20 +177,11 @@ async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
-    // Broker locks expire after 10 s here, before the client's renewal (every 20 s).
-    let cluster = InMemoryCluster::with_config(ClusterConfig {
-        lock_expiry: Duration::from_secs(10),
-        ..ClusterConfig::default()
-    });
-    cluster.create_topic("T", 1, 2);
-    cluster.set_offset(GROUP, &queue(1), 10);
+    let cluster = short_lock_cluster();
     let a = first_member(&cluster, exclusive).await;
     // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
     settle(Duration::from_secs(11)).await;
-    let intruder = cluster.client("intruder@1");
-    let id = intruder.client_id().clone();
-    let answer = intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
-    assert_eq!(answer.granted, vec![queue(1)]);
+    intruder_locks_queue_1(&cluster).await;
     settle(MIN).await;
     cluster.set_offset(GROUP, &queue(1), 100);
     // a, unaware, commits 90; its writes are refused until its renewal at 20 s is refused.
@@ -201,13 +213,7 @@ async fn a_final_offset_still_refused_at_shutdown_is_given_up_and_its_queue_unlo
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_offset() {
-    // Broker locks expire after 10 s here, before the client's trust in them (30 s).
-    let cluster = InMemoryCluster::with_config(ClusterConfig {
-        lock_expiry: Duration::from_secs(10),
-        ..ClusterConfig::default()
-    });
-    cluster.create_topic("T", 1, 2);
-    cluster.set_offset(GROUP, &queue(1), 10);
+    let cluster = short_lock_cluster();
     let a = first_member(&cluster, exclusive).await;
     // a's final write of queue 1 and its retries until 15 s are refused: 77 stays pending,
     // under a's lock (b consumes without locks).
@@ -221,16 +227,8 @@ async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_o
     // At 11 s a's lock has expired at the broker and another client takes it, and stores its
     // progress, 100.
     settle(Duration::from_secs(9)).await;
-    let intruder = cluster.client("intruder@1");
+    let intruder = intruder_locks_queue_1(&cluster).await;
     let id = intruder.client_id().clone();
-    assert_eq!(
-        intruder
-            .lock(GROUP, &id, &[queue(1)])
-            .await
-            .unwrap()
-            .granted,
-        vec![queue(1)]
-    );
     cluster.set_offset(GROUP, &queue(1), 100);
     // b leaves at 15 s: queue 1 is a's again, but its lock is refused.
     settle(Duration::from_secs(4)).await;
