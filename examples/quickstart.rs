@@ -65,7 +65,10 @@ fn short(q: &MessageQueue) -> String {
 /// Stands in for a pull loop: "consumes" one message every 100 ms from `next`, committing after
 /// each, until the queue is taken away.
 async fn consume(lease: QueueLease, mut next: i64) {
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // Off the whole seconds at which rounds and offset persistence run, so that no message is
+    // committed at the very instant of a persistence: the story is the same on every run.
+    let first = Instant::now() + Duration::from_millis(50);
+    let mut tick = tokio::time::interval_at(first, Duration::from_millis(100));
     loop {
         tokio::select! {
             _ = lease.cancelled() => return,
