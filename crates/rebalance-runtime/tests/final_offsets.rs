@@ -8,7 +8,7 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::QueueLocker;
-use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
 use rebalance_runtime::{ConsumerBuilder, Intervals, RemovalReason, StartPosition};
 
 const MIN: Duration = Duration::from_secs(1);
@@ -43,15 +43,6 @@ fn short_lock_cluster() -> InMemoryCluster {
     cluster.create_topic("T", 1, 2);
     cluster.set_offset(GROUP, &queue(1), 10);
     cluster
-}
-
-/// Another client takes queue 1's lock (its old holder's has expired at the broker).
-async fn intruder_locks_queue_1(cluster: &InMemoryCluster) -> ClusterClient {
-    let intruder = cluster.client("intruder@1");
-    let id = intruder.client_id().clone();
-    let answer = intruder.lock(GROUP, &id, &[queue(1)]).await.unwrap();
-    assert_eq!(answer.granted, vec![queue(1)]);
-    intruder
 }
 
 fn start_of(m: &Member, q: &MessageQueue) -> Option<StartPosition> {
@@ -181,7 +172,7 @@ async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
     let a = first_member(&cluster, exclusive).await;
     // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
     settle(Duration::from_secs(11)).await;
-    intruder_locks_queue_1(&cluster).await;
+    intruder_locks(&cluster, &queue(1)).await;
     settle(MIN).await;
     cluster.set_offset(GROUP, &queue(1), 100);
     // a, unaware, commits 90; its writes are refused until its renewal at 20 s is refused.
@@ -227,7 +218,7 @@ async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_o
     // At 11 s a's lock has expired at the broker and another client takes it, and stores its
     // progress, 100.
     settle(Duration::from_secs(9)).await;
-    let intruder = intruder_locks_queue_1(&cluster).await;
+    let intruder = intruder_locks(&cluster, &queue(1)).await;
     let id = intruder.client_id().clone();
     cluster.set_offset(GROUP, &queue(1), 100);
     // b leaves at 15 s: queue 1 is a's again, but its lock is refused.

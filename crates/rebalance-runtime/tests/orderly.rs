@@ -27,11 +27,7 @@ fn queue(i: i32) -> MessageQueue {
 /// Another client takes the lock of `queue(0)` first, so the members' own lock of it is
 /// refused. Returns that client, to unlock it later.
 async fn intruder_holds_queue_0(cluster: &InMemoryCluster) -> ClusterClient {
-    let intruder = cluster.client("intruder@1");
-    let id = intruder.client_id().clone();
-    let answer = intruder.lock(GROUP, &id, &[queue(0)]).await.unwrap();
-    assert_eq!(answer.granted, vec![queue(0)]);
-    intruder
+    intruder_locks(cluster, &queue(0)).await
 }
 
 #[tokio::test(start_paused = true)]

@@ -13,7 +13,8 @@ use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
     Consumer, ConsumerBuilder, ConsumerHandle, GroupDirectory, ListenerError, QueueLease,
-    QueueListener, Registration, RemoteError, RemovalReason, RemovedQueue, StartPosition,
+    QueueListener, QueueLocker, Registration, RemoteError, RemovalReason, RemovedQueue,
+    StartPosition,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -331,4 +332,17 @@ impl GroupDirectory for WatchedDirectory {
     fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
         self.inner.membership_changes(group)
     }
+}
+
+/// Another client ("intruder@1") takes the lock of `queue`, which must be free; returns it, to
+/// renew or release the lock later.
+pub async fn intruder_locks(cluster: &InMemoryCluster, queue: &MessageQueue) -> ClusterClient {
+    let intruder = cluster.client("intruder@1");
+    let id = intruder.client_id().clone();
+    let answer = intruder
+        .lock(GROUP, &id, std::slice::from_ref(queue))
+        .await
+        .unwrap();
+    assert_eq!(answer.granted, vec![queue.clone()]);
+    intruder
 }
