@@ -756,7 +756,7 @@ impl ConsumerHandle {
     /// consumer's task, so a listener callback may call it (through a [`WeakConsumerHandle`],
     /// so as not to keep its consumer running). Fails with
     /// [`ConsumerError::ShutDown`] once the consumer is shutting down.
-    pub async fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
         let Subscription { topic, expression } = Subscription::all(topic);
         self.set_subscription(topic, expression)
     }
@@ -765,7 +765,7 @@ impl ConsumerHandle {
     /// [`ConsumerBuilder::subscribe_tags`]); returns whether that changed anything. Fails with
     /// [`ConsumerError::TagExpression`], changing nothing, when the expression is malformed,
     /// and with [`ConsumerError::ShutDown`] once the consumer is shutting down.
-    pub async fn subscribe_tags(
+    pub fn subscribe_tags(
         &self,
         topic: impl Into<String>,
         expression: &str,
@@ -798,7 +798,7 @@ impl ConsumerHandle {
     /// group's retry topic, which the consumer subscribes to by itself, stays subscribed (see
     /// [`ConsumerBuilder::consume_retry_topic`]). Fails with [`ConsumerError::ShutDown`] once
     /// the consumer is shutting down.
-    pub async fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+    pub fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
         let topic = topic.into();
         self.edit_subscriptions(|requested| requested.remove(&topic).is_some())
     }

@@ -105,7 +105,7 @@ async fn a_hung_added_callback_is_cut_short_and_the_consumer_goes_on() {
         "the queues are held as if the callback had returned"
     );
     // The service still serves commands and runs rounds.
-    assert!(a.handle.subscribe("U").await.unwrap());
+    assert!(a.handle.subscribe("U").unwrap());
     settle(Duration::from_secs(5)).await;
     assert_eq!(a.handle.assignment().len(), 6);
     assert_partition(&[&a], &all_queues(&cluster, &["T", "U"]));

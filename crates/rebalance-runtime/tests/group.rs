@@ -324,11 +324,11 @@ async fn subscriptions_change_at_run_time() {
     cluster.create_topic("U", 1, 3);
     let a = start(&cluster, 0, &["T"]).await;
     settle(MIN).await;
-    assert!(a.handle.subscribe("U").await.unwrap());
-    assert!(!a.handle.subscribe("U").await.unwrap());
+    assert!(a.handle.subscribe("U").unwrap());
+    assert!(!a.handle.subscribe("U").unwrap());
     settle(2 * MIN).await;
     assert_eq!(a.handle.assignment().len(), 5);
-    assert!(a.handle.unsubscribe("T").await.unwrap());
+    assert!(a.handle.unsubscribe("T").unwrap());
     settle(2 * MIN).await;
     assert_eq!(
         a.recorder.removed_with(RemovalReason::Unsubscribed).len(),
@@ -353,7 +353,7 @@ async fn an_unsubscribed_topic_leaves_the_directory_with_the_next_heartbeat_at_o
     t_members.sort();
     assert_eq!(t_members, [a.id.clone(), b.id.clone()]);
 
-    assert!(a.handle.unsubscribe("T").await.unwrap());
+    assert!(a.handle.unsubscribe("T").unwrap());
     // Far sooner than the 30 s heartbeat interval: the registration change is sent at once.
     settle(Duration::from_millis(10)).await;
     assert_eq!(
@@ -450,7 +450,7 @@ async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per
     assert!(a.recorder.violations.lock().unwrap().is_empty());
     // Every lease handed out ends when the topic is unsubscribed.
     let leases = a.recorder.held_leases();
-    assert!(a.handle.unsubscribe("T").await.unwrap());
+    assert!(a.handle.unsubscribe("T").unwrap());
     settle(2 * MIN).await;
     assert!(a.handle.assignment().is_empty());
     assert!(leases.iter().all(|l| l.is_cancelled()));

@@ -60,7 +60,7 @@ impl QueueListener for Reacting {
             match self.on_t {
                 OnT::Sleep => tokio::time::sleep(Duration::from_secs(2)).await,
                 OnT::SubscribeU => {
-                    self.handle()?.subscribe("U").await?;
+                    self.handle()?.subscribe("U")?;
                 }
                 OnT::ShutDown => self.handle()?.shutdown().await,
             }
@@ -208,11 +208,11 @@ async fn subscriptions_cannot_change_once_shutting_down() {
     let a = start(&cluster, 0, &["T"]).await;
     a.handle.shutdown().await;
     assert!(matches!(
-        a.handle.subscribe("U").await,
+        a.handle.subscribe("U"),
         Err(rebalance_runtime::ConsumerError::ShutDown)
     ));
     assert!(matches!(
-        a.handle.unsubscribe("T").await,
+        a.handle.unsubscribe("T"),
         Err(rebalance_runtime::ConsumerError::ShutDown)
     ));
 }

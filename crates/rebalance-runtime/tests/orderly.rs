@@ -319,7 +319,7 @@ async fn a_topic_unsubscribed_mid_batch_keeps_the_rounds_unbalanced_until_it_is_
     let u0 = MessageQueue::new("U", "broker-0", 0);
     let lease = a.recorder.leases.lock().unwrap()[&u0].clone();
     let guard = lease.consume_guard().await.expect("held queue");
-    assert!(a.handle.unsubscribe("U").await.unwrap());
+    assert!(a.handle.unsubscribe("U").unwrap());
     settle(Duration::from_millis(10)).await;
     let report = a.handle.rounds().borrow().clone();
     let u = report

@@ -52,7 +52,7 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
 
     // At run time: a new topic with tags, heartbeated at once.
     let sent = directory.registers();
-    assert!(a.handle.subscribe_tags("U", "X").await.unwrap());
+    assert!(a.handle.subscribe_tags("U", "X").unwrap());
     settle(Duration::from_millis(10)).await;
     assert_eq!(directory.registers(), sent + 1);
     assert_eq!(
@@ -60,15 +60,15 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB"), ("U", "X")])
     );
     // The same expression again changes nothing; `subscribe` means every tag.
-    assert!(!a.handle.subscribe_tags("U", "X").await.unwrap());
-    assert!(a.handle.subscribe("U").await.unwrap());
+    assert!(!a.handle.subscribe_tags("U", "X").unwrap());
+    assert!(a.handle.subscribe("U").unwrap());
     settle(Duration::from_millis(10)).await;
     assert_eq!(
         last(&directory),
         pairs(&[(RETRY, "*"), ("T", "TagA || TagB"), ("U", "*")])
     );
     // A malformed expression is refused and changes nothing.
-    let refused = a.handle.subscribe_tags("U", "X ||").await.unwrap_err();
+    let refused = a.handle.subscribe_tags("U", "X ||").unwrap_err();
     assert!(
         matches!(
             &refused,
@@ -80,8 +80,8 @@ async fn clustering_consumers_register_the_retry_topic_and_their_tag_expressions
         "{refused}"
     );
     // The retry topic is the consumer's own: unsubscribing it leaves it there.
-    assert!(!a.handle.unsubscribe(RETRY).await.unwrap());
-    assert!(a.handle.unsubscribe("U").await.unwrap());
+    assert!(!a.handle.unsubscribe(RETRY).unwrap());
+    assert!(a.handle.unsubscribe("U").unwrap());
     settle(Duration::from_millis(10)).await;
     assert_eq!(
         last(&directory),
