@@ -84,6 +84,62 @@ pub struct TopicReport {
     pub removed: Vec<RemovedQueue>,
 }
 
+/// A [`QueueListener`](crate::QueueListener) callback of a round that did not return `Ok`.
+/// The round went on as if it had: see [`QueueListener`](crate::QueueListener) for what each
+/// callback's failure means for its queues.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{callback}({topic}) {failure}")]
+pub struct CallbackError {
+    /// The callback.
+    pub callback: Callback,
+    /// The topic it was called for.
+    pub topic: String,
+    /// How it failed.
+    pub failure: CallbackFailure,
+}
+
+/// A [`QueueListener`](crate::QueueListener) callback, named as the trait's method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Callback {
+    /// [`QueueListener::queues_added`](crate::QueueListener::queues_added).
+    QueuesAdded,
+    /// [`QueueListener::queues_removed`](crate::QueueListener::queues_removed).
+    QueuesRemoved,
+    /// [`QueueListener::message_queue_changed`](crate::QueueListener::message_queue_changed).
+    MessageQueueChanged,
+}
+
+impl Callback {
+    /// The trait method's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Callback::QueuesAdded => "queues_added",
+            Callback::QueuesRemoved => "queues_removed",
+            Callback::MessageQueueChanged => "message_queue_changed",
+        }
+    }
+}
+
+impl std::fmt::Display for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a listener callback failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackFailure {
+    /// It returned an error: its message, followed by those of its sources (`: `-separated).
+    #[error("failed: {0}")]
+    Returned(String),
+    /// It panicked, with this message.
+    #[error("panicked: {0}")]
+    Panicked(String),
+    /// It did not return within `callback_timeout` (this long); its future was dropped.
+    #[error("failed: did not return within {0:?} (callback_timeout); it was cancelled")]
+    TimedOut(Duration),
+}
+
 /// The outcome of one rebalance round.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RoundReport {
@@ -97,8 +153,8 @@ pub struct RoundReport {
     pub balanced: bool,
     /// Per subscribed (or just unsubscribed) topic.
     pub topics: Vec<TopicReport>,
-    /// Listener callbacks that failed or panicked.
-    pub callback_errors: Vec<String>,
+    /// Listener callbacks that failed, panicked or timed out, in the order they were called.
+    pub callback_errors: Vec<CallbackError>,
     /// How long the round took.
     pub duration: Duration,
 }

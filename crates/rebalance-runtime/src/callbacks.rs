@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
+use crate::assignment::{Callback, CallbackError, CallbackFailure};
 use crate::listener::ListenerError;
 
 /// Callbacks slower than this are reported.
@@ -18,33 +19,36 @@ const SLOW: Duration = Duration::from_secs(1);
 
 /// Awaits a listener callback; an error, a panic, or not returning within `timeout`
 /// (`callback_timeout`: the callback's future is then dropped, cancelling it at its current
-/// `.await`) becomes `Err(description)` and a log event, never a failure of the calling task.
+/// `.await`) becomes a [`CallbackError`] and a log event, never a failure of the calling task.
 pub(crate) async fn contained<F>(
-    callback: &'static str,
+    callback: Callback,
     topic: &str,
     timeout: Duration,
     future: F,
-) -> Result<(), String>
+) -> Result<(), CallbackError>
 where
     F: Future<Output = Result<(), ListenerError>>,
 {
     let started = Instant::now();
+    let failed = |failure| CallbackError {
+        callback,
+        topic: topic.to_string(),
+        failure,
+    };
     let Ok(outcome) = tokio::time::timeout(timeout, AssertUnwindSafe(future).catch_unwind()).await
     else {
         tracing::error!(
-            callback,
+            %callback,
             topic,
             ?timeout,
             "listener callback did not return within callback_timeout; cancelled it, the round goes on as if it had returned"
         );
-        return Err(format!(
-            "{callback}({topic}) failed: did not return within {timeout:?} (callback_timeout); it was cancelled"
-        ));
+        return Err(failed(CallbackFailure::TimedOut(timeout)));
     };
     let elapsed = started.elapsed();
     if elapsed >= SLOW {
         tracing::warn!(
-            callback,
+            %callback,
             topic,
             ?elapsed,
             "listener callback was slow; the round waited for it"
@@ -53,15 +57,32 @@ where
     match outcome {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {
-            tracing::warn!(callback, topic, error = %e, "listener callback failed");
-            Err(format!("{callback}({topic}) failed: {e}"))
+            let message = with_sources(&*e);
+            tracing::warn!(%callback, topic, error = %message, "listener callback failed");
+            Err(failed(CallbackFailure::Returned(message)))
         }
         Err(panic) => {
             let message = panic_message(&*panic);
-            tracing::error!(callback, topic, panic = %message, "listener callback panicked");
-            Err(format!("{callback}({topic}) panicked: {message}"))
+            tracing::error!(%callback, topic, panic = %message, "listener callback panicked");
+            Err(failed(CallbackFailure::Panicked(message)))
         }
     }
+}
+
+/// An error's message followed by those of its sources, `: `-separated (a source whose message
+/// its error already ends with is not repeated).
+fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.ends_with(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
 }
 
 /// Runs `future`, catching a panic as its message.
@@ -110,17 +131,55 @@ mod tests {
 
     const LONG: Duration = Duration::from_secs(10);
 
+    #[derive(Debug, thiserror::Error)]
+    #[error("could not store the offset")]
+    struct Outer(#[source] std::io::Error);
+
     #[tokio::test]
     async fn errors_and_panics_are_contained() {
-        assert_eq!(contained("cb", "T", LONG, async { Ok(()) }).await, Ok(()));
-        let err = contained("cb", "T", LONG, async { Err("boom".into()) })
+        let added = Callback::QueuesAdded;
+        assert_eq!(contained(added, "T", LONG, async { Ok(()) }).await, Ok(()));
+        let err = contained(added, "T", LONG, async { Err("boom".into()) })
             .await
             .unwrap_err();
-        assert!(err.contains("boom"));
-        let err = contained("cb", "T", LONG, async { panic!("kaboom") })
-            .await
-            .unwrap_err();
-        assert!(err.contains("panicked: kaboom"), "{err}");
+        assert_eq!(
+            err,
+            CallbackError {
+                callback: added,
+                topic: "T".into(),
+                failure: CallbackFailure::Returned("boom".into()),
+            }
+        );
+        assert_eq!(err.to_string(), "queues_added(T) failed: boom");
+        let err = contained(Callback::QueuesRemoved, "U", LONG, async {
+            panic!("kaboom")
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(err.failure, CallbackFailure::Panicked("kaboom".into()));
+        assert_eq!(err.to_string(), "queues_removed(U) panicked: kaboom");
+    }
+
+    #[tokio::test]
+    async fn a_returned_error_keeps_its_sources() {
+        let err = contained(Callback::QueuesRemoved, "T", LONG, async {
+            Err(Outer(std::io::Error::other("disk full")).into())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(
+            err.failure,
+            CallbackFailure::Returned("could not store the offset: disk full".into())
+        );
+    }
+
+    #[test]
+    fn a_source_already_in_the_message_is_not_repeated() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("could not store the offset: {0}")]
+        struct Says(#[source] std::io::Error);
+        let e = Says(std::io::Error::other("disk full"));
+        assert_eq!(with_sources(&e), "could not store the offset: disk full");
     }
 
     #[test]
@@ -151,18 +210,22 @@ mod tests {
             std::future::pending::<Result<(), ListenerError>>().await
         };
         let started = Instant::now();
-        let err = contained("queues_added", "T", LONG, hangs)
+        let err = contained(Callback::QueuesAdded, "T", LONG, hangs)
             .await
             .unwrap_err();
         assert_eq!(started.elapsed(), LONG);
-        assert!(err.contains("did not return within 10s"), "{err}");
+        assert_eq!(err.failure, CallbackFailure::TimedOut(LONG));
+        assert_eq!(
+            err.to_string(),
+            "queues_added(T) failed: did not return within 10s (callback_timeout); it was cancelled"
+        );
         assert!(
             dropped.load(Ordering::SeqCst),
             "the callback's future is dropped"
         );
         // Quick callbacks pass through untouched.
         assert_eq!(
-            contained("queues_removed", "T", LONG, async { Ok(()) }).await,
+            contained(Callback::QueuesRemoved, "T", LONG, async { Ok(()) }).await,
             Ok(())
         );
         assert_eq!(started.elapsed(), LONG);

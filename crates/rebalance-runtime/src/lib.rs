@@ -87,7 +87,9 @@ mod table;
 pub mod wake;
 
 pub use allocation::Allocation;
-pub use assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
+pub use assignment::{
+    Assignment, Callback, CallbackError, CallbackFailure, RoundReport, TopicReport, Unbalanced,
+};
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 pub use consumer::{
     ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, WeakConsumerHandle,

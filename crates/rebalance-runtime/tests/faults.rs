@@ -8,7 +8,9 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
-use rebalance_runtime::{Intervals, RemovalReason, StartPosition, Unbalanced};
+use rebalance_runtime::{
+    Callback, CallbackError, CallbackFailure, Intervals, RemovalReason, StartPosition, Unbalanced,
+};
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -219,8 +221,15 @@ async fn listener_errors_and_panics_are_contained() {
     let a = start_with(&cluster, 0, &["T"], |b| b.listener(recorder.clone())).await;
     settle(MIN).await;
     let report = a.handle.rounds().borrow().clone();
-    assert_eq!(report.callback_errors.len(), 1, "{report:?}");
-    assert!(report.callback_errors[0].contains("injected listener failure"));
+    assert_eq!(
+        report.callback_errors,
+        [CallbackError {
+            callback: Callback::QueuesAdded,
+            topic: "T".into(),
+            failure: CallbackFailure::Returned("injected listener failure".into()),
+        }],
+        "{report:?}"
+    );
     assert_eq!(
         a.handle.assignment().len(),
         4,

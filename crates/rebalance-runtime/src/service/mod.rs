@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use self::offsets::PendingOffset;
 use self::round::{ReleaseMode, Target};
-use crate::assignment::{Assignment, RoundReport, TopicReport, Unbalanced};
+use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
 use crate::listener::RemovalReason;
@@ -70,7 +70,7 @@ pub(crate) struct Service {
     settle_started: Option<Instant>,
     next_due: Instant,
     last_balanced: bool,
-    callback_errors: Vec<String>,
+    callback_errors: Vec<CallbackError>,
 }
 
 impl Service {
@@ -239,7 +239,7 @@ impl Service {
         }
     }
 
-    fn note_callback(&mut self, result: Result<(), String>) {
+    fn note_callback(&mut self, result: Result<(), CallbackError>) {
         if let Err(e) = result {
             self.callback_errors.push(e);
         }
