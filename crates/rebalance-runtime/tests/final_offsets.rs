@@ -232,3 +232,75 @@ async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_o
     settle(Duration::from_secs(20)).await;
     assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
 }
+
+/// Another client ("next@1") tries to lock `queue` every 100 ms; once granted, it reads the
+/// stored offset it would resume from.
+fn next_owner_resumes(
+    cluster: &InMemoryCluster,
+    queue: MessageQueue,
+) -> tokio::task::JoinHandle<Option<i64>> {
+    let cluster = cluster.clone();
+    tokio::spawn(async move {
+        let next = cluster.client("next@1");
+        let id = next.client_id().clone();
+        loop {
+            let answer = next.lock(GROUP, &id, std::slice::from_ref(&queue)).await;
+            if answer.is_ok_and(|a| a.granted.contains(&queue)) {
+                return cluster.offset(GROUP, &queue);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_while_taking_a_queue_back_settles_its_refused_final_offset_under_the_lock() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    // a's final write of queue 1 is refused: 77 is pending under a's lock, and b waits for it.
+    cluster.fail_next(Operation::PersistOffset, 1);
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(Duration::from_millis(500)).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    assert!(b.handle.assignment().is_empty());
+    b.handle.shutdown().await;
+    // Queue 1 comes back to a, whose lock request is answered 2 s late; a shuts down meanwhile.
+    cluster.delay_next(Operation::Lock, 1, Duration::from_secs(2));
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 1);
+    // a's first unlock from now on takes effect at once but is answered a second late, so that
+    // a lock released before 77 is stored is seen by the next owner.
+    cluster.delay_next(Operation::Unlock, 1, MIN);
+    let next = next_owner_resumes(&cluster, queue(1));
+    let started = tokio::time::Instant::now();
+    a.handle.shutdown().await;
+    assert!(
+        started.elapsed() >= MIN,
+        "the shutdown began during the round's lock request"
+    );
+    assert_eq!(
+        a.recorder.added().len(),
+        2,
+        "queue 1 is not handed out again (a lease cancelled at birth): {:?}",
+        a.recorder.events()
+    );
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Shutdown),
+        vec![queue(0)]
+    );
+    // The round kept queue 1's lock for the shutdown, which stored 77 and then unlocked.
+    let resumed = tokio::time::timeout(MIN, next).await;
+    assert_eq!(
+        resumed.ok().and_then(Result::ok),
+        Some(Some(77)),
+        "the lock passed before the final offset was stored"
+    );
+    assert_eq!(cluster.lock_owner(GROUP, &queue(0)), None);
+    let violations = a.recorder.violations.lock().unwrap().clone();
+    assert!(violations.is_empty(), "{violations:?}");
+}
