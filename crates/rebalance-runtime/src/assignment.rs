@@ -3,8 +3,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rebalance_core::{ClientId, MessageQueue};
+use rebalance_core::assignor::AssignError;
+use rebalance_core::{AllocateError, ClientId, MessageQueue};
 
+use crate::error::RemoteError;
 use crate::listener::RemovedQueue;
 use crate::wake::WakeReasons;
 
@@ -48,14 +50,14 @@ impl Assignment {
 pub enum Unbalanced {
     /// No route is known for the topic yet.
     RouteUnknown,
-    /// The directory failed.
-    DirectoryFailed(String),
+    /// The directory failed to list the group's consumers.
+    DirectoryFailed(RemoteError),
     /// The directory does not list this client (not registered yet, or expired).
     NotInConsumerList,
     /// The directory lists no consumer at all.
     NoConsumers,
-    /// The strategy refused.
-    StrategyFailed(String),
+    /// The strategy or the assignor refused, or panicked.
+    StrategyFailed(AllocationFailure),
     /// A group assignor needs every topic's view and one of them is incomplete.
     GroupViewIncomplete,
     /// Some queues could not be added (lock refused, offset unreadable) or released (still
@@ -65,6 +67,25 @@ pub enum Unbalanced {
         not_added: usize,
         /// Queues outside the share not released yet.
         not_released: usize,
+    },
+}
+
+/// How a round's allocation (the strategy, or the group assignor) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocationFailure {
+    /// The strategy returned this error.
+    #[error(transparent)]
+    Strategy(#[from] AllocateError),
+    /// The assignor returned this error.
+    #[error(transparent)]
+    Assignor(#[from] AssignError),
+    /// The strategy or assignor panicked.
+    #[error("{name} panicked: {message}")]
+    Panicked {
+        /// Its name.
+        name: String,
+        /// The panic's message.
+        message: String,
     },
 }
 

@@ -3,7 +3,6 @@
 //! reported failure of that call, never a failure of the calling task.
 
 use std::any::Any;
-use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -11,7 +10,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::assignment::{Callback, CallbackError, CallbackFailure};
+use crate::assignment::{AllocationFailure, Callback, CallbackError, CallbackFailure};
 use crate::listener::ListenerError;
 
 /// Callbacks slower than this are reported.
@@ -107,17 +106,20 @@ pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
 ///
 /// The panic still goes through the process's panic hook (by default a message on stderr), and
 /// with `panic = "abort"` nothing can be caught.
-pub(crate) fn allocation_contained<T, E: fmt::Display>(
+pub(crate) fn allocation_contained<T, E: Into<AllocationFailure>>(
     what: &str,
     call: impl FnOnce() -> Result<T, E>,
-) -> Result<T, String> {
+) -> Result<T, AllocationFailure> {
     match std::panic::catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(e.into()),
         Err(panic) => {
             let message = panic_message(&*panic);
             tracing::error!(allocation = what, panic = %message, "the allocation panicked; treating it as a failure of this round");
-            Err(format!("{what} panicked: {message}"))
+            Err(AllocationFailure::Panicked {
+                name: what.to_string(),
+                message,
+            })
         }
     }
 }
@@ -126,6 +128,9 @@ pub(crate) fn allocation_contained<T, E: fmt::Display>(
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    use rebalance_core::AllocateError;
+    use rebalance_core::assignor::AssignError;
 
     use super::*;
 
@@ -184,13 +189,25 @@ mod tests {
 
     #[test]
     fn allocation_panics_and_errors_become_errors() {
-        assert_eq!(allocation_contained("s", || Ok::<_, String>(3)), Ok(3));
         assert_eq!(
-            allocation_contained("s", || Err::<u8, _>("refused")),
-            Err("refused".to_string())
+            allocation_contained("s", || Ok::<_, AllocateError>(3)),
+            Ok(3)
         );
-        let err = allocation_contained::<u8, String>("mine", || panic!("bad {}", 42)).unwrap_err();
-        assert_eq!(err, "mine panicked: bad 42");
+        let refused = AllocateError::EmptyConsumers;
+        assert_eq!(
+            allocation_contained("s", || Err::<u8, _>(refused.clone())),
+            Err(AllocationFailure::Strategy(refused))
+        );
+        let err =
+            allocation_contained::<u8, AssignError>("mine", || panic!("bad {}", 42)).unwrap_err();
+        assert_eq!(
+            err,
+            AllocationFailure::Panicked {
+                name: "mine".into(),
+                message: "bad 42".into()
+            }
+        );
+        assert_eq!(err.to_string(), "mine panicked: bad 42");
     }
 
     struct SetOnDrop(Arc<AtomicBool>);

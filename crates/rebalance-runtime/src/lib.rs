@@ -88,7 +88,8 @@ pub mod wake;
 
 pub use allocation::Allocation;
 pub use assignment::{
-    Assignment, Callback, CallbackError, CallbackFailure, RoundReport, TopicReport, Unbalanced,
+    AllocationFailure, Assignment, Callback, CallbackError, CallbackFailure, RoundReport,
+    TopicReport, Unbalanced,
 };
 pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 pub use consumer::{

@@ -18,9 +18,9 @@ use rebalance_core::strategy::Averagely;
 use rebalance_core::{AllocateError, AllocateStrategy, ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    Callback, CallbackError, CallbackFailure, ConsumerError, GroupDirectory, Intervals,
-    ListenerError, NameServer, QueueLease, QueueListener, Registration, RemoteError, RemovalReason,
-    RemovedQueue, RouteError, Unbalanced,
+    AllocationFailure, Callback, CallbackError, CallbackFailure, ConsumerError, GroupDirectory,
+    Intervals, ListenerError, NameServer, QueueLease, QueueListener, Registration, RemoteError,
+    RemovalReason, RemovedQueue, RouteError, Unbalanced,
 };
 use tokio::sync::watch;
 
@@ -191,6 +191,37 @@ impl AllocateStrategy for PanicsFirst {
     }
 }
 
+/// Allocates averagely in the first `allowed` calls, then refuses.
+#[derive(Debug)]
+struct RefusesAfter {
+    allowed: AtomicUsize,
+}
+
+impl AllocateStrategy for RefusesAfter {
+    fn name(&self) -> &str {
+        "refuses_after"
+    }
+
+    fn allocate(
+        &self,
+        group: &str,
+        current: &ClientId,
+        mq_all: &[MessageQueue],
+        cid_all: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        match self
+            .allowed
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        {
+            Ok(_) => Averagely.allocate(group, current, mq_all, cid_all),
+            Err(_) => Err(AllocateError::Other {
+                strategy: self.name().to_string(),
+                message: "no capacity table".to_string(),
+            }),
+        }
+    }
+}
+
 /// Panics in the first `panics` calls, then assigns by range.
 #[derive(Debug)]
 struct AssignorPanicsFirst {
@@ -214,7 +245,7 @@ impl GroupAssignor for AssignorPanicsFirst {
     }
 }
 
-fn strategy_failure(member: &Member) -> Option<String> {
+fn strategy_failure(member: &Member) -> Option<AllocationFailure> {
     member
         .handle
         .rounds()
@@ -239,13 +270,52 @@ async fn a_panicking_strategy_fails_only_its_round() {
     .await;
     settle(Duration::from_millis(10)).await;
     let why = strategy_failure(&a).expect("the round reports the panic");
-    assert_eq!(why, "panics_first panicked: injected strategy panic");
+    assert_eq!(
+        why,
+        AllocationFailure::Panicked {
+            name: "panics_first".into(),
+            message: "injected strategy panic".into()
+        }
+    );
+    assert_eq!(
+        why.to_string(),
+        "panics_first panicked: injected strategy panic"
+    );
     assert!(a.handle.assignment().is_empty());
     assert!(!a.handle.is_stopped());
     // Unbalanced rounds are retried every second; the third call succeeds.
     settle(Duration::from_millis(2500)).await;
     assert_eq!(a.handle.assignment().len(), 4);
     assert!(a.handle.assignment().balanced);
+    a.handle.shutdown().await;
+    assert!(a.handle.join().await.is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refusing_strategy_keeps_the_share_and_reports_its_own_error() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start_with(&cluster, 0, &["T"], |b| {
+        b.strategy(Arc::new(RefusesAfter {
+            allowed: AtomicUsize::new(1),
+        }))
+    })
+    .await;
+    settle(Duration::from_millis(10)).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    // The next round runs once `rebalance_min` (1 s) has passed since the first.
+    a.handle.rebalance_now();
+    settle(Duration::from_millis(1010)).await;
+    assert_eq!(
+        strategy_failure(&a),
+        Some(AllocationFailure::Strategy(AllocateError::Other {
+            strategy: "refuses_after".into(),
+            message: "no capacity table".into()
+        }))
+    );
+    let assignment = a.handle.assignment();
+    assert_eq!(assignment.len(), 4, "the last good share is kept");
+    assert!(!assignment.balanced);
     a.handle.shutdown().await;
     assert!(a.handle.join().await.is_ok());
 }
@@ -264,7 +334,10 @@ async fn a_panicking_assignor_fails_only_its_round() {
     let why = strategy_failure(&a).expect("the round reports the panic");
     assert_eq!(
         why,
-        "assignor_panics_first panicked: injected assignor panic"
+        AllocationFailure::Panicked {
+            name: "assignor_panics_first".into(),
+            message: "injected assignor panic".into()
+        }
     );
     assert!(a.handle.assignment().is_empty());
     settle(Duration::from_millis(1500)).await;

@@ -9,7 +9,8 @@ use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{InMemoryCluster, Operation};
 use rebalance_runtime::{
-    Callback, CallbackError, CallbackFailure, Intervals, RemovalReason, StartPosition, Unbalanced,
+    Callback, CallbackError, CallbackFailure, Intervals, RemoteError, RemovalReason, StartPosition,
+    Unbalanced,
 };
 
 const MIN: Duration = Duration::from_secs(1);
@@ -104,11 +105,11 @@ async fn directory_failures_keep_the_assignment() {
     a.handle.rebalance_now();
     settle(Duration::from_millis(10)).await;
     let report = a.handle.rounds().borrow().clone();
-    assert!(
-        matches!(
-            report.topics[0].unbalanced,
-            Some(Unbalanced::DirectoryFailed(_))
-        ),
+    assert_eq!(
+        report.topics[0].unbalanced,
+        Some(Unbalanced::DirectoryFailed(RemoteError::Unreachable(
+            "injected failure of ConsumerIds".into()
+        ))),
         "{report:?}"
     );
     assert_eq!(a.handle.assignment().len(), 4);

@@ -117,7 +117,7 @@ impl Service {
                         },
                         Err(e) => {
                             tracing::warn!(topic, strategy = strategy.name(), error = %e, "the strategy refused; keeping the current share");
-                            Target::Keep(Unbalanced::StrategyFailed(e.to_string()))
+                            Target::Keep(Unbalanced::StrategyFailed(e))
                         }
                     };
                     targets.push((topic, target));
@@ -135,7 +135,7 @@ impl Service {
                     })
                     .map_err(|e| {
                         tracing::warn!(assignor = assignor.name(), error = %e, "the assignor refused; keeping the current share");
-                        Unbalanced::StrategyFailed(e.to_string())
+                        Unbalanced::StrategyFailed(e)
                     })
                 };
                 match result {
@@ -190,7 +190,7 @@ impl Service {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(topic, error = %e, "could not list the group's consumers; keeping the current share");
-                return Err(Target::Keep(Unbalanced::DirectoryFailed(e.to_string())));
+                return Err(Target::Keep(Unbalanced::DirectoryFailed(e)));
             }
         };
         ids.sort();
