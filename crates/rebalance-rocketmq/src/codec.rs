@@ -44,6 +44,7 @@ const MAX_HEADER_LEN: usize = 0x00FF_FFFF;
 
 /// Why bytes could not be turned into a frame, or a frame into bytes.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CodecError {
     /// The frame's announced length is over the limit.
     #[error("frame of {len} bytes exceeds the limit of {max} bytes")]

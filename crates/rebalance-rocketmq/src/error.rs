@@ -6,6 +6,7 @@ use rebalance_runtime::RemoteError;
 
 /// A request that did not get an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransportError {
     /// The server could not be reached.
     #[error("cannot connect to {addr}: {reason}")]
@@ -82,6 +83,7 @@ impl From<TransportError> for RemoteError {
 
 /// A name server address list that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AddressError {
     /// The list names no address.
     #[error("the name server address list is empty")]

@@ -47,6 +47,7 @@ impl Assignment {
 
 /// Why a topic's share could not be reached in a round; the last good assignment stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Unbalanced {
     /// No route is known for the topic yet.
     RouteUnknown,
@@ -72,6 +73,7 @@ pub enum Unbalanced {
 
 /// How a round's allocation (the strategy, or the group assignor) failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AllocationFailure {
     /// The strategy returned this error.
     #[error(transparent)]
@@ -149,6 +151,7 @@ impl std::fmt::Display for Callback {
 
 /// How a listener callback failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallbackFailure {
     /// It returned an error: its message, followed by those of its sources (`: `-separated).
     #[error("failed: {0}")]

@@ -152,6 +152,7 @@ pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Why an [`Intervals`] value cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IntervalsError {
     /// An interval is zero (a zero period would make its timer panic or spin).
     #[error("the interval `{0}` is zero; every interval must be longer than zero")]

@@ -29,6 +29,7 @@ use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker,
 
 /// Why a consumer could not be started or a request could not be served.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConsumerError {
     /// A required part was not configured.
     #[error("the consumer needs {0}; set it on the builder")]

@@ -2,6 +2,7 @@
 
 /// A failed call to a service outside the process (a broker, a directory, a store).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RemoteError {
     /// The service could not be reached (connection refused or lost).
     #[error("unreachable: {0}")]

@@ -33,6 +33,7 @@ pub enum StartPosition {
 
 /// Why a queue was taken away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RemovalReason {
     /// The allocation gave it to another member.
     Reassigned,

@@ -58,6 +58,7 @@ pub struct TagExpression {
 
 /// Why a tag expression was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TagExpressionError {
     /// Nothing (or only whitespace) between two `||`, or before the first or after the last.
     #[error(

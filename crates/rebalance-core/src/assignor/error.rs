@@ -7,6 +7,7 @@ use crate::ClientId;
 /// [`java_message`](Self::java_message) gives `"<Exception>: <message>"` where Kafka's own
 /// assignor throws for the same input, the form the reference vectors record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AssignError {
     /// The group has no members. Kafka's round robin assignor throws
     /// `IllegalArgumentException` here and its sticky assignors `ArithmeticException`; range

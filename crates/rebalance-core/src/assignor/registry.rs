@@ -16,6 +16,7 @@ pub type AssignorFactory =
 
 /// Why an assignor could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AssignorConfigError {
     /// No assignor has this name.
     #[error("unknown assignor `{name}` (known: {known})")]

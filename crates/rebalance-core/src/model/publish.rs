@@ -81,6 +81,7 @@ impl fmt::Debug for PublishInfo {
 
 /// Why a route gives a producer nothing to send to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PublishError {
     /// The route's `orderTopicConf` cannot be read.
     #[error("orderTopicConf `{conf}` is malformed: {defect}")]
@@ -120,6 +121,7 @@ pub enum PublishError {
 
 /// What is wrong with an `orderTopicConf` entry (`brokerName:queueNums`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum OrderConfDefect {
     /// An entry is not `brokerName:queueNums` (no `:`, or more than one).
     #[error("entry `{0}` is not brokerName:queueNums")]

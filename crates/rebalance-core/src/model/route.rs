@@ -228,6 +228,7 @@ impl TopicRoute {
 
 /// Why a route cannot be trusted (see [`TopicRoute::validate`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RouteDefect {
     /// A queue data has an empty broker name.
     #[error("a queue data has an empty broker name")]

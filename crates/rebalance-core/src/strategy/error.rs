@@ -8,6 +8,7 @@ use crate::{ClientId, MessageQueue};
 /// gives the exception name, so `format!("{}: {}", e.java_name(), e)` is exactly Java's
 /// `"<Exception>: <message>"`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AllocateError {
     /// The calling client's id is empty.
     #[error("currentCID is empty")]

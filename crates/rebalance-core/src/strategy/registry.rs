@@ -51,6 +51,7 @@ impl StrategySpec {
 
 /// Why a strategy could not be built.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum StrategyConfigError {
     /// No strategy has this name.
     #[error("unknown strategy `{name}` (known: {known})")]

@@ -107,6 +107,7 @@ fn next_significant(bytes: &[u8], from: usize) -> Option<u8> {
 
 /// Why a route answer could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RouteParseError {
     /// The body is not UTF-8 (so not JSON in either form).
     #[error("route is not UTF-8: {0}")]

@@ -44,6 +44,7 @@ pub const BROKER_BINARY: &str = "rocketmq-broker-rust";
 /// Why a test cluster could not be set up. Its `Debug` form is its message, so that a test's
 /// `unwrap()` shows the instructions and the server's log as they are.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum TestkitError {
     /// The server binaries are not installed.
     #[error(

@@ -8,6 +8,7 @@ use crate::{RemoteError, RouteError};
 
 /// Why a producer could not be started.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProducerError {
     /// A required part was not configured.
     #[error("the producer needs {0}; set it on the builder")]
@@ -31,6 +32,7 @@ pub enum ProducerError {
 
 /// Why no queue could be chosen for a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SelectError {
     /// The name server does not know the topic.
     #[error("topic `{0}` not found on the name server")]
