@@ -46,23 +46,34 @@ impl Assignment {
 }
 
 /// Why a topic's share could not be reached in a round; the last good assignment stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Its `Display` is one line for logs, and its `source` the underlying error when there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unbalanced {
     /// No route is known for the topic yet.
+    #[error("no route is known for the topic yet")]
     RouteUnknown,
     /// The directory failed to list the group's consumers.
-    DirectoryFailed(RemoteError),
+    #[error("the directory could not list the group's consumers")]
+    DirectoryFailed(#[source] RemoteError),
     /// The directory does not list this client (not registered yet, or expired).
+    #[error("the directory does not list this client")]
     NotInConsumerList,
     /// The directory lists no consumer at all.
+    #[error("the directory lists no consumer")]
     NoConsumers,
     /// The strategy or the assignor refused, or panicked.
-    StrategyFailed(AllocationFailure),
+    #[error("the allocation failed")]
+    StrategyFailed(#[source] AllocationFailure),
     /// A group assignor needs every topic's view and one of them is incomplete.
+    #[error("the group assignor waits for every subscribed topic's view")]
     GroupViewIncomplete,
     /// Some queues could not be added (lock refused, offset unreadable) or released (still
     /// consuming, offset not persisted) yet.
+    #[error(
+        "{not_added} queue(s) of the share not added and {not_released} outside it not released yet"
+    )]
     Pending {
         /// Queues of the share not added yet.
         not_added: usize,
@@ -247,6 +258,43 @@ mod tests {
         let ids: Vec<ClientId> = vec!["a".into(), "b".into()];
         assert_eq!(fingerprint(&[q(0), q(1)], &ids), 0xffe8_c96c_4a66_7a1a);
         assert_eq!(fingerprint(&[], &[]), 0x9e71_9839_a639_b000);
+    }
+
+    #[test]
+    fn an_unbalanced_reason_reads_as_one_line_with_its_cause_as_source() {
+        use std::error::Error as _;
+        let why = Unbalanced::DirectoryFailed(RemoteError::Unreachable("reset".into()));
+        assert_eq!(
+            why.to_string(),
+            "the directory could not list the group's consumers"
+        );
+        assert_eq!(
+            why.source().map(ToString::to_string).as_deref(),
+            Some("unreachable: reset")
+        );
+        let panicked = Unbalanced::StrategyFailed(AllocationFailure::Panicked {
+            name: "mine".into(),
+            message: "bad".into(),
+        });
+        assert_eq!(
+            panicked.source().map(ToString::to_string).as_deref(),
+            Some("mine panicked: bad")
+        );
+        let refused =
+            Unbalanced::StrategyFailed(AllocationFailure::Strategy(AllocateError::EmptyConsumers));
+        assert_eq!(
+            refused.source().map(ToString::to_string).as_deref(),
+            Some("cidAll is null or cidAll empty")
+        );
+        let pending = Unbalanced::Pending {
+            not_added: 2,
+            not_released: 1,
+        };
+        assert_eq!(
+            pending.to_string(),
+            "2 queue(s) of the share not added and 1 outside it not released yet"
+        );
+        assert!(pending.source().is_none());
     }
 
     #[test]

@@ -70,7 +70,7 @@ where
 
 /// An error's message followed by those of its sources, `: `-separated (a source whose message
 /// its error already ends with is not repeated).
-fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String {
     let mut message = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use self::offsets::PendingOffset;
 use self::round::{ReleaseMode, Target};
 use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
+use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
 use crate::listener::RemovalReason;
@@ -349,7 +350,10 @@ impl Service {
         let unbalanced: Vec<String> = report
             .topics
             .iter()
-            .filter_map(|t| t.unbalanced.as_ref().map(|u| format!("{}: {u:?}", t.topic)))
+            .filter_map(|t| {
+                let why = t.unbalanced.as_ref()?;
+                Some(format!("{}: {}", t.topic, with_sources(why)))
+            })
             .collect();
         tracing::info!(
             balanced,
