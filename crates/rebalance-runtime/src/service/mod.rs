@@ -9,7 +9,7 @@ mod locks;
 mod offsets;
 mod round;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
@@ -57,6 +57,10 @@ pub(crate) struct Service {
     pending_offsets: HashMap<MessageQueue, PendingOffset>,
     /// When a lock that was refused or not answered is tried again (`lock_retry` later).
     lock_retry_at: Option<Instant>,
+    /// Queues not held whose lock request went unanswered: the broker may have granted it.
+    /// They are unlocked when they leave the share and at shutdown, so that a lost answer does
+    /// not hold the next owner off until the broker's lock expires.
+    unanswered_locks: HashSet<MessageQueue>,
     /// Per topic, since when the directory answers without this client.
     missing_since: HashMap<String, Instant>,
     /// When the rebalance last asked the heartbeat task for a heartbeat.
@@ -96,6 +100,7 @@ impl Service {
             outputs,
             pending_offsets: HashMap::new(),
             lock_retry_at: None,
+            unanswered_locks: HashSet::new(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
             round: 0,
@@ -159,9 +164,12 @@ impl Service {
                         membership = None;
                     }
                 }
-                _ = tokio::time::sleep_until(run_at) => self.run_round().await,
+                // Renewal and persistence come before the round: they are short and periodic,
+                // and rounds that run back to back (each longer than `rebalance_min`, with a
+                // wake-up during each) must not starve them.
                 _ = renew.tick(), if renewing => self.renew_locks().await,
                 _ = persist.tick() => self.persist_offsets().await,
+                _ = tokio::time::sleep_until(run_at) => self.run_round().await,
             }
         }
         helpers.close();
@@ -273,6 +281,12 @@ impl Service {
             reasons = %reasons,
         );
         let report = self.round_inner(reasons).instrument(span).await;
+        // A lock refused early in a long round (a broker that times out, then other topics) is
+        // retried `lock_retry` after the round, not at once: the retry would otherwise be due
+        // before the round ends, and every round would run straight after the previous one.
+        if self.lock_retry_at.is_some() {
+            self.lock_retry_at = Some(Instant::now() + self.ctx.intervals.lock_retry);
+        }
         self.last_balanced = report.balanced;
         let wait = if report.balanced {
             self.ctx.intervals.rebalance_wait
@@ -405,6 +419,7 @@ impl Service {
                 }
             }
             self.persist_offsets().await;
+            self.unlock_unanswered(|_| true).await;
             if !self.pending_offsets.is_empty() {
                 let mut given_up: Vec<(MessageQueue, i64)> = self
                     .pending_offsets

@@ -94,6 +94,27 @@ impl Service {
 
     /// Unlocks released queues whose final offset is settled (stored or given up), unless this
     /// client holds them again.
+    /// Unlocks the queues whose lock request went unanswered (the broker may have granted
+    /// it) that `leaving` selects and that are not held, except those whose refused final
+    /// offset is still pending (their own path unlocks them once it is settled).
+    pub(super) async fn unlock_unanswered(&mut self, leaving: impl Fn(&MessageQueue) -> bool) {
+        let mut queues: Vec<MessageQueue> = self
+            .unanswered_locks
+            .iter()
+            .filter(|q| leaving(q) && !self.pending_offsets.contains_key(*q))
+            .cloned()
+            .collect();
+        if queues.is_empty() {
+            return;
+        }
+        queues.sort();
+        for q in &queues {
+            self.unanswered_locks.remove(q);
+        }
+        tracing::debug!(queues = ?queues, "unlocking queues whose lock request went unanswered");
+        self.unlock_released(queues).await;
+    }
+
     pub(super) async fn unlock_released(&mut self, mut queues: Vec<MessageQueue>) {
         queues.retain(|q| self.table.get(q).is_none());
         let Some(locker) = self.ctx.locks().cloned() else {

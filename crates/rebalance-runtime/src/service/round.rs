@@ -245,6 +245,7 @@ impl Service {
                 report.unbalanced = Some(why);
             }
             Target::ReleaseAll { reason, unbalanced } => {
+                self.unlock_unanswered(|q| &*q.topic == topic).await;
                 let all = self.table.queues_of(topic);
                 let not_released = self
                     .release(topic, all, reason, ReleaseMode::Try, report)
@@ -262,6 +263,8 @@ impl Service {
             } => {
                 report.fingerprint = Some(fingerprint);
                 let wanted: HashSet<&MessageQueue> = mine.iter().collect();
+                self.unlock_unanswered(|q| &*q.topic == topic && !wanted.contains(q))
+                    .await;
                 let mut to_release: Vec<MessageQueue> = self
                     .table
                     .entries_of(topic)
@@ -464,6 +467,11 @@ impl Service {
                     tracing::warn!(topic, queue = ?q, offset = p.offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
                 }
             }
+            for q in outcome.granted.iter().chain(&outcome.refused) {
+                self.unanswered_locks.remove(q);
+            }
+            self.unanswered_locks
+                .extend(outcome.unanswered.iter().cloned());
             let granted: HashSet<MessageQueue> = outcome.granted.into_iter().collect();
             let before = queues.len();
             queues.retain(|q| granted.contains(q));

@@ -1,0 +1,170 @@
+//! Lock requests a broker does not answer: neither the slow answers nor the lost ones may cost
+//! the queues of the other brokers their renewals and offsets, or hold a queue's next owner off
+//! until the broker's lock expires.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use common::*;
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
+use rebalance_runtime::{ConsumeOrder, LockOutcome, QueueLocker, RemoteError};
+
+/// What the in-memory locker does to one broker's part of each lock request.
+#[derive(Clone, Copy)]
+enum Trouble {
+    /// Nothing is locked there; the part comes back unanswered after the transport's request
+    /// timeout (3 s), as `BrokerClient` reports a broker that does not answer.
+    TimesOut,
+    /// The broker locks the queues, but its answer is lost: they come back unanswered at once.
+    LosesAnswers,
+}
+
+struct TroubledBroker {
+    inner: ClusterClient,
+    broker: &'static str,
+    trouble: Trouble,
+}
+
+impl TroubledBroker {
+    fn new(cluster: &InMemoryCluster, broker: &'static str, trouble: Trouble) -> Arc<Self> {
+        Arc::new(Self {
+            inner: cluster.client(client_id(0)),
+            broker,
+            trouble,
+        })
+    }
+}
+
+#[async_trait]
+impl QueueLocker for TroubledBroker {
+    async fn lock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<LockOutcome, RemoteError> {
+        let (troubled, fine): (Vec<MessageQueue>, Vec<MessageQueue>) = queues
+            .iter()
+            .cloned()
+            .partition(|q| &*q.broker_name == self.broker);
+        let mut outcome = self.inner.lock(group, client, &fine).await?;
+        if !troubled.is_empty() {
+            match self.trouble {
+                Trouble::TimesOut => tokio::time::sleep(Duration::from_secs(3)).await,
+                Trouble::LosesAnswers => {
+                    self.inner.lock(group, client, &troubled).await?;
+                }
+            }
+            outcome.merge(LockOutcome::unanswered(&troubled));
+        }
+        Ok(outcome)
+    }
+
+    async fn unlock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<(), RemoteError> {
+        self.inner.unlock(group, client, queues).await
+    }
+}
+
+fn q(topic: &str, broker: usize, id: i32) -> MessageQueue {
+    MessageQueue::new(topic, format!("broker-{broker}"), id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broker_that_times_out_lock_requests_does_not_starve_renewal_or_persistence() {
+    // Two topics: each round waits 3 s for broker-1 twice, so the retry that the first topic's
+    // unanswered locks ask for (500 ms) is due before the round ends. Rounds ran back to back
+    // then, and the renewal and persistence timers never got their turn.
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("A", 2, 2);
+    cluster.create_topic("B", 2, 2);
+    let recorder = Recorder::new();
+    *recorder.commit_on_add.lock().unwrap() = Some(7);
+    let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::TimesOut);
+    let member = start_recording(&cluster, 0, &["A", "B"], recorder, |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+            .consume_retry_topic(false)
+            .locker(locker)
+    })
+    .await;
+    settle(Duration::from_secs(10)).await;
+    let healthy = q("A", 0, 0);
+    assert!(member.recorder.held().contains(&healthy));
+    assert!(!member.recorder.held().contains(&q("A", 1, 0)));
+    assert_eq!(
+        cluster.offset(GROUP, &healthy),
+        Some(7),
+        "offsets are persisted every 5 s"
+    );
+    // Locks are renewed every 20 s and trusted for 30 s after the last renewal.
+    settle(Duration::from_secs(30)).await;
+    let lease = member.recorder.leases.lock().unwrap()[&healthy].clone();
+    assert!(
+        lease.consume_guard().await.is_some(),
+        "the lock of a queue on the healthy broker is renewed"
+    );
+    member.handle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_granted_but_unanswered_is_unlocked_by_a_clean_shutdown() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::LosesAnswers);
+    let member = start_with(&cluster, 0, &["T"], |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+            .consume_retry_topic(false)
+            .locker(locker)
+    })
+    .await;
+    settle(Duration::from_secs(2)).await;
+    let held = member.recorder.held();
+    assert!(held.contains(&q("T", 0, 0)) && !held.contains(&q("T", 1, 0)));
+    assert_eq!(cluster.lock_owner(GROUP, &q("T", 1, 0)), Some(client_id(0)));
+    member.handle.shutdown().await;
+    for id in 0..2 {
+        assert_eq!(
+            cluster.lock_owner(GROUP, &q("T", 1, id)),
+            None,
+            "a lock this client may hold is released at shutdown, not left to expire"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_granted_but_unanswered_is_unlocked_when_its_queue_leaves_the_share() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::LosesAnswers);
+    let a = start_with(&cluster, 0, &["T"], |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+            .consume_retry_topic(false)
+            .locker(locker)
+    })
+    .await;
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(cluster.lock_owner(GROUP, &q("T", 1, 1)), Some(client_id(0)));
+    // b's share is broker-1's queues (averagely: a, first in order, gets broker-0's).
+    let b = start_with(&cluster, 1, &["T"], |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+            .consume_retry_topic(false)
+    })
+    .await;
+    settle(Duration::from_secs(3)).await;
+    let expected: std::collections::BTreeSet<_> = [q("T", 1, 0), q("T", 1, 1)].into();
+    assert_eq!(
+        b.recorder.held(),
+        expected,
+        "b is not held off until a's unknown locks expire (60 s)"
+    );
+    b.handle.shutdown().await;
+    a.handle.shutdown().await;
+}
