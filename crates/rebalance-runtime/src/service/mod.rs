@@ -179,8 +179,8 @@ impl Service {
 
     /// When the next round may run: as soon as allowed if a wake-up is pending, else when the
     /// timer says; never sooner than `rebalance_min` after the previous round started, except
-    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the refusal as
-    /// the Java client's `rebalanceLater(500)` does.
+    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the round that
+    /// asked for it, as the Java client's `rebalanceLater(500)` does.
     ///
     /// While the group settles (`membership_settle` is set, and only membership changes, or
     /// this member's start, are pending), nothing runs until the group has been unchanged for
