@@ -321,7 +321,13 @@ impl RemotingClient {
         opened: &Opened,
         now: u64,
     ) -> Arc<Attempt> {
-        let lived = opened.at.elapsed();
+        // How long it was open, not how long until this call noticed: calls 30 s apart to a
+        // server that closes every connection at once must still back off.
+        let lived = opened
+            .conn
+            .closed_at()
+            .unwrap_or_else(Instant::now)
+            .saturating_duration_since(opened.at);
         if opened.conn.heard_from_server() || lived >= self.inner.config.reconnect_backoff_max {
             tracing::info!(addr, "connection lost, reconnecting");
             return Attempt::new(0, true, now);
@@ -894,6 +900,42 @@ mod tests {
             }
         });
         (addr, accepted)
+    }
+
+    /// How long a connection lived is measured to its close, not to the call that notices it:
+    /// calls further apart than `reconnect_backoff_max` (heartbeats every 30 s) to a server
+    /// that closes every connection at once reconnected at once every time, hooks included.
+    #[tokio::test]
+    async fn closes_noticed_late_still_count_as_closes_right_after_opening() {
+        let (addr, accepted) = closing_server().await;
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(20),
+            reconnect_backoff_max: Duration::from_millis(60),
+            ..Default::default()
+        });
+        let hooks = Arc::new(AtomicUsize::new(0));
+        client.on_reconnect({
+            let hooks = hooks.clone();
+            move |_| {
+                hooks.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let mut outcomes = Vec::new();
+        for _ in 0..3 {
+            let outcome = client.connection(&addr).await;
+            if let Ok(conn) = &outcome {
+                tokio::time::timeout(Duration::from_secs(5), conn.closed())
+                    .await
+                    .unwrap();
+            }
+            outcomes.push(outcome.is_ok());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // The first connection, then the first close right after opening is reconnected at
+        // once; the second such close backs off.
+        assert_eq!(outcomes, [true, true, false]);
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert_eq!(hooks.load(Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

@@ -93,8 +93,8 @@ struct Shared {
     addr: String,
     pending: DashMap<i32, Reply>,
     next_opaque: AtomicI32,
-    /// Set once, when the connection closes, with the reason.
-    closed: OnceLock<String>,
+    /// Set once, when the connection closes, with the reason and the time.
+    closed: OnceLock<(String, Instant)>,
     outbound: mpsc::Sender<RemotingCommand>,
     /// Since when (nanoseconds after `epoch`) answers have been awaited with nothing heard from
     /// the server, or [`NOT_AWAITING`]: set by a request when unset, moved to now by every byte
@@ -111,7 +111,7 @@ const NOT_AWAITING: u64 = u64::MAX;
 
 impl Shared {
     fn closed_error(&self) -> Option<TransportError> {
-        self.closed.get().map(|reason| TransportError::Closed {
+        self.closed.get().map(|(reason, _)| TransportError::Closed {
             addr: self.addr.clone(),
             reason: reason.clone(),
         })
@@ -120,7 +120,7 @@ impl Shared {
     /// Marks the connection closed and fails every waiting request. Requests registered after
     /// this see the mark (they check it after registering), so none waits forever.
     fn close(&self, reason: String) {
-        if self.closed.set(reason.clone()).is_err() {
+        if self.closed.set((reason.clone(), Instant::now())).is_err() {
             return;
         }
         let opaques: Vec<i32> = self.pending.iter().map(|e| *e.key()).collect();
@@ -336,6 +336,11 @@ impl Connection {
     /// Whether the connection is still usable.
     pub fn is_open(&self) -> bool {
         self.inner.shared.closed.get().is_none()
+    }
+
+    /// When the connection closed, if it has.
+    pub fn closed_at(&self) -> Option<Instant> {
+        self.inner.shared.closed.get().map(|(_, at)| *at)
     }
 
     /// Closes the connection; waiting requests fail with [`TransportError::Closed`].
