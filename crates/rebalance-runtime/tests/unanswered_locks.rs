@@ -168,3 +168,67 @@ async fn a_lock_granted_but_unanswered_is_unlocked_when_its_queue_leaves_the_sha
     b.handle.shutdown().await;
     a.handle.shutdown().await;
 }
+
+/// Grants the first lock request after `delay`; every later request goes unanswered.
+struct SlowFirstThenSilent {
+    inner: ClusterClient,
+    delay: Duration,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl QueueLocker for SlowFirstThenSilent {
+    async fn lock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<LockOutcome, RemoteError> {
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0 {
+            return Ok(LockOutcome::unanswered(queues));
+        }
+        let outcome = self.inner.lock(group, client, queues).await?;
+        tokio::time::sleep(self.delay).await;
+        Ok(outcome)
+    }
+
+    async fn unlock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<(), RemoteError> {
+        self.inner.unlock(group, client, queues).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_is_trusted_from_its_request_not_from_a_late_answer() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let locker = Arc::new(SlowFirstThenSilent {
+        inner: cluster.client(client_id(0)),
+        delay: Duration::from_secs(3),
+        calls: Default::default(),
+    });
+    let started = tokio::time::Instant::now();
+    let member = start_with(&cluster, 0, &["T"], |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+            .consume_retry_topic(false)
+            .locker(locker)
+    })
+    .await;
+    settle(Duration::from_millis(3100)).await;
+    let queue = q("T", 0, 0);
+    let lease = member.recorder.leases.lock().unwrap()[&queue].clone();
+    // The broker locked the queue when the request came (t = 0) and answered at 3 s; renewals
+    // go unanswered from then on, so the lock is trusted until it is `lock_lifetime` (30 s) old.
+    tokio::time::sleep_until(started + Duration::from_millis(29_900)).await;
+    assert!(lease.consume_guard().await.is_some());
+    tokio::time::sleep_until(started + Duration::from_millis(30_500)).await;
+    assert!(
+        lease.consume_guard().await.is_none(),
+        "trusted past 30 s after the request: the broker's lock may have passed on by then"
+    );
+    member.handle.shutdown().await;
+}

@@ -453,6 +453,10 @@ impl Service {
         let group = self.ctx.group.clone();
         let mut lock_valid_until = None;
         if let Some(locker) = self.ctx.locks().cloned() {
+            // The broker's lock runs from when it handled the request, at the latest from the
+            // answer: trusting it from the request on never trusts it too long (a renewal
+            // does the same).
+            let asked_at = Instant::now();
             let outcome = match locker.lock(&group, &self.ctx.client_id, &queues).await {
                 Ok(outcome) => outcome,
                 Err(e) => {
@@ -488,7 +492,7 @@ impl Service {
                 self.lock_retry_at =
                     Some(self.lock_retry_at.map_or(retry_at, |at| at.min(retry_at)));
             }
-            lock_valid_until = Some(Instant::now() + self.ctx.intervals.lock_lifetime);
+            lock_valid_until = Some(asked_at + self.ctx.intervals.lock_lifetime);
         }
         // Start positions first, then the inserts: the shutdown may begin during the lock
         // request or the offset reads, and then nothing is inserted (see below).
