@@ -55,8 +55,11 @@ pub(crate) struct Service {
     /// Final offsets the store refused (locked queues only), retried with every persistence
     /// tick until their lock may have passed to someone else.
     pending_offsets: HashMap<MessageQueue, PendingOffset>,
-    /// When a lock that was refused or not answered is tried again (`lock_retry` later).
+    /// When the locks a round could not get (refused or not answered) are tried again:
+    /// `lock_retry` after that round.
     lock_retry_at: Option<Instant>,
+    /// Whether the running round could not get some lock.
+    locks_to_retry: bool,
     /// Queues not held whose lock request went unanswered: the broker may have granted it.
     /// They are unlocked when they leave the share and at shutdown, so that a lost answer does
     /// not hold the next owner off until the broker's lock expires.
@@ -100,6 +103,7 @@ impl Service {
             outputs,
             pending_offsets: HashMap::new(),
             lock_retry_at: None,
+            locks_to_retry: false,
             unanswered_locks: HashSet::new(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
@@ -284,7 +288,7 @@ impl Service {
         // A lock refused early in a long round (a broker that times out, then other topics) is
         // retried `lock_retry` after the round, not at once: the retry would otherwise be due
         // before the round ends, and every round would run straight after the previous one.
-        if self.lock_retry_at.is_some() {
+        if std::mem::take(&mut self.locks_to_retry) {
             self.lock_retry_at = Some(Instant::now() + self.ctx.intervals.lock_retry);
         }
         self.last_balanced = report.balanced;

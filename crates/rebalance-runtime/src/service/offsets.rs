@@ -92,8 +92,6 @@ impl Service {
         self.unlock_released(to_unlock).await;
     }
 
-    /// Unlocks released queues whose final offset is settled (stored or given up), unless this
-    /// client holds them again.
     /// Unlocks the queues whose lock request went unanswered (the broker may have granted
     /// it) that `leaving` selects and that are not held, except those whose refused final
     /// offset is still pending (their own path unlocks them once it is settled).
@@ -115,6 +113,8 @@ impl Service {
         self.unlock_released(queues).await;
     }
 
+    /// Unlocks released queues whose final offset is settled (stored or given up), unless this
+    /// client holds them again.
     pub(super) async fn unlock_released(&mut self, mut queues: Vec<MessageQueue>) {
         queues.retain(|q| self.table.get(q).is_none());
         let Some(locker) = self.ctx.locks().cloned() else {

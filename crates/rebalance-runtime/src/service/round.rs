@@ -481,16 +481,14 @@ impl Service {
             queues.retain(|q| granted.contains(q));
             let not_locked = before - queues.len();
             if not_locked > 0 {
-                let retry_at = Instant::now() + self.ctx.intervals.lock_retry;
                 tracing::info!(
                     topic,
                     refused = outcome.refused.len(),
                     unanswered = outcome.unanswered.len(),
                     retry_in = ?self.ctx.intervals.lock_retry,
-                    "locks not granted; trying again soon"
+                    "locks not granted; trying again after this round"
                 );
-                self.lock_retry_at =
-                    Some(self.lock_retry_at.map_or(retry_at, |at| at.min(retry_at)));
+                self.locks_to_retry = true;
             }
             lock_valid_until = Some(asked_at + self.ctx.intervals.lock_lifetime);
         }
