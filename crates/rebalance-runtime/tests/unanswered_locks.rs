@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
-use rebalance_runtime::{ConsumeOrder, LockOutcome, QueueLocker, RemoteError};
+use rebalance_runtime::{ConsumeOrder, ConsumerBuilder, LockOutcome, QueueLocker, RemoteError};
 
 /// What the in-memory locker does to one broker's part of each lock request.
 #[derive(Clone, Copy)]
@@ -74,6 +74,12 @@ impl QueueLocker for TroubledBroker {
     }
 }
 
+/// Ordered consumption, without the group's retry topic (these tests count the topics).
+fn orderly(b: ConsumerBuilder) -> ConsumerBuilder {
+    b.consume_order(ConsumeOrder::Orderly)
+        .consume_retry_topic(false)
+}
+
 fn q(topic: &str, broker: usize, id: i32) -> MessageQueue {
     MessageQueue::new(topic, format!("broker-{broker}"), id)
 }
@@ -90,9 +96,7 @@ async fn a_broker_that_times_out_lock_requests_does_not_starve_renewal_or_persis
     *recorder.commit_on_add.lock().unwrap() = Some(7);
     let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::TimesOut);
     let member = start_recording(&cluster, 0, &["A", "B"], recorder, |b| {
-        b.consume_order(ConsumeOrder::Orderly)
-            .consume_retry_topic(false)
-            .locker(locker)
+        orderly(b).locker(locker)
     })
     .await;
     settle(Duration::from_secs(10)).await;
@@ -119,12 +123,7 @@ async fn a_lock_granted_but_unanswered_is_unlocked_by_a_clean_shutdown() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 2, 2);
     let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::LosesAnswers);
-    let member = start_with(&cluster, 0, &["T"], |b| {
-        b.consume_order(ConsumeOrder::Orderly)
-            .consume_retry_topic(false)
-            .locker(locker)
-    })
-    .await;
+    let member = start_with(&cluster, 0, &["T"], |b| orderly(b).locker(locker)).await;
     settle(Duration::from_secs(2)).await;
     let held = member.recorder.held();
     assert!(held.contains(&q("T", 0, 0)) && !held.contains(&q("T", 1, 0)));
@@ -144,20 +143,11 @@ async fn a_lock_granted_but_unanswered_is_unlocked_when_its_queue_leaves_the_sha
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 2, 2);
     let locker = TroubledBroker::new(&cluster, "broker-1", Trouble::LosesAnswers);
-    let a = start_with(&cluster, 0, &["T"], |b| {
-        b.consume_order(ConsumeOrder::Orderly)
-            .consume_retry_topic(false)
-            .locker(locker)
-    })
-    .await;
+    let a = start_with(&cluster, 0, &["T"], |b| orderly(b).locker(locker)).await;
     settle(Duration::from_secs(2)).await;
     assert_eq!(cluster.lock_owner(GROUP, &q("T", 1, 1)), Some(client_id(0)));
     // b's share is broker-1's queues (averagely: a, first in order, gets broker-0's).
-    let b = start_with(&cluster, 1, &["T"], |b| {
-        b.consume_order(ConsumeOrder::Orderly)
-            .consume_retry_topic(false)
-    })
-    .await;
+    let b = start_with(&cluster, 1, &["T"], orderly).await;
     settle(Duration::from_secs(3)).await;
     let expected: std::collections::BTreeSet<_> = [q("T", 1, 0), q("T", 1, 1)].into();
     assert_eq!(
@@ -212,12 +202,7 @@ async fn a_lock_is_trusted_from_its_request_not_from_a_late_answer() {
         calls: Default::default(),
     });
     let started = tokio::time::Instant::now();
-    let member = start_with(&cluster, 0, &["T"], |b| {
-        b.consume_order(ConsumeOrder::Orderly)
-            .consume_retry_topic(false)
-            .locker(locker)
-    })
-    .await;
+    let member = start_with(&cluster, 0, &["T"], |b| orderly(b).locker(locker)).await;
     settle(Duration::from_millis(3100)).await;
     let queue = q("T", 0, 0);
     let lease = member.recorder.leases.lock().unwrap()[&queue].clone();
