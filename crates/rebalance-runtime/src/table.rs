@@ -8,13 +8,15 @@ use rebalance_core::MessageQueue;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::listener::{LeaseState, QueueLease, StartPosition};
+use crate::listener::{LeaseState, QueueLease, RemovalReason, StartPosition};
 
 /// A queue being released: announced to the listener, waiting for its consumer to finish the
 /// current batch (ordered consumption) or for its offset to be persisted.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Release {
     pub(crate) since: Instant,
+    /// Why it was announced as removed.
+    pub(crate) reason: RemovalReason,
 }
 
 /// One held queue (`ProcessQueue` in the Java client).
@@ -101,14 +103,19 @@ impl ProcessQueueTable {
         lease
     }
 
-    /// Marks a held queue as being released: cancels its lease. Returns false when the queue is
-    /// not held (absent or already being released).
-    pub(crate) fn start_release(&mut self, queue: &MessageQueue, now: Instant) -> bool {
+    /// Marks a held queue as being released for `reason`: cancels its lease. Returns false when
+    /// the queue is not held (absent or already being released).
+    pub(crate) fn start_release(
+        &mut self,
+        queue: &MessageQueue,
+        now: Instant,
+        reason: RemovalReason,
+    ) -> bool {
         match self.get_mut(queue) {
             Some(pq) if pq.is_held() => {
                 pq.state.dropped.store(true, Ordering::Release);
                 pq.token.cancel();
-                pq.release = Some(Release { since: now });
+                pq.release = Some(Release { since: now, reason });
                 self.changed = true;
                 true
             }
@@ -198,12 +205,14 @@ mod tests {
         let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
         assert!(!lease.is_cancelled());
         assert_eq!(table.held()["T"], vec![q.clone()]);
-        assert!(table.start_release(&q, Instant::now()));
+        assert!(table.start_release(&q, Instant::now(), RemovalReason::Lost));
         assert!(lease.is_cancelled());
         assert!(lease.consume_guard().await.is_none());
-        assert!(!table.start_release(&q, Instant::now()));
+        assert!(!table.start_release(&q, Instant::now(), RemovalReason::Shutdown));
         assert!(table.held().is_empty());
-        assert!(table.get(&q).is_some());
+        // The first reason stays: it is the one the listener was told.
+        let release = table.get(&q).and_then(|pq| pq.release).expect("releasing");
+        assert_eq!(release.reason, RemovalReason::Lost);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Service;
-use super::round::Target;
+use super::diff::Target;
 use crate::assignment::Unbalanced;
 use crate::listener::RemovalReason;
 

@@ -100,14 +100,12 @@ impl Service {
         }
         for (topic, queues) in by_topic {
             let mut report = topic_report(&topic);
-            self.release(
-                &topic,
-                queues,
-                RemovalReason::Lost,
-                ReleaseMode::Try,
-                &mut report,
-            )
-            .await;
+            let queues = queues
+                .into_iter()
+                .map(|q| (q, RemovalReason::Lost))
+                .collect();
+            self.release(&topic, queues, ReleaseMode::Try, &mut report)
+                .await;
         }
         self.publish_assignment(false);
         self.trigger.wake(WakeReasons::LOCK_LOST);

@@ -4,6 +4,7 @@
 //! persists offsets, applies subscription changes, and at shutdown releases everything. Doing
 //! all of that in one task means no two of them ever race on a queue.
 
+mod diff;
 mod directory_trouble;
 mod locks;
 mod offsets;
@@ -19,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use self::diff::{Target, diff};
 use self::offsets::PendingOffset;
-use self::round::{ReleaseMode, Target};
+use self::round::ReleaseMode;
 use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
@@ -310,26 +312,15 @@ impl Service {
         let subscriptions = &self.subscriptions;
         self.missing_since
             .retain(|t, _| subscriptions.contains_key(t));
-        for (topic, target) in self.targets(&subscribed, &routes).await {
-            if matches!(target, Target::NotYet) {
-                continue;
+        let mut targets = self.targets(&subscribed, &routes).await;
+        for (topic, target) in &mut targets {
+            if !matches!(target, Target::NotYet) {
+                let decided = std::mem::replace(target, Target::NotYet);
+                *target = self.limit_absence(topic, decided, started);
             }
-            let target = self.limit_absence(&topic, target, started);
-            let mut report = topic_report(&topic);
-            self.apply(&topic, target, &mut report).await;
-            topics.push(report);
         }
-        for topic in self.table.topics() {
-            if !self.subscriptions.contains_key(&topic) {
-                let mut report = topic_report(&topic);
-                self.apply(
-                    &topic,
-                    Target::release_all(RemovalReason::Unsubscribed),
-                    &mut report,
-                )
-                .await;
-                topics.push(report);
-            }
+        for topic_diff in diff(&self.table, targets) {
+            topics.push(self.apply(topic_diff).await);
         }
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
         let directory_trouble = topics.iter().any(|t| {
@@ -416,10 +407,14 @@ impl Service {
             // so `force_unlock_after` bounds the whole shutdown rather than each topic in turn.
             for mode in [ReleaseMode::Try, ReleaseMode::Wait] {
                 for topic in self.table.topics() {
-                    let queues = self.table.queues_of(&topic);
+                    let queues = self
+                        .table
+                        .queues_of(&topic)
+                        .into_iter()
+                        .map(|q| (q, RemovalReason::Shutdown))
+                        .collect();
                     let mut report = topic_report(&topic);
-                    self.release(&topic, queues, RemovalReason::Shutdown, mode, &mut report)
-                        .await;
+                    self.release(&topic, queues, mode, &mut report).await;
                 }
             }
             self.persist_offsets().await;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
-use super::Service;
+use super::diff::{Change, Target, TopicDiff};
 use super::offsets::PendingOffset;
+use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{Callback, TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
@@ -17,39 +18,12 @@ use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
 use crate::subscription::is_retry_topic;
 
-/// Where a topic should go this round.
-pub(super) enum Target {
-    /// Hold exactly `mine`.
-    Share {
-        all: Arc<[MessageQueue]>,
-        mine: Arc<[MessageQueue]>,
-        fingerprint: u64,
-    },
-    /// Release everything of the topic, for `reason`. With `unbalanced`, the round is reported
-    /// so even once all is released (the directory has not listed this client for too long:
-    /// the other members have split its queues).
-    ReleaseAll {
-        reason: RemovalReason,
-        unbalanced: Option<Unbalanced>,
-    },
-    /// Change nothing: the view is incomplete.
-    Keep(Unbalanced),
-    /// Nothing to do and nothing to report: a retry topic whose route has not been seen yet
-    /// (the broker creates it at the group's first heartbeat and then registers it), of which
-    /// nothing is held. It is not a problem, so it neither unbalances the round (which would
-    /// retry every second) nor leaves an assignor's view of the group incomplete; the route's
-    /// appearance wakes a round.
-    NotYet,
-}
-
-impl Target {
-    /// Release everything of the topic, for `reason`.
-    pub(super) fn release_all(reason: RemovalReason) -> Self {
-        Self::ReleaseAll {
-            reason,
-            unbalanced: None,
-        }
-    }
+/// What a round sees of a topic.
+enum Sight {
+    /// Its queues and members: the allocation decides.
+    Allocate(TopicView),
+    /// The target follows without allocating.
+    Decided(Target),
 }
 
 /// How a release waits for the consumer of an ordered queue to finish its batch.
@@ -88,15 +62,17 @@ impl Service {
         &self,
         topics: &[String],
         routes: &RouteTable,
-    ) -> Vec<(String, Target)> {
-        let mut targets = Vec::with_capacity(topics.len());
+    ) -> BTreeMap<String, Target> {
+        let mut targets = BTreeMap::new();
         let mut views = BTreeMap::new();
         for topic in topics {
             match self.view(topic, routes).await {
-                Ok(view) => {
+                Sight::Allocate(view) => {
                     views.insert(topic.clone(), view);
                 }
-                Err(target) => targets.push((topic.clone(), target)),
+                Sight::Decided(target) => {
+                    targets.insert(topic.clone(), target);
+                }
             }
         }
         match &self.ctx.allocation {
@@ -120,13 +96,13 @@ impl Service {
                             Target::Keep(Unbalanced::StrategyFailed(e))
                         }
                     };
-                    targets.push((topic, target));
+                    targets.insert(topic, target);
                 }
             }
             Allocation::Assignor(assignor) => {
                 // The assignment of one topic may depend on the others (round robin's cursor):
                 // decide only from a complete view.
-                let incomplete = targets.iter().any(|(_, t)| matches!(t, Target::Keep(_)));
+                let incomplete = targets.values().any(|t| matches!(t, Target::Keep(_)));
                 let result = if incomplete {
                     Err(Unbalanced::GroupViewIncomplete)
                 } else {
@@ -143,14 +119,12 @@ impl Service {
                         for (topic, view) in views {
                             let share = mine.remove(&topic).unwrap_or_default();
                             let share = own_queues_once(&topic, share.into());
-                            targets.push((
-                                topic,
-                                Target::Share {
-                                    all: view.queues,
-                                    mine: share,
-                                    fingerprint: view.fingerprint,
-                                },
-                            ));
+                            let target = Target::Share {
+                                all: view.queues,
+                                mine: share,
+                                fingerprint: view.fingerprint,
+                            };
+                            targets.insert(topic, target);
                         }
                     }
                     Err(why) => {
@@ -159,28 +133,29 @@ impl Service {
                 }
             }
         }
-        targets.sort_by(|a, b| a.0.cmp(&b.0));
         targets
     }
 
-    /// What this client sees of `topic`: its queues and members, or the target to follow
-    /// without allocating (route unknown or gone, broadcasting, directory problems).
-    async fn view(&self, topic: &str, routes: &RouteTable) -> Result<TopicView, Target> {
+    /// What this client sees of `topic`: its queues and members to allocate from, or the target
+    /// to follow without allocating (route unknown or gone, broadcasting, directory problems).
+    async fn view(&self, topic: &str, routes: &RouteTable) -> Sight {
         let ctx = &self.ctx;
         let queues = match routes.topic(topic) {
             TopicState::Unknown
                 if is_retry_topic(topic) && self.table.entries_of(topic).next().is_none() =>
             {
                 tracing::debug!(topic, "no route for the retry topic yet");
-                return Err(Target::NotYet);
+                return Sight::Decided(Target::NotYet);
             }
-            TopicState::Unknown => return Err(Target::Keep(Unbalanced::RouteUnknown)),
-            TopicState::Gone => return Err(Target::release_all(RemovalReason::TopicGone)),
+            TopicState::Unknown => return Sight::Decided(Target::Keep(Unbalanced::RouteUnknown)),
+            TopicState::Gone => {
+                return Sight::Decided(Target::release_all(RemovalReason::TopicGone));
+            }
             TopicState::Known { queues, .. } => queues.clone(),
         };
         if ctx.message_model == MessageModel::Broadcasting {
             let fingerprint = fingerprint(&queues, &[]);
-            return Err(Target::Share {
+            return Sight::Decided(Target::Share {
                 mine: queues.clone(),
                 all: queues,
                 fingerprint,
@@ -190,7 +165,7 @@ impl Service {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(topic, error = %e, "could not list the group's consumers; keeping the current share");
-                return Err(Target::Keep(Unbalanced::DirectoryFailed(e)));
+                return Sight::Decided(Target::Keep(Unbalanced::DirectoryFailed(e)));
             }
         };
         ids.sort();
@@ -199,14 +174,14 @@ impl Service {
                 topic,
                 "the directory lists no consumer; keeping the current share"
             );
-            return Err(Target::Keep(Unbalanced::NoConsumers));
+            return Sight::Decided(Target::Keep(Unbalanced::NoConsumers));
         }
         if !ids.contains(&ctx.client_id) {
             tracing::warn!(
                 topic,
                 "this client is not in the consumer list (not registered yet, or expired); keeping the current share"
             );
-            return Err(Target::Keep(Unbalanced::NotInConsumerList));
+            return Sight::Decided(Target::Keep(Unbalanced::NotInConsumerList));
         }
         let fingerprint = fingerprint(&queues, &ids);
         if queues.is_empty() {
@@ -214,83 +189,54 @@ impl Service {
                 topic,
                 "the route has no readable queue; releasing the topic's queues"
             );
-            return Err(Target::Share {
+            return Sight::Decided(Target::Share {
                 all: queues,
                 mine: Arc::new([]),
                 fingerprint,
             });
         }
-        Ok(TopicView {
+        Sight::Allocate(TopicView {
             queues,
             ids,
             fingerprint,
         })
     }
 
-    /// Moves the table towards `target` for `topic`; fills `report`.
-    pub(super) async fn apply(&mut self, topic: &str, target: Target, report: &mut TopicReport) {
-        match target {
-            Target::NotYet => {}
-            Target::Keep(why) => {
-                // Queues already being released still finish.
-                let releasing = self.releasing(topic);
-                self.release(
-                    topic,
-                    releasing,
-                    RemovalReason::Reassigned,
-                    ReleaseMode::Try,
-                    report,
-                )
-                .await;
-                report.unbalanced = Some(why);
+    /// Makes `diff`'s changes: releases first (so that a queue retaken finishes its release
+    /// before it is added again), then additions; reports what was done.
+    pub(super) async fn apply(&mut self, diff: TopicDiff) -> TopicReport {
+        let topic = diff.topic.as_str();
+        let mut report = topic_report(topic);
+        if let Target::Share { fingerprint, .. } = &diff.target {
+            report.fingerprint = Some(*fingerprint);
+        }
+        let target = &diff.target;
+        self.unlock_unanswered(|q| &*q.topic == topic && target.gives_up(q))
+            .await;
+        let not_released = self
+            .release(topic, diff.releases(), ReleaseMode::Try, &mut report)
+            .await;
+        let mut to_add = Vec::new();
+        let mut still_releasing = 0;
+        for change in &diff.changes {
+            match change {
+                Change::Add(q) => to_add.push(q.clone()),
+                Change::Retake(q, _) if self.table.get(q).is_none() => to_add.push(q.clone()),
+                Change::Retake(..) => still_releasing += 1,
+                Change::Release(..) | Change::Keep(_) => {}
             }
-            Target::ReleaseAll { reason, unbalanced } => {
-                self.unlock_unanswered(|q| &*q.topic == topic).await;
-                let all = self.table.queues_of(topic);
-                let not_released = self
-                    .release(topic, all, reason, ReleaseMode::Try, report)
-                    .await;
+        }
+        let not_added = self.add(topic, to_add, &mut report).await + still_releasing;
+        match diff.target {
+            Target::Keep(why) => report.unbalanced = Some(why),
+            Target::ReleaseAll { unbalanced, .. } => {
                 report.unbalanced =
                     unbalanced.or((not_released > 0).then_some(Unbalanced::Pending {
                         not_added: 0,
                         not_released,
                     }));
             }
-            Target::Share {
-                all,
-                mine,
-                fingerprint,
-            } => {
-                report.fingerprint = Some(fingerprint);
-                let wanted: HashSet<&MessageQueue> = mine.iter().collect();
-                self.unlock_unanswered(|q| &*q.topic == topic && !wanted.contains(q))
-                    .await;
-                let mut to_release: Vec<MessageQueue> = self
-                    .table
-                    .entries_of(topic)
-                    .filter(|(q, pq)| !wanted.contains(q) || !pq.is_held())
-                    .map(|(q, _)| q.clone())
-                    .collect();
-                to_release.sort();
-                let not_released = self
-                    .release(
-                        topic,
-                        to_release,
-                        RemovalReason::Reassigned,
-                        ReleaseMode::Try,
-                        report,
-                    )
-                    .await;
-                let mut to_add = Vec::new();
-                let mut still_releasing = 0;
-                for q in mine.iter() {
-                    match self.table.get(q) {
-                        None => to_add.push(q.clone()),
-                        Some(pq) if !pq.is_held() => still_releasing += 1,
-                        Some(_) => {}
-                    }
-                }
-                let not_added = self.add(topic, to_add, report).await + still_releasing;
+            Target::Share { all, mine, .. } => {
                 if not_added > 0 || not_released > 0 {
                     report.unbalanced = Some(Unbalanced::Pending {
                         not_added,
@@ -309,28 +255,18 @@ impl Service {
                     self.note_callback(changed);
                 }
             }
+            Target::NotYet => {}
         }
+        report
     }
 
-    fn is_held(&self, queue: &MessageQueue) -> bool {
-        self.table.get(queue).is_some_and(|pq| pq.is_held())
-    }
-
-    fn releasing(&self, topic: &str) -> Vec<MessageQueue> {
-        self.table
-            .queues_of(topic)
-            .into_iter()
-            .filter(|q| !self.is_held(q))
-            .collect()
-    }
-
-    /// Releases `queues` of `topic`: announce (once), wait for the consumer (ordered), persist
-    /// the last offset, unlock, forget. Returns how many could not be finished yet.
+    /// Releases `queues` of `topic`: announce the held ones (for their reason), wait for the
+    /// consumer (ordered), persist the last offset, unlock, forget. Returns how many could not
+    /// be finished yet.
     pub(super) async fn release(
         &mut self,
         topic: &str,
-        queues: Vec<MessageQueue>,
-        reason: RemovalReason,
+        queues: Vec<(MessageQueue, RemovalReason)>,
         mode: ReleaseMode,
         report: &mut TopicReport,
     ) -> usize {
@@ -340,13 +276,17 @@ impl Service {
         let now = Instant::now();
         let announced: Vec<RemovedQueue> = queues
             .iter()
-            .filter(|q| self.table.start_release(q, now))
-            .map(|q| RemovedQueue {
-                queue: q.clone(),
-                reason,
+            .filter(|(q, reason)| self.table.start_release(q, now, *reason))
+            .map(|(queue, reason)| RemovedQueue {
+                queue: queue.clone(),
+                reason: *reason,
             })
             .collect();
+        let queues = queues.into_iter().map(|(q, _)| q);
         if !announced.is_empty() {
+            let mut reasons: Vec<&str> = announced.iter().map(|r| r.reason.as_str()).collect();
+            reasons.dedup();
+            let reason = reasons.join("+");
             tracing::info!(topic, count = announced.len(), %reason, queues = ?queues_of(&announced), "releasing queues");
             let listener = self.ctx.listener.clone();
             let result = contained(
