@@ -9,13 +9,14 @@ mod directory_trouble;
 mod locks;
 mod offsets;
 mod round;
+mod schedule;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
 use tokio::sync::watch;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -23,6 +24,7 @@ use tracing::Instrument;
 use self::diff::{Target, diff};
 use self::offsets::PendingOffset;
 use self::round::ReleaseMode;
+use self::schedule::{Due, Schedule};
 use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
@@ -57,9 +59,6 @@ pub(crate) struct Service {
     /// Final offsets the store refused (locked queues only), retried with every persistence
     /// tick until their lock may have passed to someone else.
     pending_offsets: HashMap<MessageQueue, PendingOffset>,
-    /// When the locks a round could not get (refused or not answered) are tried again:
-    /// `lock_retry` after that round.
-    lock_retry_at: Option<Instant>,
     /// Whether the running round could not get some lock.
     locks_to_retry: bool,
     /// Queues not held whose lock request went unanswered: the broker may have granted it.
@@ -71,15 +70,7 @@ pub(crate) struct Service {
     /// When the rebalance last asked the heartbeat task for a heartbeat.
     last_heartbeat_request: Option<Instant>,
     round: u64,
-    last_round_start: Option<Instant>,
-    /// When the group will have been quiet for `membership_settle` since the last membership
-    /// change notified (cleared when a round starts).
-    membership_quiet_at: Option<Instant>,
-    /// When the first membership change not yet acted upon was notified: settling lasts at most
-    /// `rebalance_wait` from there (cleared when a round starts).
-    settle_started: Option<Instant>,
-    next_due: Instant,
-    last_balanced: bool,
+    schedule: Schedule,
     callback_errors: Vec<CallbackError>,
 }
 
@@ -93,7 +84,7 @@ impl Service {
         queues_token: CancellationToken,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
-        let settle = ctx.intervals.membership_settle;
+        let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some());
         Self {
             ctx,
             table: Default::default(),
@@ -104,19 +95,12 @@ impl Service {
             trigger,
             outputs,
             pending_offsets: HashMap::new(),
-            lock_retry_at: None,
             locks_to_retry: false,
             unanswered_locks: HashSet::new(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
             round: 0,
-            last_round_start: None,
-            // A starting member is a membership change too: its first round waits for the
-            // group to settle, like the rounds its arrival causes in the others.
-            membership_quiet_at: Some(Instant::now() + settle),
-            settle_started: Some(Instant::now()),
-            next_due: Instant::now(),
-            last_balanced: false,
+            schedule,
             callback_errors: Vec::new(),
         }
     }
@@ -130,19 +114,9 @@ impl Service {
         token: CancellationToken,
         helpers: TaskTracker,
     ) {
-        let intervals = self.ctx.intervals;
-        let mut renew =
-            tokio::time::interval_at(Instant::now() + intervals.lock_renew, intervals.lock_renew);
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut persist = tokio::time::interval_at(
-            Instant::now() + intervals.persist_offsets,
-            intervals.persist_offsets,
-        );
-        persist.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut membership = self.ctx.directory.membership_changes(&self.ctx.group);
-        let renewing = self.ctx.locks().is_some();
         loop {
-            let run_at = self.next_run_at();
+            let pending = self.trigger.pending();
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
@@ -162,59 +136,23 @@ impl Service {
                     if changed {
                         let settle = self.ctx.intervals.membership_settle;
                         tracing::debug!(?settle, "directory says the group's membership changed");
-                        self.membership_quiet_at = Some(Instant::now() + settle);
-                        self.settle_started.get_or_insert_with(Instant::now);
+                        self.schedule.membership_changed();
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {
                         tracing::warn!("the directory's membership notifications ended; rounds now run on the timer only");
                         membership = None;
                     }
                 }
-                // Renewal and persistence come before the round: they are short and periodic,
-                // and rounds that run back to back (each longer than `rebalance_min`, with a
-                // wake-up during each) must not starve them.
-                _ = renew.tick(), if renewing => self.renew_locks().await,
-                _ = persist.tick() => self.persist_offsets().await,
-                _ = tokio::time::sleep_until(run_at) => self.run_round().await,
+                due = self.schedule.due(pending) => match due {
+                    Due::Renewal => self.renew_locks().await,
+                    Due::Persistence => self.persist_offsets().await,
+                    Due::Round => self.run_round().await,
+                },
             }
         }
         helpers.close();
         helpers.wait().await;
         self.shutdown().await;
-    }
-
-    /// When the next round may run: as soon as allowed if a wake-up is pending, else when the
-    /// timer says; never sooner than `rebalance_min` after the previous round started, except
-    /// for the retry of a refused lock, which runs `lock_retry` (500 ms) after the round that
-    /// asked for it, as the Java client's `rebalanceLater(500)` does.
-    ///
-    /// While the group settles (`membership_settle` is set, and only membership changes, or
-    /// this member's start, are pending), nothing runs until the group has been unchanged for
-    /// `membership_settle`, or `rebalance_wait` after the change that began the burst: not the
-    /// timers, not lock retries, which would plan from a group still changing.
-    fn next_run_at(&self) -> Instant {
-        let intervals = &self.ctx.intervals;
-        let earliest = self
-            .last_round_start
-            .map_or_else(Instant::now, |s| s + intervals.rebalance_min);
-        let pending = self.trigger.pending();
-        let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
-        if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
-            let only_changes = self.round == 0 || settling.contains(pending);
-            if !intervals.membership_settle.is_zero() && !pending.is_empty() && only_changes {
-                return quiet.min(started + intervals.rebalance_wait).max(earliest);
-            }
-        }
-        let due = if pending.is_empty() {
-            self.next_due
-        } else {
-            Instant::now()
-        };
-        let due = due.max(earliest);
-        match self.lock_retry_at {
-            Some(retry) => due.min(retry),
-            None => due,
-        }
     }
 
     /// Takes the subscriptions the application asked for through its handles.
@@ -261,24 +199,8 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
-        let mut reasons = self.trigger.take();
-        if self
-            .lock_retry_at
-            .take()
-            .is_some_and(|at| at <= Instant::now())
-        {
-            reasons |= WakeReasons::LOCK_RETRY;
-        }
-        if reasons.is_empty() {
-            reasons = if self.last_balanced {
-                WakeReasons::INTERVAL
-            } else {
-                WakeReasons::RETRY
-            };
-        }
+        let reasons = self.schedule.start_round(self.trigger.take());
         self.round += 1;
-        self.membership_quiet_at = None;
-        self.settle_started = None;
         let span = tracing::info_span!(
             "rebalance",
             group = %self.ctx.group,
@@ -287,25 +209,13 @@ impl Service {
             reasons = %reasons,
         );
         let report = self.round_inner(reasons).instrument(span).await;
-        // A lock refused early in a long round (a broker that times out, then other topics) is
-        // retried `lock_retry` after the round, not at once: the retry would otherwise be due
-        // before the round ends, and every round would run straight after the previous one.
-        if std::mem::take(&mut self.locks_to_retry) {
-            self.lock_retry_at = Some(Instant::now() + self.ctx.intervals.lock_retry);
-        }
-        self.last_balanced = report.balanced;
-        let wait = if report.balanced {
-            self.ctx.intervals.rebalance_wait
-        } else {
-            self.ctx.intervals.rebalance_min
-        };
-        self.next_due = Instant::now() + wait;
+        let retry_locks = std::mem::take(&mut self.locks_to_retry);
+        self.schedule.end_round(report.balanced, retry_locks);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
     async fn round_inner(&mut self, reasons: WakeReasons) -> RoundReport {
         let started = Instant::now();
-        self.last_round_start = Some(started);
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
         let subscribed: Vec<String> = self.subscriptions.keys().cloned().collect();
