@@ -1,10 +1,11 @@
 //! Lock renewal of held locked queues (ordered consumption, or exclusive hand-off).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use rebalance_core::MessageQueue;
 use tokio::time::Instant;
 
+use super::lock_book::Renewal;
 use super::round::ReleaseMode;
 use super::{Service, topic_report};
 use crate::listener::RemovalReason;
@@ -40,44 +41,28 @@ impl Service {
                 LockOutcome::unanswered(&held)
             }
         };
-        let granted: HashSet<&MessageQueue> = outcome.granted.iter().collect();
-        let unanswered: HashSet<&MessageQueue> = outcome.unanswered.iter().collect();
-        for q in &outcome.granted {
+        let renewal = Renewal::sort(held, &outcome, now, |q| {
+            self.table.get(q).and_then(|pq| pq.lock_valid_until())
+        });
+        for q in &renewal.renewed {
             if let Some(pq) = self.table.get(q) {
                 pq.set_lock_valid_until(now + lifetime);
             }
         }
-        // A refused queue (or one the locker did not mention) belongs to someone else now. No
-        // answer says nothing about the lock: it may still be ours, so the queue is kept until
-        // its last granted lock is `lock_lifetime` old, as when every broker fails.
-        let mut refused = Vec::new();
-        let mut expired = Vec::new();
-        let mut trusted = Vec::new();
-        for q in held {
-            if granted.contains(&q) {
-                continue;
-            }
-            if !unanswered.contains(&q) {
-                // Someone else holds the lock: stop trusting ours at once, so that no batch
-                // starts and the release does not keep retrying a final offset that would land
-                // over the new holder's progress.
-                if let Some(pq) = self.table.get(&q) {
-                    pq.set_lock_valid_until(now);
-                }
-                refused.push(q);
-                continue;
-            }
-            let fresh = self
-                .table
-                .get(&q)
-                .and_then(|pq| pq.lock_valid_until())
-                .is_some_and(|until| now < until);
-            if fresh {
-                trusted.push(q);
-            } else {
-                expired.push(q);
+        // Someone else holds a refused queue's lock: stop trusting ours at once, so that no
+        // batch starts and the release does not keep retrying a final offset that would land
+        // over the new holder's progress.
+        for q in &renewal.refused {
+            if let Some(pq) = self.table.get(q) {
+                pq.set_lock_valid_until(now);
             }
         }
+        let Renewal {
+            refused,
+            trusted,
+            expired,
+            ..
+        } = &renewal;
         if !refused.is_empty() {
             tracing::warn!(count = refused.len(), queues = ?refused, "the broker refused to renew the lock of ordered queues");
         }
@@ -87,9 +72,7 @@ impl Service {
         if !expired.is_empty() {
             tracing::warn!(count = expired.len(), queues = ?expired, "no answer to the lock renewal and the lock lifetime is over");
         }
-        let mut lost = refused;
-        lost.extend(expired);
-        lost.sort();
+        let lost = renewal.lost();
         if lost.is_empty() {
             return;
         }

@@ -6,12 +6,13 @@
 
 mod diff;
 mod directory_trouble;
+mod lock_book;
 mod locks;
 mod offsets;
 mod round;
 mod schedule;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
@@ -22,6 +23,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use self::diff::{Target, diff};
+use self::lock_book::LockBook;
 use self::offsets::PendingOffset;
 use self::round::ReleaseMode;
 use self::schedule::{Due, Schedule};
@@ -59,12 +61,8 @@ pub(crate) struct Service {
     /// Final offsets the store refused (locked queues only), retried with every persistence
     /// tick until their lock may have passed to someone else.
     pending_offsets: HashMap<MessageQueue, PendingOffset>,
-    /// Whether the running round could not get some lock.
-    locks_to_retry: bool,
-    /// Queues not held whose lock request went unanswered: the broker may have granted it.
-    /// They are unlocked when they leave the share and at shutdown, so that a lost answer does
-    /// not hold the next owner off until the broker's lock expires.
-    unanswered_locks: HashSet<MessageQueue>,
+    /// Unanswered lock requests, and whether a round must retry its locks.
+    locks: LockBook,
     /// Per topic, since when the directory answers without this client.
     missing_since: HashMap<String, Instant>,
     /// When the rebalance last asked the heartbeat task for a heartbeat.
@@ -95,8 +93,7 @@ impl Service {
             trigger,
             outputs,
             pending_offsets: HashMap::new(),
-            locks_to_retry: false,
-            unanswered_locks: HashSet::new(),
+            locks: LockBook::default(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
             round: 0,
@@ -209,7 +206,7 @@ impl Service {
             reasons = %reasons,
         );
         let report = self.round_inner(reasons).instrument(span).await;
-        let retry_locks = std::mem::take(&mut self.locks_to_retry);
+        let retry_locks = self.locks.take_retry();
         self.schedule.end_round(report.balanced, retry_locks);
         self.outputs.rounds.send_replace(Arc::new(report));
     }

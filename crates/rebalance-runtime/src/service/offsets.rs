@@ -96,18 +96,12 @@ impl Service {
     /// it) that `leaving` selects and that are not held, except those whose refused final
     /// offset is still pending (their own path unlocks them once it is settled).
     pub(super) async fn unlock_unanswered(&mut self, leaving: impl Fn(&MessageQueue) -> bool) {
-        let mut queues: Vec<MessageQueue> = self
-            .unanswered_locks
-            .iter()
-            .filter(|q| leaving(q) && !self.pending_offsets.contains_key(*q))
-            .cloned()
-            .collect();
+        let pending = &self.pending_offsets;
+        let queues = self
+            .locks
+            .take_unanswered(leaving, |q| pending.contains_key(q));
         if queues.is_empty() {
             return;
-        }
-        queues.sort();
-        for q in &queues {
-            self.unanswered_locks.remove(q);
         }
         tracing::debug!(queues = ?queues, "unlocking queues whose lock request went unanswered");
         self.unlock_released(queues).await;

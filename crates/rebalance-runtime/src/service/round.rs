@@ -411,16 +411,9 @@ impl Service {
                     tracing::warn!(topic, queue = ?q, offset = p.offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
                 }
             }
-            for q in outcome.granted.iter().chain(&outcome.refused) {
-                self.unanswered_locks.remove(q);
-            }
-            self.unanswered_locks
-                .extend(outcome.unanswered.iter().cloned());
-            let granted: HashSet<MessageQueue> = outcome.granted.into_iter().collect();
             let before = queues.len();
-            queues.retain(|q| granted.contains(q));
-            let not_locked = before - queues.len();
-            if not_locked > 0 {
+            queues = self.locks.record_request(queues, &outcome);
+            if queues.len() < before {
                 tracing::info!(
                     topic,
                     refused = outcome.refused.len(),
@@ -428,7 +421,6 @@ impl Service {
                     retry_in = ?self.ctx.intervals.lock_retry,
                     "locks not granted; trying again after this round"
                 );
-                self.locks_to_retry = true;
             }
             lock_valid_until = Some(asked_at + self.ctx.intervals.lock_lifetime);
         }
