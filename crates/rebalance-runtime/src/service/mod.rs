@@ -6,6 +6,7 @@
 
 mod diff;
 mod directory_trouble;
+mod final_offsets;
 mod lock_book;
 mod locks;
 mod offsets;
@@ -15,7 +16,6 @@ mod schedule;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use rebalance_core::MessageQueue;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -23,8 +23,8 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use self::diff::{Target, diff};
+use self::final_offsets::FinalOffsets;
 use self::lock_book::LockBook;
-use self::offsets::PendingOffset;
 use self::round::ReleaseMode;
 use self::schedule::{Due, Schedule};
 use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
@@ -60,7 +60,7 @@ pub(crate) struct Service {
     outputs: Outputs,
     /// Final offsets the store refused (locked queues only), retried with every persistence
     /// tick until their lock may have passed to someone else.
-    pending_offsets: HashMap<MessageQueue, PendingOffset>,
+    final_offsets: FinalOffsets,
     /// Unanswered lock requests, and whether a round must retry its locks.
     locks: LockBook,
     /// Per topic, since when the directory answers without this client.
@@ -92,7 +92,7 @@ impl Service {
             routes,
             trigger,
             outputs,
-            pending_offsets: HashMap::new(),
+            final_offsets: FinalOffsets::default(),
             locks: LockBook::default(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
@@ -326,13 +326,8 @@ impl Service {
             }
             self.persist_offsets().await;
             self.unlock_unanswered(|_| true).await;
-            if !self.pending_offsets.is_empty() {
-                let mut given_up: Vec<(MessageQueue, i64)> = self
-                    .pending_offsets
-                    .drain()
-                    .map(|(q, p)| (q, p.offset))
-                    .collect();
-                given_up.sort();
+            if !self.final_offsets.is_empty() {
+                let given_up = self.final_offsets.drain();
                 tracing::error!(offsets = ?given_up, "shutting down with final offsets the store refused; their next owners resume from the last stored offsets");
                 self.unlock_released(given_up.into_iter().map(|(q, _)| q).collect())
                     .await;

@@ -5,16 +5,7 @@ use rebalance_core::MessageQueue;
 use tokio::time::Instant;
 
 use super::Service;
-
-/// A released queue's final offset that the store refused, kept for retries while this
-/// client's broker lock still keeps every other client off the queue.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct PendingOffset {
-    pub(super) offset: i64,
-    /// When the lock may have passed to someone else (`last_locked + lock_lifetime`): from
-    /// then on the value is neither retried nor reused.
-    pub(super) until: Instant,
-}
+use super::final_offsets::Retry;
 
 impl Service {
     /// Persists the offsets the application committed since the last time, and retries final
@@ -54,25 +45,20 @@ impl Service {
     /// resumes from the last stored offset (some messages may be consumed twice), and no late
     /// write can move its offset backwards.
     async fn retry_final_offsets(&mut self) {
-        if self.pending_offsets.is_empty() {
+        if self.final_offsets.is_empty() {
             return;
         }
         let now = Instant::now();
-        let mut pending: Vec<(MessageQueue, PendingOffset)> = self
-            .pending_offsets
-            .iter()
-            .map(|(q, p)| (q.clone(), *p))
-            .collect();
-        pending.sort_by(|a, b| a.0.cmp(&b.0));
         let mut to_unlock = Vec::new();
-        for (queue, pending) in pending {
-            let offset = pending.offset;
-            if now >= pending.until {
-                tracing::error!(queue = ?queue, offset, "giving up a released queue's final offset: the store kept refusing it and the queue's lock may pass to another client now; the next owner resumes from the last stored offset");
-                self.pending_offsets.remove(&queue);
-                to_unlock.push(queue);
-                continue;
-            }
+        for (queue, retry) in self.final_offsets.due(now) {
+            let (offset, until) = match retry {
+                Retry::GiveUp { offset } => {
+                    tracing::error!(queue = ?queue, offset, "giving up a released queue's final offset: the store kept refusing it and the queue's lock may pass to another client now; the next owner resumes from the last stored offset");
+                    to_unlock.push(queue);
+                    continue;
+                }
+                Retry::Persist { offset, until } => (offset, until),
+            };
             match self
                 .ctx
                 .offsets
@@ -81,11 +67,11 @@ impl Service {
             {
                 Ok(()) => {
                     tracing::info!(queue = ?queue, offset, "persisted a released queue's final offset; unlocking the queue");
-                    self.pending_offsets.remove(&queue);
+                    self.final_offsets.forget(&queue);
                     to_unlock.push(queue);
                 }
                 Err(e) => {
-                    tracing::warn!(queue = ?queue, offset, error = %e, retry_for = ?pending.until.duration_since(now), "final offset still not persisted; will retry while the lock lasts")
+                    tracing::warn!(queue = ?queue, offset, error = %e, retry_for = ?until.duration_since(now), "final offset still not persisted; will retry while the lock lasts")
                 }
             }
         }
@@ -96,10 +82,8 @@ impl Service {
     /// it) that `leaving` selects and that are not held, except those whose refused final
     /// offset is still pending (their own path unlocks them once it is settled).
     pub(super) async fn unlock_unanswered(&mut self, leaving: impl Fn(&MessageQueue) -> bool) {
-        let pending = &self.pending_offsets;
-        let queues = self
-            .locks
-            .take_unanswered(leaving, |q| pending.contains_key(q));
+        let pending = &self.final_offsets;
+        let queues = self.locks.take_unanswered(leaving, |q| pending.contains(q));
         if queues.is_empty() {
             return;
         }

@@ -7,7 +7,7 @@ use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
 use super::diff::{Change, Target, TopicDiff};
-use super::offsets::PendingOffset;
+use super::final_offsets::TakeBack;
 use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{Callback, TopicReport, Unbalanced, fingerprint};
@@ -345,8 +345,7 @@ impl Service {
                     Err(e) => match retry_until {
                         Some(until) => {
                             tracing::warn!(topic, queue = ?queue, offset, error = %e, retry_for = ?until.duration_since(Instant::now()), "could not persist the final offset; keeping the lock and retrying while it lasts");
-                            self.pending_offsets
-                                .insert(queue.clone(), PendingOffset { offset, until });
+                            self.final_offsets.keep(queue.clone(), offset, until);
                             settled = false;
                         }
                         None => {
@@ -407,8 +406,8 @@ impl Service {
             // Someone else holds a refused queue's lock now: a final offset still pending for it
             // must not be retried over that client's progress.
             for q in &outcome.refused {
-                if let Some(p) = self.pending_offsets.remove(q) {
-                    tracing::warn!(topic, queue = ?q, offset = p.offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
+                if let Some(offset) = self.final_offsets.forget(q) {
+                    tracing::warn!(topic, queue = ?q, offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
                 }
             }
             let before = queues.len();
@@ -432,14 +431,13 @@ impl Service {
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress. It stays
             // pending until the queue is inserted, so that a shutdown now still settles it.
-            let pending = match self.pending_offsets.get(&queue) {
-                Some(p) if Instant::now() < p.until => Some(p.offset),
-                Some(p) => {
-                    tracing::warn!(topic, queue = ?queue, offset = p.offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
-                    self.pending_offsets.remove(&queue);
+            let pending = match self.final_offsets.take_back(&queue, Instant::now()) {
+                TakeBack::Resume(offset) => Some(offset),
+                TakeBack::Expired(offset) => {
+                    tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
                     None
                 }
-                None => None,
+                TakeBack::Nothing => None,
             };
             let start = match pending {
                 Some(offset) => {
@@ -474,7 +472,7 @@ impl Service {
                 starts
                     .drain(..)
                     .map(|(queue, _, _)| queue)
-                    .filter(|q| !self.pending_offsets.contains_key(q)),
+                    .filter(|q| !self.final_offsets.contains(q)),
             );
         }
         if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty()) {
@@ -485,7 +483,7 @@ impl Service {
         let mut leases = Vec::with_capacity(starts.len());
         for (queue, start, unsaved) in starts {
             if unsaved {
-                self.pending_offsets.remove(&queue);
+                self.final_offsets.forget(&queue);
             }
             leases.push(self.table.insert(
                 queue,
