@@ -69,6 +69,7 @@ pub mod allocation;
 mod assignment;
 mod callbacks;
 pub mod config;
+pub mod consume;
 mod consumer;
 mod context;
 pub mod directory;
