@@ -9,7 +9,7 @@ use rebalance_core::assignor::{AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Params, StrategyRegistry};
 use tokio_util::sync::CancellationToken;
 
-use super::{ClusterAccess, ConsumerError};
+use super::{ClusterServices, ConsumerError};
 use crate::allocation::Allocation;
 use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::context::Subscriptions;
@@ -264,7 +264,7 @@ impl ConsumerBuilder {
     /// Sets name server, directory, offset store and locker from one value that implements all.
     /// Its offset store is the group's shared one: for broadcasting, call
     /// [`offset_store`](Self::offset_store) afterwards with a per-client store.
-    pub fn cluster<C: ClusterAccess>(self, cluster: C) -> Self {
+    pub fn cluster<C: ClusterServices>(self, cluster: C) -> Self {
         let cluster = Arc::new(cluster);
         self.name_server(cluster.clone())
             .directory(cluster.clone())

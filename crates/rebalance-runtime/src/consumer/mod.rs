@@ -5,7 +5,7 @@
 //! - `start`: [`ConsumerBuilder::start`], which makes first contact and spawns the tasks;
 //! - `handle`: the running consumer ([`ConsumerHandle`], [`WeakConsumerHandle`]);
 //! - `errors`: [`ConsumerError`];
-//! - `cluster`: [`ClusterAccess`], one value for every outside-world trait;
+//! - `cluster`: [`ClusterServices`], one value for every outside-world trait;
 //! - `identity`: which client id a consumer registers ([`default_client_id`]).
 
 mod builder;
@@ -17,7 +17,7 @@ mod identity;
 mod start;
 
 pub use builder::{Consumer, ConsumerBuilder};
-pub use cluster::ClusterAccess;
+pub use cluster::ClusterServices;
 pub use errors::ConsumerError;
 pub use handle::{ConsumerHandle, WeakConsumerHandle};
 pub use identity::default_client_id;
