@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use self::offsets::PendingOffset;
 use self::round::{ReleaseMode, Target};
-use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
+use crate::assignment::{Assignment, ListenerCallbackError, RoundReport, TopicReport, Unbalanced};
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
@@ -78,7 +78,7 @@ pub(crate) struct Service {
     settle_started: Option<Instant>,
     next_due: Instant,
     last_balanced: bool,
-    callback_errors: Vec<CallbackError>,
+    callback_errors: Vec<ListenerCallbackError>,
 }
 
 impl Service {
@@ -252,7 +252,7 @@ impl Service {
         }
     }
 
-    fn note_callback(&mut self, result: Result<(), CallbackError>) {
+    fn note_callback(&mut self, result: Result<(), ListenerCallbackError>) {
         if let Err(e) = result {
             self.callback_errors.push(e);
         }
