@@ -27,7 +27,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use clap::Parser;
 use rebalance::core::strategy::Params;
-use rebalance::runtime::{Intervals, ListenerError, default_client_id};
+use rebalance::runtime::{ListenerError, config::Intervals, default_client_id};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use serde_json::{Value, json};

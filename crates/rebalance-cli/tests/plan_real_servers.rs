@@ -5,7 +5,10 @@ use std::process::{Command, Output};
 use rebalance_core::ClientId;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::{ConsumeFrom, ConsumeOrder, GroupDirectory, MessageModel, Registration};
+use rebalance_runtime::{
+    GroupDirectory, Registration,
+    config::{ConsumeFrom, ConsumeOrder, MessageModel},
+};
 use serde_json::{Value, json};
 
 fn plan(args: &[&str]) -> Output {
@@ -30,7 +33,7 @@ async fn join(cluster: &TestCluster, group: &str, topic: &str, ids: &[&str]) -> 
                 message_model: MessageModel::Clustering,
                 consume_order: ConsumeOrder::Concurrent,
                 consume_from: ConsumeFrom::LastOffset,
-                subscriptions: vec![rebalance_runtime::Subscription::all(topic)],
+                subscriptions: vec![rebalance_runtime::subscription::Subscription::all(topic)],
             })
             .await
             .unwrap();

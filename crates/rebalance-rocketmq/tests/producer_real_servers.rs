@@ -22,7 +22,7 @@ use common::init_tracing;
 /// reported to the selector and the next attempt told which broker failed. Returns the queue
 /// it was stored on and every broker tried.
 async fn send_with_retries(
-    producer: &rebalance_runtime::ProducerHandle,
+    producer: &rebalance_runtime::producer::ProducerHandle,
     sender: &MessageSender,
     topic: &str,
     message: &Message,

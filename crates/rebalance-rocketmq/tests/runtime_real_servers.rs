@@ -12,8 +12,10 @@ use rebalance_core::{ClientId, MessageQueue};
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::{
-    ConsumeOrder, Consumer, ConsumerHandle, Intervals, ListenerError, QueueLease, QueueListener,
-    QueueLocker, RemovedQueue, StartPosition, WakeReasons,
+    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, QueueLocker, RemovedQueue,
+    StartPosition,
+    config::{ConsumeOrder, Intervals},
+    wake::WakeReasons,
 };
 
 const GROUP_PREFIX: &str = "runtime-it";

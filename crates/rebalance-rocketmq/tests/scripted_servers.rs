@@ -179,7 +179,7 @@ async fn broker_requests_carry_the_fields_the_servers_expect() {
         message_model: Default::default(),
         consume_order: Default::default(),
         consume_from: Default::default(),
-        subscriptions: vec![rebalance_runtime::Subscription::all("T")],
+        subscriptions: vec![rebalance_runtime::subscription::Subscription::all("T")],
     };
     // The slave address in the route is dead: unregistering reports it after trying all.
     let err = brokers.unregister(&registration).await.unwrap_err();
@@ -259,7 +259,7 @@ fn registration(topics: &[&str]) -> rebalance_runtime::Registration {
         consume_from: Default::default(),
         subscriptions: topics
             .iter()
-            .map(|t| rebalance_runtime::Subscription::all(*t))
+            .map(|t| rebalance_runtime::subscription::Subscription::all(*t))
             .collect(),
     }
 }
@@ -646,7 +646,7 @@ async fn a_subscription_changed_during_a_reconnection_is_not_overridden_by_its_o
         let mut r = registration(&["T"]);
         r.group = group.into();
         r.subscriptions[0].expression =
-            rebalance_runtime::TagExpression::parse(expression).unwrap();
+            rebalance_runtime::subscription::TagExpression::parse(expression).unwrap();
         r
     };
     brokers.register(&in_group("G1", "*")).await.unwrap();

@@ -13,8 +13,8 @@ use rebalance_core::MessageQueue;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient, RemotingClient, RemotingCommand};
 use rebalance_runtime::{
-    Consumer, ConsumerHandle, Intervals, ListenerError, MessageModel, NameServer, QueueLease,
-    QueueListener, RemovedQueue,
+    Consumer, ConsumerHandle, ListenerError, NameServer, QueueLease, QueueListener, RemovedQueue,
+    config::{Intervals, MessageModel},
 };
 use serde_json::Value;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use rebalance_runtime::ProducerHandle;
 use rebalance_runtime::memory::{InMemoryCluster, route_of};
+use rebalance_runtime::producer::ProducerHandle;
 use rebalance_runtime::producer::{Producer, QueueSelector, RoundRobin, SelectByHash};
 
 /// (publish queues, brokers)

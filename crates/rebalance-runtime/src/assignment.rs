@@ -123,18 +123,18 @@ pub struct TopicReport {
 /// callback's failure means for its queues.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{callback}({topic}) {failure}")]
-pub struct CallbackError {
+pub struct ListenerCallbackError {
     /// The callback.
-    pub callback: Callback,
+    pub callback: ListenerCallback,
     /// The topic it was called for.
     pub topic: String,
     /// How it failed.
-    pub failure: CallbackFailure,
+    pub failure: CallbackFailureKind,
 }
 
 /// A [`QueueListener`](crate::QueueListener) callback, named as the trait's method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Callback {
+pub enum ListenerCallback {
     /// [`QueueListener::queues_added`](crate::QueueListener::queues_added).
     QueuesAdded,
     /// [`QueueListener::queues_removed`](crate::QueueListener::queues_removed).
@@ -143,18 +143,18 @@ pub enum Callback {
     MessageQueueChanged,
 }
 
-impl Callback {
+impl ListenerCallback {
     /// The trait method's name.
     pub fn name(self) -> &'static str {
         match self {
-            Callback::QueuesAdded => "queues_added",
-            Callback::QueuesRemoved => "queues_removed",
-            Callback::MessageQueueChanged => "message_queue_changed",
+            ListenerCallback::QueuesAdded => "queues_added",
+            ListenerCallback::QueuesRemoved => "queues_removed",
+            ListenerCallback::MessageQueueChanged => "message_queue_changed",
         }
     }
 }
 
-impl std::fmt::Display for Callback {
+impl std::fmt::Display for ListenerCallback {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
@@ -163,7 +163,7 @@ impl std::fmt::Display for Callback {
 /// How a listener callback failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum CallbackFailure {
+pub enum CallbackFailureKind {
     /// It returned an error: its message, followed by those of its sources (`: `-separated).
     #[error("failed: {0}")]
     Returned(String),
@@ -189,7 +189,7 @@ pub struct RoundReport {
     /// Per subscribed (or just unsubscribed) topic.
     pub topics: Vec<TopicReport>,
     /// Listener callbacks that failed, panicked or timed out, in the order they were called.
-    pub callback_errors: Vec<CallbackError>,
+    pub callback_errors: Vec<ListenerCallbackError>,
     /// How long the round took.
     pub duration: Duration,
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use tokio::time::Instant;
 
-use crate::assignment::{AllocationFailure, Callback, CallbackError, CallbackFailure};
+use crate::assignment::{
+    AllocationFailure, CallbackFailureKind, ListenerCallback, ListenerCallbackError,
+};
 use crate::listener::ListenerError;
 
 /// Callbacks slower than this are reported.
@@ -18,18 +20,18 @@ const SLOW: Duration = Duration::from_secs(1);
 
 /// Awaits a listener callback; an error, a panic, or not returning within `timeout`
 /// (`callback_timeout`: the callback's future is then dropped, cancelling it at its current
-/// `.await`) becomes a [`CallbackError`] and a log event, never a failure of the calling task.
+/// `.await`) becomes a [`ListenerCallbackError`] and a log event, never a failure of the calling task.
 pub(crate) async fn contained<F>(
-    callback: Callback,
+    callback: ListenerCallback,
     topic: &str,
     timeout: Duration,
     future: F,
-) -> Result<(), CallbackError>
+) -> Result<(), ListenerCallbackError>
 where
     F: Future<Output = Result<(), ListenerError>>,
 {
     let started = Instant::now();
-    let failed = |failure| CallbackError {
+    let failed = |failure| ListenerCallbackError {
         callback,
         topic: topic.to_string(),
         failure,
@@ -42,7 +44,7 @@ where
             ?timeout,
             "listener callback did not return within callback_timeout; cancelled it, the round goes on as if it had returned"
         );
-        return Err(failed(CallbackFailure::TimedOut(timeout)));
+        return Err(failed(CallbackFailureKind::TimedOut(timeout)));
     };
     let elapsed = started.elapsed();
     if elapsed >= SLOW {
@@ -58,12 +60,12 @@ where
         Ok(Err(e)) => {
             let message = with_sources(&*e);
             tracing::warn!(%callback, topic, error = %message, "listener callback failed");
-            Err(failed(CallbackFailure::Returned(message)))
+            Err(failed(CallbackFailureKind::Returned(message)))
         }
         Err(panic) => {
             let message = panic_message(&*panic);
             tracing::error!(%callback, topic, panic = %message, "listener callback panicked");
-            Err(failed(CallbackFailure::Panicked(message)))
+            Err(failed(CallbackFailureKind::Panicked(message)))
         }
     }
 }
@@ -142,39 +144,39 @@ mod tests {
 
     #[tokio::test]
     async fn errors_and_panics_are_contained() {
-        let added = Callback::QueuesAdded;
+        let added = ListenerCallback::QueuesAdded;
         assert_eq!(contained(added, "T", LONG, async { Ok(()) }).await, Ok(()));
         let err = contained(added, "T", LONG, async { Err("boom".into()) })
             .await
             .unwrap_err();
         assert_eq!(
             err,
-            CallbackError {
+            ListenerCallbackError {
                 callback: added,
                 topic: "T".into(),
-                failure: CallbackFailure::Returned("boom".into()),
+                failure: CallbackFailureKind::Returned("boom".into()),
             }
         );
         assert_eq!(err.to_string(), "queues_added(T) failed: boom");
-        let err = contained(Callback::QueuesRemoved, "U", LONG, async {
+        let err = contained(ListenerCallback::QueuesRemoved, "U", LONG, async {
             panic!("kaboom")
         })
         .await
         .unwrap_err();
-        assert_eq!(err.failure, CallbackFailure::Panicked("kaboom".into()));
+        assert_eq!(err.failure, CallbackFailureKind::Panicked("kaboom".into()));
         assert_eq!(err.to_string(), "queues_removed(U) panicked: kaboom");
     }
 
     #[tokio::test]
     async fn a_returned_error_keeps_its_sources() {
-        let err = contained(Callback::QueuesRemoved, "T", LONG, async {
+        let err = contained(ListenerCallback::QueuesRemoved, "T", LONG, async {
             Err(Outer(std::io::Error::other("disk full")).into())
         })
         .await
         .unwrap_err();
         assert_eq!(
             err.failure,
-            CallbackFailure::Returned("could not store the offset: disk full".into())
+            CallbackFailureKind::Returned("could not store the offset: disk full".into())
         );
     }
 
@@ -227,11 +229,11 @@ mod tests {
             std::future::pending::<Result<(), ListenerError>>().await
         };
         let started = Instant::now();
-        let err = contained(Callback::QueuesAdded, "T", LONG, hangs)
+        let err = contained(ListenerCallback::QueuesAdded, "T", LONG, hangs)
             .await
             .unwrap_err();
         assert_eq!(started.elapsed(), LONG);
-        assert_eq!(err.failure, CallbackFailure::TimedOut(LONG));
+        assert_eq!(err.failure, CallbackFailureKind::TimedOut(LONG));
         assert_eq!(
             err.to_string(),
             "queues_added(T) failed: did not return within 10s (callback_timeout); it was cancelled"
@@ -242,7 +244,7 @@ mod tests {
         );
         // Quick callbacks pass through untouched.
         assert_eq!(
-            contained(Callback::QueuesRemoved, "T", LONG, async { Ok(()) }).await,
+            contained(ListenerCallback::QueuesRemoved, "T", LONG, async { Ok(()) }).await,
             Ok(())
         );
         assert_eq!(started.elapsed(), LONG);

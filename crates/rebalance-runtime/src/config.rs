@@ -62,7 +62,7 @@ impl ConsumeFrom {
     /// before anyone stored an offset must not be skipped), and from its end under `Timestamp`.
     ///
     /// ```
-    /// use rebalance_runtime::{ConsumeFrom, StartPosition};
+    /// use rebalance_runtime::{config::ConsumeFrom, StartPosition};
     ///
     /// assert_eq!(ConsumeFrom::LastOffset.start_without_offset("orders"), StartPosition::Latest);
     /// assert_eq!(ConsumeFrom::LastOffset.start_without_offset("%RETRY%g"), StartPosition::Earliest);

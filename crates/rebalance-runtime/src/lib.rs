@@ -6,7 +6,7 @@
 //! [`QueueLocker`], [`QueueListener`]); transports implement them, and [`memory`] has an
 //! in-memory cluster for tests, examples and simulations.
 //!
-//! A consumer subscribes to topics, each with a tag expression ([`TagExpression`]: `*` or
+//! A consumer subscribes to topics, each with a tag expression ([`TagExpression`](subscription::TagExpression): `*` or
 //! `TagA || TagB`, see [`subscription`]) that the [`Registration`] carries to the directory.
 //! A clustering consumer also subscribes to its group's retry topic (`%RETRY%{group}`) and
 //! shares its queues, as the Java push consumer does, unless
@@ -22,7 +22,7 @@
 //!   locks, persists offsets, and releases everything at shutdown;
 //! - **Heartbeat** keeps the client registered (every 30 s).
 //!
-//! A [`Producer`] reads the same routes with its own RouteSync (each topic's publish queues) and
+//! A [`Producer`](producer::Producer) reads the same routes with its own RouteSync (each topic's publish queues) and
 //! picks a queue per message: round robin, skipping the broker that just failed and, with
 //! latency fault avoidance, slow brokers; by key for ordered messages (see [`producer`]).
 //!
@@ -66,19 +66,20 @@
 #![warn(missing_docs)]
 
 pub mod allocation;
-mod assignment;
+pub mod assignment;
 mod callbacks;
 pub mod config;
+pub mod consume;
 mod consumer;
 mod context;
-pub mod directory;
+mod directory;
 mod error;
 mod heartbeat;
-pub mod listener;
-pub mod locker;
+mod listener;
+mod locker;
 pub mod memory;
-pub mod name_server;
-pub mod offset_store;
+mod name_server;
+mod offset_store;
 pub mod producer;
 mod route_sync;
 mod service;
@@ -86,25 +87,17 @@ pub mod subscription;
 mod table;
 pub mod wake;
 
-pub use allocation::Allocation;
-pub use assignment::{
-    AllocationFailure, Assignment, Callback, CallbackError, CallbackFailure, RoundReport,
-    TopicReport, Unbalanced,
-};
-pub use config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+// What the quickstart and the README use.
 pub use consumer::{
-    ClusterAccess, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, WeakConsumerHandle,
+    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, WeakConsumerHandle,
     default_client_id,
 };
-pub use directory::{GroupDirectory, Registration};
-pub use error::{RemoteError, RouteError};
 pub use listener::{
     ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue, StartPosition,
 };
+// The traits a transport implements, and the types in their signatures.
+pub use directory::{GroupDirectory, Registration};
+pub use error::{RemoteError, RouteError};
 pub use locker::{LockOutcome, QueueLocker};
 pub use name_server::NameServer;
 pub use offset_store::{LocalOffsetStore, OffsetScope, OffsetStore};
-pub use producer::{Producer, ProducerBuilder, ProducerHandle};
-pub use route_sync::{RouteTable, TopicState};
-pub use subscription::{Subscription, TagExpression, TagExpressionError};
-pub use wake::WakeReasons;

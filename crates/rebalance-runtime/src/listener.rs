@@ -236,7 +236,7 @@ pub struct RemovedQueue {
 /// Callbacks are awaited: a round waits for them, so a slow callback delays its own consumer's
 /// round, lock renewal and offset persistence. An error or a panic is contained: it is logged,
 /// reported in the round's outcome, and never stops the runtime. A callback that has not
-/// returned after [`Intervals::callback_timeout`](crate::Intervals::callback_timeout) (10 s) is
+/// returned after [`Intervals::callback_timeout`](crate::config::Intervals::callback_timeout) (10 s) is
 /// cancelled (its future dropped), logged as an error and reported, and the round goes on as if
 /// it had returned. Removals are announced before the queue's last offset is persisted and its
 /// lock released, so commit the final offset on the lease before returning from
@@ -252,7 +252,7 @@ pub struct RemovedQueue {
 ///
 /// An error from [`queues_added`](Self::queues_added) does not undo the addition: the queues
 /// are held, their leases live, and nothing calls it again for them (the error is logged and
-/// reported in [`RoundReport::callback_errors`](crate::RoundReport::callback_errors)). A
+/// reported in [`RoundReport::callback_errors`](crate::assignment::RoundReport::callback_errors)). A
 /// listener that could not start consuming a queue must retry on its own, or give the queue
 /// up by shutting the consumer down.
 #[async_trait]

@@ -10,7 +10,7 @@ use crate::RemoteError;
 /// Locks queues at their brokers so that only one client consumes an ordered queue.
 ///
 /// Locks expire at the broker when they are not renewed (RocketMQ: 60 s); the runtime renews
-/// them every [`Intervals::lock_renew`](crate::Intervals::lock_renew).
+/// them every [`Intervals::lock_renew`](crate::config::Intervals::lock_renew).
 ///
 /// Every call must end in bounded time (the RocketMQ transport's requests time out after 3 s):
 /// the runtime awaits each answer, and a call that never returns stalls the rounds and the

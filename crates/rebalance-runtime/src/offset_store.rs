@@ -65,7 +65,7 @@ pub trait OffsetStore: Send + Sync + 'static {
 /// own progress, as broadcasting needs ([`OffsetScope::Client`]).
 ///
 /// The offsets live as long as the value: a restarted process starts each queue from the
-/// consumer's [`ConsumeFrom`](crate::ConsumeFrom) position again (the Java client keeps them in a
+/// consumer's [`ConsumeFrom`](crate::config::ConsumeFrom) position again (the Java client keeps them in a
 /// local file; implement [`OffsetStore`] with [`OffsetScope::Client`] over a file or a database
 /// for that). Offsets survive a queue's release and re-addition within the process, so a queue
 /// that comes back (a topic that reappears) continues where it stopped. Never share one
@@ -76,7 +76,7 @@ pub trait OffsetStore: Send + Sync + 'static {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use rebalance_runtime::memory::InMemoryCluster;
-/// use rebalance_runtime::{Consumer, LocalOffsetStore, MessageModel};
+/// use rebalance_runtime::{Consumer, LocalOffsetStore, config::MessageModel};
 /// # use rebalance_runtime::{ListenerError, QueueLease, QueueListener, RemovedQueue};
 /// # struct Quiet;
 /// # #[async_trait::async_trait]

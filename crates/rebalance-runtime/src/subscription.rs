@@ -147,6 +147,24 @@ impl TagExpression {
     pub fn is_all(&self) -> bool {
         self.tags.is_empty()
     }
+
+    /// Whether a message with tag `tag` (`None`: without a tag) is consumed: always under `*`,
+    /// else only when its tag is one of the expression's. This is the client-side re-filter of
+    /// the Java client (a RocketMQ broker filters by the tag's hash code only, so two tags with
+    /// the same hash both reach the consumer).
+    ///
+    /// ```
+    /// use rebalance_runtime::subscription::TagExpression;
+    ///
+    /// let tags = TagExpression::parse("TagA || TagB").unwrap();
+    /// assert!(tags.matches(Some("TagB")));
+    /// assert!(!tags.matches(Some("TagC")));
+    /// assert!(!tags.matches(None));
+    /// assert!(TagExpression::all().matches(None));
+    /// ```
+    pub fn matches(&self, tag: Option<&str>) -> bool {
+        self.is_all() || tag.is_some_and(|tag| self.tags.iter().any(|t| t == tag))
+    }
 }
 
 impl Default for TagExpression {

@@ -95,36 +95,36 @@ impl fmt::Debug for WakeReasons {
 /// pending afterwards and causes another round. The [`Notify`] only interrupts the waiting
 /// task; it is never the record of a wake-up, so none can be lost whatever the timing.
 #[derive(Debug, Default)]
-pub struct Trigger {
+pub(crate) struct Trigger {
     pending: AtomicU32,
     notify: Notify,
 }
 
 impl Trigger {
     /// A trigger with nothing pending.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Asks for a round for `reasons`.
-    pub fn wake(&self, reasons: WakeReasons) {
+    pub(crate) fn wake(&self, reasons: WakeReasons) {
         self.pending.fetch_or(reasons.0, Ordering::AcqRel);
         self.notify.notify_one();
     }
 
     /// The reasons pending now, without clearing them.
-    pub fn pending(&self) -> WakeReasons {
+    pub(crate) fn pending(&self) -> WakeReasons {
         WakeReasons(self.pending.load(Ordering::Acquire))
     }
 
     /// Takes (and clears) the pending reasons.
-    pub fn take(&self) -> WakeReasons {
+    pub(crate) fn take(&self) -> WakeReasons {
         WakeReasons(self.pending.swap(0, Ordering::AcqRel))
     }
 
     /// Completes after the next [`wake`](Self::wake) (or at once if one happened since the
     /// last time this completed). Check [`pending`](Self::pending) for the truth.
-    pub async fn notified(&self) {
+    pub(crate) async fn notified(&self) {
         self.notify.notified().await
     }
 }

@@ -18,9 +18,12 @@ use rebalance_core::strategy::Averagely;
 use rebalance_core::{AllocateError, AllocateStrategy, ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    AllocationFailure, Callback, CallbackError, CallbackFailure, ConsumerError, GroupDirectory,
-    Intervals, ListenerError, NameServer, QueueLease, QueueListener, Registration, RemoteError,
-    RemovalReason, RemovedQueue, RouteError, Unbalanced,
+    ConsumerError, GroupDirectory, ListenerError, NameServer, QueueLease, QueueListener,
+    Registration, RemoteError, RemovalReason, RemovedQueue, RouteError,
+    assignment::{
+        AllocationFailure, CallbackFailureKind, ListenerCallback, ListenerCallbackError, Unbalanced,
+    },
+    config::Intervals,
 };
 use tokio::sync::watch;
 
@@ -64,7 +67,7 @@ impl QueueListener for Hangs {
     }
 }
 
-fn callback_errors(member: &Member) -> Vec<CallbackError> {
+fn callback_errors(member: &Member) -> Vec<ListenerCallbackError> {
     member.handle.rounds().borrow().callback_errors.clone()
 }
 
@@ -93,10 +96,10 @@ async fn a_hung_added_callback_is_cut_short_and_the_consumer_goes_on() {
     let errors = callback_errors(&a);
     assert_eq!(
         errors,
-        [CallbackError {
-            callback: Callback::QueuesAdded,
+        [ListenerCallbackError {
+            callback: ListenerCallback::QueuesAdded,
             topic: "T".into(),
-            failure: CallbackFailure::TimedOut(Duration::from_secs(3)),
+            failure: CallbackFailureKind::TimedOut(Duration::from_secs(3)),
         }]
     );
     assert!(
@@ -146,9 +149,11 @@ async fn a_hung_removed_callback_lets_the_hand_off_proceed() {
     assert_eq!(b.handle.assignment().len(), 2);
     let errors = callback_errors(&a);
     assert!(
-        errors.iter().any(|e| e.callback == Callback::QueuesRemoved
-            && e.topic == "T"
-            && e.failure == CallbackFailure::TimedOut(Duration::from_secs(10))),
+        errors
+            .iter()
+            .any(|e| e.callback == ListenerCallback::QueuesRemoved
+                && e.topic == "T"
+                && e.failure == CallbackFailureKind::TimedOut(Duration::from_secs(10))),
         "{errors:?}"
     );
     for (q, start) in b.recorder.added() {

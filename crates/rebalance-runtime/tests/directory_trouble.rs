@@ -10,9 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use rebalance_core::ClientId;
-use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterCall, ClusterConfig, InMemoryCluster};
 use rebalance_runtime::{
-    GroupDirectory, Intervals, Registration, RemoteError, RemovalReason, Unbalanced,
+    GroupDirectory, Registration, RemoteError, RemovalReason, assignment::Unbalanced,
+    config::Intervals,
 };
 use tokio::sync::watch;
 
@@ -69,7 +70,7 @@ async fn heartbeats_asked_for_by_directory_trouble_are_rate_limited() {
     settle(MIN).await;
     let before = directory.registers();
     // The directory fails for the next 20 rounds; unbalanced rounds run every second.
-    cluster.fail_next(Operation::ConsumerIds, 20);
+    cluster.fail_next(ClusterCall::ConsumerIds, 20);
     a.handle.rebalance_now();
     settle(Duration::from_millis(10)).await;
     assert_eq!(

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_core::MessageQueue;
-use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterCall, InMemoryCluster};
 use rebalance_runtime::{
-    Callback, CallbackError, CallbackFailure, Intervals, RemoteError, RemovalReason, StartPosition,
-    Unbalanced,
+    RemoteError, RemovalReason, StartPosition,
+    assignment::{CallbackFailureKind, ListenerCallback, ListenerCallbackError, Unbalanced},
+    config::Intervals,
 };
 
 const MIN: Duration = Duration::from_secs(1);
@@ -101,7 +102,7 @@ async fn directory_failures_keep_the_assignment() {
     cluster.create_topic("T", 1, 4);
     let a = start(&cluster, 0, &["T"]).await;
     settle(MIN).await;
-    cluster.fail_next(Operation::ConsumerIds, 5);
+    cluster.fail_next(ClusterCall::ConsumerIds, 5);
     a.handle.rebalance_now();
     settle(Duration::from_millis(10)).await;
     let report = a.handle.rounds().borrow().clone();
@@ -136,7 +137,7 @@ async fn an_expired_member_keeps_its_queues_and_heartbeats_at_once_when_missing(
     // The heartbeats at 30, 60, 90 and 120 s fail: the directory drops `a` at 120 s. `a` keeps
     // its queues (a directory problem is no reason to stop consuming), and as soon as a round
     // sees it missing it heartbeats at once instead of waiting for the next 30 s tick.
-    cluster.fail_next(Operation::Register, 4);
+    cluster.fail_next(ClusterCall::Register, 4);
     settle(Duration::from_secs(118)).await;
     assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
     settle(Duration::from_secs(6)).await;
@@ -224,10 +225,10 @@ async fn listener_errors_and_panics_are_contained() {
     let report = a.handle.rounds().borrow().clone();
     assert_eq!(
         report.callback_errors,
-        [CallbackError {
-            callback: Callback::QueuesAdded,
+        [ListenerCallbackError {
+            callback: ListenerCallback::QueuesAdded,
             topic: "T".into(),
-            failure: CallbackFailure::Returned("injected listener failure".into()),
+            failure: CallbackFailureKind::Returned("injected listener failure".into()),
         }],
         "{report:?}"
     );
@@ -253,7 +254,7 @@ async fn an_unreadable_offset_delays_the_queue() {
     cluster.create_topic("T", 1, 2);
     let queue = all_queues(&cluster, &["T"]).into_iter().next().unwrap();
     cluster.set_offset(GROUP, &queue, 12);
-    cluster.fail_next(Operation::ReadOffset, 1);
+    cluster.fail_next(ClusterCall::ReadOffset, 1);
     let a = start(&cluster, 0, &["T"]).await;
     settle(Duration::from_millis(10)).await;
     assert_eq!(
@@ -322,8 +323,8 @@ async fn shutdown_does_not_wait_for_a_hanging_route_poll_or_heartbeat() {
     assert_eq!(a.handle.assignment().len(), 4);
     // The next route poll and heartbeat (both due at 30 s) hang for a minute, as calls to an
     // unreachable name server or broker do until their timeouts, one after another.
-    cluster.delay_next(Operation::Route, 1, Duration::from_secs(60));
-    cluster.delay_next(Operation::Register, 1, Duration::from_secs(60));
+    cluster.delay_next(ClusterCall::Route, 1, Duration::from_secs(60));
+    cluster.delay_next(ClusterCall::Register, 1, Duration::from_secs(60));
     settle(Duration::from_secs(30)).await;
     let asked = tokio::time::Instant::now();
     a.handle.shutdown().await;
@@ -345,8 +346,8 @@ async fn requests_that_took_effect_but_lost_their_answers_are_repaired() {
     let all = all_queues(&cluster, &["T"]);
     // The first heartbeat registered a, and a's first lock request locked both queues, but
     // a heard neither answer.
-    cluster.lose_next_replies(Operation::Register, 1);
-    cluster.lose_next_replies(Operation::Lock, 1);
+    cluster.lose_next_replies(ClusterCall::Register, 1);
+    cluster.lose_next_replies(ClusterCall::Lock, 1);
     let a = start_with(&cluster, 0, &["T"], |b| b.exclusive_hand_off(true)).await;
     assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
     settle(Duration::from_millis(100)).await;
@@ -361,7 +362,7 @@ async fn requests_that_took_effect_but_lost_their_answers_are_repaired() {
     assert_partition(&[&a], &all);
     // A final offset stored whose answer was lost is retried under the lock, then handed over.
     a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
-    cluster.lose_next_replies(Operation::PersistOffset, 1);
+    cluster.lose_next_replies(ClusterCall::PersistOffset, 1);
     let b = start_with(&cluster, 1, &["T"], |b| b.exclusive_hand_off(true)).await;
     settle(2 * MIN).await;
     assert_eq!(

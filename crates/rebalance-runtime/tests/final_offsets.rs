@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::QueueLocker;
-use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
-use rebalance_runtime::{ConsumerBuilder, Intervals, RemovalReason, StartPosition};
+use rebalance_runtime::memory::{ClusterCall, ClusterConfig, InMemoryCluster};
+use rebalance_runtime::{ConsumerBuilder, RemovalReason, StartPosition, config::Intervals};
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -62,7 +62,7 @@ async fn without_a_lock_a_refused_final_offset_is_not_written_over_the_next_owne
     // a's final write of queue 1 (at 1 s) is refused, and so is the next persistence call:
     // with retries, a's tick at 5 s would fail and the one at 10 s would store 77 after b
     // stored its own progress at 6 s.
-    cluster.fail_next(Operation::PersistOffset, 2);
+    cluster.fail_next(ClusterCall::PersistOffset, 2);
     let b = start(&cluster, 1, &["T"]).await;
     settle(MIN).await;
     assert_eq!(
@@ -90,7 +90,7 @@ async fn with_a_lock_a_refused_final_offset_is_retried_then_the_queue_handed_ove
     cluster.create_topic("T", 1, 2);
     cluster.set_offset(GROUP, &queue(1), 10);
     let a = first_member(&cluster, exclusive).await;
-    cluster.fail_next(Operation::PersistOffset, 1);
+    cluster.fail_next(ClusterCall::PersistOffset, 1);
     let b = start_with(&cluster, 1, &["T"], exclusive).await;
     settle(3 * MIN).await;
     assert_eq!(
@@ -119,7 +119,7 @@ async fn with_a_lock_a_refused_final_offset_is_given_up_when_the_lock_may_pass()
     let lifetime = Intervals::default().lock_lifetime;
     let a = first_member(&cluster, exclusive).await;
     // The store refuses a's final write at 1 s and every retry (5 s, 10 s, … 25 s, maybe 30 s).
-    cluster.fail_next(Operation::PersistOffset, 7);
+    cluster.fail_next(ClusterCall::PersistOffset, 7);
     let b = start_with(&cluster, 1, &["T"], exclusive).await;
     // The lock of queue 1 was granted at 0 s: up to `lock_lifetime` (30 s) nobody else can
     // have it, and a keeps it.
@@ -147,7 +147,7 @@ async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
     cluster.create_topic("T", 1, 2);
     cluster.set_offset(GROUP, &queue(1), 10);
     let a = first_member(&cluster, exclusive).await;
-    cluster.fail_next(Operation::PersistOffset, 1);
+    cluster.fail_next(ClusterCall::PersistOffset, 1);
     let b = start_with(&cluster, 1, &["T"], exclusive).await;
     settle(Duration::from_millis(500)).await;
     assert_eq!(
@@ -177,7 +177,7 @@ async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
     cluster.set_offset(GROUP, &queue(1), 100);
     // a, unaware, commits 90; its writes are refused until its renewal at 20 s is refused.
     a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
-    cluster.fail_next(Operation::PersistOffset, 2);
+    cluster.fail_next(ClusterCall::PersistOffset, 2);
     settle(Duration::from_secs(8)).await;
     assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
     // The lock was someone else's: 90 is not retried over the new holder's progress.
@@ -192,7 +192,7 @@ async fn a_final_offset_still_refused_at_shutdown_is_given_up_and_its_queue_unlo
     cluster.set_offset(GROUP, &queue(1), 10);
     let a = first_member(&cluster, exclusive).await;
     // Every write of a's shutdown is refused: the final offset at release, and its retry.
-    cluster.fail_next(Operation::PersistOffset, 10);
+    cluster.fail_next(ClusterCall::PersistOffset, 10);
     a.handle.shutdown().await;
     assert_eq!(a.recorder.removed_with(RemovalReason::Shutdown).len(), 2);
     assert_eq!(cluster.offset(GROUP, &queue(1)), Some(10), "77 was refused");
@@ -208,7 +208,7 @@ async fn a_refused_lock_when_taking_a_queue_back_ends_the_retries_of_its_final_o
     let a = first_member(&cluster, exclusive).await;
     // a's final write of queue 1 and its retries until 15 s are refused: 77 stays pending,
     // under a's lock (b consumes without locks).
-    cluster.fail_next(Operation::PersistOffset, 4);
+    cluster.fail_next(ClusterCall::PersistOffset, 4);
     let b = start(&cluster, 1, &["T"]).await;
     settle(MIN).await;
     assert_eq!(
@@ -260,7 +260,7 @@ async fn a_shutdown_while_taking_a_queue_back_settles_its_refused_final_offset_u
     cluster.set_offset(GROUP, &queue(1), 10);
     let a = first_member(&cluster, exclusive).await;
     // a's final write of queue 1 is refused: 77 is pending under a's lock, and b waits for it.
-    cluster.fail_next(Operation::PersistOffset, 1);
+    cluster.fail_next(ClusterCall::PersistOffset, 1);
     let b = start_with(&cluster, 1, &["T"], exclusive).await;
     settle(Duration::from_millis(500)).await;
     assert_eq!(
@@ -270,12 +270,12 @@ async fn a_shutdown_while_taking_a_queue_back_settles_its_refused_final_offset_u
     assert!(b.handle.assignment().is_empty());
     b.handle.shutdown().await;
     // Queue 1 comes back to a, whose lock request is answered 2 s late; a shuts down meanwhile.
-    cluster.delay_next(Operation::Lock, 1, Duration::from_secs(2));
+    cluster.delay_next(ClusterCall::Lock, 1, Duration::from_secs(2));
     settle(MIN).await;
     assert_eq!(a.handle.assignment().len(), 1);
     // a's first unlock from now on takes effect at once but is answered a second late, so that
     // a lock released before 77 is stored is seen by the next owner.
-    cluster.delay_next(Operation::Unlock, 1, MIN);
+    cluster.delay_next(ClusterCall::Unlock, 1, MIN);
     let next = next_owner_resumes(&cluster, queue(1));
     let started = tokio::time::Instant::now();
     a.handle.shutdown().await;

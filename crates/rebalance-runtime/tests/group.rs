@@ -9,10 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use rebalance_core::MessageQueue;
-use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterCall, ClusterConfig, InMemoryCluster};
 use rebalance_runtime::{
     GroupDirectory, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
-    StartPosition, WakeReasons,
+    StartPosition, wake::WakeReasons,
 };
 
 const MIN: Duration = Duration::from_secs(1);
@@ -213,7 +213,7 @@ async fn a_notification_during_a_round_causes_another_round() {
     settle(2 * MIN).await;
     assert_eq!(a.handle.assignment().len(), 8);
     // a's next round is slow (its directory call takes 5 s); b joins while it runs.
-    cluster.delay_next(Operation::ConsumerIds, 1, Duration::from_secs(5));
+    cluster.delay_next(ClusterCall::ConsumerIds, 1, Duration::from_secs(5));
     a.handle.rebalance_now();
     settle(Duration::from_millis(500)).await;
     let b = start(&cluster, 1, &["T"]).await;
@@ -252,7 +252,7 @@ async fn a_wake_up_during_a_round_is_not_lost() {
     settle(2 * MIN).await;
     let mut rounds = a.handle.rounds();
     let before = rounds.borrow_and_update().round;
-    cluster.delay_next(Operation::ConsumerIds, 1, Duration::from_secs(5));
+    cluster.delay_next(ClusterCall::ConsumerIds, 1, Duration::from_secs(5));
     let t0 = tokio::time::Instant::now();
     a.handle.rebalance_now();
     settle(Duration::from_secs(1)).await; // the slow round (5 s) is running

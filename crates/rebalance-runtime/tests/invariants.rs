@@ -1,4 +1,4 @@
-//! DESIGN.md's invariants under random churn: after every membership change and a settle time
+//! ARCHITECTURE.md's invariants under random churn: after every membership change and a settle time
 //! (two rebalance minimums, plus a heartbeat expiry after a crash), the running members' shares
 //! are disjoint and cover every queue; shutdown releases everything once.
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::*;
-use rebalance_runtime::memory::{InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterCall, InMemoryCluster};
 use rebalance_runtime::{
     ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
     WeakConsumerHandle,
@@ -109,7 +109,7 @@ async fn a_shutdown_during_the_start_offset_reads_adds_nothing_and_leaves_no_loc
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);
     // The first round locks both queues, then waits 2 s for the first start offset.
-    cluster.delay_next(Operation::ReadOffset, 1, Duration::from_secs(2));
+    cluster.delay_next(ClusterCall::ReadOffset, 1, Duration::from_secs(2));
     let a = start_with(&cluster, 0, &["T"], |b| b.exclusive_hand_off(true)).await;
     settle(Duration::from_millis(500)).await;
     let queues = all_queues(&cluster, &["T"]);

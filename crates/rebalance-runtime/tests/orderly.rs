@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::memory::{ClusterClient, InMemoryCluster, Operation};
+use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    ConsumeOrder, Intervals, MessageModel, QueueLease, QueueLocker, RemovalReason, StartPosition,
-    Unbalanced, WakeReasons,
+    QueueLease, QueueLocker, RemovalReason, StartPosition,
+    assignment::Unbalanced,
+    config::{ConsumeOrder, Intervals, MessageModel},
+    wake::WakeReasons,
 };
 use tokio::sync::OwnedMutexGuard;
 
@@ -251,7 +253,7 @@ async fn a_hand_off_under_way_finishes_while_the_directory_fails() {
     // The directory fails for the next 30 s or so of rounds. Those rounds keep the assignment,
     // but the release already announced still finishes as soon as the batch ends: keeping the
     // lock would hold the queue's next owner off for as long as the directory is down.
-    cluster.fail_next(Operation::ConsumerIds, 60);
+    cluster.fail_next(ClusterCall::ConsumerIds, 60);
     drop(guard);
     settle(2 * MIN).await;
     assert!(
@@ -382,7 +384,7 @@ async fn a_lost_lock_releases_the_queue_until_it_is_back() {
     assert_eq!(a.handle.assignment().len(), 2);
     // Renewals (every 20 s) fail; after the lock lifetime (30 s) the client stops trusting
     // its locks and stops consuming.
-    cluster.fail_next(Operation::Lock, 3);
+    cluster.fail_next(ClusterCall::Lock, 3);
     settle(Duration::from_secs(45)).await;
     assert_eq!(a.recorder.removed_with(RemovalReason::Lost).len(), 2);
     settle(Duration::from_secs(30)).await;
@@ -552,7 +554,7 @@ async fn exclusive_hand_off_waits_for_the_previous_owner() {
         lease.commit(9);
     }
     // b's first round runs before a has released anything: the lock keeps b off queue 1.
-    cluster.delay_next(Operation::ConsumerIds, 1, Duration::from_secs(3));
+    cluster.delay_next(ClusterCall::ConsumerIds, 1, Duration::from_secs(3));
     a.handle.rebalance_now();
     settle(Duration::from_millis(1)).await;
     let b = start_with(&cluster, 1, &["T"], exclusive).await;

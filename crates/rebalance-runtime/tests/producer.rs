@@ -10,11 +10,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rebalance_core::route::perm;
 use rebalance_core::{MessageQueue, PublishError, TopicRoute};
-use rebalance_runtime::memory::{ClusterClient, InMemoryCluster, Operation, route_of};
+use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster, route_of};
 use rebalance_runtime::producer::{
     Producer, ProducerError, SelectByHash, SelectByMachineRoom, SelectError,
 };
-use rebalance_runtime::{NameServer, ProducerHandle, RemoteError, RouteError, TopicState};
+use rebalance_runtime::{
+    NameServer, RemoteError, RouteError,
+    producer::{ProducerHandle, TopicState},
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -128,7 +131,7 @@ async fn concurrent_first_selections_share_one_fetch() {
         .start()
         .await
         .unwrap();
-    cluster.delay_next(Operation::Route, 1, Duration::from_millis(200));
+    cluster.delay_next(ClusterCall::Route, 1, Duration::from_millis(200));
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let p = producer.clone();
@@ -202,7 +205,7 @@ async fn name_server_answers_and_failures_are_typed_errors() {
     cluster.set_name_server_down(false);
 
     cluster.create_topic("Slow", 1, 1);
-    cluster.delay_next(Operation::Route, 1, Duration::from_secs(10));
+    cluster.delay_next(ClusterCall::Route, 1, Duration::from_secs(10));
     let start = Instant::now();
     assert_eq!(
         producer.select("Slow", None).await,

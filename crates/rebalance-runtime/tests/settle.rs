@@ -7,7 +7,11 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_runtime::memory::InMemoryCluster;
-use rebalance_runtime::{ConsumeOrder, ConsumerBuilder, Intervals, WakeReasons};
+use rebalance_runtime::{
+    ConsumerBuilder,
+    config::{ConsumeOrder, Intervals},
+    wake::WakeReasons,
+};
 use tokio::time::Instant;
 
 const SETTLE: Duration = Duration::from_secs(1);

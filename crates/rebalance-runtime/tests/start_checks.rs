@@ -10,7 +10,8 @@ use common::*;
 use rebalance_runtime::config::IntervalsError;
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    ConsumeOrder, ConsumerBuilder, ConsumerError, Intervals, LocalOffsetStore, MessageModel,
+    ConsumerBuilder, ConsumerError, LocalOffsetStore,
+    config::{ConsumeOrder, Intervals, MessageModel},
 };
 
 /// Member 0's builder wired to `cluster` for everything but the locker.

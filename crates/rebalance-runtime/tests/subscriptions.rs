@@ -10,8 +10,10 @@ use std::time::Duration;
 use common::*;
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    ConsumerError, Intervals, LocalOffsetStore, MessageModel, Subscription, TagExpression,
-    TagExpressionError, WakeReasons,
+    ConsumerError, LocalOffsetStore,
+    config::{Intervals, MessageModel},
+    subscription::{Subscription, TagExpression, TagExpressionError},
+    wake::WakeReasons,
 };
 
 const RETRY: &str = "%RETRY%G";

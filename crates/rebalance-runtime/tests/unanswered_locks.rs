@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
-use rebalance_runtime::{ConsumeOrder, ConsumerBuilder, LockOutcome, QueueLocker, RemoteError};
+use rebalance_runtime::{
+    ConsumerBuilder, LockOutcome, QueueLocker, RemoteError, config::ConsumeOrder,
+};
 
 /// What the in-memory locker does to one broker's part of each lock request.
 #[derive(Clone, Copy)]

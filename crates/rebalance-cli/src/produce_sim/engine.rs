@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rebalance_runtime::ProducerHandle;
 use rebalance_runtime::memory::{InMemoryCluster, route_of};
+use rebalance_runtime::producer::ProducerHandle;
 use rebalance_runtime::producer::{Producer, ProducerError, SelectError};
 use tokio::time::Instant;
 

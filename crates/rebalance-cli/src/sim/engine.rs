@@ -9,8 +9,8 @@ use rebalance_core::route::perm;
 use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
-    Allocation, Consumer, ConsumerHandle, Intervals, ListenerError, QueueLease, QueueListener,
-    RemovalReason, RemovedQueue,
+    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason,
+    RemovedQueue, allocation::Allocation, config::Intervals,
 };
 use tokio::time::Instant;
 

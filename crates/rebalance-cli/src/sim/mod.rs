@@ -12,7 +12,7 @@ use rebalance_core::MessageQueue;
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::route::MAX_QUEUES_PER_BROKER;
 use rebalance_core::strategy::StrategyRegistry;
-use rebalance_runtime::Allocation;
+use rebalance_runtime::allocation::Allocation;
 use serde_json::{Value, json};
 
 pub use self::engine::{Config, Outcome, simulate};

@@ -5,7 +5,7 @@
 //! where known, what it owns now ([`GroupSubscription`]), and returns every member's partitions
 //! ([`GroupAssignment`]).
 //!
-//! Built in (see `spec/kafka-assignors.md`):
+//! Built in (see `docs/spec/kafka-assignors.md`):
 //! - [`Range`] and [`RoundRobin`]: exactly Kafka's results, including the rack-aware range of
 //!   KIP-881 and the static-member ordering.
 //! - [`Sticky`] and [`CooperativeSticky`]: Kafka's guarantees (valid, balanced, keeping owned

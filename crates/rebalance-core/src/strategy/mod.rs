@@ -1,7 +1,7 @@
 //! Per-topic allocation strategies: "which of this topic's queues are mine?"
 //!
 //! Every RocketMQ strategy gives exactly the Java client's answer (same queues, same order, same
-//! errors) for the same inputs; see `spec/rocketmq-allocation.md`. Each one also computes the
+//! errors) for the same inputs; see `docs/spec/rocketmq-allocation.md`. Each one also computes the
 //! whole group's [`Plan`] in one call.
 
 mod averagely;

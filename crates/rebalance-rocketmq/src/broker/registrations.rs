@@ -276,7 +276,7 @@ impl Registrations {
 mod tests {
     use std::time::Duration;
 
-    use rebalance_runtime::{Subscription, TagExpression};
+    use rebalance_runtime::subscription::{Subscription, TagExpression};
 
     use super::*;
 

@@ -1,7 +1,7 @@
 //! The JSON bodies of the broker requests, with the field names the servers expect.
 
 use rebalance_core::MessageQueue;
-use rebalance_runtime::{Registration, TagExpression};
+use rebalance_runtime::{Registration, subscription::TagExpression};
 use serde::{Deserialize, Serialize};
 
 /// `consumeType` of a push consumer (the runtime decides what to consume; the broker only
@@ -156,7 +156,10 @@ pub(crate) struct ConsumerListAnswer {
 #[cfg(test)]
 mod tests {
     use rebalance_core::ClientId;
-    use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel, Subscription};
+    use rebalance_runtime::{
+        config::{ConsumeFrom, ConsumeOrder, MessageModel},
+        subscription::Subscription,
+    };
     use serde_json::json;
 
     use super::*;

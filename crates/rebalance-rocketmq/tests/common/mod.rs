@@ -8,7 +8,11 @@ use std::time::Duration;
 use rebalance_core::ClientId;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::{ConsumeFrom, ConsumeOrder, MessageModel, Registration, Subscription};
+use rebalance_runtime::{
+    Registration,
+    config::{ConsumeFrom, ConsumeOrder, MessageModel},
+    subscription::Subscription,
+};
 
 /// Logs to the test output when `RUST_LOG` is set.
 pub fn init_tracing() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 /// The calls a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operation {
+pub enum ClusterCall {
     /// `NameServer::topic_route`.
     Route,
     /// `GroupDirectory::register` (heartbeats).
@@ -38,12 +38,12 @@ pub(super) enum Fault {
 /// Pending faults: per operation, the faults of the next calls, in order.
 #[derive(Debug, Default)]
 pub(super) struct Faults {
-    next: HashMap<Operation, VecDeque<Fault>>,
+    next: HashMap<ClusterCall, VecDeque<Fault>>,
     garbled: HashMap<String, usize>,
 }
 
 impl Faults {
-    pub(super) fn add(&mut self, operation: Operation, n: usize, fault: Fault) {
+    pub(super) fn add(&mut self, operation: ClusterCall, n: usize, fault: Fault) {
         self.next
             .entry(operation)
             .or_default()
@@ -55,7 +55,7 @@ impl Faults {
     }
 
     /// The fault for the next call of `operation`, if any.
-    pub(super) fn take(&mut self, operation: Operation) -> Option<Fault> {
+    pub(super) fn take(&mut self, operation: ClusterCall) -> Option<Fault> {
         self.next.get_mut(&operation).and_then(VecDeque::pop_front)
     }
 

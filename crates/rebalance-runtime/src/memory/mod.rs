@@ -5,7 +5,7 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() {
-//! use rebalance_runtime::memory::{InMemoryCluster, Operation};
+//! use rebalance_runtime::memory::{InMemoryCluster, ClusterCall};
 //! use rebalance_runtime::{GroupDirectory, NameServer};
 //!
 //! let cluster = InMemoryCluster::new();
@@ -13,7 +13,7 @@
 //! let client = cluster.client("10.0.0.1@1");
 //! assert_eq!(client.topic_route("Orders").await.unwrap().subscribable_queues("Orders").len(), 8);
 //!
-//! cluster.fail_next(Operation::Route, 1);
+//! cluster.fail_next(ClusterCall::Route, 1);
 //! assert!(client.topic_route("Orders").await.is_err());
 //! assert!(client.topic_route("Orders").await.is_ok());
 //! # }
@@ -45,7 +45,7 @@ use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use self::faults::Operation;
+pub use self::faults::ClusterCall;
 use self::faults::{Fault, Faults};
 use crate::directory::Registration;
 use crate::{
@@ -252,13 +252,13 @@ impl InMemoryCluster {
 
     /// Makes the next `n` calls of `operation` (from any client) fail as unreachable, without
     /// reaching the cluster. Faults set for one operation apply in the order they were set.
-    pub fn fail_next(&self, operation: Operation, n: usize) {
+    pub fn fail_next(&self, operation: ClusterCall, n: usize) {
         self.lock().faults.add(operation, n, Fault::Fail);
     }
 
     /// Delays the answers of the next `n` calls of `operation` by `delay` (on tokio's clock);
     /// the calls are served at once.
-    pub fn delay_next(&self, operation: Operation, n: usize, delay: Duration) {
+    pub fn delay_next(&self, operation: ClusterCall, n: usize, delay: Duration) {
         self.lock().faults.add(operation, n, Fault::Delay(delay));
     }
 
@@ -266,7 +266,7 @@ impl InMemoryCluster {
     /// fail as unreachable although they took effect (a heartbeat that registered, a lock that
     /// was granted, an offset that was stored), as when a request times out at the client
     /// after the server handled it.
-    pub fn lose_next_replies(&self, operation: Operation, n: usize) {
+    pub fn lose_next_replies(&self, operation: ClusterCall, n: usize) {
         self.lock().faults.add(operation, n, Fault::LoseReply);
     }
 
@@ -372,7 +372,7 @@ impl ClusterClient {
     /// lost answer turns it into an error.
     async fn call<T>(
         &self,
-        operation: Operation,
+        operation: ClusterCall,
         serve: impl FnOnce(&mut Inner) -> T,
     ) -> Result<T, RemoteError> {
         let (delay, answer) = {
@@ -383,7 +383,7 @@ impl ClusterClient {
                     self.client_id
                 )));
             }
-            if operation == Operation::Route && inner.name_server_down {
+            if operation == ClusterCall::Route && inner.name_server_down {
                 return Err(RemoteError::Unreachable("name server is down".into()));
             }
             match inner.faults.take(operation) {
@@ -407,7 +407,7 @@ impl ClusterClient {
 impl NameServer for ClusterClient {
     async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
         let answer = self
-            .call(Operation::Route, |inner| {
+            .call(ClusterCall::Route, |inner| {
                 let garbled = inner.faults.take_garbled(topic);
                 inner
                     .routes
@@ -438,7 +438,7 @@ impl GroupDirectory for ClusterClient {
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let now = Instant::now();
         let config = self.state.config;
-        self.call(Operation::Register, |inner| {
+        self.call(ClusterCall::Register, |inner| {
             let group = inner.groups.entry(registration.group.clone()).or_insert_with(Group::new);
             expire(group, now, config);
             let topics: BTreeSet<String> = registration.topics().map(String::from).collect();
@@ -464,7 +464,7 @@ impl GroupDirectory for ClusterClient {
 
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
         let config = self.state.config;
-        self.call(Operation::Unregister, |inner| {
+        self.call(ClusterCall::Unregister, |inner| {
             if let Some(group) = inner.groups.get_mut(&registration.group) {
                 if group.members.remove(&registration.client_id).is_some()
                     && config.notify_departures
@@ -479,7 +479,7 @@ impl GroupDirectory for ClusterClient {
     async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
         let now = Instant::now();
         let config = self.state.config;
-        self.call(Operation::ConsumerIds, |inner| {
+        self.call(ClusterCall::ConsumerIds, |inner| {
             let Some(group) = inner.groups.get_mut(group) else {
                 return Vec::new();
             };
@@ -508,7 +508,7 @@ impl GroupDirectory for ClusterClient {
 impl OffsetStore for ClusterClient {
     async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
         let offsets = &self.state.offsets;
-        self.call(Operation::ReadOffset, |_| {
+        self.call(ClusterCall::ReadOffset, |_| {
             offsets.get(&(group.to_string(), queue.clone())).map(|o| *o)
         })
         .await
@@ -521,7 +521,7 @@ impl OffsetStore for ClusterClient {
         offset: i64,
     ) -> Result<(), RemoteError> {
         let offsets = &self.state.offsets;
-        self.call(Operation::PersistOffset, |_| {
+        self.call(ClusterCall::PersistOffset, |_| {
             offsets.insert((group.to_string(), queue.clone()), offset);
         })
         .await
@@ -540,7 +540,7 @@ impl QueueLocker for ClusterClient {
     ) -> Result<LockOutcome, RemoteError> {
         let now = Instant::now();
         let until = now + self.state.config.lock_expiry;
-        self.call(Operation::Lock, |inner| {
+        self.call(ClusterCall::Lock, |inner| {
             let mut outcome = LockOutcome::default();
             for q in queues {
                 if inner.lock_brokers_down.contains(&*q.broker_name) {
@@ -578,7 +578,7 @@ impl QueueLocker for ClusterClient {
         client: &ClientId,
         queues: &[MessageQueue],
     ) -> Result<(), RemoteError> {
-        self.call(Operation::Unlock, |inner| {
+        self.call(ClusterCall::Unlock, |inner| {
             let mut down = None;
             for q in queues {
                 if inner.lock_brokers_down.contains(&*q.broker_name) {

@@ -74,10 +74,11 @@ pub use self::faults::{AvoidPolicy, FaultItem, LatencyFaultTracker};
 pub use self::keyed::{
     QueueSelector, SelectByHash, SelectByMachineRoom, SelectByRandom, broker_room,
 };
-pub use self::selector::{Choice, RoundRobin};
+pub use self::selector::{ChosenBy, RoundRobin};
 use crate::NameServer;
 use crate::callbacks::caught;
-use crate::route_sync::{Fetch, RouteSync, RouteTable, TopicState};
+use crate::route_sync::{Fetch, RouteSync};
+pub use crate::route_sync::{RouteTable, TopicState};
 
 /// A random position to start a round robin at (each call another), below 2^32 so that the
 /// counter never wraps in practice.

@@ -10,7 +10,7 @@ use super::faults::LatencyFaultTracker;
 
 /// How a queue was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Choice {
+pub enum ChosenBy {
     /// The next queue in turn (after skipping the failed or avoided brokers' queues, if any).
     InTurn,
     /// Every other broker was avoided: a queue of one of the least bad ones (the better half
@@ -63,7 +63,7 @@ impl RoundRobin {
         info: &PublishInfo,
         last_failed: Option<&str>,
         faults: Option<&LatencyFaultTracker>,
-    ) -> (MessageQueue, Choice) {
+    ) -> (MessageQueue, ChosenBy) {
         let queues = info.queues();
         let n = queues.len();
         // A skipped broker only when another one exists.
@@ -74,7 +74,7 @@ impl RoundRobin {
         let faults = faults.filter(|f| f.any_avoided());
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         if skip.is_none() && faults.is_none() {
-            return (queues[start % n].clone(), Choice::InTurn);
+            return (queues[start % n].clone(), ChosenBy::InTurn);
         }
         let now = Instant::now();
         if let Some(f) = faults {
@@ -104,7 +104,7 @@ impl RoundRobin {
                 // Consume the positions skipped, so the next call goes on after this queue.
                 self.next.fetch_add(k, Ordering::Relaxed);
             }
-            return (queues[i].clone(), Choice::InTurn);
+            return (queues[i].clone(), ChosenBy::InTurn);
         }
         // Only the skipped broker or avoided brokers are left. The failed broker is skipped only
         // for another one that is available: when it is the one available, it takes the message.
@@ -112,7 +112,7 @@ impl RoundRobin {
             let name = info.broker_name(b).unwrap_or_default();
             let own = info.broker_queues(b);
             if !own.is_empty() && memo.check(b, || f.is_available(name, now)) {
-                return (own[start % own.len()].clone(), Choice::InTurn);
+                return (own[start % own.len()].clone(), ChosenBy::InTurn);
             }
         }
         // The least bad of the others.
@@ -137,7 +137,7 @@ impl RoundRobin {
             broker = &*queue.broker_name,
             "every other broker is avoided; sending to one of the least bad"
         );
-        (queue.clone(), Choice::LeastBad)
+        (queue.clone(), ChosenBy::LeastBad)
     }
 }
 
@@ -248,14 +248,14 @@ mod tests {
         assert!(c.values().all(|n| *n == 2), "in turn: {c:?}");
         assert_eq!(
             rr.select(&two, Some("broker-0"), Some(&faults)).1,
-            Choice::InTurn
+            ChosenBy::InTurn
         );
         // Both avoided: the least bad of the others, as before.
         faults.report("broker-0", Duration::from_millis(3000), true);
         let (queue, choice) = rr.select(&two, Some("broker-0"), Some(&faults));
         assert_eq!(
             (&*queue.broker_name, choice),
-            ("broker-1", Choice::LeastBad)
+            ("broker-1", ChosenBy::LeastBad)
         );
     }
 
@@ -288,7 +288,7 @@ mod tests {
         faults.report("broker-2", Duration::from_millis(16_000), true);
         let rr = RoundRobin::default();
         let (q, how) = rr.select(&info, None, Some(&faults));
-        assert_eq!((&*q.broker_name, how), ("broker-1", Choice::LeastBad));
+        assert_eq!((&*q.broker_name, how), ("broker-1", ChosenBy::LeastBad));
         let c = counts(&rr, &info, 4, None, Some(&faults));
         assert_eq!(
             c.len(),
@@ -350,7 +350,7 @@ mod tests {
         let (q, how) = rr.select(&info, Some("broker-65"), Some(&faults));
         assert_eq!(
             (&*q.broker_name, q.queue_id, how),
-            ("broker-67", 0, Choice::InTurn)
+            ("broker-67", 0, ChosenBy::InTurn)
         );
         // Once their time is up, every broker is back in turn.
         tokio::time::advance(Duration::from_secs(60)).await;
@@ -395,7 +395,7 @@ mod tests {
         // Nothing to skip to: the retry is an ordinary turn, not a fallback.
         let one = info(1, 3);
         let rr = RoundRobin::default();
-        let picks: Vec<(i32, Choice)> = (0..4)
+        let picks: Vec<(i32, ChosenBy)> = (0..4)
             .map(|_| {
                 let (q, how) = rr.select(&one, Some("broker-0"), None);
                 (q.queue_id, how)
@@ -403,7 +403,7 @@ mod tests {
             .collect();
         assert_eq!(
             picks,
-            [0, 1, 2, 0].map(|id| (id, Choice::InTurn)),
+            [0, 1, 2, 0].map(|id| (id, ChosenBy::InTurn)),
             "{picks:?}"
         );
     }
@@ -446,7 +446,7 @@ mod tests {
             let usable = (brokers - avoided.len()) * queues as usize;
             if usable == 0 {
                 let (_, how) = rr.select(&info, None, Some(&faults));
-                prop_assert_eq!(how, Choice::LeastBad);
+                prop_assert_eq!(how, ChosenBy::LeastBad);
             } else {
                 let c = counts(&rr, &info, usable * cycles, None, Some(&faults));
                 prop_assert_eq!(c.len(), usable);

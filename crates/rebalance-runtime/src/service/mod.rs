@@ -27,7 +27,7 @@ use self::final_offsets::FinalOffsets;
 use self::lock_book::LockBook;
 use self::round::ReleaseMode;
 use self::schedule::{Due, Schedule};
-use crate::assignment::{Assignment, CallbackError, RoundReport, TopicReport, Unbalanced};
+use crate::assignment::{Assignment, ListenerCallbackError, RoundReport, TopicReport, Unbalanced};
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
@@ -69,7 +69,7 @@ pub(crate) struct Service {
     last_heartbeat_request: Option<Instant>,
     round: u64,
     schedule: Schedule,
-    callback_errors: Vec<CallbackError>,
+    callback_errors: Vec<ListenerCallbackError>,
 }
 
 impl Service {
@@ -189,7 +189,7 @@ impl Service {
         }
     }
 
-    fn note_callback(&mut self, result: Result<(), CallbackError>) {
+    fn note_callback(&mut self, result: Result<(), ListenerCallbackError>) {
         if let Err(e) = result {
             self.callback_errors.push(e);
         }

@@ -10,7 +10,7 @@ use super::diff::{Change, Target, TopicDiff};
 use super::final_offsets::TakeBack;
 use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
-use crate::assignment::{Callback, TopicReport, Unbalanced, fingerprint};
+use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
 use crate::config::MessageModel;
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
@@ -246,7 +246,7 @@ impl Service {
                 if !report.added.is_empty() || !report.removed.is_empty() {
                     let listener = self.ctx.listener.clone();
                     let changed = contained(
-                        Callback::MessageQueueChanged,
+                        ListenerCallback::MessageQueueChanged,
                         topic,
                         self.ctx.intervals.callback_timeout,
                         listener.message_queue_changed(topic, &all, &mine),
@@ -290,7 +290,7 @@ impl Service {
             tracing::info!(topic, count = announced.len(), %reason, queues = ?queues_of(&announced), "releasing queues");
             let listener = self.ctx.listener.clone();
             let result = contained(
-                Callback::QueuesRemoved,
+                ListenerCallback::QueuesRemoved,
                 topic,
                 self.ctx.intervals.callback_timeout,
                 listener.queues_removed(topic, &announced),
@@ -497,7 +497,7 @@ impl Service {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
             let listener = self.ctx.listener.clone();
             let result = contained(
-                Callback::QueuesAdded,
+                ListenerCallback::QueuesAdded,
                 topic,
                 self.ctx.intervals.callback_timeout,
                 listener.queues_added(topic, &leases),

@@ -1,0 +1,287 @@
+//! [`ConsumerBuilder`]: a consumer's configuration, set piece by piece.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rebalance_core::ClientId;
+use rebalance_core::StrategyRef;
+use rebalance_core::assignor::{AssignorRef, AssignorRegistry};
+use rebalance_core::strategy::{Params, StrategyRegistry};
+use tokio_util::sync::CancellationToken;
+
+use super::{ClusterServices, ConsumerError};
+use crate::allocation::Allocation;
+use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+use crate::context::Subscriptions;
+use crate::subscription::TagExpression;
+use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker};
+
+/// Entry point: `Consumer::builder("group")`.
+#[derive(Debug, Clone, Copy)]
+pub struct Consumer;
+
+impl Consumer {
+    /// A builder for a member of `group`.
+    pub fn builder(group: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder {
+            group: group.into(),
+            client_id: None,
+            subscriptions: Subscriptions::new(),
+            consume_retry_topic: true,
+            message_model: MessageModel::default(),
+            consume_order: ConsumeOrder::default(),
+            consume_from: ConsumeFrom::default(),
+            exclusive_hand_off: false,
+            intervals: Intervals::default(),
+            allocation: None,
+            name_server: None,
+            directory: None,
+            offsets: None,
+            locker: None,
+            listener: None,
+            shutdown: None,
+        }
+    }
+}
+
+/// Configures a consumer; [`start`](Self::start) runs it.
+///
+/// ```no_run
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster,
+/// #               listener: std::sync::Arc<dyn rebalance_runtime::QueueListener>) -> Result<(), Box<dyn std::error::Error>> {
+/// use rebalance_runtime::Consumer;
+///
+/// let client = cluster.client("10.0.0.1@1");
+/// let consumer = Consumer::builder("orders")
+///     .client_id("10.0.0.1@1")
+///     .subscribe("Orders")
+///     .strategy_named("consistent_hash", &Default::default())?
+///     .cluster(client)
+///     .listener(listener)
+///     .start()
+///     .await?;
+/// println!("holding {:?}", consumer.assignment().queues);
+/// consumer.shutdown().await;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct ConsumerBuilder {
+    pub(super) group: String,
+    pub(super) client_id: Option<ClientId>,
+    pub(super) subscriptions: Subscriptions,
+    pub(super) consume_retry_topic: bool,
+    pub(super) message_model: MessageModel,
+    pub(super) consume_order: ConsumeOrder,
+    pub(super) consume_from: ConsumeFrom,
+    pub(super) exclusive_hand_off: bool,
+    pub(super) intervals: Intervals,
+    pub(super) allocation: Option<Allocation>,
+    pub(super) name_server: Option<Arc<dyn NameServer>>,
+    pub(super) directory: Option<Arc<dyn GroupDirectory>>,
+    pub(super) offsets: Option<Arc<dyn OffsetStore>>,
+    pub(super) locker: Option<Arc<dyn QueueLocker>>,
+    pub(super) listener: Option<Arc<dyn QueueListener>>,
+    pub(super) shutdown: Option<CancellationToken>,
+}
+
+impl fmt::Debug for ConsumerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerBuilder")
+            .field("group", &self.group)
+            .field("client_id", &self.client_id)
+            .field("subscriptions", &self.subscriptions)
+            .field("consume_retry_topic", &self.consume_retry_topic)
+            .field("message_model", &self.message_model)
+            .field("consume_order", &self.consume_order)
+            .field("allocation", &self.allocation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerBuilder {
+    /// This client's id (default: the directory's, when it is bound to one, as the in-memory
+    /// cluster's clients are; else `ip@pid@nanos`). Must be unique in the group.
+    pub fn client_id(mut self, id: impl Into<ClientId>) -> Self {
+        self.client_id = Some(id.into());
+        self
+    }
+
+    /// Subscribes every tag of a topic (`*`; more topics can be added at run time with
+    /// [`ConsumerHandle::subscribe`](super::ConsumerHandle::subscribe)). Subscribing a topic again replaces its tag expression.
+    pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
+        self.subscriptions
+            .insert(topic.into(), TagExpression::all());
+        self
+    }
+
+    /// Subscribes the tags of a topic named by `expression`: `*` (or empty) for every tag, or
+    /// tags separated by `||` such as `"TagA || TagB"` (see [`subscription`](crate::subscription)
+    /// for the syntax). The broker delivers only matching messages to the application's
+    /// consumer; the queues are balanced the same way whatever the expression. Subscribing a
+    /// topic again replaces its expression.
+    ///
+    /// Fails with [`ConsumerError::TagExpression`] when the expression is malformed (such as an
+    /// empty tag in `"TagA || || TagB"`).
+    ///
+    /// ```
+    /// use rebalance_runtime::{Consumer, ConsumerError};
+    ///
+    /// let builder = Consumer::builder("orders").subscribe_tags("Orders", "Created || Paid")?;
+    /// assert!(matches!(
+    ///     builder.subscribe_tags("Refunds", "Refunded ||"),
+    ///     Err(ConsumerError::TagExpression { .. })
+    /// ));
+    /// # Ok::<(), ConsumerError>(())
+    /// ```
+    pub fn subscribe_tags(
+        mut self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<Self, ConsumerError> {
+        let topic = topic.into();
+        match TagExpression::parse(expression) {
+            Ok(expression) => {
+                self.subscriptions.insert(topic, expression);
+                Ok(self)
+            }
+            Err(source) => Err(ConsumerError::TagExpression { topic, source }),
+        }
+    }
+
+    /// Whether a clustering consumer also subscribes to the group's retry topic
+    /// (`%RETRY%{group}`, see [`retry_topic`](crate::subscription::retry_topic)) with `*` and
+    /// balances its queues like any other topic's, as the Java push consumer does: that is where
+    /// RocketMQ puts the messages a consumer sent back for redelivery. On by default; turn it
+    /// off when the application never sends messages back (or consumes the retry topic
+    /// elsewhere). Broadcasting consumers never subscribe to it.
+    /// Choose the same for every member of a group: a directory that lists members per group
+    /// (RocketMQ's) gives an opted-out member a share of the retry queues too, which it then
+    /// does not consume.
+    ///
+    /// The broker creates the retry topic when it handles the group's first heartbeat; until
+    /// its route reaches the name server the topic is quietly left out of the rounds (no
+    /// warning, no faster rounds), and its queues are shared out once the route appears.
+    pub fn consume_retry_topic(mut self, consume: bool) -> Self {
+        self.consume_retry_topic = consume;
+        self
+    }
+
+    /// Clustering (default) or broadcasting.
+    pub fn message_model(mut self, model: MessageModel) -> Self {
+        self.message_model = model;
+        self
+    }
+
+    /// Concurrent (default) or orderly consumption.
+    pub fn consume_order(mut self, order: ConsumeOrder) -> Self {
+        self.consume_order = order;
+        self
+    }
+
+    /// Where a queue without a stored offset starts (default: the last offset).
+    pub fn consume_from(mut self, from: ConsumeFrom) -> Self {
+        self.consume_from = from;
+        self
+    }
+
+    /// Locks queues at the broker for concurrent consumption too (clustering), so that a queue
+    /// moves to its next owner only after the previous one announced the removal, persisted the
+    /// last offset and unlocked it: no duplicate consumption at hand-off, for the price of the
+    /// lock requests (and a hand-off that waits for the previous owner's next round). Needs a
+    /// [`locker`](Self::locker): [`start`](Self::start) fails with [`ConsumerError::Missing`]
+    /// without one (in clustering mode; broadcasting never locks). Off by default, as in the
+    /// Java client.
+    pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
+        self.exclusive_hand_off = exclusive;
+        self
+    }
+
+    /// The timers and the listener's callback timeout; [`start`](Self::start) checks them
+    /// ([`Intervals::validate`]).
+    pub fn intervals(mut self, intervals: Intervals) -> Self {
+        self.intervals = intervals;
+        self
+    }
+
+    /// The allocation strategy (default: averagely).
+    pub fn strategy(mut self, strategy: StrategyRef) -> Self {
+        self.allocation = Some(Allocation::Strategy(strategy));
+        self
+    }
+
+    /// The allocation: a per-topic strategy or a group assignor.
+    pub fn allocation(mut self, allocation: Allocation) -> Self {
+        self.allocation = Some(allocation);
+        self
+    }
+
+    /// A Kafka-style group assignor instead of a per-topic strategy, run leaderlessly (see
+    /// [`Allocation::Assignor`] for which assignors make sense that way).
+    pub fn assignor(mut self, assignor: AssignorRef) -> Self {
+        self.allocation = Some(Allocation::Assignor(assignor));
+        self
+    }
+
+    /// A group assignor by name (`range`, `roundrobin`, `sticky`, `cooperative_sticky`,
+    /// `broadcast`).
+    pub fn assignor_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
+        let assignor = AssignorRegistry::default().build(name, params)?;
+        Ok(self.assignor(assignor))
+    }
+
+    /// The allocation strategy by name (see [`StrategyRegistry`]).
+    pub fn strategy_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
+        let strategy = StrategyRegistry::default().build(name, params)?;
+        Ok(self.strategy(strategy))
+    }
+
+    /// Where routes come from.
+    pub fn name_server(mut self, name_server: Arc<dyn NameServer>) -> Self {
+        self.name_server = Some(name_server);
+        self
+    }
+
+    /// Where the group's membership comes from.
+    pub fn directory(mut self, directory: Arc<dyn GroupDirectory>) -> Self {
+        self.directory = Some(directory);
+        self
+    }
+
+    /// Where offsets are stored. Broadcasting needs a per-client store
+    /// ([`OffsetScope::Client`](crate::offset_store::OffsetScope::Client), e.g. [`LocalOffsetStore`](crate::LocalOffsetStore)); set it after
+    /// [`cluster`](Self::cluster), which sets the cluster's shared store.
+    pub fn offset_store(mut self, offsets: Arc<dyn OffsetStore>) -> Self {
+        self.offsets = Some(offsets);
+        self
+    }
+
+    /// Who locks queues (required for orderly clustering).
+    pub fn locker(mut self, locker: Arc<dyn QueueLocker>) -> Self {
+        self.locker = Some(locker);
+        self
+    }
+
+    /// Sets name server, directory, offset store and locker from one value that implements all.
+    /// Its offset store is the group's shared one: for broadcasting, call
+    /// [`offset_store`](Self::offset_store) afterwards with a per-client store.
+    pub fn cluster<C: ClusterServices>(self, cluster: C) -> Self {
+        let cluster = Arc::new(cluster);
+        self.name_server(cluster.clone())
+            .directory(cluster.clone())
+            .offset_store(cluster.clone())
+            .locker(cluster)
+    }
+
+    /// The application's callbacks.
+    pub fn listener(mut self, listener: Arc<dyn QueueListener>) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Shuts the consumer down when `token` is cancelled (it becomes the parent of the
+    /// consumer's own token).
+    pub fn shutdown_on(mut self, token: CancellationToken) -> Self {
+        self.shutdown = Some(token);
+        self
+    }
+}

@@ -1,0 +1,96 @@
+//! What [`ConsumerBuilder::start`] refuses: a configuration that cannot work.
+
+use std::sync::Arc;
+
+use rebalance_core::strategy::Averagely;
+use tokio_util::sync::CancellationToken;
+
+use super::identity::resolve_client_id;
+use super::{ConsumerBuilder, ConsumerError};
+use crate::allocation::Allocation;
+use crate::config::{ConsumeOrder, MessageModel};
+use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
+use crate::offset_store::OffsetScope;
+
+/// A configuration that [`ConsumerBuilder::check`] found workable.
+pub(super) struct Checked {
+    /// What every task of the consumer shares.
+    pub(super) ctx: Arc<Context>,
+    /// The subscriptions the application asked for.
+    pub(super) subscriptions: Subscriptions,
+    /// The token whose cancellation shuts the consumer down.
+    pub(super) shutdown: Option<CancellationToken>,
+}
+
+impl ConsumerBuilder {
+    /// The consumer's context, or why the configuration cannot work (see
+    /// [`start`](Self::start)).
+    pub(super) fn check(self) -> Result<Checked, ConsumerError> {
+        if self.group.is_empty() {
+            return Err(ConsumerError::EmptyGroup);
+        }
+        let bound = self.directory.as_ref().and_then(|d| d.bound_client_id());
+        let client_id = resolve_client_id(self.client_id, bound)?;
+        self.intervals.validate()?;
+        let locker = self.locker;
+        if uses_locks(
+            self.message_model,
+            self.consume_order,
+            self.exclusive_hand_off,
+        ) && locker.is_none()
+        {
+            return Err(ConsumerError::Missing(
+                if self.consume_order == ConsumeOrder::Orderly {
+                    "a queue locker (orderly clustering consumption)"
+                } else {
+                    "a queue locker (exclusive hand-off)"
+                },
+            ));
+        }
+        let offsets = self
+            .offsets
+            .ok_or(ConsumerError::Missing("an offset store"))?;
+        match (self.message_model, offsets.scope()) {
+            (MessageModel::Broadcasting, OffsetScope::Group) => {
+                return Err(ConsumerError::SharedOffsetStore);
+            }
+            (MessageModel::Clustering, OffsetScope::Client) => tracing::warn!(
+                group = %self.group,
+                "clustering with a per-client offset store: a queue's next owner will not see this client's progress"
+            ),
+            _ => {}
+        }
+        let listener = self
+            .listener
+            .ok_or(ConsumerError::Missing("a queue listener"))?;
+        let retry_topic =
+            retry_subscription(&self.group, self.message_model, self.consume_retry_topic);
+        let ctx = Arc::new(Context {
+            group: self.group,
+            client_id,
+            message_model: self.message_model,
+            consume_order: self.consume_order,
+            consume_from: self.consume_from,
+            exclusive_hand_off: self.exclusive_hand_off,
+            intervals: self.intervals,
+            allocation: self
+                .allocation
+                .unwrap_or_else(|| Allocation::Strategy(Arc::new(Averagely))),
+            name_server: self
+                .name_server
+                .ok_or(ConsumerError::Missing("a name server"))?,
+            directory: self
+                .directory
+                .ok_or(ConsumerError::Missing("a group directory"))?,
+            offsets,
+            locker,
+            listener,
+            retry_topic,
+        });
+        Ok(Checked {
+            ctx,
+            subscriptions: self.subscriptions,
+            shutdown: self.shutdown,
+        })
+    }
+}

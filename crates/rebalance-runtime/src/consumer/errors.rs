@@ -1,0 +1,87 @@
+//! [`ConsumerError`]: why a consumer could not be started or a request could not be served.
+
+use rebalance_core::ClientId;
+use rebalance_core::assignor::AssignorConfigError;
+use rebalance_core::strategy::StrategyConfigError;
+
+use crate::config::IntervalsError;
+use crate::subscription::TagExpressionError;
+
+/// Why a consumer could not be started or a request could not be served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConsumerError {
+    /// A required part was not configured.
+    #[error("the consumer needs {0}; set it on the builder")]
+    Missing(&'static str),
+    /// The group name is empty.
+    #[error("the consumer group name is empty")]
+    EmptyGroup,
+    /// The client id is empty.
+    #[error("the client id is empty")]
+    EmptyClientId,
+    /// The directory is bound to another client id than the one the builder was given (an
+    /// in-memory cluster client made for another id, say).
+    #[error(
+        "the client id is `{configured}`, but the directory registers `{bound}`; give both the same id, or leave `client_id` out"
+    )]
+    ClientIdMismatch {
+        /// The id given to the builder.
+        configured: ClientId,
+        /// The id the directory registers.
+        bound: ClientId,
+    },
+    /// The strategy could not be built.
+    #[error("strategy: {0}")]
+    Strategy(#[from] StrategyConfigError),
+    /// The assignor could not be built.
+    #[error("assignor: {0}")]
+    Assignor(#[from] AssignorConfigError),
+    /// An interval cannot be used (zero, or absurdly long).
+    #[error("intervals: {0}")]
+    Intervals(#[from] IntervalsError),
+    /// A subscription's tag expression is malformed.
+    #[error("subscription to `{topic}`: {source}")]
+    TagExpression {
+        /// The topic subscribed to.
+        topic: String,
+        /// What is wrong with the expression.
+        source: TagExpressionError,
+    },
+    /// Broadcasting was configured with an offset store shared by the group (such as the
+    /// broker's, which [`ConsumerBuilder::cluster`](super::ConsumerBuilder::cluster) sets): every client would overwrite the
+    /// others' progress. Give the consumer a per-client store with
+    /// [`ConsumerBuilder::offset_store`](super::ConsumerBuilder::offset_store) (after `cluster`), e.g. [`LocalOffsetStore`](crate::LocalOffsetStore).
+    #[error(
+        "broadcasting needs a per-client offset store, but the configured one is shared by the group \
+         (every client would overwrite the others' progress); set one with `offset_store` after \
+         `cluster`, e.g. `LocalOffsetStore`"
+    )]
+    SharedOffsetStore,
+    /// A task of the consumer panicked (a panic in a transport or another component the runtime
+    /// calls without containing it). The consumer has stopped, and `task` says how far it got:
+    /// - `"heartbeat"` or `"route sync"`: the service stopped the consumer the ordinary way
+    ///   (queues announced as removed, last offsets persisted, locks released, client
+    ///   unregistered when the directory could be reached);
+    /// - `"rebalance service"`, the service itself: every lease was cancelled and the client
+    ///   unregistered (when the directory could be reached), but queues were not announced as
+    ///   removed, their last offsets not persisted and their locks not released (they expire).
+    ///
+    /// [`ConsumerBuilder::start`](super::ConsumerBuilder::start) returns it when the first route poll or the first heartbeat,
+    /// which it runs itself, panics: then nothing was started and no queue was taken (a
+    /// heartbeat that panicked half-way may have registered the client, which the directory
+    /// expires).
+    #[error("the consumer's {task} task panicked: {message}")]
+    TaskPanicked {
+        /// Which task.
+        task: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+    /// `start` was called outside a tokio runtime.
+    #[error("the consumer must be started inside a tokio runtime")]
+    NoRuntime,
+    /// The consumer has shut down.
+    #[error("the consumer has shut down")]
+    ShutDown,
+}

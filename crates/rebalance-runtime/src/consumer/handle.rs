@@ -1,0 +1,266 @@
+//! [`ConsumerHandle`]: observe, steer and stop a running consumer.
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock, Weak};
+
+use rebalance_core::ClientId;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::ConsumerError;
+use crate::assignment::{Assignment, RoundReport};
+use crate::context::{Context, Subscriptions};
+use crate::subscription::{Subscription, TagExpression};
+use crate::wake::{Trigger, WakeReasons};
+
+tokio::task_local! {
+    /// The consumer whose service task runs this code: listener callbacks run in it.
+    pub(super) static SERVICE_OF: u64;
+}
+
+/// Numbers the consumers of the process, for [`SERVICE_OF`].
+pub(super) static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(0);
+
+/// How a task of the consumer ended abnormally.
+#[derive(Debug, Clone)]
+pub(super) struct TaskFailure {
+    pub(super) task: &'static str,
+    pub(super) message: String,
+}
+
+pub(super) struct HandleInner {
+    pub(super) ctx: Arc<Context>,
+    pub(super) token: CancellationToken,
+    pub(super) trigger: Arc<Trigger>,
+    /// The subscriptions the application asked for, edited here and followed by the service
+    /// (so that a listener callback can change them without waiting for its own round).
+    pub(super) requested: watch::Sender<Subscriptions>,
+    pub(super) assignment: watch::Receiver<Arc<Assignment>>,
+    pub(super) rounds: watch::Receiver<Arc<RoundReport>>,
+    pub(super) tasks: TaskTracker,
+    pub(super) aborts: Vec<tokio::task::AbortHandle>,
+    /// The first task that panicked.
+    pub(super) failure: Arc<OnceLock<TaskFailure>>,
+    /// Which consumer of the process this is (see [`SERVICE_OF`]).
+    pub(super) serial: u64,
+}
+
+/// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
+/// called, when the token given to [`ConsumerBuilder::shutdown_on`](super::ConsumerBuilder::shutdown_on) is cancelled, or when every
+/// handle is dropped.
+///
+/// A listener that keeps a handle of its own consumer keeps that consumer alive after the
+/// application dropped its handles: keep a [`WeakConsumerHandle`] there instead
+/// ([`downgrade`](Self::downgrade)).
+#[derive(Clone)]
+pub struct ConsumerHandle {
+    pub(super) inner: Arc<HandleInner>,
+}
+
+/// A handle that does not keep the consumer running: what a listener keeps to reach its own
+/// consumer (to change subscriptions from a callback, say) without preventing the shutdown
+/// that dropping the application's last [`ConsumerHandle`] starts.
+#[derive(Clone, Default)]
+pub struct WeakConsumerHandle {
+    inner: Weak<HandleInner>,
+}
+
+impl WeakConsumerHandle {
+    /// A handle to the consumer, or `None` once every [`ConsumerHandle`] was dropped (the
+    /// consumer is then shutting down, or stopped). A handle obtained here keeps the consumer
+    /// running while it lives: drop it when done.
+    pub fn upgrade(&self) -> Option<ConsumerHandle> {
+        self.inner.upgrade().map(|inner| ConsumerHandle { inner })
+    }
+}
+
+impl fmt::Debug for WeakConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WeakConsumerHandle")
+            .field("alive", &(self.inner.strong_count() > 0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for ConsumerHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsumerHandle")
+            .field("group", &self.inner.ctx.group)
+            .field("client_id", &self.inner.ctx.client_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerHandle {
+    /// A handle that does not keep the consumer running (see [`WeakConsumerHandle`]).
+    pub fn downgrade(&self) -> WeakConsumerHandle {
+        WeakConsumerHandle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// This client's id.
+    pub fn client_id(&self) -> &ClientId {
+        &self.inner.ctx.client_id
+    }
+
+    /// The consumer group.
+    pub fn group(&self) -> &str {
+        &self.inner.ctx.group
+    }
+
+    /// Subscribes every tag of a topic (`*`); returns whether that changed anything (a new
+    /// topic, or one subscribed with other tags before). A round follows at once when the topic
+    /// is new; the next heartbeat carries the subscription either way. It does not wait for the
+    /// consumer's task, so a listener callback may call it (through a [`WeakConsumerHandle`],
+    /// so as not to keep its consumer running). Fails with
+    /// [`ConsumerError::ShutDown`] once the consumer is shutting down.
+    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        let Subscription { topic, expression } = Subscription::all(topic);
+        self.set_subscription(topic, expression)
+    }
+
+    /// Subscribes the tags of a topic named by `expression` (see
+    /// [`ConsumerBuilder::subscribe_tags`](super::ConsumerBuilder::subscribe_tags)); returns whether that changed anything. Fails with
+    /// [`ConsumerError::TagExpression`], changing nothing, when the expression is malformed,
+    /// and with [`ConsumerError::ShutDown`] once the consumer is shutting down.
+    pub fn subscribe_tags(
+        &self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        let expression =
+            TagExpression::parse(expression).map_err(|source| ConsumerError::TagExpression {
+                topic: topic.clone(),
+                source,
+            })?;
+        self.set_subscription(topic, expression)
+    }
+
+    /// Subscribes `topic` with `expression`; whether that changed anything.
+    fn set_subscription(
+        &self,
+        topic: String,
+        expression: TagExpression,
+    ) -> Result<bool, ConsumerError> {
+        self.edit_subscriptions(|requested| {
+            if requested.get(&topic) == Some(&expression) {
+                return false;
+            }
+            requested.insert(topic, expression);
+            true
+        })
+    }
+
+    /// Unsubscribes a topic (its queues are released); returns whether it was subscribed. The
+    /// group's retry topic, which the consumer subscribes to by itself, stays subscribed (see
+    /// [`ConsumerBuilder::consume_retry_topic`](super::ConsumerBuilder::consume_retry_topic)). Fails with [`ConsumerError::ShutDown`] once
+    /// the consumer is shutting down.
+    pub fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        self.edit_subscriptions(|requested| requested.remove(&topic).is_some())
+    }
+
+    /// Edits the requested subscriptions; the service follows when `edit` says it changed them.
+    fn edit_subscriptions(
+        &self,
+        edit: impl FnOnce(&mut Subscriptions) -> bool,
+    ) -> Result<bool, ConsumerError> {
+        if self.inner.token.is_cancelled() || self.inner.requested.is_closed() {
+            return Err(ConsumerError::ShutDown);
+        }
+        Ok(self.inner.requested.send_if_modified(edit))
+    }
+
+    /// Asks for a round now (it runs as soon as `rebalance_min` allows; a starting consumer's
+    /// first round still waits for [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
+    pub fn rebalance_now(&self) {
+        self.inner.trigger.wake(WakeReasons::MANUAL);
+    }
+
+    /// The assignment as of the end of the last round (or lock renewal) that changed it. It is
+    /// published once the round's callbacks have run, so during a `queues_added` or
+    /// `queues_removed` callback it does not show that callback's queues yet: a listener keeps
+    /// its own view from the callbacks' arguments.
+    pub fn assignment(&self) -> Arc<Assignment> {
+        self.inner.assignment.borrow().clone()
+    }
+
+    /// A receiver of assignment snapshots (one per change).
+    pub fn watch(&self) -> watch::Receiver<Arc<Assignment>> {
+        self.inner.assignment.clone()
+    }
+
+    /// A receiver of round reports (the last round's).
+    pub fn rounds(&self) -> watch::Receiver<Arc<RoundReport>> {
+        self.inner.rounds.clone()
+    }
+
+    /// The consumer's cancellation token: cancelling it starts the shutdown.
+    pub fn token(&self) -> &CancellationToken {
+        &self.inner.token
+    }
+
+    /// Stops the timers, releases every queue (removed callbacks with reason `shutdown`, last
+    /// offsets persisted, locks released), unregisters, and returns when all of that is done.
+    /// Calling it again (or concurrently) waits for the same shutdown. If a task of the consumer
+    /// panicked, an error event was logged and [`join`](Self::join) returns it.
+    ///
+    /// Called from one of this consumer's listener callbacks, it only starts the shutdown and
+    /// returns at once: the shutdown goes on when the callback has returned (the round that
+    /// called it waits for it, so waiting there would wait for itself).
+    pub async fn shutdown(&self) {
+        self.inner.token.cancel();
+        if self.in_own_callback() {
+            tracing::debug!(
+                "shutdown asked for by a listener callback; it goes on once the callback returns"
+            );
+            return;
+        }
+        self.inner.tasks.wait().await;
+    }
+
+    /// Whether this runs in the consumer's own service task: in one of its listener callbacks.
+    fn in_own_callback(&self) -> bool {
+        SERVICE_OF
+            .try_with(|serial| *serial == self.inner.serial)
+            .unwrap_or(false)
+    }
+
+    /// Waits until the consumer has stopped (after [`shutdown`](Self::shutdown), the
+    /// cancellation of its token, or a crash) without asking it to, and says how it ended:
+    /// `Err(`[`ConsumerError::TaskPanicked`]`)` when one of its tasks panicked. An application
+    /// can await it next to its own work to notice a consumer that died.
+    ///
+    /// After [`abort`](Self::abort) it returns `Ok(())` once the aborted tasks are gone.
+    ///
+    /// Do not await it in one of this consumer's own listener callbacks: the consumer cannot
+    /// stop before the callback returns, so it would wait until `callback_timeout` cut the
+    /// callback short.
+    pub async fn join(&self) -> Result<(), ConsumerError> {
+        self.inner.tasks.wait().await;
+        match self.inner.failure.get() {
+            Some(failure) => Err(ConsumerError::TaskPanicked {
+                task: failure.task,
+                message: failure.message.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the consumer has stopped.
+    pub fn is_stopped(&self) -> bool {
+        self.inner.tasks.is_empty()
+    }
+
+    /// Stops every task at once, releasing nothing and without unregistering, as if the process
+    /// had died. For tests and simulations of crashes.
+    pub fn abort(&self) {
+        for task in &self.inner.aborts {
+            task.abort();
+        }
+    }
+}

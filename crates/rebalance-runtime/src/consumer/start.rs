@@ -1,0 +1,214 @@
+//! [`ConsumerBuilder::start`]: checks the configuration, makes first contact, spawns the tasks.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::checks::Checked;
+use super::handle::{HandleInner, NEXT_CONSUMER, SERVICE_OF, TaskFailure};
+use super::{ConsumerBuilder, ConsumerError, ConsumerHandle};
+use crate::assignment::{Assignment, RoundReport};
+use crate::callbacks::caught;
+use crate::context::Context;
+use crate::directory::Registration;
+use crate::heartbeat;
+use crate::route_sync::{RouteSync, RouteTable};
+use crate::service::{Outputs, Service};
+use crate::wake::{Trigger, WakeReasons};
+
+impl ConsumerBuilder {
+    /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
+    /// tasks and runs a first round at once (after [`Intervals::membership_settle`](crate::config::Intervals::membership_settle), when
+    /// set). Must be called inside a tokio runtime.
+    ///
+    /// Fails without starting anything when the configuration cannot work: a missing part
+    /// (including the locker that orderly consumption or an exclusive hand-off needs in
+    /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store;
+    /// and with [`ConsumerError::TaskPanicked`] when the name server or the directory panics in
+    /// the first route poll or heartbeat (the failures they report are not errors here: the
+    /// consumer starts and its tasks try again).
+    pub async fn start(self) -> Result<ConsumerHandle, ConsumerError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ConsumerError::NoRuntime)?;
+        let Checked {
+            ctx,
+            subscriptions: requested,
+            shutdown,
+        } = self.check()?;
+        let token = shutdown.map_or_else(CancellationToken::new, |t| t.child_token());
+        let trigger = Arc::new(Trigger::new());
+        let subscriptions = ctx.effective(&requested);
+        let topics: BTreeSet<String> = subscriptions.keys().cloned().collect();
+        let (subscriptions_tx, subscriptions_rx) = watch::channel(Arc::new(topics));
+        let registration = Arc::new(ctx.registration(&subscriptions));
+        let (registration_tx, registration_rx) = watch::channel(registration.clone());
+        let last_registration = registration_rx.clone();
+        let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
+        let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
+        let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
+        // What the application subscribes to: its handles edit it, the service follows.
+        let (requested_tx, requested_rx) = watch::channel(requested.clone());
+
+        let span = tracing::info_span!("consumer", group = %ctx.group, client = %ctx.client_id);
+        let mut route_sync = RouteSync::new(
+            ctx.name_server.clone(),
+            ctx.intervals.poll_name_server,
+            ctx.intervals.topic_gone_after,
+            subscriptions_rx,
+            routes_tx,
+            trigger.clone(),
+        );
+        // The first poll and heartbeat run here, in the caller's task: a panic in them is
+        // contained as it is in the tasks that repeat them later, and reported the same way.
+        let first_contact = async {
+            let subscriptions: Vec<String> = subscriptions
+                .iter()
+                .map(|(topic, tags)| format!("{topic}: {tags}"))
+                .collect();
+            tracing::info!(?subscriptions, retry_topic = ?ctx.retry_topic, allocation = ctx.allocation.name(), model = ?ctx.message_model, order = ?ctx.consume_order, "starting consumer");
+            caught(route_sync.poll_all())
+                .await
+                .map_err(|message| ("route sync", message))?;
+            caught(heartbeat::beat(&*ctx.directory, &registration))
+                .await
+                .map_err(|message| ("heartbeat", message))?;
+            Ok(())
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err((task, message)) = first_contact {
+            span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
+            return Err(ConsumerError::TaskPanicked { task, message });
+        }
+        trigger.wake(WakeReasons::START);
+
+        let heartbeat_now = Arc::new(tokio::sync::Notify::new());
+        let helpers = TaskTracker::new();
+        let tasks = TaskTracker::new();
+        let failure = Arc::new(OnceLock::new());
+        let mut aborts = Vec::new();
+        aborts.push(
+            helpers
+                .spawn(
+                    helper(
+                        "route sync",
+                        route_sync.run(token.clone()),
+                        failure.clone(),
+                        token.clone(),
+                    )
+                    .instrument(span.clone()),
+                )
+                .abort_handle(),
+        );
+        aborts.push(
+            helpers
+                .spawn(
+                    helper(
+                        "heartbeat",
+                        heartbeat::run(
+                            ctx.directory.clone(),
+                            registration_rx,
+                            ctx.intervals.heartbeat,
+                            heartbeat_now.clone(),
+                            token.clone(),
+                        ),
+                        failure.clone(),
+                        token.clone(),
+                    )
+                    .instrument(span.clone()),
+                )
+                .abort_handle(),
+        );
+        let service = Service::new(
+            ctx.clone(),
+            requested,
+            routes_rx,
+            trigger.clone(),
+            Outputs {
+                subscriptions: subscriptions_tx,
+                registration: registration_tx,
+                assignment: assignment_tx,
+                rounds: rounds_tx,
+                heartbeat_now,
+            },
+            token.child_token(),
+        );
+        let service = {
+            let ctx = ctx.clone();
+            let token = token.clone();
+            let failure = failure.clone();
+            async move {
+                let run = service.run(requested_rx, token.clone(), helpers.clone());
+                if let Err(message) = caught(run).await {
+                    record_failure(&failure, "rebalance service", message);
+                    after_service_panic(&ctx, &token, &helpers, &last_registration).await;
+                }
+            }
+        };
+        let serial = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
+        let service = SERVICE_OF.scope(serial, service.instrument(span.clone()));
+        aborts.push(tasks.spawn(service).abort_handle());
+        tasks.close();
+        Ok(ConsumerHandle {
+            inner: Arc::new(HandleInner {
+                ctx,
+                token,
+                trigger,
+                requested: requested_tx,
+                assignment: assignment_rx,
+                rounds: rounds_rx,
+                tasks,
+                aborts,
+                failure,
+                serial,
+            }),
+        })
+    }
+}
+
+/// Runs a helper task (route sync, heartbeat). One that panics stops the consumer the ordinary
+/// way, through its token: the service, still alive, releases everything.
+async fn helper(
+    task: &'static str,
+    future: impl Future<Output = ()>,
+    failure: Arc<OnceLock<TaskFailure>>,
+    token: CancellationToken,
+) {
+    if let Err(message) = caught(future).await {
+        record_failure(&failure, task, message);
+        token.cancel();
+    }
+}
+
+/// Logs a task's panic and keeps the first one for [`ConsumerHandle::join`].
+fn record_failure(failure: &OnceLock<TaskFailure>, task: &'static str, message: String) {
+    tracing::error!(task, panic = %message, "a consumer task panicked; the consumer stops");
+    let _ = failure.set(TaskFailure { task, message });
+}
+
+/// What can still be done once the service task (the owner of the queue table) has panicked:
+/// stop the other tasks and cancel every lease (both through the consumer's token), and
+/// unregister so that the group rebalances without waiting for the heartbeat to expire. The
+/// table is gone with the task, so nothing is announced, persisted or unlocked.
+async fn after_service_panic(
+    ctx: &Context,
+    token: &CancellationToken,
+    helpers: &TaskTracker,
+    registration: &watch::Receiver<Arc<Registration>>,
+) {
+    token.cancel();
+    helpers.close();
+    helpers.wait().await;
+    let registration = registration.borrow().clone();
+    match ctx.directory.unregister(&registration).await {
+        Ok(()) => tracing::warn!("unregistered from the group after the service panicked"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not unregister after the service panicked; the directory will expire this client")
+        }
+    }
+}
