@@ -114,7 +114,9 @@ pub struct TopicReport {
     pub unbalanced: Option<Unbalanced>,
     /// Queues added in this round.
     pub added: Vec<MessageQueue>,
-    /// Queues removed (announced to the listener) in this round.
+    /// Queues removed (announced to the listener) in this round, after those lost with their
+    /// lock at a renewal since the previous report (reason
+    /// [`Lost`](crate::RemovalReason::Lost)).
     pub removed: Vec<RemovedQueue>,
 }
 
@@ -175,12 +177,46 @@ pub enum CallbackFailureKind {
     TimedOut(Duration),
 }
 
-/// The outcome of one rebalance round.
+/// What a [`RoundReport`] is about. Every queue the listener is told to remove appears in
+/// exactly one report, whatever released it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReportKind {
+    /// A rebalance round. Its removals include the queues lost with their lock at a renewal
+    /// since the previous report (reason [`Lost`](crate::RemovalReason::Lost)); the renewal
+    /// wakes the round at once ([`LOCK_LOST`](WakeReasons::LOCK_LOST)).
+    #[default]
+    Round,
+    /// The shutdown: every queue was released (reason
+    /// [`Shutdown`](crate::RemovalReason::Shutdown)). The consumer's last report; `round` is the
+    /// number of the last round.
+    Shutdown,
+}
+
+impl ReportKind {
+    /// A lower-case name for logs and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReportKind::Round => "round",
+            ReportKind::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl std::fmt::Display for ReportKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The outcome of one rebalance round, or of releases outside a round (see [`ReportKind`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RoundReport {
     /// The client.
     pub client_id: Option<ClientId>,
-    /// The round's number (from 1).
+    /// What the report is about: a round, or the shutdown.
+    pub kind: ReportKind,
+    /// The round's number (from 1); for the shutdown's report, the last round's.
     pub round: u64,
     /// Why it ran.
     pub reasons: WakeReasons,

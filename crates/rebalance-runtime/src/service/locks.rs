@@ -81,6 +81,7 @@ impl Service {
         for q in lost {
             by_topic.entry(q.topic.to_string()).or_default().push(q);
         }
+        let mut topics = Vec::with_capacity(by_topic.len());
         for (topic, queues) in by_topic {
             let mut report = topic_report(&topic);
             let queues = queues
@@ -89,8 +90,12 @@ impl Service {
                 .collect();
             self.release(&topic, queues, ReleaseMode::Try, &mut report)
                 .await;
+            topics.push(report);
         }
         self.publish_assignment(false);
+        // Reported by the round this wakes (or by the shutdown, if it comes first): a report
+        // of their own would be replaced on the `rounds()` watch by that round's at once.
+        self.released_between.extend(topics);
         self.trigger.wake(WakeReasons::LOCK_LOST);
     }
 }

@@ -27,7 +27,9 @@ use self::final_offsets::FinalOffsets;
 use self::lock_book::LockBook;
 use self::round::ReleaseMode;
 use self::schedule::{Due, Schedule};
-use crate::assignment::{Assignment, ListenerCallbackError, RoundReport, TopicReport, Unbalanced};
+use crate::assignment::{
+    Assignment, ListenerCallbackError, ReportKind, RoundReport, TopicReport, Unbalanced,
+};
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
@@ -69,6 +71,9 @@ pub(crate) struct Service {
     last_heartbeat_request: Option<Instant>,
     round: u64,
     schedule: Schedule,
+    /// Queues released since the last report outside a round (lost with their lock at
+    /// renewal), by topic: the next report lists them.
+    released_between: Vec<TopicReport>,
     callback_errors: Vec<ListenerCallbackError>,
 }
 
@@ -98,6 +103,7 @@ impl Service {
             last_heartbeat_request: None,
             round: 0,
             schedule,
+            released_between: Vec::new(),
             callback_errors: Vec::new(),
         }
     }
@@ -230,6 +236,7 @@ impl Service {
             topics.push(self.apply(topic_diff).await);
         }
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
+        self.report_released_between(&mut topics);
         let directory_trouble = topics.iter().any(|t| {
             matches!(
                 t.unbalanced,
@@ -246,6 +253,7 @@ impl Service {
         self.publish_assignment(balanced);
         let report = RoundReport {
             client_id: Some(self.ctx.client_id.clone()),
+            kind: ReportKind::Round,
             round: self.round,
             reasons,
             balanced,
@@ -312,6 +320,8 @@ impl Service {
             // Every topic's queues are announced (and the free ones released) first, then the
             // batches still in progress are waited for: all of them from about the same start,
             // so `force_unlock_after` bounds the whole shutdown rather than each topic in turn.
+            let started = Instant::now();
+            let mut reports: BTreeMap<String, TopicReport> = BTreeMap::new();
             for mode in [ReleaseMode::Try, ReleaseMode::Wait] {
                 for topic in self.table.topics() {
                     let queues = self
@@ -320,8 +330,10 @@ impl Service {
                         .into_iter()
                         .map(|q| (q, RemovalReason::Shutdown))
                         .collect();
-                    let mut report = topic_report(&topic);
-                    self.release(&topic, queues, mode, &mut report).await;
+                    let report = reports
+                        .entry(topic.clone())
+                        .or_insert_with(|| topic_report(&topic));
+                    self.release(&topic, queues, mode, report).await;
                 }
             }
             self.persist_offsets().await;
@@ -338,9 +350,49 @@ impl Service {
                 Err(e) => tracing::warn!(error = %e, "could not unregister; the directory will expire this client"),
             }
             self.publish_assignment(false);
+            let mut topics = reports.into_values().collect();
+            self.report_released_between(&mut topics);
+            self.publish_shutdown(topics, started);
         }
         .instrument(span)
         .await
+    }
+}
+
+impl Service {
+    /// Publishes the shutdown's report (the last one), with the callbacks that failed since
+    /// the last report.
+    fn publish_shutdown(&mut self, topics: Vec<TopicReport>, started: Instant) {
+        let report = RoundReport {
+            client_id: Some(self.ctx.client_id.clone()),
+            kind: ReportKind::Shutdown,
+            round: self.round,
+            reasons: WakeReasons::NONE,
+            balanced: false,
+            topics,
+            callback_errors: std::mem::take(&mut self.callback_errors),
+            duration: started.elapsed(),
+        };
+        let removed = report.removed().count();
+        tracing::info!(removed, duration = ?report.duration, "shutdown report");
+        self.outputs.rounds.send_replace(Arc::new(report));
+    }
+
+    /// Adds the queues released since the last report outside a round to a report's `topics`:
+    /// before the report's own removals of the topic.
+    fn report_released_between(&mut self, topics: &mut Vec<TopicReport>) {
+        for between in std::mem::take(&mut self.released_between) {
+            match topics.iter_mut().find(|t| t.topic == between.topic) {
+                Some(report) => {
+                    let own = std::mem::replace(&mut report.removed, between.removed);
+                    report.removed.extend(own);
+                }
+                None => topics.push(TopicReport {
+                    unbalanced: None,
+                    ..between
+                }),
+            }
+        }
     }
 }
 
