@@ -88,6 +88,26 @@ impl ConsumeFrom {
     }
 }
 
+/// What the consumer does when [`QueueListener::queues_added`](crate::QueueListener::queues_added)
+/// fails (returns an error, panics, or runs past
+/// [`Intervals::callback_timeout`]): the queues are held, so nobody else consumes them, and the
+/// allocation, deterministic, gives them to this client again at every round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AddedFailurePolicy {
+    /// Call `queues_added` again for the queues of the failed call (those still held), after
+    /// 1 s, then after twice as long each time up to 60 s, until it succeeds; each failure is
+    /// logged with its attempt number and reported in the next round report's
+    /// `callback_errors`.
+    #[default]
+    RetryWithBackoff,
+    /// Shut the consumer down (every queue released, reason `shutdown`, and the client
+    /// unregistered) at the end of the round, so that the rest of the group takes the queues
+    /// over. [`ConsumerHandle::join`](crate::ConsumerHandle::join) then returns
+    /// `Ok(())`; the round report lists the failure.
+    ReleaseAndShutdown,
+}
+
 /// The timers of a consumer, with the Java client's defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Intervals {

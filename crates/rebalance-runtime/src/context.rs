@@ -7,7 +7,7 @@ use rebalance_core::ClientId;
 
 use crate::allocation::Allocation;
 
-use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+use crate::config::{AddedFailurePolicy, ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::directory::Registration;
 use crate::subscription::{Subscription, TagExpression, retry_topic};
 use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker};
@@ -20,6 +20,7 @@ pub(crate) struct Context {
     pub(crate) consume_order: ConsumeOrder,
     pub(crate) consume_from: ConsumeFrom,
     pub(crate) exclusive_hand_off: bool,
+    pub(crate) added_failure: AddedFailurePolicy,
     pub(crate) intervals: Intervals,
     pub(crate) allocation: Allocation,
     pub(crate) name_server: Arc<dyn NameServer>,

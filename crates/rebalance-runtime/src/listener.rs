@@ -153,6 +153,13 @@ impl QueueLease {
         &self.queue
     }
 
+    /// Whether `other` is this very lease (a clone of it), not another lease of the same queue:
+    /// a [`queues_added`](QueueListener::queues_added) called again after a failure hands the
+    /// same leases over, while a queue taken again after a release comes with a new lease.
+    pub fn is_same_lease(&self, other: &QueueLease) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
     /// Where to start consuming.
     pub fn start_position(&self) -> StartPosition {
         self.start
@@ -250,11 +257,16 @@ pub struct RemovedQueue {
 /// `queues_removed` awaits the ones of the queues removed (taking them out of its map first:
 /// no lock is held across the wait), so that their last commits are in before it returns.
 ///
-/// An error from [`queues_added`](Self::queues_added) does not undo the addition: the queues
-/// are held, their leases live, and nothing calls it again for them (the error is logged and
-/// reported in [`RoundReport::callback_errors`](crate::assignment::RoundReport::callback_errors)). A
-/// listener that could not start consuming a queue must retry on its own, or give the queue
-/// up by shutting the consumer down.
+/// An error, a panic or a timeout of [`queues_added`](Self::queues_added) does not undo the
+/// addition: the queues are held and their leases live (the failure is logged and reported in
+/// [`RoundReport::callback_errors`](crate::assignment::RoundReport::callback_errors)). By default
+/// the runtime calls `queues_added` again for those queues (the ones still held), 1 s later, then
+/// after twice as long each time up to 60 s, until it succeeds; with
+/// [`AddedFailurePolicy::ReleaseAndShutdown`](crate::config::AddedFailurePolicy) it shuts the
+/// consumer down instead, so that the group rebalances the queues (see
+/// [`ConsumerBuilder::on_queues_added_failure`](crate::ConsumerBuilder::on_queues_added_failure)).
+/// A retried call gets the same leases again: a listener that started consuming some of them
+/// before failing should not start them twice.
 #[async_trait]
 pub trait QueueListener: Send + Sync + 'static {
     /// Queues of `topic` this client now consumes.

@@ -216,6 +216,18 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_is_the_same_as_its_clones_only() {
+        let mut table = ProcessQueueTable::default();
+        let root = CancellationToken::new();
+        let q = MessageQueue::new("T", "b", 0);
+        let first = table.insert(q.clone(), StartPosition::Latest, &root, None, false);
+        assert!(first.is_same_lease(&first.clone()));
+        table.remove(&q);
+        let again = table.insert(q, StartPosition::Latest, &root, None, false);
+        assert!(!again.is_same_lease(&first));
+    }
+
+    #[test]
     fn unpersisted_offset_tracks_commits() {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{ClusterServices, ConsumerError};
 use crate::allocation::Allocation;
-use crate::config::{ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
+use crate::config::{AddedFailurePolicy, ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::context::Subscriptions;
 use crate::subscription::TagExpression;
 use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker};
@@ -32,6 +32,7 @@ impl Consumer {
             consume_order: ConsumeOrder::default(),
             consume_from: ConsumeFrom::default(),
             exclusive_hand_off: false,
+            added_failure: AddedFailurePolicy::default(),
             intervals: Intervals::default(),
             allocation: None,
             name_server: None,
@@ -74,6 +75,7 @@ pub struct ConsumerBuilder {
     pub(super) consume_order: ConsumeOrder,
     pub(super) consume_from: ConsumeFrom,
     pub(super) exclusive_hand_off: bool,
+    pub(super) added_failure: AddedFailurePolicy,
     pub(super) intervals: Intervals,
     pub(super) allocation: Option<Allocation>,
     pub(super) name_server: Option<Arc<dyn NameServer>>,
@@ -193,6 +195,13 @@ impl ConsumerBuilder {
     /// Java client.
     pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
         self.exclusive_hand_off = exclusive;
+        self
+    }
+
+    /// What to do when [`QueueListener::queues_added`] fails (default: call it again with
+    /// backoff, see [`AddedFailurePolicy`]).
+    pub fn on_queues_added_failure(mut self, policy: AddedFailurePolicy) -> Self {
+        self.added_failure = policy;
         self
     }
 

@@ -72,6 +72,7 @@ impl ConsumerBuilder {
             consume_order: self.consume_order,
             consume_from: self.consume_from,
             exclusive_hand_off: self.exclusive_hand_off,
+            added_failure: self.added_failure,
             intervals: self.intervals,
             allocation: self
                 .allocation

@@ -4,6 +4,8 @@
 //! persists offsets, applies subscription changes, and at shutdown releases everything. Doing
 //! all of that in one task means no two of them ever race on a queue.
 
+mod added_failure;
+mod added_retries;
 mod diff;
 mod directory_trouble;
 mod final_offsets;
@@ -22,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use self::added_retries::AddedRetries;
 use self::diff::{Target, diff};
 use self::final_offsets::FinalOffsets;
 use self::lock_book::LockBook;
@@ -71,6 +74,11 @@ pub(crate) struct Service {
     last_heartbeat_request: Option<Instant>,
     round: u64,
     schedule: Schedule,
+    /// `queues_added` calls to make again.
+    added_retries: AddedRetries,
+    /// Whether the service must shut the consumer down (a `queues_added` failed under
+    /// [`AddedFailurePolicy::ReleaseAndShutdown`](crate::config::AddedFailurePolicy)).
+    stop_requested: bool,
     /// Queues released since the last report outside a round (lost with their lock at
     /// renewal), by topic: the next report lists them.
     released_between: Vec<TopicReport>,
@@ -103,6 +111,8 @@ impl Service {
             last_heartbeat_request: None,
             round: 0,
             schedule,
+            added_retries: AddedRetries::default(),
+            stop_requested: false,
             released_between: Vec::new(),
             callback_errors: Vec::new(),
         }
@@ -146,11 +156,16 @@ impl Service {
                         membership = None;
                     }
                 }
-                due = self.schedule.due(pending) => match due {
+                due = self.schedule.due(pending, self.added_retries.next_at()) => match due {
                     Due::Renewal => self.renew_locks().await,
                     Due::Persistence => self.persist_offsets().await,
+                    Due::AddedRetry => self.retry_added().await,
                     Due::Round => self.run_round().await,
                 },
+            }
+            if self.stop_requested {
+                token.cancel();
+                break;
             }
         }
         helpers.close();

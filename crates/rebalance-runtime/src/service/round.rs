@@ -503,7 +503,9 @@ impl Service {
                 listener.queues_added(topic, &leases),
             )
             .await;
-            self.note_callback(result);
+            if let Err(error) = result {
+                self.added_failed(topic, leases.clone(), 1, error);
+            }
             report
                 .added
                 .extend(leases.iter().map(|l| l.queue().clone()));

@@ -13,6 +13,8 @@ pub(super) enum Due {
     Renewal,
     /// Persist committed offsets (every `persist_offsets`).
     Persistence,
+    /// Call `queues_added` again for queues of a call that failed.
+    AddedRetry,
     /// Run a round.
     Round,
 }
@@ -106,11 +108,18 @@ impl Schedule {
         }
     }
 
-    /// Waits for what is due next. Renewal and persistence come before the round: they are
-    /// short and periodic, and rounds that run back to back (each longer than `rebalance_min`,
-    /// with a wake-up during each) must not starve them. Cancel-safe.
-    pub(super) async fn due(&mut self, pending: WakeReasons) -> Due {
+    /// Waits for what is due next, with `pending` wake-ups and a `queues_added` retry due at
+    /// `added_retry`. Renewal, persistence and the retry come before the round: they are
+    /// short, and rounds that run back to back (each longer than `rebalance_min`, with a
+    /// wake-up during each) must not starve them. Cancel-safe.
+    pub(super) async fn due(&mut self, pending: WakeReasons, added_retry: Option<Instant>) -> Due {
         let run_at = self.next_round_at(pending);
+        let retry = async {
+            match added_retry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         let renew = async {
             match &mut self.renew {
                 Some(timer) => timer.tick().await,
@@ -121,6 +130,7 @@ impl Schedule {
             biased;
             _ = renew => Due::Renewal,
             _ = self.persist.tick() => Due::Persistence,
+            _ = retry => Due::AddedRetry,
             _ = tokio::time::sleep_until(run_at) => Due::Round,
         }
     }
@@ -197,7 +207,7 @@ mod tests {
     /// Waits for the next due thing; returns it with the time it took.
     async fn next(s: &mut Schedule, pending: WakeReasons) -> (Due, Duration) {
         let start = Instant::now();
-        let due = s.due(pending).await;
+        let due = s.due(pending, None).await;
         (due, start.elapsed())
     }
 
@@ -349,7 +359,7 @@ mod tests {
         // A wake-up is pending all along: the round is due at once every time, yet the timers
         // still fire when they are due.
         while start.elapsed() <= Duration::from_secs(12) {
-            let due = s.due(WakeReasons::MANUAL).await;
+            let due = s.due(WakeReasons::MANUAL, None).await;
             if due == Due::Round {
                 // A round that takes a whole second.
                 s.start_round(WakeReasons::MANUAL);
@@ -372,13 +382,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_added_retry_is_due_at_its_time_before_a_round() {
+        let i = intervals();
+        let mut s = Schedule::new(i, false);
+        round(&mut s, WakeReasons::START, true, false);
+        let at = Instant::now() + 3 * MS;
+        let start = Instant::now();
+        assert_eq!(s.due(WakeReasons::NONE, Some(at)).await, Due::AddedRetry);
+        assert_eq!(start.elapsed(), 3 * MS);
+        // Due at the same time as a round: the retry first.
+        tokio::time::advance(i.rebalance_min).await;
+        let now = Instant::now();
+        assert_eq!(s.due(WakeReasons::MANUAL, Some(now)).await, Due::AddedRetry);
+        assert_eq!(s.due(WakeReasons::MANUAL, None).await, Due::Round);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn nothing_renews_without_locks() {
         let mut s = Schedule::new(intervals(), false);
         round(&mut s, WakeReasons::START, true, false);
         let mut rounds = 0;
         while rounds < 3 {
             match next(&mut s, WakeReasons::NONE).await.0 {
-                Due::Renewal => panic!("renewed without locks"),
+                Due::Renewal | Due::AddedRetry => panic!("nothing to renew or retry"),
                 Due::Persistence => {}
                 Due::Round => {
                     round(&mut s, WakeReasons::NONE, true, false);

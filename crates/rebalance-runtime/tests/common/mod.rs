@@ -96,10 +96,9 @@ impl QueueListener for Recorder {
             let mut leases = self.leases.lock().unwrap();
             let mut events = self.events.lock().unwrap();
             for lease in queues {
-                if leases
-                    .insert(lease.queue().clone(), lease.clone())
-                    .is_some()
-                {
+                // The same lease again is a retry of a failed call, not a second addition.
+                let replaced = leases.insert(lease.queue().clone(), lease.clone());
+                if replaced.is_some_and(|old| !old.is_same_lease(lease)) {
                     self.violations
                         .lock()
                         .unwrap()
