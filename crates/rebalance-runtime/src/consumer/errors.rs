@@ -17,6 +17,13 @@ pub enum ConsumerError {
     /// The group name is empty.
     #[error("the consumer group name is empty")]
     EmptyGroup,
+    /// The consumer subscribes to no topic, so it would start, report balanced rounds and never
+    /// get a queue. The group's retry topic, which a clustering consumer subscribes to by itself,
+    /// does not count.
+    #[error(
+        "the consumer subscribes to no topic, so it would never get a queue; call `subscribe(topic)` or `subscribe_tags(topic, expression)` on the builder (the group's retry topic, subscribed to automatically, does not count)"
+    )]
+    NoSubscription,
     /// The client id is empty.
     #[error("the client id is empty")]
     EmptyClientId,
