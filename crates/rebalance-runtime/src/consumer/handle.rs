@@ -55,6 +55,7 @@ pub(super) struct HandleInner {
 /// application dropped its handles: keep a [`WeakConsumerHandle`] there instead
 /// ([`downgrade`](Self::downgrade)).
 #[derive(Clone)]
+#[must_use = "dropping the last ConsumerHandle shuts the consumer down at once (it never gets a queue): keep the handle for as long as the consumer should run, and call `shutdown().await` to stop it"]
 pub struct ConsumerHandle {
     pub(super) inner: Arc<HandleInner>,
 }
