@@ -222,3 +222,35 @@ async fn a_consumer_without_a_subscription_is_refused_even_with_its_retry_topic(
         .expect("a subscription the application asked for");
     handle.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn contradictory_intervals_are_refused_naming_both_values() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .consume_order(ConsumeOrder::Orderly)
+        .intervals(Intervals {
+            lock_renew: Duration::from_secs(60),
+            lock_lifetime: Duration::from_secs(1),
+            ..Intervals::default()
+        })
+        .start()
+        .await;
+    match result {
+        Err(
+            e @ ConsumerError::Intervals(IntervalsError::Conflict {
+                field: "lock_renew",
+                other: "lock_lifetime",
+                ..
+            }),
+        ) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("`lock_renew` (60s)") && message.contains("`lock_lifetime` (1s)"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a conflict of lock_renew and lock_lifetime, got {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty(), "nothing was started");
+}
