@@ -1,9 +1,13 @@
 //! [`ConsumerError`]: why a consumer could not be started or a request could not be served.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use rebalance_core::ClientId;
 use rebalance_core::assignor::AssignorConfigError;
 use rebalance_core::strategy::StrategyConfigError;
 
+use crate::assignment::Assignment;
 use crate::config::IntervalsError;
 use crate::subscription::TagExpressionError;
 
@@ -91,4 +95,18 @@ pub enum ConsumerError {
     /// The consumer has shut down.
     #[error("the consumer has shut down")]
     ShutDown,
+    /// [`ConsumerHandle::wait_for_assignment`](super::ConsumerHandle::wait_for_assignment)
+    /// saw no matching assignment in time.
+    #[error(
+        "no assignment matched within {after:?}; the last one holds {} queue(s) (round {}, {}); the round reports (`rounds()`) say why a topic is not balanced",
+        last.len(),
+        last.round,
+        if last.balanced { "balanced" } else { "not balanced" }
+    )]
+    AssignmentTimedOut {
+        /// How long it waited.
+        after: Duration,
+        /// The assignment when it gave up.
+        last: Arc<Assignment>,
+    },
 }
