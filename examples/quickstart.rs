@@ -162,6 +162,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("Members hand queues over concurrently, as Java's do: the next owner may start");
     println!("before the last one has stopped (`exclusive_hand_off(true)` makes it wait).\n");
     let (alice, _) = join(&cluster, "alice", 1, epoch).await?;
+    // An owned snapshot, unlike a `watch()` borrow, which must never be held across an await.
+    let first = alice
+        .wait_for_assignment(|a| a.len() == 8, Duration::from_secs(10))
+        .await?;
+    println!(
+        "  (alice holds all {} queues after round {})",
+        first.len(),
+        first.round
+    );
     pause(5).await;
     let (bob, _) = join(&cluster, "bob", 2, epoch).await?;
     pause(5).await;

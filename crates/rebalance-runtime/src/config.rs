@@ -162,7 +162,8 @@ pub struct Intervals {
     /// Meanwhile the timers and lock retries wait too, but never longer than `rebalance_wait`
     /// after the change that began the burst, so endless churn cannot stop the rounds. A round
     /// asked for another reason (`rebalance_now`, a subscription or route change, a lost lock)
-    /// runs as usual.
+    /// runs as usual. When set, it must be shorter than `rebalance_wait`
+    /// ([`validate`](Self::validate)).
     pub membership_settle: Duration,
 }
 
@@ -185,6 +186,25 @@ pub enum IntervalsError {
         /// Its value.
         value: Duration,
     },
+    /// Two intervals that cannot work together, such as a `lock_renew` longer than the
+    /// `lock_lifetime` it is meant to keep alive.
+    #[error(
+        "the interval `{field}` ({value:?}) must be {requirement} `{other}` ({other_value:?}): {why}"
+    )]
+    Conflict {
+        /// The interval to change, most likely.
+        field: &'static str,
+        /// Its value.
+        value: Duration,
+        /// How it must compare with `other` ("shorter than", "at most").
+        requirement: &'static str,
+        /// The interval it conflicts with.
+        other: &'static str,
+        /// That interval's value.
+        other_value: Duration,
+        /// What would go wrong.
+        why: &'static str,
+    },
 }
 
 /// Checks one interval: longer than zero and at most [`MAX_INTERVAL`].
@@ -199,7 +219,17 @@ pub(crate) fn check_interval(field: &'static str, value: Duration) -> Result<(),
 }
 
 impl Intervals {
-    /// Checks that every interval is longer than zero and at most [`MAX_INTERVAL`];
+    /// Checks that every interval is longer than zero and at most [`MAX_INTERVAL`]
+    /// (`membership_settle` may be zero), and that no two of them contradict each other
+    /// ([`IntervalsError::Conflict`]):
+    /// - `lock_renew` shorter than `lock_lifetime`: otherwise every lock stops being trusted
+    ///   before it is renewed, and ordered queues keep stopping;
+    /// - `rebalance_min` at most `rebalance_wait`: it is the wait after an unbalanced round,
+    ///   which must not be longer than the wait after a balanced one;
+    /// - a nonzero `membership_settle` shorter than `rebalance_wait`, which caps every settling
+    ///   wait: otherwise the group is never seen settled and every membership change waits the
+    ///   whole `rebalance_wait`.
+    ///
     /// [`ConsumerBuilder::start`](crate::ConsumerBuilder::start) calls it.
     ///
     /// ```
@@ -209,6 +239,12 @@ impl Intervals {
     /// assert_eq!(Intervals::default().validate(), Ok(()));
     /// let zero = Intervals { heartbeat: Duration::ZERO, ..Intervals::default() };
     /// assert_eq!(zero.validate(), Err(IntervalsError::Zero("heartbeat")));
+    /// let stale = Intervals {
+    ///     lock_renew: Duration::from_secs(60),
+    ///     lock_lifetime: Duration::from_secs(1),
+    ///     ..Intervals::default()
+    /// };
+    /// assert!(matches!(stale.validate(), Err(IntervalsError::Conflict { field: "lock_renew", .. })));
     /// ```
     pub fn validate(&self) -> Result<(), IntervalsError> {
         // Destructured so that a new field cannot be forgotten here.
@@ -247,6 +283,36 @@ impl Intervals {
             return Err(IntervalsError::TooLong {
                 field: "membership_settle",
                 value: membership_settle,
+            });
+        }
+        if lock_renew >= lock_lifetime {
+            return Err(IntervalsError::Conflict {
+                field: "lock_renew",
+                value: lock_renew,
+                requirement: "shorter than",
+                other: "lock_lifetime",
+                other_value: lock_lifetime,
+                why: "every lock would stop being trusted before it is renewed, so ordered queues would keep stopping",
+            });
+        }
+        if rebalance_min > rebalance_wait {
+            return Err(IntervalsError::Conflict {
+                field: "rebalance_min",
+                value: rebalance_min,
+                requirement: "at most",
+                other: "rebalance_wait",
+                other_value: rebalance_wait,
+                why: "it is the wait after an unbalanced round, which must not be longer than the wait after a balanced one",
+            });
+        }
+        if !membership_settle.is_zero() && membership_settle >= rebalance_wait {
+            return Err(IntervalsError::Conflict {
+                field: "membership_settle",
+                value: membership_settle,
+                requirement: "shorter than",
+                other: "rebalance_wait",
+                other_value: rebalance_wait,
+                why: "a settling wait ends after `rebalance_wait` at the latest, so the group would never be seen settled (0 turns settling off)",
             });
         }
         Ok(())
@@ -315,6 +381,56 @@ mod tests {
         );
     }
 
+    /// `field` set to `value` and `other` to `other_value`, from the defaults.
+    fn pair(field: &str, value: u64, other: &str, other_value: u64) -> Intervals {
+        let mut intervals = Intervals::default();
+        for (name, secs) in [(field, value), (other, other_value)] {
+            let slot = match name {
+                "lock_renew" => &mut intervals.lock_renew,
+                "lock_lifetime" => &mut intervals.lock_lifetime,
+                "rebalance_min" => &mut intervals.rebalance_min,
+                "rebalance_wait" => &mut intervals.rebalance_wait,
+                "membership_settle" => &mut intervals.membership_settle,
+                _ => unreachable!("{name}"),
+            };
+            *slot = Duration::from_secs(secs);
+        }
+        intervals
+    }
+
+    #[test]
+    fn contradictory_pairs_are_refused_naming_both_values() {
+        // (field, value, other, other value, whether it works)
+        let cases = [
+            ("lock_renew", 60, "lock_lifetime", 1, false),
+            ("lock_renew", 30, "lock_lifetime", 30, false),
+            ("lock_renew", 29, "lock_lifetime", 30, true),
+            ("rebalance_min", 21, "rebalance_wait", 20, false),
+            ("rebalance_min", 20, "rebalance_wait", 20, true),
+            ("membership_settle", 20, "rebalance_wait", 20, false),
+            ("membership_settle", 19, "rebalance_wait", 20, true),
+            ("membership_settle", 0, "rebalance_wait", 1, true),
+        ];
+        for (field, value, other, other_value, works) in cases {
+            let result = pair(field, value, other, other_value).validate();
+            if works {
+                assert_eq!(result, Ok(()), "{field} {value}s, {other} {other_value}s");
+                continue;
+            }
+            let error = result.expect_err(field);
+            assert!(
+                matches!(error, IntervalsError::Conflict { field: f, other: o, .. } if f == field && o == other),
+                "{error:?}"
+            );
+            let message = error.to_string();
+            let (a, b) = (
+                format!("`{field}` ({value}s)"),
+                format!("`{other}` ({other_value}s)"),
+            );
+            assert!(message.contains(&a) && message.contains(&b), "{message}");
+        }
+    }
+
     #[test]
     fn every_zero_field_is_named() {
         type Field = fn(&mut Intervals) -> &mut Duration;
@@ -346,10 +462,11 @@ mod tests {
             );
             let mut intervals = Intervals::default();
             *field(&mut intervals) = MAX_INTERVAL;
-            assert_eq!(
-                intervals.validate(),
-                Ok(()),
-                "{name}: the maximum itself is fine"
+            // The maximum itself is a valid value (it may still conflict with another field).
+            let result = intervals.validate();
+            assert!(
+                matches!(result, Ok(()) | Err(IntervalsError::Conflict { .. })),
+                "{name}: the maximum itself is fine: {result:?}"
             );
         }
     }

@@ -28,6 +28,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
+//! use std::time::Duration;
 //! use async_trait::async_trait;
 //! use rebalance_runtime::memory::InMemoryCluster;
 //! use rebalance_runtime::{Consumer, ListenerError, QueueLease, QueueListener, RemovedQueue};
@@ -57,9 +58,9 @@
 //!     .listener(Arc::new(Print))
 //!     .start()
 //!     .await?;
-//! let mut assignment = consumer.watch();
-//! assignment.wait_for(|a| a.len() == 8).await?;
-//! consumer.shutdown().await;
+//! let held = consumer.wait_for_assignment(|a| a.len() == 8, Duration::from_secs(60)).await?;
+//! consumer.shutdown().await; // `held` is an owned snapshot, not a borrow of the consumer's
+//! assert_eq!(held.len(), 8);
 //! assert!(cluster.members("orders-group").is_empty());
 //! # Ok(()) }
 //! ```

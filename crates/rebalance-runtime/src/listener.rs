@@ -126,6 +126,7 @@ impl LeaseState {
 /// - [`consume_guard`](Self::consume_guard) (ordered consumption) is held while a batch is
 ///   processed, so the runtime unlocks the queue only between batches.
 #[derive(Clone)]
+#[must_use = "dropping a lease neither releases nor stops consuming its queue: give it to the task consuming the queue, which stops when `cancelled()` completes and reports progress with `commit`"]
 pub struct QueueLease {
     queue: MessageQueue,
     start: StartPosition,

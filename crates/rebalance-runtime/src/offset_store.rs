@@ -97,7 +97,7 @@ pub trait OffsetStore: Send + Sync + 'static {
 ///     .listener(Arc::new(Quiet))
 ///     .start()
 ///     .await?;
-/// consumer.watch().wait_for(|a| a.len() == 4).await?;
+/// consumer.wait_for_assignment(|a| a.len() == 4, std::time::Duration::from_secs(60)).await?;
 /// consumer.shutdown().await;
 /// # Ok(()) }
 /// ```

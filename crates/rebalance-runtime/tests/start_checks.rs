@@ -1,5 +1,6 @@
-//! What `start()` refuses: invalid intervals, a missing locker for an exclusive hand-off, and
-//! broadcasting on the group's shared offset store; and broadcasting with per-client stores.
+//! What `start()` refuses: no subscription, invalid intervals, a missing locker for an exclusive
+//! hand-off, and broadcasting on the group's shared offset store; and broadcasting with
+//! per-client stores.
 
 mod common;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 use common::*;
 use rebalance_runtime::config::IntervalsError;
 use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::subscription::retry_topic;
 use rebalance_runtime::{
     ConsumerBuilder, ConsumerError, LocalOffsetStore,
     config::{ConsumeOrder, Intervals, MessageModel},
@@ -186,4 +188,69 @@ async fn the_client_id_comes_from_the_cluster_client_and_must_agree_with_it() {
     handle.shutdown().await;
     let same = wired(Some("10.0.0.9@cluster")).start().await.unwrap();
     same.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_consumer_without_a_subscription_is_refused_even_with_its_retry_topic() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    // The retry topic exists, so a consumer subscribed to it alone would start and hold queues.
+    cluster.create_topic(&retry_topic(GROUP), 1, 1);
+    for model in [MessageModel::Clustering, MessageModel::Broadcasting] {
+        let result = builder(&cluster, 0, &[], Recorder::new())
+            .message_model(model)
+            .offset_store(Arc::new(LocalOffsetStore::new()))
+            .start()
+            .await;
+        match result {
+            Err(e @ ConsumerError::NoSubscription) => {
+                let message = e.to_string();
+                assert!(message.contains("subscribes to no topic"), "{message}");
+                assert!(message.contains("subscribe(topic)"), "{message}");
+            }
+            other => panic!("{model:?}: expected NoSubscription, got {other:?}"),
+        }
+        assert!(
+            cluster.members(GROUP).is_empty(),
+            "{model:?}: nothing registered"
+        );
+    }
+    // The retry topic subscribed by the application itself is a subscription like another.
+    let handle = builder(&cluster, 0, &[&retry_topic(GROUP)], Recorder::new())
+        .start()
+        .await
+        .expect("a subscription the application asked for");
+    handle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn contradictory_intervals_are_refused_naming_both_values() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .consume_order(ConsumeOrder::Orderly)
+        .intervals(Intervals {
+            lock_renew: Duration::from_secs(60),
+            lock_lifetime: Duration::from_secs(1),
+            ..Intervals::default()
+        })
+        .start()
+        .await;
+    match result {
+        Err(
+            e @ ConsumerError::Intervals(IntervalsError::Conflict {
+                field: "lock_renew",
+                other: "lock_lifetime",
+                ..
+            }),
+        ) => {
+            let message = e.to_string();
+            assert!(
+                message.contains("`lock_renew` (60s)") && message.contains("`lock_lifetime` (1s)"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a conflict of lock_renew and lock_lifetime, got {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty(), "nothing was started");
 }

@@ -65,7 +65,7 @@ impl Consumer {
 /// consumer.shutdown().await;
 /// # Ok(()) }
 /// ```
-#[must_use]
+#[must_use = "a ConsumerBuilder does nothing until `start().await` runs the consumer"]
 pub struct ConsumerBuilder {
     pub(super) group: String,
     pub(super) client_id: Option<ClientId>,

@@ -29,6 +29,10 @@ impl ConsumerBuilder {
         if self.group.is_empty() {
             return Err(ConsumerError::EmptyGroup);
         }
+        // What the application asked for: the retry topic joins it later (`Context::effective`).
+        if self.subscriptions.is_empty() {
+            return Err(ConsumerError::NoSubscription);
+        }
         let bound = self.directory.as_ref().and_then(|d| d.bound_client_id());
         let client_id = resolve_client_id(self.client_id, bound)?;
         self.intervals.validate()?;

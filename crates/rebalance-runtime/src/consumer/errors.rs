@@ -1,9 +1,13 @@
 //! [`ConsumerError`]: why a consumer could not be started or a request could not be served.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use rebalance_core::ClientId;
 use rebalance_core::assignor::AssignorConfigError;
 use rebalance_core::strategy::StrategyConfigError;
 
+use crate::assignment::Assignment;
 use crate::config::IntervalsError;
 use crate::subscription::TagExpressionError;
 
@@ -17,6 +21,13 @@ pub enum ConsumerError {
     /// The group name is empty.
     #[error("the consumer group name is empty")]
     EmptyGroup,
+    /// The consumer subscribes to no topic, so it would start, report balanced rounds and never
+    /// get a queue. The group's retry topic, which a clustering consumer subscribes to by itself,
+    /// does not count.
+    #[error(
+        "the consumer subscribes to no topic, so it would never get a queue; call `subscribe(topic)` or `subscribe_tags(topic, expression)` on the builder (the group's retry topic, subscribed to automatically, does not count)"
+    )]
+    NoSubscription,
     /// The client id is empty.
     #[error("the client id is empty")]
     EmptyClientId,
@@ -84,4 +95,18 @@ pub enum ConsumerError {
     /// The consumer has shut down.
     #[error("the consumer has shut down")]
     ShutDown,
+    /// [`ConsumerHandle::wait_for_assignment`](super::ConsumerHandle::wait_for_assignment)
+    /// saw no matching assignment in time.
+    #[error(
+        "no assignment matched within {after:?}; the last one holds {} queue(s) (round {}, {}); the round reports (`rounds()`) say why a topic is not balanced",
+        last.len(),
+        last.round,
+        if last.balanced { "balanced" } else { "not balanced" }
+    )]
+    AssignmentTimedOut {
+        /// How long it waited.
+        after: Duration,
+        /// The assignment when it gave up.
+        last: Arc<Assignment>,
+    },
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use rebalance_core::ClientId;
 use tokio::sync::watch;
@@ -55,6 +56,7 @@ pub(super) struct HandleInner {
 /// application dropped its handles: keep a [`WeakConsumerHandle`] there instead
 /// ([`downgrade`](Self::downgrade)).
 #[derive(Clone)]
+#[must_use = "dropping the last ConsumerHandle shuts the consumer down at once (it never gets a queue): keep the handle for as long as the consumer should run, and call `shutdown().await` to stop it"]
 pub struct ConsumerHandle {
     pub(super) inner: Arc<HandleInner>,
 }
@@ -190,13 +192,86 @@ impl ConsumerHandle {
     }
 
     /// A receiver of assignment snapshots (one per change).
+    ///
+    /// **Never hold its borrow across an `.await`.** What `borrow()`, `borrow_and_update()` and
+    /// `wait_for()` return is a guard over the consumer's own copy: while it lives, the
+    /// consumer cannot publish the next assignment and blocks its thread waiting for it. Held
+    /// across `shutdown().await` (say, `let a = rx.wait_for(..).await?;` followed by the
+    /// shutdown), the shutdown never finishes, and on a current-thread runtime the whole
+    /// process freezes at 0 % CPU without a log line. Clone what you need out of the guard
+    /// (`let a = Arc::clone(&*rx.borrow());`), or use
+    /// [`wait_for_assignment`](Self::wait_for_assignment), which returns an owned snapshot.
     pub fn watch(&self) -> watch::Receiver<Arc<Assignment>> {
         self.inner.assignment.clone()
     }
 
     /// A receiver of round reports (the last round's).
+    ///
+    /// **Never hold its borrow across an `.await`**: the guard that `borrow()` or `wait_for()`
+    /// returns keeps the consumer from publishing the next report, blocking its thread (see
+    /// [`watch`](Self::watch)). Clone the report out of the guard
+    /// (`let report = Arc::clone(&*rx.borrow());`) before awaiting anything.
     pub fn rounds(&self) -> watch::Receiver<Arc<RoundReport>> {
         self.inner.rounds.clone()
+    }
+
+    /// Waits until the assignment satisfies `predicate` (checked on the current one first,
+    /// then on each new one) and returns that assignment, an owned snapshot that may be kept
+    /// across `.await`s, unlike a [`watch`](Self::watch) borrow.
+    ///
+    /// Fails with [`ConsumerError::AssignmentTimedOut`], carrying the last assignment, when
+    /// none matched within `timeout` (a misspelled topic, an unreachable name server: the
+    /// [`rounds`](Self::rounds) reports say why), and with [`ConsumerError::ShutDown`] when
+    /// the consumer stopped first.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use async_trait::async_trait;
+    /// # use rebalance_runtime::memory::InMemoryCluster;
+    /// # use rebalance_runtime::{Consumer, ConsumerError, ListenerError, QueueLease, QueueListener, RemovedQueue};
+    /// # struct Quiet;
+    /// # #[async_trait]
+    /// # impl QueueListener for Quiet {
+    /// #     async fn queues_added(&self, _: &str, _: &[QueueLease]) -> Result<(), ListenerError> { Ok(()) }
+    /// #     async fn queues_removed(&self, _: &str, _: &[RemovedQueue]) -> Result<(), ListenerError> { Ok(()) }
+    /// # }
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let cluster = InMemoryCluster::new();
+    /// cluster.create_topic("Orders", 2, 4);
+    /// let consumer = Consumer::builder("orders-group")
+    ///     .subscribe("Orders")
+    ///     .cluster(cluster.client("10.0.0.1@1"))
+    ///     .listener(Arc::new(Quiet))
+    ///     .start()
+    ///     .await?;
+    /// let held = consumer.wait_for_assignment(|a| a.len() == 8, Duration::from_secs(60)).await?;
+    /// consumer.shutdown().await; // fine: `held` is no borrow
+    /// assert_eq!(held.len(), 8);
+    /// # Ok(()) }
+    /// ```
+    pub async fn wait_for_assignment(
+        &self,
+        mut predicate: impl FnMut(&Assignment) -> bool,
+        timeout: Duration,
+    ) -> Result<Arc<Assignment>, ConsumerError> {
+        let mut assignments = self.inner.assignment.clone();
+        let wait = async move {
+            // The guard is dropped in this statement: nothing is borrowed across an await.
+            let matched = assignments
+                .wait_for(|assignment| predicate(assignment))
+                .await
+                .map(|guard| Arc::clone(&guard));
+            matched.map_err(|_| ConsumerError::ShutDown)
+        };
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(result) => result,
+            Err(_) => Err(ConsumerError::AssignmentTimedOut {
+                after: timeout,
+                last: self.assignment(),
+            }),
+        }
     }
 
     /// The consumer's cancellation token: cancelling it starts the shutdown.

@@ -27,9 +27,10 @@ impl ConsumerBuilder {
     /// tasks and runs a first round at once (after [`Intervals::membership_settle`](crate::config::Intervals::membership_settle), when
     /// set). Must be called inside a tokio runtime.
     ///
-    /// Fails without starting anything when the configuration cannot work: a missing part
-    /// (including the locker that orderly consumption or an exclusive hand-off needs in
-    /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store;
+    /// Fails without starting anything when the configuration cannot work: no subscribed topic
+    /// ([`ConsumerError::NoSubscription`]), a missing part (including the locker that orderly
+    /// consumption or an exclusive hand-off needs in clustering mode), an invalid interval, or
+    /// broadcasting with a group-shared offset store;
     /// and with [`ConsumerError::TaskPanicked`] when the name server or the directory panics in
     /// the first route poll or heartbeat (the failures they report are not errors here: the
     /// consumer starts and its tasks try again).

@@ -113,7 +113,7 @@ impl Producer {
 }
 
 /// Configures a producer; [`start`](Self::start) runs it.
-#[must_use]
+#[must_use = "a ProducerBuilder does nothing until `start().await` runs the producer"]
 pub struct ProducerBuilder {
     group: String,
     name_server: Option<Arc<dyn NameServer>>,
@@ -293,6 +293,7 @@ struct Inner {
 /// when the token given to [`ProducerBuilder::shutdown_on`] is cancelled, or when every handle
 /// is dropped.
 #[derive(Clone)]
+#[must_use = "dropping the last ProducerHandle shuts the producer down at once (its routes stop being refreshed): keep the handle for as long as messages are sent, and call `shutdown().await` to stop it"]
 pub struct ProducerHandle {
     inner: Arc<Inner>,
 }
