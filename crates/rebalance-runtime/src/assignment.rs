@@ -178,7 +178,8 @@ pub enum CallbackFailureKind {
 }
 
 /// What a [`RoundReport`] is about. Every queue the listener is told to remove appears in
-/// exactly one report, whatever released it.
+/// exactly one report, whatever released it; a consumer that stopped without releasing says
+/// so in its last report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ReportKind {
@@ -191,6 +192,19 @@ pub enum ReportKind {
     /// [`Shutdown`](crate::RemovalReason::Shutdown)). The consumer's last report; `round` is the
     /// number of the last round.
     Shutdown,
+    /// [`ConsumerHandle::abort`](crate::ConsumerHandle::abort) stopped every task, as if the
+    /// process had died: nothing was released or announced, the client was not unregistered
+    /// (the directory expires it), and the leases were not cancelled. The consumer's last
+    /// report; the assignment is published empty and unbalanced at the same time.
+    Aborted,
+    /// The task named `task` panicked and the consumer stopped without releasing its queues:
+    /// their leases were cancelled, but nothing was announced, persisted or unlocked (see
+    /// [`ConsumerError::TaskPanicked`](crate::ConsumerError::TaskPanicked)). The consumer's last
+    /// report; the assignment is published empty and unbalanced at the same time.
+    TaskPanicked {
+        /// The task.
+        task: &'static str,
+    },
 }
 
 impl ReportKind {
@@ -199,6 +213,8 @@ impl ReportKind {
         match self {
             ReportKind::Round => "round",
             ReportKind::Shutdown => "shutdown",
+            ReportKind::Aborted => "aborted",
+            ReportKind::TaskPanicked { .. } => "task_panicked",
         }
     }
 }
@@ -214,9 +230,10 @@ impl std::fmt::Display for ReportKind {
 pub struct RoundReport {
     /// The client.
     pub client_id: Option<ClientId>,
-    /// What the report is about: a round, or the shutdown.
+    /// What the report is about: a round, the shutdown, or a consumer that died.
     pub kind: ReportKind,
-    /// The round's number (from 1); for the shutdown's report, the last round's.
+    /// The round's number (from 1); for the last report of a consumer that stopped, the last
+    /// round's.
     pub round: u64,
     /// Why it ran.
     pub reasons: WakeReasons,

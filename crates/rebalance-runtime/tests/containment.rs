@@ -465,6 +465,19 @@ async fn a_panic_in_the_service_task_is_reported_by_the_handle() {
         "the application is told to stop consuming"
     );
     assert!(cluster.members(GROUP).is_empty(), "unregistered");
+    // The assignment and the last report say that the queues are not held any more, and why.
+    let assignment = a.handle.assignment();
+    assert!(
+        assignment.is_empty() && !assignment.balanced,
+        "{assignment:?}"
+    );
+    let last = a.handle.rounds().borrow().clone();
+    assert_eq!(
+        last.kind,
+        rebalance_runtime::assignment::ReportKind::TaskPanicked {
+            task: "rebalance service"
+        }
+    );
     // Shutting down a crashed consumer returns at once, and the failure stays visible.
     a.handle.shutdown().await;
     assert!(matches!(

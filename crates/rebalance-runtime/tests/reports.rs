@@ -118,3 +118,32 @@ async fn a_shutdown_reports_its_releases_and_the_callbacks_that_failed() {
     assert_eq!(last.callback_errors.len(), 1, "{last:?}");
     assert_eq!(last.callback_errors[0].topic, "T");
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_aborted_consumer_says_it_holds_nothing() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    let reports = collect(a.handle.rounds());
+    settle(MIN).await;
+    let before = a.handle.assignment();
+    assert_eq!(before.len(), 4);
+    assert!(before.balanced);
+    let last_round = a.handle.rounds().borrow().round;
+
+    a.handle.abort();
+    settle(MIN).await;
+    assert!(a.handle.is_stopped());
+    let after = a.handle.assignment();
+    assert!(after.is_empty(), "{after:?}");
+    assert!(!after.balanced);
+    assert_eq!(after.round, last_round);
+    let reports = reports.await.expect("collector");
+    let last = reports.last().expect("a report");
+    assert_eq!(last.kind, ReportKind::Aborted);
+    assert_eq!(last.round, last_round);
+    assert_eq!(last.client_id.as_ref(), Some(&a.id));
+    // As if the process had died: nothing released, still registered.
+    assert!(told(&a.recorder).is_empty());
+    assert_eq!(cluster.members(GROUP), vec![a.id.clone()]);
+}

@@ -41,7 +41,11 @@ pub(super) struct HandleInner {
     pub(super) assignment: watch::Receiver<Arc<Assignment>>,
     pub(super) rounds: watch::Receiver<Arc<RoundReport>>,
     pub(super) tasks: TaskTracker,
+    /// The helper tasks (route sync, heartbeat), for [`ConsumerHandle::abort`].
     pub(super) aborts: Vec<tokio::task::AbortHandle>,
+    /// Cancelled by [`ConsumerHandle::abort`]: the service's task drops the service where it
+    /// stands and says so.
+    pub(super) killed: CancellationToken,
     /// The first task that panicked.
     pub(super) failure: Arc<OnceLock<TaskFailure>>,
     /// Which consumer of the process this is (see [`SERVICE_OF`]).
@@ -333,9 +337,14 @@ impl ConsumerHandle {
 
     /// Stops every task at once, releasing nothing and without unregistering, as if the process
     /// had died. For tests and simulations of crashes.
+    ///
+    /// The consumer then says so: [`assignment`](Self::assignment) is empty and unbalanced, and
+    /// the last report on [`rounds`](Self::rounds) is [`ReportKind::Aborted`](crate::assignment::ReportKind::Aborted)
+    /// (the leases are not cancelled, as nothing would cancel them in a dead process).
     pub fn abort(&self) {
         for task in &self.inner.aborts {
             task.abort();
         }
+        self.inner.killed.cancel();
     }
 }

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::checks::Checked;
 use super::handle::{HandleInner, NEXT_CONSUMER, SERVICE_OF, TaskFailure};
 use super::{ConsumerBuilder, ConsumerError, ConsumerHandle};
-use crate::assignment::{Assignment, RoundReport};
+use crate::assignment::{Assignment, ReportKind, RoundReport};
 use crate::callbacks::caught;
 use crate::context::Context;
 use crate::directory::Registration;
@@ -92,8 +92,8 @@ impl ConsumerBuilder {
         let helpers = TaskTracker::new();
         let tasks = TaskTracker::new();
         let failure = Arc::new(OnceLock::new());
-        let mut aborts = Vec::new();
-        aborts.push(
+        // The helper tasks, for `abort` (the service's own task is stopped by `killed`).
+        let aborts = vec![
             helpers
                 .spawn(
                     helper(
@@ -105,8 +105,6 @@ impl ConsumerBuilder {
                     .instrument(span.clone()),
                 )
                 .abort_handle(),
-        );
-        aborts.push(
             helpers
                 .spawn(
                     helper(
@@ -124,7 +122,12 @@ impl ConsumerBuilder {
                     .instrument(span.clone()),
                 )
                 .abort_handle(),
-        );
+        ];
+        let last_words = LastWords {
+            client_id: ctx.client_id.clone(),
+            assignment: assignment_tx.clone(),
+            rounds: rounds_tx.clone(),
+        };
         let service = Service::new(
             ctx.clone(),
             requested,
@@ -139,21 +142,43 @@ impl ConsumerBuilder {
             },
             token.child_token(),
         );
+        let killed = CancellationToken::new();
         let service = {
             let ctx = ctx.clone();
             let token = token.clone();
             let failure = failure.clone();
+            let killed = killed.clone();
             async move {
-                let run = service.run(requested_rx, token.clone(), helpers.clone());
-                if let Err(message) = caught(run).await {
-                    record_failure(&failure, "rebalance service", message);
-                    after_service_panic(&ctx, &token, &helpers, &last_registration).await;
+                let mut run = Box::pin(caught(service.run(
+                    requested_rx,
+                    token.clone(),
+                    helpers.clone(),
+                )));
+                let ended = tokio::select! {
+                    biased;
+                    _ = killed.cancelled() => None,
+                    ended = &mut run => Some(ended),
+                };
+                // The service is gone (dropped where it stood, when killed): only the last
+                // word is left to say.
+                drop(run);
+                match ended {
+                    None => {
+                        tracing::warn!("aborted: every task stopped; nothing was released");
+                        last_words.say(ReportKind::Aborted);
+                    }
+                    Some(Ok(())) => {}
+                    Some(Err(message)) => {
+                        record_failure(&failure, SERVICE_TASK, message);
+                        after_service_panic(&ctx, &token, &helpers, &last_registration).await;
+                        last_words.say(ReportKind::TaskPanicked { task: SERVICE_TASK });
+                    }
                 }
             }
         };
         let serial = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
         let service = SERVICE_OF.scope(serial, service.instrument(span.clone()));
-        aborts.push(tasks.spawn(service).abort_handle());
+        tasks.spawn(service);
         tasks.close();
         Ok(ConsumerHandle {
             inner: Arc::new(HandleInner {
@@ -165,10 +190,39 @@ impl ConsumerBuilder {
                 rounds: rounds_rx,
                 tasks,
                 aborts,
+                killed,
                 failure,
                 serial,
             }),
         })
+    }
+}
+
+/// The name of the service task in [`ConsumerError::TaskPanicked`] and the reports.
+const SERVICE_TASK: &str = "rebalance service";
+
+/// What the service's task says when the service died (aborted, or panicked): that nothing is
+/// held any more, and why, as the consumer's last report.
+struct LastWords {
+    client_id: rebalance_core::ClientId,
+    assignment: watch::Sender<Arc<Assignment>>,
+    rounds: watch::Sender<Arc<RoundReport>>,
+}
+
+impl LastWords {
+    fn say(self, kind: ReportKind) {
+        let round = self.rounds.borrow().round;
+        self.assignment.send_replace(Arc::new(Assignment {
+            round,
+            balanced: false,
+            queues: Default::default(),
+        }));
+        self.rounds.send_replace(Arc::new(RoundReport {
+            client_id: Some(self.client_id),
+            kind,
+            round,
+            ..RoundReport::default()
+        }));
     }
 }
 

@@ -190,7 +190,7 @@ mod tests {
         let mut table = ProcessQueueTable::default();
         let root = CancellationToken::new();
         for queue in held.iter().chain(releasing.iter().map(|(q, _)| q)) {
-            table.insert(queue.clone(), StartPosition::Latest, &root, None, false);
+            let _lease = table.insert(queue.clone(), StartPosition::Latest, &root, None, false);
         }
         for (queue, reason) in releasing {
             assert!(table.start_release(queue, Instant::now(), *reason));
