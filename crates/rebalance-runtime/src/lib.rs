@@ -90,8 +90,8 @@ pub mod wake;
 
 // What the quickstart and the README use.
 pub use consumer::{
-    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, WeakConsumerHandle,
-    default_client_id,
+    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, NotReady,
+    TopicNotReady, WeakConsumerHandle, default_client_id,
 };
 pub use listener::{
     ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue, StartPosition,

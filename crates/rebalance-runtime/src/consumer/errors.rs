@@ -95,6 +95,10 @@ pub enum ConsumerError {
     /// The consumer has shut down.
     #[error("the consumer has shut down")]
     ShutDown,
+    /// [`ConsumerHandle::ready`](super::ConsumerHandle::ready) gave up: some subscribed topics
+    /// had no balanced round in time, each with the reason.
+    #[error(transparent)]
+    NotReady(#[from] super::NotReady),
     /// [`ConsumerHandle::wait_for_assignment`](super::ConsumerHandle::wait_for_assignment)
     /// saw no matching assignment in time.
     #[error(

@@ -4,6 +4,7 @@
 //! - `checks`: what [`ConsumerBuilder::start`] refuses;
 //! - `start`: [`ConsumerBuilder::start`], which makes first contact and spawns the tasks;
 //! - `handle`: the running consumer ([`ConsumerHandle`], [`WeakConsumerHandle`]);
+//! - `ready`: [`ConsumerHandle::ready`] and why a topic is not ready ([`TopicNotReady`]);
 //! - `errors`: [`ConsumerError`];
 //! - `cluster`: [`ClusterServices`], one value for every outside-world trait;
 //! - `identity`: which client id a consumer registers ([`default_client_id`]).
@@ -14,6 +15,7 @@ mod cluster;
 mod errors;
 mod handle;
 mod identity;
+mod ready;
 mod start;
 
 pub use builder::{Consumer, ConsumerBuilder};
@@ -21,3 +23,4 @@ pub use cluster::ClusterServices;
 pub use errors::ConsumerError;
 pub use handle::{ConsumerHandle, WeakConsumerHandle};
 pub use identity::default_client_id;
+pub use ready::{NotReady, TopicNotReady};

@@ -1,0 +1,103 @@
+//! `ConsumerHandle::ready`: returns once every subscribed topic had a balanced round, else says
+//! per topic why not.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rebalance_core::MessageQueue;
+use rebalance_runtime::config::ConsumeOrder;
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::{ConsumerError, NotReady, TopicNotReady};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// The reasons of a `ready` that failed.
+fn not_ready(result: Result<(), ConsumerError>) -> NotReady {
+    match result {
+        Err(ConsumerError::NotReady(not_ready)) => not_ready,
+        other => panic!("expected NotReady, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_healthy_consumer_is_ready_after_its_first_round() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    a.handle.ready(WAIT).await.expect("ready");
+    assert_eq!(a.handle.assignment().len(), 4);
+    a.handle.shutdown().await;
+    assert!(matches!(
+        a.handle.ready(WAIT).await,
+        Err(ConsumerError::ShutDown)
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_misspelled_topic_is_named_with_its_route_unknown() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("Orders", 1, 4);
+    let a = start(&cluster, 0, &["Orders", "Ordres"]).await;
+    let err = not_ready(a.handle.ready(WAIT).await);
+    assert_eq!(err.after, WAIT);
+    // Orders is ready; only the misspelled topic is named.
+    assert_eq!(
+        err.topics.into_iter().collect::<Vec<_>>(),
+        [("Ordres".to_string(), TopicNotReady::RouteUnknown)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_the_directory_does_not_list_is_named() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let _b = start(&cluster, 1, &["T"]).await;
+    let directory = WatchedDirectory::new(cluster.client(client_id(0)));
+    directory.refuse(true);
+    let a = start_with(&cluster, 0, &["T"], |b| b.directory(directory.clone())).await;
+    let err = not_ready(a.handle.ready(WAIT).await);
+    assert_eq!(err.topics.get("T"), Some(&TopicNotReady::NotListed));
+    assert!(
+        err.to_string()
+            .contains("T: the directory does not list this client"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_locks_are_named() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    intruder_locks(&cluster, &MessageQueue::new("T", "broker-0", 0)).await;
+    let a = start_with(&cluster, 0, &["T"], |b| {
+        b.consume_order(ConsumeOrder::Orderly)
+    })
+    .await;
+    let err = not_ready(a.handle.ready(WAIT).await);
+    assert_eq!(
+        err.topics.get("T"),
+        Some(&TopicNotReady::LocksRefused { not_locked: 1 })
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_callback_is_named_until_it_succeeds() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let recorder = Recorder::new();
+    *recorder.fail_added.lock().unwrap() = 1;
+    let a = start_recording(&cluster, 0, &["T"], recorder, |b| b).await;
+    let err = not_ready(a.handle.ready(Duration::from_secs(5)).await);
+    match err.topics.get("T") {
+        Some(TopicNotReady::CallbackFailing(e)) => assert_eq!(e.topic, "T"),
+        other => panic!("expected CallbackFailing, got {other:?}"),
+    }
+    // Retried 1 s after the failure, it succeeded: the next round (20 s after the first) is
+    // balanced without a failure.
+    a.handle
+        .ready(Duration::from_secs(30))
+        .await
+        .expect("ready");
+}
