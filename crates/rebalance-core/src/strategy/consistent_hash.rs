@@ -128,6 +128,23 @@ impl ConsistentHash {
     }
 }
 
+impl ConsistentHash {
+    /// The one rule, for `allocate` and `plan` alike: every queue belongs to the node of the
+    /// first ring point at or after its hash. The ring, and each node's `mq_all` positions in
+    /// input order.
+    fn by_node(&self, mq_all: &[MessageQueue], cid_all: &[ClientId]) -> (Arc<Ring>, Vec<Vec<u32>>) {
+        let ring = self.ring(cid_all);
+        let hashes = self.queue_hashes(mq_all);
+        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.first_position.len()];
+        for (p, &h) in hashes.iter().enumerate() {
+            if let Some(node) = ring.owner(h) {
+                by_node[node as usize].push(p as u32);
+            }
+        }
+        (ring, by_node)
+    }
+}
+
 impl Default for ConsistentHash {
     fn default() -> Self {
         Self::with_parts(Self::DEFAULT_VIRTUAL_NODES as usize, Arc::new(Md5Hash))
@@ -216,16 +233,14 @@ impl AllocateStrategy for ConsistentHash {
         if validate(current, mq_all, cid_all)?.is_none() {
             return Ok(Vec::new());
         }
-        let ring = self.ring(cid_all);
+        let (ring, mut by_node) = self.by_node(mq_all, cid_all);
         let Some(me) = ring.node(cid_all, current) else {
             return Ok(Vec::new());
         };
-        let hashes = self.queue_hashes(mq_all);
-        Ok(hashes
-            .iter()
-            .zip(mq_all)
-            .filter(|&(&h, _)| ring.owner(h) == Some(me))
-            .map(|(_, mq)| mq.clone())
+        let mine = std::mem::take(&mut by_node[me as usize]);
+        Ok(mine
+            .into_iter()
+            .map(|p| mq_all[p as usize].clone())
             .collect())
     }
 
@@ -236,14 +251,7 @@ impl AllocateStrategy for ConsistentHash {
         cid_all: &[ClientId],
     ) -> Result<Plan<'a>, AllocateError> {
         validate_group(mq_all, cid_all)?;
-        let ring = self.ring(cid_all);
-        let hashes = self.queue_hashes(mq_all);
-        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.first_position.len()];
-        for (p, &h) in hashes.iter().enumerate() {
-            if let Some(node) = ring.owner(h) {
-                by_node[node as usize].push(p as u32);
-            }
-        }
+        let (_, by_node) = self.by_node(mq_all, cid_all);
         // Ring nodes are the distinct ids in first-occurrence order, like the plan's members.
         let shares = distinct_members(cid_all, false)
             .into_iter()

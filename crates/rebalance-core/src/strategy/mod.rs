@@ -15,6 +15,7 @@ mod machine_room;
 mod memo;
 mod nearby;
 mod plan;
+mod positional;
 mod registry;
 
 use std::fmt;
