@@ -76,9 +76,11 @@ impl ConsistentHash {
     /// runs out of memory long before its maximum).
     pub const MAX_VIRTUAL_NODES: i64 = 65_536;
 
-    /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed (the
-    /// ring is empty and nobody gets anything); a negative count is an error, as in Java, and so
-    /// is one above [`MAX_VIRTUAL_NODES`](Self::MAX_VIRTUAL_NODES).
+    /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed, as
+    /// in Java (the ring is empty and nobody gets anything; building by name for a runtime,
+    /// [`StrategyRegistry::build_for_runtime`](super::StrategyRegistry::build_for_runtime),
+    /// refuses it); a negative count is an error, as in Java, and so is one above
+    /// [`MAX_VIRTUAL_NODES`](Self::MAX_VIRTUAL_NODES).
     pub fn new(virtual_node_count: i64) -> Result<Self, AllocateError> {
         let virtual_nodes = usize::try_from(virtual_node_count)
             .ok()

@@ -33,7 +33,7 @@ pub use nearby::{MachineRoomNearby, MachineRoomResolver, PrefixResolver};
 pub use plan::{Plan, Share};
 pub use registry::{
     Params, StrategyConfigError, StrategyFactory, StrategyRef, StrategyRegistry, StrategySpec,
-    build_strategy,
+    UnknownParams, build_strategy,
 };
 
 use crate::{ClientId, MessageQueue};
