@@ -57,8 +57,8 @@ pub enum PlanError {
     /// The group's members could not be fetched.
     #[error("consumer list of the group: {0}")]
     Members(#[from] RemoteError),
-    /// The strategy could not be built.
-    #[error("strategy: {0}")]
+    /// The strategy could not be built (its message names it).
+    #[error(transparent)]
     Strategy(#[from] StrategyConfigError),
     /// The strategy refused the inputs.
     #[error("allocation: {}", .0.java_message())]
@@ -267,6 +267,18 @@ pub enum RunError {
     /// Writing (or starting the runtime) failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl RunError {
+    /// Whether the arguments are at fault (exit status 2: a bad `--namesrv` list, strategy or
+    /// parameter) rather than the run (exit status 1: a server unreachable or refusing, a
+    /// strategy refusing the inputs, output failing).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            RunError::Plan(PlanError::Address(_) | PlanError::Strategy(_))
+        )
+    }
 }
 
 #[cfg(test)]
