@@ -108,10 +108,16 @@ pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
     )
 }
 
-/// What the arguments ask for that will be ignored: `--param` keys the strategy does not read.
+/// What the arguments ask for that will be ignored (`--param` keys the strategy does not read),
+/// and parameters with which nobody gets a queue (the plan shows Java's answer, empty shares).
 pub fn warnings(args: &PlanArgs) -> Vec<String> {
     let params: Params = args.params.iter().cloned().collect();
-    crate::limits::unknown_param_warnings(&args.strategy, false, &params)
+    let mut warnings = crate::limits::unknown_param_warnings(&args.strategy, false, &params);
+    let registry = rebalance_core::strategy::StrategyRegistry::default();
+    if let Some(e) = registry.allocates_nothing(&args.strategy, &params) {
+        warnings.push(format!("{e}; a consumer's builder refuses it"));
+    }
+    warnings
 }
 
 /// The plan of `members` over `queues` (both sorted the Java way first, members deduplicated).

@@ -303,6 +303,31 @@ fn plan_against_an_unreachable_server_is_a_run_failure() {
         "{}",
         run.stderr
     );
+    // `plan` shows Java's answer, but says that nobody would get a queue.
+    let run = rebalance_text(&[
+        "plan",
+        "--namesrv",
+        "127.0.0.1:1",
+        "--group",
+        "G",
+        "--topic",
+        "T",
+        "--timeout",
+        "1s",
+        "--strategy",
+        "consistent_hash",
+        "--param",
+        "virtual_node_count=0",
+    ]);
+    assert!(
+        run.stderr.starts_with(
+            "rebalance plan: warning: strategy `consistent_hash` would allocate nothing to \
+             anybody: `virtual_node_count` is 0, so the hash ring has no points (give it 1 or \
+             more; the default is 10); a consumer's builder refuses it\n"
+        ),
+        "{}",
+        run.stderr
+    );
     // A usage error stays 2.
     let run = rebalance_text(&["plan", "--namesrv", "", "--group", "G", "--topic", "T"]);
     assert_eq!(run.code, Some(2), "{}", run.stderr);
