@@ -60,7 +60,7 @@ pub enum ConsumerError {
     #[error(transparent)]
     Assignor(#[from] AssignorConfigError),
     /// An interval cannot be used (zero, or absurdly long).
-    #[error("intervals: {0}")]
+    #[error(transparent)]
     Intervals(#[from] IntervalsError),
     /// A subscription's tag expression is malformed.
     #[error("subscription to `{topic}`: {source}")]

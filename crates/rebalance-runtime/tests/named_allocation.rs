@@ -97,3 +97,13 @@ fn errors_read_as_sentences() {
     let err = strategy_error("nope", &Params::new());
     assert!(err.starts_with("unknown strategy `nope` (known: "), "{err}");
 }
+
+#[test]
+fn interval_errors_are_not_prefixed_with_their_field_name() {
+    use rebalance_runtime::config::IntervalsError;
+    let err = ConsumerError::from(IntervalsError::Zero("rebalance_min"));
+    assert_eq!(
+        err.to_string(),
+        "the interval `rebalance_min` is zero; every interval must be longer than zero"
+    );
+}
