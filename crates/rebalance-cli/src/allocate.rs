@@ -4,7 +4,7 @@
 //! the case as given, including inputs a runtime never produces (duplicate ids, unsorted lists)
 //! and parameters a runtime refuses. Those get [`CaseAnswer::warnings`] saying so.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 use rebalance_core::strategy::{Params, StrategyConfigError, StrategyRegistry};
@@ -50,14 +50,21 @@ pub fn warnings(
             "{e}; the Java client accepts it, a runtime's builder and `rebalance simulate` refuse it"
         ));
     }
-    let mut counts: Vec<(&ClientId, usize)> = Vec::new();
+    // Each id's count, ids in the order they first appear.
+    let mut counts: HashMap<&str, usize> = HashMap::with_capacity(cid_all.len());
+    let mut order: Vec<&ClientId> = Vec::new();
     for cid in cid_all {
-        match counts.iter_mut().find(|(c, _)| *c == cid) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((cid, 1)),
+        let n = counts.entry(cid.as_str()).or_insert(0);
+        if *n == 0 {
+            order.push(cid);
         }
+        *n += 1;
     }
-    let repeated: Vec<(&ClientId, usize)> = counts.into_iter().filter(|&(_, n)| n > 1).collect();
+    let repeated: Vec<(&ClientId, usize)> = order
+        .into_iter()
+        .map(|cid| (cid, counts[cid.as_str()]))
+        .filter(|&(_, n)| n > 1)
+        .collect();
     if !repeated.is_empty() {
         let lost = lost_to_repeats(registry, strategy, params, group, mq_all, cid_all);
         for (cid, n) in repeated {
