@@ -339,9 +339,10 @@ impl StrategyRegistry {
 
     /// Why built-in strategy `name` with `params` would give nobody anything, whatever the
     /// queues and members: `consistent_hash` with `virtual_node_count` 0, `by_machine_room`
-    /// whose `consumer_idcs` name no room, `by_config` with an empty `message_queue_list`, or a
-    /// wrapper (`machine_room_nearby`, `designated`) around such a strategy. `None` when the
-    /// parameters are fine, cannot be read, or `name` is not a built-in.
+    /// whose `consumer_idcs` name no room (or only names holding an '@', which no room has),
+    /// `by_config` with an empty `message_queue_list`, or a wrapper (`machine_room_nearby`,
+    /// `designated`) around such a strategy. `None` when the parameters are fine, cannot be
+    /// read, or `name` is not a built-in.
     pub fn allocates_nothing(&self, name: &str, params: &Params) -> Option<StrategyConfigError> {
         let keys = self.param_keys(name)?;
         let nothing = |reason: &str| {
@@ -365,6 +366,11 @@ impl StrategyRegistry {
                     Ok(rooms) if rooms.is_empty() => {
                         nothing("`consumer_idcs` names no machine room, so no queue is eligible")
                     }
+                    // A broker `room@broker` has a room without '@'.
+                    Ok(rooms) if rooms.iter().all(|r| r.contains('@')) => nothing(
+                        "every room of `consumer_idcs` holds an '@', so none matches a broker \
+                         named `room@broker` and no queue is eligible",
+                    ),
                     _ => None,
                 }
             }
@@ -924,6 +930,10 @@ mod tests {
             ("by_machine_room", json!({"consumer_idcs": ""})),
             ("MACHINE_ROOM", json!({"consumer_idcs": []})),
             ("by_machine_room", json!({"consumer_idcs": " , "})),
+            (
+                "by_machine_room",
+                json!({"consumer_idcs": "roomA@broker-a"}),
+            ),
             ("by_config", json!({"message_queue_list": []})),
             (
                 "machine_room_nearby",
