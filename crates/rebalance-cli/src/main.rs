@@ -25,6 +25,13 @@ struct Cli {
 enum Command {
     /// Run RocketMQ allocation cases (JSON Lines, one case per line) and print every member's share.
     ///
+    /// A case: {"id": ..., "strategy": NAME, "params": {...}, "group": G, "mq_all": [[topic,
+    /// broker, queue_id], ...], "cid_all": [id, ...], "extra_cids": [id, ...]} (params, group and
+    /// extra_cids optional). The answer is exactly the Java client's for the lists as given; what
+    /// a runtime would never do (unknown parameter keys, parameters with which nobody gets a
+    /// queue, a repeated consumer id, unsorted lists) adds a "warnings" array to the case's line
+    /// and a warning on standard error.
+    ///
     /// Each answer is written out (flushed) as soon as its case is done. A line that cannot be
     /// answered gets an error line naming it, and the run goes on; the exit status is then 1.
     Allocate {
