@@ -11,7 +11,7 @@ use std::time::Duration;
 use rebalance_core::MessageQueue;
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::route::MAX_QUEUES_PER_BROKER;
-use rebalance_core::strategy::StrategyRegistry;
+use rebalance_core::strategy::{StrategyRegistry, UnknownParams};
 use rebalance_runtime::allocation::Allocation;
 use serde_json::{Value, json};
 
@@ -45,8 +45,10 @@ pub struct SimulateArgs {
     /// Topics (`topic-0`, `topic-1`, …), at most 100,000.
     #[arg(long, default_value_t = 1, value_parser = limits::count(0, limits::MAX_SIM_TOPICS))]
     pub topics: usize,
-    /// Queues per topic (at most 10,000,000 over all topics, and 65,536 per broker).
-    #[arg(long, default_value_t = 8)]
+    /// Queues per topic, spread over its brokers (also `--queues-per-topic`; `produce-sim`'s
+    /// `--queues` counts per broker instead). At most 10,000,000 over all topics, and 65,536 per
+    /// broker.
+    #[arg(long, visible_alias = "queues-per-topic", default_value_t = 8)]
     pub queues: i32,
     /// Brokers per topic, named `room{b mod 3}@broker-{b}`, from 1 to 100,000.
     #[arg(long, default_value_t = 2, value_parser = limits::count(1, limits::MAX_SIM_BROKERS))]
@@ -55,7 +57,9 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 3, value_parser = limits::count(0, limits::MAX_SIM_CLIENTS))]
     pub consumers: usize,
     /// Scripted events: `join@5s,leave:2@10s,crash:3@15s,ns-down@20s,ns-up@40s` (none later
-    /// than --duration).
+    /// than --duration). `leave:i` and `crash:i` name client index i (the first clients are
+    /// 0..N, each join takes the next index); `leave-client:i` is the same, spelled as in
+    /// `compare`, whose `leave:i` is a position in the sorted member list instead.
     #[arg(long, default_value = "")]
     pub events: String,
     /// Simulated duration, at most 168h (7 days).
@@ -85,6 +89,17 @@ pub enum SimulateError {
     /// Writing failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl SimulateError {
+    /// Whether the arguments are at fault (exit status 2) rather than the run (exit status 1):
+    /// bad arguments, or an event naming a client that is not running.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            SimulateError::Arguments(_) | SimulateError::Sim(engine::SimError::NoSuchClient { .. })
+        )
+    }
 }
 
 /// Checks the sizes the arguments ask for, before anything is built.
@@ -148,15 +163,17 @@ pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
     let events = scenario::parse_events(&args.events).map_err(SimulateError::Arguments)?;
     check_sizes(args, &events)?;
     let params = crate::args::params(&args.params);
+    // Built as the runtime's builder builds it, refusing parameters with which nobody would
+    // get a queue; unknown keys are only warned about (see `warnings`).
     let allocation = match &args.assignor {
         Some(name) => Allocation::Assignor(
             AssignorRegistry::default()
-                .build(name, &params)
+                .build_for_runtime(name, &params, UnknownParams::Allow)
                 .map_err(|e| SimulateError::Arguments(e.to_string()))?,
         ),
         None => Allocation::Strategy(
             StrategyRegistry::default()
-                .build(&args.strategy, &params)
+                .build_for_runtime(&args.strategy, &params, UnknownParams::Allow)
                 .map_err(|e| SimulateError::Arguments(e.to_string()))?,
         ),
     };
@@ -189,7 +206,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> Result<Summary, Simulat
     let outcome = simulate(&config)?;
     let summary = summarize(&outcome);
     if args.json {
-        write_json(&outcome, &summary, out)?;
+        write_json(&config, &outcome, &summary, out)?;
     } else {
         write_text(&config, &outcome, &summary, out)?;
     }
@@ -200,9 +217,21 @@ fn triples(queues: &[MessageQueue]) -> Vec<Value> {
     queues.iter().map(MessageQueue::to_json_triple).collect()
 }
 
-/// One line per callback, one per client, then the summary.
-pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) -> io::Result<()> {
+/// One line per callback and one per scripted event (`{"t_ms", "scenario": "leave:2"}`, in
+/// time order among the callbacks, as the timeline shows them), one per client, then the
+/// summary.
+pub fn write_json(
+    config: &Config,
+    outcome: &Outcome,
+    summary: &Summary,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let scenario_line = |e: &scenario::Event| json!({"t_ms": e.at.as_millis() as u64, "scenario": e.action.to_string()});
+    let mut events = config.events.iter().peekable();
     for r in &outcome.records {
+        while let Some(e) = events.next_if(|e| e.at.as_millis() as u64 <= r.t_ms) {
+            writeln!(out, "{}", scenario_line(e))?;
+        }
         let mut line = json!({
             "t_ms": r.t_ms,
             "client": r.client.as_str(),
@@ -214,6 +243,9 @@ pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) ->
             line["reason"] = json!(reason.as_str());
         }
         writeln!(out, "{line}")?;
+    }
+    for e in events {
+        writeln!(out, "{}", scenario_line(e))?;
     }
     for c in &outcome.clients {
         let line = json!({
@@ -253,7 +285,7 @@ pub fn write_text(
     let mut events = config.events.iter().peekable();
     for r in &outcome.records {
         while let Some(e) = events.next_if(|e| e.at.as_millis() as u64 <= r.t_ms) {
-            writeln!(out, "[{:>9.3}s] --- {:?}", e.at.as_secs_f64(), e.action)?;
+            writeln!(out, "[{:>9.3}s] --- {}", e.at.as_secs_f64(), e.action)?;
         }
         let what = match &r.change {
             engine::Change::Added => "+".to_string(),
@@ -268,7 +300,7 @@ pub fn write_text(
         )?;
     }
     for e in events {
-        writeln!(out, "[{:>9.3}s] --- {:?}", e.at.as_secs_f64(), e.action)?;
+        writeln!(out, "[{:>9.3}s] --- {}", e.at.as_secs_f64(), e.action)?;
     }
     writeln!(out)?;
     let rows = outcome.clients.iter().map(|c| {

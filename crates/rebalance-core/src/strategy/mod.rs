@@ -15,6 +15,7 @@ mod machine_room;
 mod memo;
 mod nearby;
 mod plan;
+mod positional;
 mod registry;
 
 use std::fmt;
@@ -32,7 +33,7 @@ pub use nearby::{MachineRoomNearby, MachineRoomResolver, PrefixResolver};
 pub use plan::{Plan, Share};
 pub use registry::{
     Params, StrategyConfigError, StrategyFactory, StrategyRef, StrategyRegistry, StrategySpec,
-    build_strategy,
+    UnknownParams, build_strategy,
 };
 
 use crate::{ClientId, MessageQueue};
