@@ -1,0 +1,200 @@
+//! Concurrent consumption: the workers that take batches from the work queue, call the
+//! [`ConcurrentListener`], send failed messages back and report to each lease's pull loop.
+
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio_util::sync::CancellationToken;
+
+use super::config::EXPIRED_DELAY_LEVEL;
+use super::link::{Ack, LeaseLink};
+use super::shared::Shared;
+use super::work::{Request, WorkQueue};
+use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
+use crate::callbacks::caught;
+use crate::subscription::is_retry_topic;
+
+/// One worker: consumes batches until `stop` is cancelled (finishing the batch in hand).
+pub(crate) async fn run_worker(
+    shared: Arc<Shared>,
+    listener: Arc<dyn ConcurrentListener>,
+    work: Arc<WorkQueue>,
+    stop: CancellationToken,
+) {
+    while let Some(request) = work.next(&stop).await {
+        consume(&shared, &*listener, request).await;
+    }
+}
+
+/// Consumes one batch and reports it to its lease's loop.
+pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, request: Request) {
+    let Request {
+        link,
+        epoch,
+        messages,
+    } = request;
+    let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+        return;
+    };
+    let (first, last) = (first.queue_offset(), last.queue_offset());
+    if !link.begin() {
+        // Handed off before it started: dropped unprocessed (the commit offset stays before
+        // it, so the next owner consumes it).
+        return;
+    }
+    let messages = restore_topics(messages);
+    let mut context = ConcurrentContext::new(link.queue().clone());
+    let consumed = {
+        let call = caught(listener.consume(&messages, &mut context));
+        let expiry = Expiry {
+            shared,
+            link: &link,
+            epoch,
+            messages: &messages,
+            first,
+            last,
+        };
+        match expiry.run(call).await {
+            Outcome::Done(Ok(result)) => context.consumed(result, messages.len()),
+            Outcome::Done(Err(panic)) => {
+                tracing::error!(queue = ?link.queue(), first, panic = %panic, "the listener panicked; reconsuming the batch later");
+                0
+            }
+            Outcome::Expired => {
+                link.report(Ack {
+                    epoch,
+                    first,
+                    last,
+                    retry: Vec::new(),
+                    finished: true,
+                });
+                return;
+            }
+        }
+    };
+    let mut failed = messages;
+    failed.drain(..consumed);
+    let retry = if failed.is_empty() {
+        failed
+    } else if shared.broadcasting {
+        tracing::warn!(queue = ?link.queue(), count = failed.len(), "broadcasting: messages the listener failed are dropped");
+        Vec::new()
+    } else if link.is_dropped() {
+        // Handed off meanwhile: not sent back; they stay before the final commit offset, and
+        // the next owner consumes them.
+        failed
+    } else {
+        send_back(shared, &link, failed, context.delay_level).await
+    };
+    link.report(Ack {
+        epoch,
+        first,
+        last,
+        retry,
+        finished: true,
+    });
+}
+
+/// Sends failed messages back; returns those whose send-back failed (consumed again locally
+/// later, as in Java, with their reconsume count raised).
+async fn send_back(
+    shared: &Shared,
+    link: &LeaseLink,
+    failed: Vec<Message>,
+    delay_level: i32,
+) -> Vec<Message> {
+    let mut retry = Vec::new();
+    for message in failed {
+        let request = SendBack::new(&shared.group, &message)
+            .with_delay_level(delay_level)
+            .with_max_reconsume_times(shared.options.max_reconsume_times);
+        match shared.source.send_back(request).await {
+            Ok(()) => {
+                tracing::debug!(queue = ?link.queue(), offset = message.queue_offset(), "sent back for redelivery")
+            }
+            Err(e) => {
+                tracing::warn!(queue = ?link.queue(), offset = message.queue_offset(), error = %e, "send-back failed; consuming the message again here in 5 s");
+                let times = message.reconsume_times().saturating_add(1);
+                retry.push(message.with_reconsume_times(times));
+            }
+        }
+    }
+    retry
+}
+
+/// Shows a retry topic's messages under the topic they came from.
+pub(crate) fn restore_topics(messages: Vec<Message>) -> Vec<Message> {
+    if !messages.iter().any(|m| is_retry_topic(&m.queue().topic)) {
+        return messages;
+    }
+    messages
+        .into_iter()
+        .map(|message| match message.property(property::RETRY_TOPIC) {
+            Some(topic) if is_retry_topic(&message.queue().topic) => {
+                let topic = topic.to_owned();
+                message.with_topic(topic)
+            }
+            _ => message,
+        })
+        .collect()
+}
+
+/// How a listener call ended.
+enum Outcome<T> {
+    Done(T),
+    /// It ran past `consume_timeout`: its messages were sent back and acknowledged.
+    Expired,
+}
+
+/// Watches a listener call for `consume_timeout`.
+struct Expiry<'a> {
+    shared: &'a Shared,
+    link: &'a LeaseLink,
+    epoch: u64,
+    messages: &'a [Message],
+    first: i64,
+    last: i64,
+}
+
+impl Expiry<'_> {
+    /// Awaits `call`; past `consume_timeout`, sends the batch back (so that it no longer holds
+    /// the commit offset), acknowledges it and still waits for the call to end.
+    async fn run<T>(self, call: impl Future<Output = T>) -> Outcome<T> {
+        tokio::pin!(call);
+        // Most calls end at once: no timer for them.
+        if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+            return Outcome::Done(done);
+        }
+        let timeout = self.shared.options.consume_timeout;
+        tokio::select! {
+            done = &mut call => return Outcome::Done(done),
+            _ = tokio::time::sleep(timeout) => {}
+        }
+        tracing::warn!(queue = ?self.link.queue(), first = self.first, ?timeout, "consumption timed out; sending the batch back");
+        let mut retry = Vec::new();
+        if !self.shared.broadcasting {
+            for message in self.messages {
+                let request = SendBack::new(&self.shared.group, message)
+                    .with_delay_level(EXPIRED_DELAY_LEVEL)
+                    .with_max_reconsume_times(self.shared.options.max_reconsume_times);
+                if let Err(e) = self.shared.source.send_back(request).await {
+                    tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
+                    retry.push(message.queue_offset());
+                }
+            }
+        }
+        if retry.is_empty() {
+            self.link.report(Ack {
+                epoch: self.epoch,
+                first: self.first,
+                last: self.last,
+                retry: Vec::new(),
+                finished: false,
+            });
+            call.await;
+            return Outcome::Expired;
+        }
+        Outcome::Done(call.await)
+    }
+}
