@@ -47,8 +47,18 @@ pub const DELAY_LEVELS: [Duration; 18] = [
     Duration::from_secs(2 * 60 * 60),
 ];
 
-/// The delay of a positive delay level; levels above the last are the last (as the broker's
-/// schedule service does).
+/// The delay of a delay level: levels above the last are the last (as the broker's schedule
+/// service does), levels below 1 are level 1 (a broker turns level 0 into 3 + the
+/// redeliveries so far before it gets here).
+///
+/// ```
+/// use std::time::Duration;
+/// use rebalance_runtime::memory::delay_of_level;
+///
+/// assert_eq!(delay_of_level(3), Duration::from_secs(10));
+/// assert_eq!(delay_of_level(18), Duration::from_secs(2 * 3600));
+/// assert_eq!(delay_of_level(99), Duration::from_secs(2 * 3600));
+/// ```
 pub fn delay_of_level(level: i32) -> Duration {
     let index = (level.max(1) as usize).min(DELAY_LEVELS.len()) - 1;
     DELAY_LEVELS[index]
@@ -526,6 +536,11 @@ impl MessageSource for ClusterClient {
     /// from) and [`ORIGIN_MESSAGE_ID`](property::ORIGIN_MESSAGE_ID).
     /// Faults: [`Operation::SendBack`] (a lost reply still sends the message back).
     async fn send_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(RemoteError::Unreachable(
+                "the in-memory cluster schedules redeliveries on tokio's clock: call send_back inside a tokio runtime".into(),
+            ));
+        }
         let message = request.message;
         let dead =
             message.reconsume_times() >= request.max_reconsume_times || request.delay_level < 0;
