@@ -198,3 +198,140 @@ impl Expiry<'_> {
         Outcome::Done(call.await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+    use crate::consume::shared::Mode;
+    use crate::consume::testing::TestSource;
+    use crate::consume::{ConsumeOptions, ConsumeResult};
+
+    /// Records the topics it sees; sleeps `delay`; fails everything when `fail`.
+    #[derive(Default)]
+    struct Seen {
+        delay: Duration,
+        fail: bool,
+        topics: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl ConcurrentListener for Seen {
+        async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+            tokio::time::sleep(self.delay).await;
+            let mut topics = self.topics.lock().unwrap();
+            topics.extend(messages.iter().map(|m| m.topic().to_owned()));
+            if self.fail {
+                ConsumeResult::ReconsumeLater
+            } else {
+                ConsumeResult::Success
+            }
+        }
+    }
+
+    fn shared(source: Arc<TestSource>, broadcasting: bool, options: ConsumeOptions) -> Shared {
+        Shared::new(
+            Arc::from("G"),
+            source,
+            options,
+            broadcasting,
+            Mode::Concurrent {
+                work: Arc::new(WorkQueue::default()),
+            },
+            HashMap::new(),
+        )
+    }
+
+    fn request(
+        queue: &MessageQueue,
+        messages: Vec<Message>,
+    ) -> (Request, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+        let (link, acks) = LeaseLink::new(queue.clone());
+        let request = Request {
+            link: Arc::new(link),
+            epoch: 0,
+            messages,
+        };
+        (request, acks)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_topic_messages_are_shown_under_their_original_topic() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source, false, ConsumeOptions::default());
+        let retry = MessageQueue::new("%RETRY%G", "b", 0);
+        let messages = vec![
+            Message::new(retry.clone(), 0, "x").with_property(property::RETRY_TOPIC, "Orders"),
+            Message::new(retry.clone(), 1, "y"),
+        ];
+        let listener = Seen::default();
+        let (request, mut acks) = request(&retry, messages);
+        consume(&shared, &listener, request).await;
+        assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
+        let ack = acks.recv().await.unwrap();
+        assert_eq!(
+            (ack.first, ack.last, ack.retry.len(), ack.finished),
+            (0, 1, 0, true)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn broadcasting_drops_failures() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source.clone(), true, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (request, mut acks) = request(&q, vec![Message::new(q.clone(), 7, "x")]);
+        consume(&shared, &listener, request).await;
+        let ack = acks.recv().await.unwrap();
+        assert!(ack.retry.is_empty(), "acknowledged, not kept");
+        assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_stuck_past_the_consume_timeout_is_sent_back_and_acknowledged() {
+        let source = Arc::new(TestSource::default());
+        let options = ConsumeOptions {
+            consume_timeout: Duration::from_secs(60),
+            ..ConsumeOptions::default()
+        };
+        let shared = shared(source.clone(), false, options);
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            delay: Duration::from_secs(100),
+            ..Seen::default()
+        };
+        let (request, mut acks) = request(&q, vec![Message::new(q.clone(), 3, "x")]);
+        let started = tokio::time::Instant::now();
+        let consumed = consume(&shared, &listener, request);
+        tokio::pin!(consumed);
+        tokio::select! {
+            _ = &mut consumed => panic!("the listener is still running"),
+            ack = acks.recv() => {
+                let ack = ack.unwrap();
+                assert_eq!(started.elapsed(), Duration::from_secs(60));
+                assert_eq!((ack.first, ack.finished), (3, false));
+            }
+        }
+        let sent: Vec<(i64, i32)> = source.with(|s| {
+            s.sent_back
+                .iter()
+                .map(|(m, l)| (m.queue_offset(), *l))
+                .collect()
+        });
+        assert_eq!(sent, vec![(3, EXPIRED_DELAY_LEVEL)]);
+        consumed.await;
+        assert_eq!(started.elapsed(), Duration::from_secs(100));
+        let last = acks.recv().await.unwrap();
+        assert!(last.finished);
+    }
+}

@@ -415,9 +415,7 @@ impl PullLoop {
             tracing::warn!(queue = ?queue, commit = self.pq.commit_offset(), "handed off before the batches in the listener finished (await_in_flight)");
         }
     }
-
-    #[cfg(test)]
-    pub(crate) fn errors(&self) -> &ErrorLog {
-        &self.errors
-    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -75,13 +75,4 @@ impl WorkQueue {
             }
         }
     }
-
-    /// How many batches wait.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
 }
