@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::EXPIRED_DELAY_LEVEL;
 use super::link::{Ack, LeaseLink};
 use super::shared::Shared;
-use super::work::{Request, WorkQueue};
+use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use crate::callbacks::caught;
 use crate::subscription::is_retry_topic;
@@ -22,18 +22,23 @@ pub(crate) async fn run_worker(
     work: Arc<WorkQueue>,
     stop: CancellationToken,
 ) {
-    while let Some(request) = work.next(&stop).await {
-        consume(&shared, &*listener, request).await;
+    let size = shared.options.consume_batch_size;
+    let mut messages = Vec::with_capacity(size);
+    while let Some(taken) = work.next(size, &mut messages, &stop).await {
+        consume(&shared, &*listener, &taken.link, taken.epoch, &mut messages).await;
+        messages.clear();
     }
 }
 
-/// Consumes one batch and reports it to its lease's loop.
-pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, request: Request) {
-    let Request {
-        link,
-        epoch,
-        messages,
-    } = request;
+/// Consumes one batch of a lease (taken in the buffer's `epoch`) and reports it to the
+/// lease's loop. `messages` is left empty or holding what was not reported.
+pub(crate) async fn consume(
+    shared: &Shared,
+    listener: &dyn ConcurrentListener,
+    link: &LeaseLink,
+    epoch: u64,
+    messages: &mut Vec<Message>,
+) {
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
         return;
     };
@@ -43,15 +48,15 @@ pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, 
         // it, so the next owner consumes it).
         return;
     }
-    let messages = restore_topics(messages);
+    restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let consumed = {
-        let call = caught(listener.consume(&messages, &mut context));
+        let call = caught(listener.consume(messages, &mut context));
         let expiry = Expiry {
             shared,
-            link: &link,
+            link,
             epoch,
-            messages: &messages,
+            messages,
             first,
             last,
         };
@@ -73,19 +78,18 @@ pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, 
             }
         }
     };
-    let mut failed = messages;
-    failed.drain(..consumed);
-    let retry = if failed.is_empty() {
-        failed
+    let retry = if consumed == messages.len() {
+        Vec::new()
     } else if shared.broadcasting {
-        tracing::warn!(queue = ?link.queue(), count = failed.len(), "broadcasting: messages the listener failed are dropped");
+        tracing::warn!(queue = ?link.queue(), count = messages.len() - consumed, "broadcasting: messages the listener failed are dropped");
         Vec::new()
     } else if link.is_dropped() {
         // Handed off meanwhile: not sent back; they stay before the final commit offset, and
         // the next owner consumes them.
-        failed
+        messages.split_off(consumed)
     } else {
-        send_back(shared, &link, failed, context.delay_level).await
+        let failed = messages.split_off(consumed);
+        send_back(shared, link, failed, context.delay_level).await
     };
     link.report(Ack {
         epoch,
@@ -124,11 +128,11 @@ async fn send_back(
 }
 
 /// Shows a retry topic's messages under the topic they came from.
-pub(crate) fn restore_topics(messages: Vec<Message>) -> Vec<Message> {
+pub(crate) fn restore_topics(messages: &mut Vec<Message>) {
     if !messages.iter().any(|m| is_retry_topic(&m.queue().topic)) {
-        return messages;
+        return;
     }
-    messages
+    *messages = std::mem::take(messages)
         .into_iter()
         .map(|message| match message.property(property::RETRY_TOPIC) {
             Some(topic) if is_retry_topic(&message.queue().topic) => {
@@ -137,7 +141,7 @@ pub(crate) fn restore_topics(messages: Vec<Message>) -> Vec<Message> {
             }
             _ => message,
         })
-        .collect()
+        .collect();
 }
 
 /// How a listener call ended.
@@ -248,17 +252,8 @@ mod tests {
         )
     }
 
-    fn request(
-        queue: &MessageQueue,
-        messages: Vec<Message>,
-    ) -> (Request, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
-        let (link, acks) = LeaseLink::new(queue.clone());
-        let request = Request {
-            link: Arc::new(link),
-            epoch: 0,
-            messages,
-        };
-        (request, acks)
+    fn link(queue: &MessageQueue) -> (LeaseLink, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+        LeaseLink::new(queue.clone())
     }
 
     #[tokio::test(start_paused = true)]
@@ -271,8 +266,8 @@ mod tests {
             Message::new(retry.clone(), 1, "y"),
         ];
         let listener = Seen::default();
-        let (request, mut acks) = request(&retry, messages);
-        consume(&shared, &listener, request).await;
+        let (link, mut acks) = link(&retry);
+        consume(&shared, &listener, &link, 0, &mut { messages }).await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
         let ack = acks.recv().await.unwrap();
         assert_eq!(
@@ -290,8 +285,9 @@ mod tests {
             fail: true,
             ..Seen::default()
         };
-        let (request, mut acks) = request(&q, vec![Message::new(q.clone(), 7, "x")]);
-        consume(&shared, &listener, request).await;
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
         let ack = acks.recv().await.unwrap();
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
@@ -310,9 +306,10 @@ mod tests {
             delay: Duration::from_secs(100),
             ..Seen::default()
         };
-        let (request, mut acks) = request(&q, vec![Message::new(q.clone(), 3, "x")]);
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
-        let consumed = consume(&shared, &listener, request);
+        let consumed = consume(&shared, &listener, &link, 0, &mut messages);
         tokio::pin!(consumed);
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),
