@@ -67,10 +67,4 @@ impl ErrorLog {
             tracing::info!(queue = ?queue, kind, repeats = self.repeats, "recovered");
         }
     }
-
-    /// The failure kind being repeated, if any.
-    #[cfg(test)]
-    pub(crate) fn current(&self) -> Option<&'static str> {
-        self.current
-    }
 }

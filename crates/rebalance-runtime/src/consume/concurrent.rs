@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::config::EXPIRED_DELAY_LEVEL;
 use super::link::{Ack, LeaseLink};
 use super::shared::Shared;
-use super::work::{Request, WorkQueue};
+use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use crate::callbacks::caught;
 use crate::subscription::is_retry_topic;
@@ -22,18 +22,23 @@ pub(crate) async fn run_worker(
     work: Arc<WorkQueue>,
     stop: CancellationToken,
 ) {
-    while let Some(request) = work.next(&stop).await {
-        consume(&shared, &*listener, request).await;
+    let size = shared.options.consume_batch_size;
+    let mut messages = Vec::with_capacity(size);
+    while let Some(taken) = work.next(size, &mut messages, &stop).await {
+        consume(&shared, &*listener, &taken.link, taken.epoch, &mut messages).await;
+        messages.clear();
     }
 }
 
-/// Consumes one batch and reports it to its lease's loop.
-pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, request: Request) {
-    let Request {
-        link,
-        epoch,
-        messages,
-    } = request;
+/// Consumes one batch of a lease (taken in the buffer's `epoch`) and reports it to the
+/// lease's loop. `messages` is left empty or holding what was not reported.
+pub(crate) async fn consume(
+    shared: &Shared,
+    listener: &dyn ConcurrentListener,
+    link: &LeaseLink,
+    epoch: u64,
+    messages: &mut Vec<Message>,
+) {
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
         return;
     };
@@ -43,15 +48,15 @@ pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, 
         // it, so the next owner consumes it).
         return;
     }
-    let messages = restore_topics(messages);
+    restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let consumed = {
-        let call = caught(listener.consume(&messages, &mut context));
+        let call = caught(listener.consume(messages, &mut context));
         let expiry = Expiry {
             shared,
-            link: &link,
+            link,
             epoch,
-            messages: &messages,
+            messages,
             first,
             last,
         };
@@ -73,19 +78,18 @@ pub(crate) async fn consume(shared: &Shared, listener: &dyn ConcurrentListener, 
             }
         }
     };
-    let mut failed = messages;
-    failed.drain(..consumed);
-    let retry = if failed.is_empty() {
-        failed
+    let retry = if consumed == messages.len() {
+        Vec::new()
     } else if shared.broadcasting {
-        tracing::warn!(queue = ?link.queue(), count = failed.len(), "broadcasting: messages the listener failed are dropped");
+        tracing::warn!(queue = ?link.queue(), count = messages.len() - consumed, "broadcasting: messages the listener failed are dropped");
         Vec::new()
     } else if link.is_dropped() {
         // Handed off meanwhile: not sent back; they stay before the final commit offset, and
         // the next owner consumes them.
-        failed
+        messages.split_off(consumed)
     } else {
-        send_back(shared, &link, failed, context.delay_level).await
+        let failed = messages.split_off(consumed);
+        send_back(shared, link, failed, context.delay_level).await
     };
     link.report(Ack {
         epoch,
@@ -124,11 +128,11 @@ async fn send_back(
 }
 
 /// Shows a retry topic's messages under the topic they came from.
-pub(crate) fn restore_topics(messages: Vec<Message>) -> Vec<Message> {
+pub(crate) fn restore_topics(messages: &mut Vec<Message>) {
     if !messages.iter().any(|m| is_retry_topic(&m.queue().topic)) {
-        return messages;
+        return;
     }
-    messages
+    *messages = std::mem::take(messages)
         .into_iter()
         .map(|message| match message.property(property::RETRY_TOPIC) {
             Some(topic) if is_retry_topic(&message.queue().topic) => {
@@ -137,7 +141,7 @@ pub(crate) fn restore_topics(messages: Vec<Message>) -> Vec<Message> {
             }
             _ => message,
         })
-        .collect()
+        .collect();
 }
 
 /// How a listener call ended.
@@ -196,5 +200,135 @@ impl Expiry<'_> {
             return Outcome::Expired;
         }
         Outcome::Done(call.await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+    use crate::consume::shared::Mode;
+    use crate::consume::testing::TestSource;
+    use crate::consume::{ConsumeOptions, ConsumeResult};
+
+    /// Records the topics it sees; sleeps `delay`; fails everything when `fail`.
+    #[derive(Default)]
+    struct Seen {
+        delay: Duration,
+        fail: bool,
+        topics: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl ConcurrentListener for Seen {
+        async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+            tokio::time::sleep(self.delay).await;
+            let mut topics = self.topics.lock().unwrap();
+            topics.extend(messages.iter().map(|m| m.topic().to_owned()));
+            if self.fail {
+                ConsumeResult::ReconsumeLater
+            } else {
+                ConsumeResult::Success
+            }
+        }
+    }
+
+    fn shared(source: Arc<TestSource>, broadcasting: bool, options: ConsumeOptions) -> Shared {
+        Shared::new(
+            Arc::from("G"),
+            source,
+            options,
+            broadcasting,
+            Mode::Concurrent {
+                work: Arc::new(WorkQueue::default()),
+            },
+            HashMap::new(),
+        )
+    }
+
+    fn link(queue: &MessageQueue) -> (LeaseLink, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
+        LeaseLink::new(queue.clone())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_topic_messages_are_shown_under_their_original_topic() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source, false, ConsumeOptions::default());
+        let retry = MessageQueue::new("%RETRY%G", "b", 0);
+        let messages = vec![
+            Message::new(retry.clone(), 0, "x").with_property(property::RETRY_TOPIC, "Orders"),
+            Message::new(retry.clone(), 1, "y"),
+        ];
+        let listener = Seen::default();
+        let (link, mut acks) = link(&retry);
+        consume(&shared, &listener, &link, 0, &mut { messages }).await;
+        assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
+        let ack = acks.recv().await.unwrap();
+        assert_eq!(
+            (ack.first, ack.last, ack.retry.len(), ack.finished),
+            (0, 1, 0, true)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn broadcasting_drops_failures() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source.clone(), true, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
+        let ack = acks.recv().await.unwrap();
+        assert!(ack.retry.is_empty(), "acknowledged, not kept");
+        assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_stuck_past_the_consume_timeout_is_sent_back_and_acknowledged() {
+        let source = Arc::new(TestSource::default());
+        let options = ConsumeOptions {
+            consume_timeout: Duration::from_secs(60),
+            ..ConsumeOptions::default()
+        };
+        let shared = shared(source.clone(), false, options);
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            delay: Duration::from_secs(100),
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 3, "x")];
+        let started = tokio::time::Instant::now();
+        let consumed = consume(&shared, &listener, &link, 0, &mut messages);
+        tokio::pin!(consumed);
+        tokio::select! {
+            _ = &mut consumed => panic!("the listener is still running"),
+            ack = acks.recv() => {
+                let ack = ack.unwrap();
+                assert_eq!(started.elapsed(), Duration::from_secs(60));
+                assert_eq!((ack.first, ack.finished), (3, false));
+            }
+        }
+        let sent: Vec<(i64, i32)> = source.with(|s| {
+            s.sent_back
+                .iter()
+                .map(|(m, l)| (m.queue_offset(), *l))
+                .collect()
+        });
+        assert_eq!(sent, vec![(3, EXPIRED_DELAY_LEVEL)]);
+        consumed.await;
+        assert_eq!(started.elapsed(), Duration::from_secs(100));
+        let last = acks.recv().await.unwrap();
+        assert!(last.finished);
     }
 }

@@ -32,9 +32,11 @@ pub const MAX_SUSPEND: Duration = Duration::from_secs(30);
 /// ```
 /// use rebalance_runtime::consume::ConsumeOptions;
 ///
-/// let options = ConsumeOptions { consume_concurrency: 4, ..ConsumeOptions::default() };
+/// let mut options = ConsumeOptions::default();
+/// options.consume_concurrency = 4;
 /// assert_eq!(options.validate(), Ok(()));
-/// assert!(ConsumeOptions { consume_batch_size: 0, ..options }.validate().is_err());
+/// options.consume_batch_size = 0;
+/// assert!(options.validate().is_err());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

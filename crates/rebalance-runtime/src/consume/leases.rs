@@ -158,3 +158,137 @@ impl QueueListener for Leases {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use tokio::time::sleep;
+
+    use super::*;
+    use crate::consume::testing::{TestSource, concurrent, lease, queue};
+    use crate::consume::{
+        ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message,
+    };
+    use crate::{RemovalReason, StartPosition};
+
+    /// Offset 0 takes 1 s at its first delivery and forever at the next ones.
+    #[derive(Default)]
+    struct SlowFirst {
+        deliveries: Mutex<Vec<i64>>,
+    }
+
+    #[async_trait]
+    impl ConcurrentListener for SlowFirst {
+        async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+            let offset = messages[0].queue_offset();
+            let earlier = {
+                let mut deliveries = self.deliveries.lock().unwrap();
+                deliveries.push(offset);
+                deliveries.iter().filter(|&&o| o == offset).count() - 1
+            };
+            if offset == 0 {
+                sleep(if earlier == 0 {
+                    Duration::from_secs(1)
+                } else {
+                    Duration::from_secs(1000)
+                })
+                .await;
+            }
+            ConsumeResult::Success
+        }
+    }
+
+    fn removed(q: &MessageQueue) -> [RemovedQueue; 1] {
+        [RemovedQueue {
+            queue: q.clone(),
+            reason: RemovalReason::Reassigned,
+        }]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_old_loop_never_writes_into_a_newer_lease_of_its_queue() {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        source.append(&q, 5);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let shared = concurrent(
+            source.clone(),
+            listener.clone(),
+            ConsumeOptions::default(),
+            &stop,
+        );
+        let leases = Leases::new(shared);
+        let (first, first_token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&first))
+            .await
+            .unwrap();
+        sleep(Duration::from_millis(500)).await;
+        // Removed and added again before the removal callback (two quick rounds).
+        first_token.cancel();
+        let (second, second_token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&second))
+            .await
+            .unwrap();
+        second_token.cancel();
+        let (third, _third_token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&third))
+            .await
+            .unwrap();
+        leases.queues_removed("T", &removed(&q)).await.unwrap();
+        assert_eq!(leases.running(), 1, "only the newest lease's loop runs");
+        assert_eq!(
+            first.committed(),
+            Some(5),
+            "the first loop finished its batches and committed them"
+        );
+        sleep(Duration::from_secs(5)).await;
+        // The third loop's offset 0 is stuck in the listener: its commit must stay at 0,
+        // whatever the older loops of the queue did.
+        assert_eq!(third.committed(), Some(0));
+        let first_after = first.committed();
+        let second_after = second.committed();
+        sleep(Duration::from_secs(60)).await;
+        assert_eq!(
+            (first.committed(), second.committed()),
+            (first_after, second_after)
+        );
+        // One loop: one long-polled pull per 15 s once the queue is drained.
+        let pulls = source.pulls().len();
+        sleep(Duration::from_secs(60)).await;
+        assert_eq!(source.pulls().len() - pulls, 4);
+        stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_stopped_pulling_is_restarted() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.hang = true);
+        let q = queue(0);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let shared = concurrent(source.clone(), listener, ConsumeOptions::default(), &stop);
+        let leases = Leases::new(shared);
+        let (lease, _token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(119)).await;
+        assert_eq!(leases.restart_stalled(), 0);
+        sleep(Duration::from_secs(2)).await;
+        source.with(|s| s.hang = false);
+        assert_eq!(leases.restart_stalled(), 1);
+        source.append(&q, 3);
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(lease.committed(), Some(3), "the restarted loop consumes");
+        assert_eq!(leases.running(), 1);
+        assert_eq!(leases.restart_stalled(), 0);
+        stop.cancel();
+    }
+}

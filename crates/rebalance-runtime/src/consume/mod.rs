@@ -31,6 +31,8 @@ mod pull_loop;
 mod push;
 mod shared;
 mod source;
+#[cfg(test)]
+mod testing;
 mod work;
 
 pub use config::{

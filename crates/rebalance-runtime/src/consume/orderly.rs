@@ -56,7 +56,8 @@ pub(crate) async fn consume(
     let Some(guard) = lease.consume_guard().await else {
         return not_now(messages, Some(permit));
     };
-    let messages = restore_topics(messages);
+    let mut messages = messages;
+    restore_topics(&mut messages);
     let mut context = OrderlyContext::new(lease.queue().clone());
     let result = match caught(listener.consume(&messages, &mut context)).await {
         Ok(result) => result,

@@ -20,7 +20,6 @@ use super::link::{Ack, LeaseLink};
 use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
-use super::work::Request;
 use super::{Message, PullError, PullRequest, PullResult};
 use crate::{QueueLease, StartPosition};
 
@@ -254,48 +253,19 @@ impl PullLoop {
     /// queue's pending list (orderly).
     fn dispatch(&mut self, messages: Vec<Message>) {
         match &self.shared.mode {
-            Mode::Concurrent { work, .. } => {
-                let size = self.shared.options.consume_batch_size;
-                let epoch = self.pq.epoch();
-                if messages.len() <= size {
-                    if !messages.is_empty() {
-                        work.push(Request {
-                            link: self.link.clone(),
-                            epoch,
-                            messages,
-                        });
-                    }
-                    return;
-                }
-                let mut messages = messages.into_iter();
-                loop {
-                    let batch: Vec<Message> = messages.by_ref().take(size).collect();
-                    if batch.is_empty() {
-                        break;
-                    }
-                    work.push(Request {
-                        link: self.link.clone(),
-                        epoch,
-                        messages: batch,
-                    });
-                }
-            }
+            Mode::Concurrent { work } => work.push(self.link.clone(), self.pq.epoch(), messages),
             Mode::Orderly { .. } => self.pending.extend(messages),
         }
     }
 
     /// Concurrent: resubmits the messages whose local retry is due.
     fn resubmit_due(&mut self, now: Instant) {
-        let Mode::Concurrent { work, .. } = &self.shared.mode else {
+        let Mode::Concurrent { work } = &self.shared.mode else {
             return;
         };
         while self.retries.front().is_some_and(|(at, _)| *at <= now) {
             if let Some((_, messages)) = self.retries.pop_front() {
-                work.push(Request {
-                    link: self.link.clone(),
-                    epoch: self.pq.epoch(),
-                    messages,
-                });
+                work.push(self.link.clone(), self.pq.epoch(), messages);
             }
         }
     }
@@ -415,9 +385,7 @@ impl PullLoop {
             tracing::warn!(queue = ?queue, commit = self.pq.commit_offset(), "handed off before the batches in the listener finished (await_in_flight)");
         }
     }
-
-    #[cfg(test)]
-    pub(crate) fn errors(&self) -> &ErrorLog {
-        &self.errors
-    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -303,9 +303,4 @@ impl PushConsumerHandle {
             task.abort();
         }
     }
-
-    #[cfg(test)]
-    pub(crate) fn leases(&self) -> &Leases {
-        &self.inner.leases
-    }
 }
