@@ -243,4 +243,53 @@ mod tests {
         log.truncate(3);
         assert_eq!(log.offset_at(0), 3, "only retained messages");
     }
+
+    proptest::proptest! {
+        /// Whatever was appended and truncated, a read from any offset returns messages in
+        /// offset order from that offset on, each matching, within the limits, and an answer
+        /// that never skips a matching message.
+        #[test]
+        fn reads_are_ordered_matching_bounded_and_skip_nothing(
+            tags in proptest::collection::vec(0u8..3, 0..60),
+            truncate_at in 0i64..70,
+            offset in -5i64..70,
+            max_messages in 0u32..10,
+            max_bytes in 0u32..400,
+        ) {
+            let names = ["A", "B", "C"];
+            let queue = MessageQueue::new("T", "b", 0);
+            let mut log = QueueLog::default();
+            for (i, tag) in tags.iter().enumerate() {
+                let body = vec![0u8; 10 * (usize::from(*tag) + 1)];
+                log.append(Message::new(queue.clone(), i as i64, body).with_property(property::TAGS, names[usize::from(*tag)]));
+            }
+            log.truncate(truncate_at);
+            let expression = TagExpression::parse("A || C").unwrap();
+            let (min, max) = (log.min_offset(), log.max_offset());
+            let matching = |o: i64| tags[o as usize] != 1;
+            match log.read(offset, &expression, max_messages, max_bytes) {
+                PullResult::OffsetMoved { next_offset } => {
+                    proptest::prop_assert!(offset < min || offset > max);
+                    proptest::prop_assert_eq!(next_offset, if offset < min { min } else { max });
+                }
+                PullResult::NoNewMessage { next_offset } => {
+                    proptest::prop_assert!((min..=max).contains(&offset));
+                    proptest::prop_assert!(next_offset >= offset && next_offset <= max);
+                    proptest::prop_assert!((offset..next_offset).all(|o| !matching(o)));
+                    proptest::prop_assert!(next_offset == max || next_offset - offset == SCAN_LIMIT as i64);
+                }
+                PullResult::Found { messages, next_offset, min_offset, max_offset } => {
+                    proptest::prop_assert_eq!((min_offset, max_offset), (min, max));
+                    proptest::prop_assert!(!messages.is_empty());
+                    proptest::prop_assert!(messages.len() <= max_messages.max(1) as usize);
+                    let bytes: usize = messages.iter().map(|m| m.body().len()).sum();
+                    proptest::prop_assert!(messages.len() == 1 || bytes <= max_bytes as usize);
+                    let offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
+                    let expected: Vec<i64> = (offset..next_offset).filter(|o| matching(*o)).collect();
+                    proptest::prop_assert_eq!(offsets, expected, "every matching message up to the next offset");
+                    proptest::prop_assert!(next_offset <= max);
+                }
+            }
+        }
+    }
 }
