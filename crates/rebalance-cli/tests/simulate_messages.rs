@@ -215,3 +215,26 @@ fn message_flags_without_produce_or_too_many_messages_are_refused() {
     );
     refused(&["--produce", "5", "--fail-every", "0"], "at least 1");
 }
+
+#[test]
+fn the_same_seed_gives_the_same_messages() {
+    let args = [
+        "--events",
+        "join@5s,leave:2@10s,crash:3@15s",
+        "--fail-every",
+        "9",
+        "--messages-log",
+    ];
+    let first = simulate(&args);
+    let second = simulate(&args);
+    assert!(first.success && second.success);
+    assert!(
+        first
+            .lines
+            .iter()
+            .filter(|l| l.get("msg_id").is_some())
+            .count()
+            > 2000
+    );
+    assert_eq!(first.lines, second.lines);
+}

@@ -301,7 +301,7 @@ pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) ->
 }
 
 /// One line per callback, one per consumption (with `messages_log`, when the run carried
-/// messages; in time order), one per client, then the summary (with `"messages"` when the run
+/// messages; in time order, then by client, queue and offset), one per client, then the summary (with `"messages"` when the run
 /// carried messages).
 pub fn write_json_lines(
     outcome: &Outcome,
@@ -324,7 +324,17 @@ pub fn write_json_lines(
     }
     if let (true, Some(messages)) = (messages_log, &outcome.messages) {
         let mut deliveries: Vec<_> = messages.deliveries.iter().collect();
-        deliveries.sort_by_key(|d| d.t_ms);
+        // Deliveries of one instant finish in an order the consumers' tasks decide: sort them
+        // fully, so that the same seed prints the same lines.
+        deliveries.sort_by(|a, b| {
+            (a.t_ms, &a.client, &a.queue, a.offset, a.reconsume_times).cmp(&(
+                b.t_ms,
+                &b.client,
+                &b.queue,
+                b.offset,
+                b.reconsume_times,
+            ))
+        });
         for d in deliveries {
             let line = json!({
                 "t_ms": d.t_ms,
