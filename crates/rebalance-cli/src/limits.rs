@@ -49,6 +49,15 @@ pub const MAX_SIM_ROUTE_ENTRIES: usize = 1_000_000;
 /// The simulated duration of `simulate` (7 days).
 pub const MAX_SIM_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Messages one simulation may send (`simulate --produce`: rate × topics × duration).
+pub const MAX_SIM_MESSAGES: f64 = 1_000_000.0;
+
+/// Messages per second per topic of `simulate --produce`.
+pub const MAX_SIM_RATE: f64 = 1_000_000.0;
+
+/// The time a simulated listener takes per message (`simulate --consume-time`, 1 hour).
+pub const MAX_SIM_CONSUME_TIME: Duration = Duration::from_secs(3600);
+
 /// A latency or pause of `produce-sim` (1 hour).
 pub const MAX_PRODUCE_DELAY: Duration = Duration::from_secs(3600);
 
