@@ -17,6 +17,7 @@ mod nearby;
 mod plan;
 mod positional;
 mod registry;
+mod runtime_checks;
 
 use std::fmt;
 use std::sync::Arc;
@@ -33,8 +34,9 @@ pub use nearby::{MachineRoomNearby, MachineRoomResolver, PrefixResolver};
 pub use plan::{Plan, Share};
 pub use registry::{
     Params, StrategyConfigError, StrategyFactory, StrategyRef, StrategyRegistry, StrategySpec,
-    UnknownParams, build_strategy,
+    build_strategy,
 };
+pub use runtime_checks::UnknownParams;
 
 use crate::{ClientId, MessageQueue};
 
