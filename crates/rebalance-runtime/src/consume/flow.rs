@@ -98,7 +98,7 @@ impl FlowWarning {
             queue = ?queue,
             %limit,
             held_before = self.suppressed,
-            "flow control: not pulling for 50 ms, the listener is behind"
+            "flow control: not pulling until the buffer drains (at most 50 ms at a time); the listener is behind"
         );
         self.last = Some(now);
         self.suppressed = 0;
