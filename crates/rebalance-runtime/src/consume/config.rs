@@ -12,7 +12,8 @@ pub const PULL_ERROR_DELAY: Duration = Duration::from_secs(3);
 /// `PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL`).
 pub const THROTTLED_DELAY: Duration = Duration::from_millis(20);
 /// How long a pull loop over a flow-control limit waits before it checks again (Java:
-/// `PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL`).
+/// `PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL`); it pulls sooner when consumption brings
+/// its buffer back under the limits.
 pub const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
 /// How long a message whose send-back failed waits before it is consumed again locally.
 pub const LOCAL_RETRY_DELAY: Duration = Duration::from_secs(5);

@@ -98,7 +98,7 @@ impl FlowWarning {
             queue = ?queue,
             %limit,
             held_before = self.suppressed,
-            "flow control: not pulling for 50 ms, the listener is behind"
+            "flow control: not pulling until the buffer drains (at most 50 ms at a time); the listener is behind"
         );
         self.last = Some(now);
         self.suppressed = 0;
@@ -168,5 +168,46 @@ mod tests {
             }),
             "at least one message per queue"
         );
+    }
+
+    proptest::proptest! {
+        /// A loop that pulls only when its buffer is under every limit never holds more than
+        /// one pull beyond them, whatever the consumption order.
+        #[test]
+        fn flow_control_bounds_the_buffer(
+            steps in proptest::collection::vec((0usize..40, proptest::prelude::any::<bool>(), 0usize..8), 1..300),
+            max_messages in 1usize..60,
+            max_span in 1i64..100,
+            orderly in proptest::prelude::any::<bool>(),
+        ) {
+            let options = ConsumeOptions {
+                queue_max_messages: max_messages,
+                queue_max_bytes: 4 * max_messages as u64,
+                max_span,
+                ..ConsumeOptions::default()
+            };
+            let batch = 32usize;
+            let mut pq = ProcessQueue::new(0);
+            let mut unconsumed: std::collections::BTreeSet<i64> = Default::default();
+            for (pulled, consume_first, consumed) in steps {
+                if over_limit(&pq, &options, 1, orderly).is_none() {
+                    let first = pq.next_offset();
+                    let count = pulled.min(batch) as i64;
+                    pq.put((first..first + count).map(|o| (o, 3)), first + count);
+                    unconsumed.extend(first..first + count);
+                }
+                for _ in 0..consumed {
+                    let next = if consume_first || orderly { unconsumed.first() } else { unconsumed.last() };
+                    let Some(&offset) = next else { break };
+                    unconsumed.remove(&offset);
+                    pq.ack(pq.epoch(), offset, offset, |_| false);
+                }
+                proptest::prop_assert!(pq.len() < max_messages + batch);
+                proptest::prop_assert!(pq.bytes() < options.queue_max_bytes + 3 * batch as u64);
+                if !orderly {
+                    proptest::prop_assert!(pq.span() <= max_span + batch as i64);
+                }
+            }
+        }
     }
 }

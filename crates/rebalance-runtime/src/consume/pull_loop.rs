@@ -44,6 +44,8 @@ pub(crate) struct PullLoop {
     resume_at: Instant,
     errors: ErrorLog,
     flow: FlowWarning,
+    /// Whether the loop waits for its buffer to drain (flow control).
+    held: bool,
 }
 
 /// Awaits the future in `slot`, or never when there is none.
@@ -76,6 +78,7 @@ impl PullLoop {
             resume_at: Instant::now(),
             errors: ErrorLog::default(),
             flow: FlowWarning::default(),
+            held: false,
         };
         (pull_loop, link)
     }
@@ -123,10 +126,16 @@ impl PullLoop {
                         self.on_ack(ack);
                     }
                     self.commit();
+                    if self.held && self.drained() {
+                        pull_at = Instant::now();
+                    }
                 }
                 done = in_slot(&mut consuming) => {
                     consuming = None;
                     self.on_orderly_done(done);
+                    if self.held && self.drained() {
+                        pull_at = Instant::now();
+                    }
                 }
                 result = in_slot(&mut pull) => {
                     pull = None;
@@ -176,6 +185,19 @@ impl PullLoop {
                 _ = tokio::time::sleep(PULL_ERROR_DELAY) => {}
             }
         }
+    }
+
+    /// Whether a loop held by flow control may pull again before its 50 ms are up: its buffer
+    /// is back under every limit.
+    fn drained(&self) -> bool {
+        let queues = self.shared.queues_of(&self.lease.queue().topic);
+        over_limit(
+            &self.pq,
+            &self.shared.options,
+            queues,
+            self.shared.orderly(),
+        )
+        .is_none()
     }
 
     /// A pull from the next offset.
