@@ -1,6 +1,10 @@
 //! `rebalance allocate`: RocketMQ allocation cases in, every member's share out.
+//!
+//! It is the parity tool: every answer is exactly what the Java client's strategies compute on
+//! the case as given, including inputs a runtime never produces (duplicate ids, unsorted lists)
+//! and parameters a runtime refuses. Those get [`CaseAnswer::warnings`] saying so.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 
 use rebalance_core::strategy::{Params, StrategyConfigError, StrategyRegistry};
@@ -19,6 +23,112 @@ pub struct CaseAnswer {
     pub strategy: String,
     /// Queried ids in order: distinct ids of `cid_all`, then `extra_cids`.
     pub results: Vec<(ClientId, Result<Vec<MessageQueue>, AllocateError>)>,
+    /// What in the case a runtime would never do (see [`warnings`]); the answer is Java's all
+    /// the same.
+    pub warnings: Vec<String>,
+}
+
+/// What a runtime would never do with this case, while `rebalance allocate` answers as Java
+/// does: parameters the strategy does not read (a runtime's builder refuses them), parameters
+/// with which nobody gets a queue (refused too), a consumer id listed more than once (a runtime
+/// lists each once), and unsorted lists (a runtime sorts them before allocating).
+pub fn warnings(
+    registry: &StrategyRegistry,
+    strategy: &str,
+    params: &Params,
+    group: &str,
+    mq_all: &[MessageQueue],
+    cid_all: &[ClientId],
+) -> Vec<String> {
+    let mut warnings: Vec<String> = registry
+        .unknown_params(strategy, params)
+        .into_iter()
+        .map(|e| format!("{e}; a runtime's builder refuses it"))
+        .collect();
+    if let Some(e) = registry.allocates_nothing(strategy, params) {
+        warnings.push(format!(
+            "{e}; the Java client accepts it, a runtime's builder and `rebalance simulate` refuse it"
+        ));
+    }
+    // Each id's count, ids in the order they first appear.
+    let mut counts: HashMap<&str, usize> = HashMap::with_capacity(cid_all.len());
+    let mut order: Vec<&ClientId> = Vec::new();
+    for cid in cid_all {
+        let n = counts.entry(cid.as_str()).or_insert(0);
+        if *n == 0 {
+            order.push(cid);
+        }
+        *n += 1;
+    }
+    let repeated: Vec<(&ClientId, usize)> = order
+        .into_iter()
+        .map(|cid| (cid, counts[cid.as_str()]))
+        .filter(|&(_, n)| n > 1)
+        .collect();
+    if !repeated.is_empty() {
+        let lost = lost_to_repeats(registry, strategy, params, group, mq_all, cid_all);
+        for (cid, n) in repeated {
+            let times = if n == 2 {
+                "twice".to_string()
+            } else {
+                format!("{n} times")
+            };
+            let mut w =
+                format!("consumer id {cid} appears {times}: a runtime would never list it twice");
+            match lost {
+                0 => {}
+                1 => w.push_str("; one queue is owned by nobody"),
+                n => w.push_str(&format!("; {n} queues are owned by nobody")),
+            }
+            warnings.push(w);
+        }
+    }
+    if !mq_all.is_sorted() {
+        warnings.push(
+            "mq_all is not sorted: a runtime sorts the queues (by topic, broker, queue id) before \
+             allocating; this answer is for the order given"
+                .into(),
+        );
+    }
+    if !cid_all.is_sorted() {
+        warnings.push(
+            "cid_all is not sorted: a runtime sorts the consumer ids before allocating; this \
+             answer is for the order given"
+                .into(),
+        );
+    }
+    warnings
+}
+
+/// How many more queues nobody owns with `cid_all` as given than with each id listed once.
+fn lost_to_repeats(
+    registry: &StrategyRegistry,
+    strategy: &str,
+    params: &Params,
+    group: &str,
+    mq_all: &[MessageQueue],
+    cid_all: &[ClientId],
+) -> usize {
+    let Ok(strategy) = registry.build(strategy, params) else {
+        return 0;
+    };
+    let unowned = |cids: &[ClientId]| {
+        strategy.plan(group, mq_all, cids).ok().map(|plan| {
+            let owned: HashSet<MessageQueue> =
+                plan.iter().flat_map(|(_, share)| share.to_vec()).collect();
+            mq_all.iter().filter(|q| !owned.contains(q)).count()
+        })
+    };
+    let mut seen = HashSet::new();
+    let once: Vec<ClientId> = cid_all
+        .iter()
+        .filter(|c| seen.insert(c.as_str()))
+        .cloned()
+        .collect();
+    match (unowned(cid_all), unowned(&once)) {
+        (Some(given), Some(deduplicated)) => given.saturating_sub(deduplicated),
+        _ => 0,
+    }
 }
 
 fn queue_list(case: &Value, key: &str) -> Result<Vec<MessageQueue>, LineError> {
@@ -97,6 +207,7 @@ pub fn answer_with(
     let mq_all = queue_list(case, "mq_all")?;
     let cid_all = id_list(case, "cid_all", true)?;
     let extra = id_list(case, "extra_cids", false)?;
+    let warnings = warnings(registry, strategy_name, &params, group, &mq_all, &cid_all);
 
     let mut seen = HashSet::new();
     let queried: Vec<ClientId> = cid_all
@@ -115,6 +226,7 @@ pub fn answer_with(
                 id,
                 strategy: strategy_name.to_string(),
                 results,
+                warnings,
             });
         }
         Err(e) => return Err(LineError(e.to_string())),
@@ -140,12 +252,13 @@ pub fn answer_with(
         id,
         strategy: strategy_name.to_string(),
         results,
+        warnings,
     })
 }
 
 impl CaseAnswer {
     /// `{"id": ..., "plan": {cid: [[topic, broker, queue_id], ...]}, "errors": {cid: "message"}}`,
-    /// keys in query order.
+    /// keys in query order, and `"warnings": ["...", ...]` when there are any.
     pub fn write_json(&self, out: &mut impl Write) -> std::io::Result<()> {
         let json = |v: &dyn erased::Json| v.to_json();
         write!(out, "{{\"id\":{},\"plan\":{{", json(&self.id))?;
@@ -177,7 +290,11 @@ impl CaseAnswer {
                 first = false;
             }
         }
-        writeln!(out, "}}}}")
+        write!(out, "}}")?;
+        if !self.warnings.is_empty() {
+            write!(out, ",\"warnings\":{}", json(&self.warnings))?;
+        }
+        writeln!(out, "}}")
     }
 
     /// A table: member, count, queues.
@@ -191,6 +308,9 @@ impl CaseAnswer {
             vec![cid.to_string(), count, queues]
         });
         table::write(out, &["member", "count", "queues"], rows)?;
+        for w in &self.warnings {
+            writeln!(out, "warning: {w}")?;
+        }
         writeln!(out)
     }
 }
@@ -227,7 +347,10 @@ mod tests {
         assert_eq!(
             out,
             "{\"id\":\"x\",\"plan\":{\"c2\":[[\"T\",\"b\",0]],\"c1\":[[\"T\",\"b\",1]],\"zz\":[]},\
-             \"errors\":{\"\":\"IllegalArgumentException: currentCID is empty\"}}\n"
+             \"errors\":{\"\":\"IllegalArgumentException: currentCID is empty\"},\
+             \"warnings\":[\"consumer id c2 appears twice: a runtime would never list it twice\",\
+             \"cid_all is not sorted: a runtime sorts the consumer ids before allocating; this \
+             answer is for the order given\"]}\n"
         );
     }
 

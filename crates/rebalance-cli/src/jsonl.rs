@@ -57,6 +57,12 @@ pub enum BatchError {
 }
 
 impl BatchError {
+    /// Whether the arguments are at fault (exit status 2: the file named cannot be opened or
+    /// read) rather than the run (exit status 1: writing the answers failed).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, BatchError::Open { .. } | BatchError::Read { .. })
+    }
+
     /// Names the input a read error comes from (see [`input_name`]).
     pub fn reading(self, name: String) -> Self {
         match self {
@@ -104,12 +110,41 @@ where
 
 /// Like [`run`], also handing `handle` the line's text, for commands that must read something
 /// [`Value`] does not keep (such as the order of an object's keys).
-pub fn run_lines<R, W, F>(input: R, mut out: W, mut handle: F) -> Result<Summary, BatchError>
+pub fn run_lines<R, W, F>(input: R, out: W, handle: F) -> Result<Summary, BatchError>
 where
     R: BufRead,
     W: Write,
     F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<(), LineError>,
 {
+    run_lines_with(input, out, ErrorStyle::Json, handle)
+}
+
+/// How a line that cannot be answered is reported among the answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorStyle {
+    /// A JSON line `{"line": n, "id": ..., "error": "line n: problem"}`, among JSON answers.
+    #[default]
+    Json,
+    /// A text line `error: line n (case ID): problem`, among tables (`--pretty`).
+    Text,
+}
+
+/// [`run_lines`], reporting bad lines in `style`.
+pub fn run_lines_with<R, W, F>(
+    input: R,
+    mut out: W,
+    style: ErrorStyle,
+    mut handle: F,
+) -> Result<Summary, BatchError>
+where
+    R: BufRead,
+    W: Write,
+    F: FnMut(&str, &Value, &mut Vec<u8>) -> Result<(), LineError>,
+{
+    let write_error = |buf: &mut Vec<u8>, line_no: usize, id: &Value, problem: &str| match style {
+        ErrorStyle::Json => write_error(buf, line_no, id, problem),
+        ErrorStyle::Text => write_text_error(buf, line_no, id, problem),
+    };
     let mut summary = Summary::default();
     let mut buf = Vec::new();
     for (n, line) in input.lines().enumerate() {
@@ -181,6 +216,15 @@ fn write_error(buf: &mut Vec<u8>, line_no: usize, id: &Value, problem: &str) {
     buf.extend_from_slice(format!("{line}\n").as_bytes());
 }
 
+fn write_text_error(buf: &mut Vec<u8>, line_no: usize, id: &Value, problem: &str) {
+    let case = if id.is_null() {
+        String::new()
+    } else {
+        format!(" (case {id})")
+    };
+    buf.extend_from_slice(format!("error: line {line_no}{case}: {problem}\n").as_bytes());
+}
+
 /// A required field of a case.
 pub fn field<'v>(case: &'v Value, key: &str) -> Result<&'v Value, LineError> {
     match case.get(key) {
@@ -249,6 +293,21 @@ mod tests {
         let all = String::from_utf8(seen.out.borrow().clone()).unwrap();
         assert!(!all.contains("partial"), "{all}");
         assert!(all.ends_with("answer 4\n"), "{all}");
+    }
+
+    #[test]
+    fn text_errors_for_tables() {
+        let input = "not json\n{\"id\": \"x\"}\n";
+        let mut out = Vec::new();
+        let summary = run_lines_with(input.as_bytes(), &mut out, ErrorStyle::Text, |_, _, _| {
+            Err(LineError("bad case".into()))
+        })
+        .unwrap();
+        assert_eq!(summary.failed, 2);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("error: line 1: bad JSON: "), "{text}");
+        assert_eq!(lines[1], "error: line 2 (case \"x\"): bad case");
     }
 
     #[test]

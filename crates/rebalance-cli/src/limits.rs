@@ -49,6 +49,15 @@ pub const MAX_SIM_ROUTE_ENTRIES: usize = 1_000_000;
 /// The simulated duration of `simulate` (7 days).
 pub const MAX_SIM_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// Messages one simulation may send (`simulate --produce`: rate × topics × duration).
+pub const MAX_SIM_MESSAGES: f64 = 1_000_000.0;
+
+/// Messages per second per topic of `simulate --produce`.
+pub const MAX_SIM_RATE: f64 = 1_000_000.0;
+
+/// The time a simulated listener takes per message (`simulate --consume-time`, 1 hour).
+pub const MAX_SIM_CONSUME_TIME: Duration = Duration::from_secs(3600);
+
 /// A latency or pause of `produce-sim` (1 hour).
 pub const MAX_PRODUCE_DELAY: Duration = Duration::from_secs(3600);
 
@@ -180,7 +189,7 @@ pub fn unknown_param_warnings(name: &str, assignor: bool, params: &Params) -> Ve
             None => return Vec::new(),
         }
     };
-    params
+    let top: Vec<String> = params
         .keys()
         .filter(|k| !known.contains(&k.as_str()))
         .map(|k| {
@@ -194,7 +203,17 @@ pub fn unknown_param_warnings(name: &str, assignor: bool, params: &Params) -> Ve
                 )
             }
         })
-        .collect()
+        .collect();
+    if assignor {
+        return top;
+    }
+    // The registry lists the top-level keys first, then those of a wrapper's `inner_params`.
+    let nested = rebalance_core::strategy::StrategyRegistry::default()
+        .unknown_params(name, params)
+        .into_iter()
+        .skip(top.len())
+        .map(|e| format!("--param inner_params: {e}; ignored"));
+    top.into_iter().chain(nested).collect()
 }
 
 #[cfg(test)]
@@ -262,5 +281,15 @@ mod tests {
         assert!(w[0].contains("takes no parameters"), "{w:?}");
         assert!(unknown_param_warnings("my_own", false, &p).is_empty());
         assert!(unknown_param_warnings("averagely", false, &Params::new()).is_empty());
+        let nested = params(json!({"inner_strategy": "consistent_hash",
+                                   "inner_params": {"virtual_nodes": 4}}));
+        assert_eq!(
+            unknown_param_warnings("machine_room_nearby", false, &nested),
+            [
+                "--param inner_params: strategy `consistent_hash` has no parameter `virtual_nodes` \
+              (it reads virtual_node_count, hash_function); a misspelled name would leave the \
+              default in place; ignored"
+            ]
+        );
     }
 }

@@ -25,6 +25,13 @@ struct Cli {
 enum Command {
     /// Run RocketMQ allocation cases (JSON Lines, one case per line) and print every member's share.
     ///
+    /// A case: {"id": ..., "strategy": NAME, "params": {...}, "group": G, "mq_all": [[topic,
+    /// broker, queue_id], ...], "cid_all": [id, ...], "extra_cids": [id, ...]} (params, group and
+    /// extra_cids optional). The answer is exactly the Java client's for the lists as given; what
+    /// a runtime would never do (unknown parameter keys, parameters with which nobody gets a
+    /// queue, a repeated consumer id, unsorted lists) adds a "warnings" array to the case's line
+    /// and a warning on standard error.
+    ///
     /// Each answer is written out (flushed) as soon as its case is done. A line that cannot be
     /// answered gets an error line naming it, and the run goes on; the exit status is then 1.
     Allocate {
@@ -84,6 +91,11 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Compare strategies: balance, and queues moved when members join and leave.
     ///
+    /// Output, per strategy and event: spread (largest share minus smallest share, in queues),
+    /// max/mean (largest share over the mean share), moved (queues whose owner changed) and the
+    /// minimum any balanced plan would move. Events: `leave:i` is the member at position i of
+    /// the current sorted list; `leave-client:i` is client number i, as `simulate`'s `leave:i`.
+    ///
     /// Limits (checked before anything is built): at most 10,000,000 queues, 1,000,000 members
     /// (with the ones that join), a hash ring of at most 20,000,000 points (members x virtual
     /// nodes: balanced_sticky has 128 per member, consistent_hash 10) and 1,000,000 samples.
@@ -126,10 +138,21 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // Standard output failed: a failure of the run, not of the arguments.
         Err(e) => {
             eprintln!("rebalance: {e}");
-            ExitCode::from(2)
+            ExitCode::FAILURE
         }
+    }
+}
+
+/// Exit status 2 for errors in the arguments (as clap uses for its own), 1 for failures of the
+/// run (a server unreachable, a file unreadable midway, output failing).
+fn failure_code(usage: bool) -> ExitCode {
+    if usage {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
     }
 }
 
@@ -140,14 +163,14 @@ fn warn(name: &str, warnings: Vec<String>) {
     }
 }
 
-/// The outcome of a JSON Lines command: a run that stopped (missing file, unreadable input)
-/// is reported with the command's name, exit status 2.
+/// The outcome of a JSON Lines command: a run that stopped is reported with the command's
+/// name, exit status 2 for a file that cannot be opened, 1 for input or output failing midway.
 fn batch(name: &str, result: Result<ExitCode, jsonl::BatchError>) -> io::Result<ExitCode> {
     match result {
         Ok(code) => Ok(code),
         Err(e) => {
             eprintln!("rebalance {name}: {e}");
-            Ok(ExitCode::from(2))
+            Ok(failure_code(e.is_usage()))
         }
     }
 }
@@ -160,15 +183,23 @@ fn run_allocate(
     let input = jsonl::open_input(file.as_deref())?;
     let registry = StrategyRegistry::default();
     let stdout = io::stdout().lock();
-    let summary = jsonl::run(input, io::BufWriter::new(stdout), |case, buf| {
-        let answer = allocate::answer_with(case, &registry, method)?;
-        if pretty {
-            answer.write_pretty(buf)?;
-        } else {
-            answer.write_json(buf)?;
-        }
-        Ok(())
-    })
+    let summary = jsonl::run_lines_with(
+        input,
+        io::BufWriter::new(stdout),
+        style(pretty),
+        |_, case, buf| {
+            let answer = allocate::answer_with(case, &registry, method)?;
+            for w in &answer.warnings {
+                eprintln!("rebalance allocate: warning: case {}: {w}", answer.id);
+            }
+            if pretty {
+                answer.write_pretty(buf)?;
+            } else {
+                answer.write_json(buf)?;
+            }
+            Ok(())
+        },
+    )
     .map_err(|e| e.reading(jsonl::input_name(file.as_deref())))?;
     Ok(exit_code(summary))
 }
@@ -177,17 +208,31 @@ fn run_assign(file: Option<PathBuf>, pretty: bool) -> Result<ExitCode, jsonl::Ba
     let input = jsonl::open_input(file.as_deref())?;
     let registry = AssignorRegistry::default();
     let stdout = io::stdout().lock();
-    let summary = jsonl::run_lines(input, io::BufWriter::new(stdout), |line, case, buf| {
-        let answer = assign::answer(line, case, &registry)?;
-        if pretty {
-            answer.write_pretty(buf)?;
-        } else {
-            answer.write_json(buf)?;
-        }
-        Ok(())
-    })
+    let summary = jsonl::run_lines_with(
+        input,
+        io::BufWriter::new(stdout),
+        style(pretty),
+        |line, case, buf| {
+            let answer = assign::answer(line, case, &registry)?;
+            if pretty {
+                answer.write_pretty(buf)?;
+            } else {
+                answer.write_json(buf)?;
+            }
+            Ok(())
+        },
+    )
     .map_err(|e| e.reading(jsonl::input_name(file.as_deref())))?;
     Ok(exit_code(summary))
+}
+
+/// Bad lines as JSON among JSON answers, as text among `--pretty` tables.
+fn style(pretty: bool) -> jsonl::ErrorStyle {
+    if pretty {
+        jsonl::ErrorStyle::Text
+    } else {
+        jsonl::ErrorStyle::Json
+    }
 }
 
 fn exit_code(summary: jsonl::Summary) -> ExitCode {
@@ -201,9 +246,11 @@ fn exit_code(summary: jsonl::Summary) -> ExitCode {
 type Stdout = io::BufWriter<io::StdoutLock<'static>>;
 
 /// The errors of a command that writes to standard output, split into "standard output failed"
-/// (the program ends) and the command's own failure (reported, exit status 2).
+/// (the program ends) and the command's own failure (reported, exit status 2 when the
+/// arguments are at fault, 1 otherwise).
 trait CommandError: std::fmt::Display + Sized {
     fn into_io(self) -> Result<io::Error, Self>;
+    fn is_usage(&self) -> bool;
 }
 
 macro_rules! command_error {
@@ -214,6 +261,9 @@ macro_rules! command_error {
                     $io(e) => Ok(e),
                     other => Err(other),
                 }
+            }
+            fn is_usage(&self) -> bool {
+                <$ty>::is_usage(self)
             }
         }
     )*};
@@ -240,7 +290,7 @@ fn to_stdout<T, E: CommandError>(
         Err(Ok(e)) => Err(e),
         Err(Err(e)) => {
             eprintln!("rebalance {name}: {e}");
-            Ok(ExitCode::from(2))
+            Ok(failure_code(e.is_usage()))
         }
     }
 }

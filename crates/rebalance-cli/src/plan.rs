@@ -57,8 +57,8 @@ pub enum PlanError {
     /// The group's members could not be fetched.
     #[error("consumer list of the group: {0}")]
     Members(#[from] RemoteError),
-    /// The strategy could not be built.
-    #[error("strategy: {0}")]
+    /// The strategy could not be built (its message names it).
+    #[error(transparent)]
     Strategy(#[from] StrategyConfigError),
     /// The strategy refused the inputs.
     #[error("allocation: {}", .0.java_message())]
@@ -108,10 +108,16 @@ pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
     )
 }
 
-/// What the arguments ask for that will be ignored: `--param` keys the strategy does not read.
+/// What the arguments ask for that will be ignored (`--param` keys the strategy does not read),
+/// and parameters with which nobody gets a queue (the plan shows Java's answer, empty shares).
 pub fn warnings(args: &PlanArgs) -> Vec<String> {
     let params: Params = args.params.iter().cloned().collect();
-    crate::limits::unknown_param_warnings(&args.strategy, false, &params)
+    let mut warnings = crate::limits::unknown_param_warnings(&args.strategy, false, &params);
+    let registry = rebalance_core::strategy::StrategyRegistry::default();
+    if let Some(e) = registry.allocates_nothing(&args.strategy, &params) {
+        warnings.push(format!("{e}; a consumer's builder refuses it"));
+    }
+    warnings
 }
 
 /// The plan of `members` over `queues` (both sorted the Java way first, members deduplicated).
@@ -267,6 +273,18 @@ pub enum RunError {
     /// Writing (or starting the runtime) failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl RunError {
+    /// Whether the arguments are at fault (exit status 2: a bad `--namesrv` list, strategy or
+    /// parameter) rather than the run (exit status 1: a server unreachable or refusing, a
+    /// strategy refusing the inputs, output failing).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            RunError::Plan(PlanError::Address(_) | PlanError::Strategy(_))
+        )
+    }
 }
 
 #[cfg(test)]

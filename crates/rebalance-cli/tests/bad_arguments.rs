@@ -370,7 +370,7 @@ fn smaller_findings() {
             "--strategy",
             "nope",
         ],
-        &["rebalance plan: strategy: unknown strategy `nope`"],
+        &["rebalance plan: unknown strategy `nope`"],
     );
     refused(
         &[

@@ -54,6 +54,10 @@ pub enum CodecError {
         /// The limit.
         max: usize,
     },
+    /// The first bytes are not a frame length but the start of another protocol's answer (an
+    /// HTTP status line, a TLS record, other text): the peer is not a RocketMQ server.
+    #[error("the server does not speak RocketMQ remoting (it answered like {0})")]
+    ForeignProtocol(String),
     /// The announced length cannot even hold the header-length word.
     #[error("frame length {0} is too short to hold a header-length word")]
     FrameTooShort(usize),
@@ -244,6 +248,24 @@ fn binary_routing(header: &[u8]) -> Option<FrameRouting> {
     })
 }
 
+/// What a length prefix too large to be a frame's looks like, when it looks like the start of
+/// another protocol: an HTTP status line, a TLS record (a server expecting an encrypted
+/// connection answers a plain request with an alert, 0x15, or a handshake, 0x16, of version
+/// 3.x), or printable text.
+fn foreign_protocol(prefix: [u8; 4]) -> Option<String> {
+    if prefix == *b"HTTP" {
+        return Some("HTTP".into());
+    }
+    if matches!(prefix[0], 0x15 | 0x16) && prefix[1] == 0x03 && prefix[2] <= 0x04 {
+        return Some("TLS: it expects an encrypted connection".into());
+    }
+    if prefix.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        let text: String = prefix.iter().map(|&b| char::from(b)).collect();
+        return Some(format!("text, starting \"{}\"", text.escape_default()));
+    }
+    None
+}
+
 impl RemotingCodec {
     /// Decodes the next frame, JSON or not (see [`Frame`]). Errors are what cannot be framed at
     /// all; after one, the stream cannot be trusted.
@@ -253,6 +275,9 @@ impl RemotingCodec {
         };
         let total = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
         if total > self.max_frame_len {
+            if let Some(like) = foreign_protocol([prefix[0], prefix[1], prefix[2], prefix[3]]) {
+                return Err(CodecError::ForeignProtocol(like));
+            }
             return Err(CodecError::FrameTooLarge {
                 len: total,
                 max: self.max_frame_len,

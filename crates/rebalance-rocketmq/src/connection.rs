@@ -506,6 +506,15 @@ async fn read_loop<R>(
             Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
             Some(Ok(Frame::Command(command))) => serve(&shared, &*handler, command),
             Some(Ok(Frame::Unsupported(frame))) => skip(&shared, frame),
+            Some(Err(CodecError::ForeignProtocol(like))) => {
+                let reason = format!(
+                    "the server at {} does not speak RocketMQ remoting (it answered like {like}); \
+                     check the address and port",
+                    shared.addr
+                );
+                tracing::warn!(addr = %shared.addr, %reason, "closing");
+                break reason;
+            }
             Some(Err(e)) => {
                 tracing::warn!(addr = %shared.addr, error = %e, "unreadable data from server, closing");
                 break format!("unreadable data: {e}");

@@ -26,6 +26,14 @@
 //! picks a queue per message: round robin, skipping the broker that just failed and, with
 //! latency fault avoidance, slow brokers; by key for ordered messages (see [`producer`]).
 //!
+//! Every item has one path. The root holds what the quickstart uses (the consumer, its handle
+//! and error, the listener and its leases) and the traits a transport implements with the
+//! types in their signatures; the rest is in its module: [`config`] (message model, order,
+//! start position, [`Intervals`](config::Intervals)), [`subscription`] (tag expressions, the
+//! retry topic), [`allocation`] (strategy or group assignor), [`assignment`] (what a handle
+//! shows: assignments and round reports), [`wake`] (why a round ran), [`memory`] (the
+//! in-memory cluster) and [`producer`].
+//!
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;

@@ -129,6 +129,16 @@ pub enum BenchError {
     Io(#[from] std::io::Error),
 }
 
+impl BenchError {
+    /// Whether the arguments are at fault (exit status 2) rather than the run (exit status 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            BenchError::Arguments(_) | BenchError::Strategy(_) | BenchError::Assignor(_)
+        )
+    }
+}
+
 /// Runs the benchmark the arguments name and writes its result to `out`.
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<(), BenchError> {
     let missing = |what: &str| BenchError::Arguments(format!("{what} is required"));

@@ -1,5 +1,8 @@
-//! Membership events: `join` (a member with a fresh id) and `leave:i` (the member at position
-//! `i` of the current sorted list; `leave` alone picks a position with the seeded generator).
+//! Membership events: `join` (a member with a fresh id), `leave:i` (the member at position `i`
+//! of the current sorted list; also spelled `leave-position:i`), `leave-client:i` (client
+//! number `i`, numbered as they were created: the first members `0..N`, joiners on from `N`,
+//! which is what `rebalance simulate`'s `leave:i` means) and `leave` (a position picked with
+//! the seeded generator).
 
 use std::fmt;
 use std::str::FromStr;
@@ -16,6 +19,9 @@ pub enum Event {
     Join,
     /// The member at this position of the sorted list leaves; `None` picks one at random.
     Leave(Option<usize>),
+    /// Client number `i` (in the order members were created, as `rebalance simulate` numbers
+    /// its clients) leaves.
+    LeaveClient(usize),
 }
 
 impl fmt::Display for Event {
@@ -24,6 +30,7 @@ impl fmt::Display for Event {
             Event::Join => f.write_str("join"),
             Event::Leave(Some(i)) => write!(f, "leave:{i}"),
             Event::Leave(None) => f.write_str("leave"),
+            Event::LeaveClient(i) => write!(f, "leave-client:{i}"),
         }
     }
 }
@@ -34,14 +41,26 @@ impl FromStr for Event {
         match s.trim() {
             "join" => Ok(Event::Join),
             "leave" => Ok(Event::Leave(None)),
-            other => match other.strip_prefix("leave:") {
-                Some(i) => i
-                    .trim()
-                    .parse()
-                    .map(|i| Event::Leave(Some(i)))
-                    .map_err(|_| format!("`{other}`: the position after leave: must be a number")),
-                None => Err(format!("unknown event `{other}` (join, leave, leave:i)")),
-            },
+            other => {
+                let number = |what: &str, i: &str| {
+                    i.trim().parse::<usize>().map_err(|_| {
+                        format!("`{other}`: the {what} after the colon must be a number")
+                    })
+                };
+                if let Some(i) = other
+                    .strip_prefix("leave:")
+                    .or_else(|| other.strip_prefix("leave-position:"))
+                {
+                    number("position", i).map(|i| Event::Leave(Some(i)))
+                } else if let Some(i) = other.strip_prefix("leave-client:") {
+                    number("client number", i).map(Event::LeaveClient)
+                } else {
+                    Err(format!(
+                        "unknown event `{other}` (join, leave, leave:i or leave-position:i, \
+                         leave-client:i)"
+                    ))
+                }
+            }
         }
     }
 }
@@ -100,6 +119,21 @@ impl Members {
                 let id = self.ids.remove(i);
                 Ok(format!("leave:{i} {id}"))
             }
+            Event::LeaveClient(n) => {
+                let id = workload::client_id(n);
+                let Ok(i) = self.ids.binary_search(&id) else {
+                    return Err(format!(
+                        "leave-client:{n}: client {n} is not a member (it left, or has not \
+                         joined: {} were created)",
+                        self.next_id
+                    ));
+                };
+                if self.ids.len() <= 1 {
+                    return Err("the last member cannot leave".into());
+                }
+                self.ids.remove(i);
+                Ok(format!("leave-client:{n} {id}"))
+            }
         }
     }
 }
@@ -125,6 +159,27 @@ mod tests {
             assert_eq!(event.to_string().parse::<Event>(), Ok(event));
         }
         assert!(parse_events("leave:x").is_err());
+    }
+
+    #[test]
+    fn clients_leave_by_number_as_in_simulate() {
+        assert_eq!(
+            parse_events("leave-position:1,leave-client:4").unwrap(),
+            [Event::Leave(Some(1)), Event::LeaveClient(4)]
+        );
+        assert_eq!(
+            Event::LeaveClient(4).to_string().parse::<Event>(),
+            Ok(Event::LeaveClient(4))
+        );
+        let mut m = Members::new(3);
+        let mut rng = SplitMix64::new(0);
+        m.apply(Event::Join, &mut rng).unwrap();
+        // Client 3 is the joiner, wherever its id sorts.
+        let what = m.apply(Event::LeaveClient(3), &mut rng).unwrap();
+        assert_eq!(what, format!("leave-client:3 {}", workload::client_id(3)));
+        assert!(!m.ids().contains(&workload::client_id(3)));
+        let err = m.apply(Event::LeaveClient(3), &mut rng).unwrap_err();
+        assert!(err.contains("client 3 is not a member"), "{err}");
     }
 
     #[test]

@@ -4,10 +4,18 @@
 //! `rebalance compare --queues Q --consumers N --events "join,leave:3,join,leave:0"
 //! [--strategies a,b,...] [--seed S] [--json] [--svg FILE]` starts from N members (ids built as
 //! in `rebalance bench`), applies the events one after another (`join` adds a member with a fresh
-//! id, `leave:i` removes the member at position `i` of the current sorted list, `leave` a member
-//! picked with the seed) and prints, for every strategy, the spread after each event (largest
-//! minus smallest share, and largest over mean) and the queues moved against the minimum (see
-//! [`metrics::min_moves`]). JSON lines: `{"strategy", "event", "spread", "max_over_mean",
+//! id, `leave:i` removes the member at position `i` of the current sorted list, `leave-client:i`
+//! client number `i` as `rebalance simulate`'s `leave:i` does, `leave` a member picked with the
+//! seed) and prints, for every strategy, the spread after each event and the queues moved
+//! against the minimum (see [`metrics::min_moves`]).
+//!
+//! - **spread**: the largest share minus the smallest share, in queues (0 or 1 is as even as
+//!   the queues allow);
+//! - **max/mean** (`max_over_mean`): the largest share over the mean share (1.0 is even);
+//! - **moved**: queues whose owner changed with the event; **min_moves**: the fewest any
+//!   balanced plan would have moved.
+//!
+//! JSON lines: `{"strategy", "event", "spread", "max_over_mean",
 //! "moved", "min_moves", ...}`. `--svg FILE` writes a chart of both.
 //!
 //! `--sample K` instead draws K random groups (Q uniform in 8..=queues, N in 2..=consumers), each
@@ -53,7 +61,9 @@ pub struct CompareArgs {
     /// Members at the start (with --sample: the largest number drawn), from 1 to 1,000,000.
     #[arg(long, value_parser = limits::count(1, limits::MAX_CONSUMERS))]
     pub consumers: usize,
-    /// Events applied in turn: `join`, `leave:i` (position in the sorted list), `leave` (random).
+    /// Events applied in turn: `join`, `leave:i` (position in the current sorted list, also
+    /// `leave-position:i`), `leave-client:i` (client number i, counting the first members 0..N
+    /// and joiners on from N, like `rebalance simulate`'s `leave:i`), `leave` (random).
     #[arg(long)]
     pub events: Option<String>,
     /// Strategies to compare, comma separated (default: averagely, averagely_by_circle,
@@ -113,6 +123,17 @@ pub enum CompareError {
     Io(#[from] std::io::Error),
 }
 
+impl CompareError {
+    /// Whether the arguments are at fault (exit status 2, including an `--svg` file that cannot
+    /// be written) rather than the run (exit status 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            CompareError::Arguments(_) | CompareError::Strategy(_) | CompareError::Svg { .. }
+        )
+    }
+}
+
 /// One strategy's state after one step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
@@ -124,7 +145,7 @@ pub struct Row {
     pub event: String,
     /// Members after the event.
     pub members: usize,
-    /// Largest share minus smallest share.
+    /// Largest share minus smallest share, in queues.
     pub spread: usize,
     /// Largest share over the mean share.
     pub max_over_mean: f64,
@@ -360,7 +381,9 @@ fn compare(
                         .map_err(CompareError::Arguments)?;
                     match event {
                         Event::Join => "join".to_string(),
-                        Event::Leave(_) => what.split(' ').next().unwrap_or("leave").to_string(),
+                        Event::Leave(_) | Event::LeaveClient(_) => {
+                            what.split(' ').next().unwrap_or("leave").to_string()
+                        }
                     }
                 }
             };
@@ -400,6 +423,11 @@ fn compare(
     }
     Ok((rows, summaries))
 }
+
+/// What the columns mean, printed under the tables.
+pub const LEGEND: &str = "spread: largest share minus smallest share, in queues (0 or 1 is as \
+even as the queues allow); max/mean: largest share over the mean share (1.000 is even); moved: \
+queues whose owner changed with the event; minimum: the fewest any balanced plan would move";
 
 fn write_table(out: &mut dyn Write, rows: &[Row], summaries: &[Summary]) -> std::io::Result<()> {
     table::write(
@@ -441,7 +469,8 @@ fn write_table(out: &mut dyn Write, rows: &[Row], summaries: &[Summary]) -> std:
                 format!("{:.3}", s.worst_max_over_mean),
             ]
         }),
-    )
+    )?;
+    writeln!(out, "\n{LEGEND}")
 }
 
 /// Queues-per-member regimes of the `--sample` report.

@@ -40,8 +40,9 @@ pub struct ProduceSimArgs {
     /// Brokers, named `broker-0`, `broker-1`, … (brokers × queues at most 65,536).
     #[arg(long, default_value_t = 4)]
     pub brokers: usize,
-    /// Write queues per broker.
-    #[arg(long, default_value_t = 4)]
+    /// Write queues per broker (also `--queues-per-broker`; `simulate`'s `--queues` counts per
+    /// topic instead).
+    #[arg(long, visible_alias = "queues-per-broker", default_value_t = 4)]
     pub queues: i32,
     /// A slow broker and its latency, `NAME:LATENCY_MS` (repeatable; at most 3600000 ms).
     #[arg(long = "slow-broker", value_parser = parse_slow_broker)]
@@ -112,6 +113,13 @@ pub enum ProduceSimError {
     /// Writing failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl ProduceSimError {
+    /// Whether the arguments are at fault (exit status 2) rather than the run (exit status 1).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, ProduceSimError::Arguments(_))
+    }
 }
 
 /// The most brokers times queues the command accepts.

@@ -1,20 +1,27 @@
 //! Runs real runtime clients on the in-memory cluster, on tokio's paused clock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::route::perm;
 use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
+use rebalance_runtime::consume::{PushConsumer, PushConsumerError, PushConsumerHandle};
 use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::subscription::retry_topic;
 use rebalance_runtime::{
-    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovalReason,
-    RemovedQueue, allocation::Allocation, config::Intervals,
+    Consumer, ConsumerBuilder, ConsumerHandle, ListenerError, QueueLease, QueueListener,
+    RemovalReason, RemovedQueue, allocation::Allocation, config::ConsumeFrom, config::Intervals,
 };
 use tokio::time::Instant;
 
 use super::scenario::{Action, Event};
+use super::traffic::{self, MessageOutcome, Traffic};
+
+/// The consumer group of every simulated client.
+pub const GROUP: &str = "sim-group";
 
 /// What to simulate.
 #[derive(Debug, Clone)]
@@ -37,6 +44,9 @@ pub struct Config {
     pub seed: u64,
     /// Every client's `Intervals::membership_settle`.
     pub settle: Duration,
+    /// Messages: produced until `duration`, consumed by push consumers until `duration` plus
+    /// the drain time. `None`: clients only rebalance.
+    pub traffic: Option<Traffic>,
 }
 
 /// A callback a client received.
@@ -111,8 +121,10 @@ pub struct Outcome {
     pub clients: Vec<ClientEnd>,
     /// Every queue of every topic.
     pub queues: BTreeSet<MessageQueue>,
-    /// The simulated duration in ms.
+    /// The simulated duration in ms (with the drain time when messages are carried).
     pub duration_ms: u64,
+    /// What the messages did, when the simulation carried messages.
+    pub messages: Option<MessageOutcome>,
 }
 
 /// Simulation failures (configuration, not behaviour).
@@ -124,6 +136,9 @@ pub enum SimError {
     /// A client could not start.
     #[error("client {0} could not start: {1}")]
     Start(usize, rebalance_runtime::ConsumerError),
+    /// A client carrying messages could not start.
+    #[error("client {0} could not start: {1}")]
+    StartPush(usize, PushConsumerError),
     /// An event names a client that does not exist or has stopped.
     #[error(
         "event at {at:?} names client {index}, which is not running ({count} clients have started)"
@@ -235,9 +250,45 @@ pub fn route(queues: i32, brokers: usize) -> TopicRoute {
 /// The seeded generator of the start-up jitter.
 pub use crate::rng::SplitMix64;
 
+/// A simulated client: a consumer that only rebalances, or a push consumer.
+enum Member {
+    Plain(ConsumerHandle),
+    Push {
+        handle: PushConsumerHandle,
+        /// Set before a clean shutdown: the queues removed from then on are removed for it.
+        leaving: Arc<AtomicBool>,
+    },
+}
+
+impl Member {
+    fn consumer(&self) -> &ConsumerHandle {
+        match self {
+            Member::Plain(handle) => handle,
+            Member::Push { handle, .. } => handle.consumer(),
+        }
+    }
+
+    async fn shutdown(&self) {
+        match self {
+            Member::Plain(handle) => handle.shutdown().await,
+            Member::Push { handle, leaving } => {
+                leaving.store(true, Ordering::SeqCst);
+                handle.shutdown().await;
+            }
+        }
+    }
+
+    fn abort(&self) {
+        match self {
+            Member::Plain(handle) => handle.abort(),
+            Member::Push { handle, .. } => handle.abort(),
+        }
+    }
+}
+
 struct SimClient {
     id: ClientId,
-    handle: ConsumerHandle,
+    handle: Member,
     status: Status,
     stopped_ms: Option<u64>,
 }
@@ -271,6 +322,153 @@ pub fn simulate(config: &Config) -> Result<Outcome, SimError> {
     runtime.block_on(run(config))
 }
 
+/// What every client of a run shares.
+struct Run<'a> {
+    config: &'a Config,
+    cluster: InMemoryCluster,
+    topics: Vec<String>,
+    epoch: Instant,
+    log: Log,
+    messages: Option<traffic::Recorder>,
+}
+
+impl Run<'_> {
+    /// The settings every client has, whether it carries messages or not.
+    fn configure(&self, id: &ClientId, builder: ConsumerBuilder) -> ConsumerBuilder {
+        builder
+            .client_id(id.clone())
+            .allocation(self.config.allocation.clone())
+            .intervals(Intervals {
+                membership_settle: self.config.settle,
+                ..Intervals::default()
+            })
+            .cluster(self.cluster.client(id.clone()))
+    }
+
+    fn recorder(&self, id: &ClientId) -> Recorder {
+        Recorder {
+            client: id.clone(),
+            epoch: self.epoch,
+            log: self.log.clone(),
+        }
+    }
+
+    /// Starts client `index`.
+    async fn start(&self, index: usize) -> Result<SimClient, SimError> {
+        let id = client_id(index);
+        let handle = match (self.config.traffic, &self.messages) {
+            (Some(traffic), Some(messages)) => {
+                self.start_push(index, &id, traffic, messages).await?
+            }
+            _ => {
+                let mut builder = self
+                    .configure(&id, Consumer::builder(GROUP))
+                    .listener(Arc::new(self.recorder(&id)));
+                for topic in &self.topics {
+                    builder = builder.subscribe(topic.as_str());
+                }
+                let handle = builder
+                    .start()
+                    .await
+                    .map_err(|e| SimError::Start(index, e))?;
+                Member::Plain(handle)
+            }
+        };
+        Ok(SimClient {
+            id,
+            handle,
+            status: Status::Running,
+            stopped_ms: None,
+        })
+    }
+
+    /// Starts a push consumer: from the first offset of a queue nobody committed (so that no
+    /// message sent before the first owner is skipped), with the listener of the run.
+    async fn start_push(
+        &self,
+        index: usize,
+        id: &ClientId,
+        traffic: Traffic,
+        messages: &traffic::Recorder,
+    ) -> Result<Member, SimError> {
+        let listener = Arc::new(messages.listener(id.clone(), traffic.consume_time));
+        let mut builder = PushConsumer::builder(GROUP)
+            .configure(|builder| {
+                self.configure(id, builder)
+                    .consume_from(ConsumeFrom::FirstOffset)
+                    .exclusive_hand_off(traffic.exclusive_hand_off)
+            })
+            .source(Arc::new(self.cluster.client(id.clone())));
+        for topic in &self.topics {
+            builder = builder.subscribe(topic.as_str());
+        }
+        builder = if traffic.orderly {
+            builder.orderly(listener)
+        } else {
+            builder.concurrently(listener)
+        };
+        let handle = builder
+            .start()
+            .await
+            .map_err(|e| SimError::StartPush(index, e))?;
+        let leaving = Arc::new(AtomicBool::new(false));
+        tokio::spawn(record_assignments(
+            handle.consumer().watch(),
+            self.recorder(id),
+            leaving.clone(),
+        ));
+        Ok(Member::Push { handle, leaving })
+    }
+}
+
+/// Records a push consumer's queue changes from its assignment (its queue listener is the
+/// push consumer's own): each change as the callbacks it stands for, removals first; a removal
+/// is `shutdown` once the client is leaving, `reassigned` otherwise (an ordered queue whose
+/// lock was lost shows as reassigned too).
+async fn record_assignments(
+    mut assignments: tokio::sync::watch::Receiver<Arc<rebalance_runtime::assignment::Assignment>>,
+    recorder: Recorder,
+    leaving: Arc<AtomicBool>,
+) {
+    let mut held: BTreeMap<String, BTreeSet<MessageQueue>> = BTreeMap::new();
+    loop {
+        let now: BTreeMap<String, BTreeSet<MessageQueue>> = assignments
+            .borrow_and_update()
+            .queues
+            .iter()
+            .map(|(topic, queues)| (topic.clone(), queues.iter().cloned().collect()))
+            .collect();
+        let reason = if leaving.load(Ordering::SeqCst) {
+            RemovalReason::Shutdown
+        } else {
+            RemovalReason::Reassigned
+        };
+        let none = BTreeSet::new();
+        for (topic, queues) in &held {
+            let gone: Vec<MessageQueue> = queues
+                .difference(now.get(topic).unwrap_or(&none))
+                .cloned()
+                .collect();
+            if !gone.is_empty() {
+                recorder.push(Change::Removed(reason), topic, gone);
+            }
+        }
+        for (topic, queues) in &now {
+            let new: Vec<MessageQueue> = queues
+                .difference(held.get(topic).unwrap_or(&none))
+                .cloned()
+                .collect();
+            if !new.is_empty() {
+                recorder.push(Change::Added, topic, new);
+            }
+        }
+        held = now;
+        if assignments.changed().await.is_err() {
+            break;
+        }
+    }
+}
+
 async fn run(config: &Config) -> Result<Outcome, SimError> {
     let cluster = InMemoryCluster::new();
     let topics: Vec<String> = (0..config.topics).map(|t| format!("topic-{t}")).collect();
@@ -280,42 +478,36 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         queues.extend(route.subscribable_queues(topic));
         cluster.set_route(topic, route);
     }
+    if config.traffic.is_some() {
+        // A broker creates the group's retry topic, with one queue, at the group's first
+        // heartbeat: one queue on each broker, shared by the group like any topic.
+        let retry = retry_topic(GROUP);
+        let brokers = i32::try_from(config.brokers).unwrap_or(i32::MAX);
+        let route = route(brokers, config.brokers);
+        queues.extend(route.subscribable_queues(&retry));
+        cluster.set_route(&retry, route);
+    }
     let epoch = Instant::now();
-    let log: Log = Arc::default();
+    let run = Run {
+        config,
+        cluster: cluster.clone(),
+        topics: topics.clone(),
+        epoch,
+        log: Arc::default(),
+        messages: config
+            .traffic
+            .map(|t| traffic::Recorder::new(epoch, t.fail_every)),
+    };
     // Initial clients keep the indices 0..consumers whenever they start; joiners come after.
     let mut clients: Vec<Option<SimClient>> = (0..config.consumers).map(|_| None).collect();
 
-    let start = |index: usize| {
-        let id = client_id(index);
-        let mut builder = Consumer::builder("sim-group")
-            .client_id(id.clone())
-            .allocation(config.allocation.clone())
-            .intervals(Intervals {
-                membership_settle: config.settle,
-                ..Intervals::default()
-            })
-            .cluster(cluster.client(id.clone()))
-            .listener(Arc::new(Recorder {
-                client: id.clone(),
-                epoch,
-                log: log.clone(),
-            }));
-        for topic in &topics {
-            builder = builder.subscribe(topic.as_str());
-        }
-        async move {
-            let handle = builder
-                .start()
-                .await
-                .map_err(|e| SimError::Start(index, e))?;
-            Ok::<_, SimError>(SimClient {
-                id,
-                handle,
-                status: Status::Running,
-                stopped_ms: None,
-            })
-        }
-    };
+    if let (Some(traffic), Some(messages)) = (config.traffic, &run.messages) {
+        let produce =
+            messages
+                .clone()
+                .produce(cluster.clone(), topics.clone(), traffic, config.duration);
+        tokio::spawn(produce);
+    }
 
     let mut rng = SplitMix64::new(config.seed);
     let mut jitters: Vec<Duration> = (0..config.consumers)
@@ -339,7 +531,7 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         let now_ms = epoch.elapsed().as_millis() as u64;
         let event = match step {
             Step::Start(index) => {
-                clients[index] = Some(start(index).await?);
+                clients[index] = Some(run.start(index).await?);
                 continue;
             }
             Step::Event(event) => event,
@@ -347,7 +539,7 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         match event.action {
             Action::Join => {
                 let index = clients.len();
-                clients.push(Some(start(index).await?));
+                clients.push(Some(run.start(index).await?));
             }
             Action::Leave(i) => {
                 let c = running(&mut clients, i, event.at)?;
@@ -365,12 +557,18 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
             Action::NameServerUp => cluster.set_name_server_down(false),
         }
     }
-    tokio::time::sleep_until(epoch + config.duration).await;
-    let duration_ms = config.duration.as_millis() as u64;
-    let mut records = std::mem::take(&mut *log.lock().unwrap_or_else(PoisonError::into_inner));
+    // With messages, consumers go on for the drain time after production stopped.
+    let end = config.duration + config.traffic.map_or(Duration::ZERO, |t| t.drain);
+    tokio::time::sleep_until(epoch + end).await;
+    let duration_ms = end.as_millis() as u64;
+    let mut records = std::mem::take(&mut *run.log.lock().unwrap_or_else(PoisonError::into_inner));
     // A leave's shutdown may wait past the end (for a batch in progress): the run ends at
     // `duration` all the same.
     records.retain(|r| r.t_ms <= duration_ms);
+    let messages = run.messages.as_ref().map(|m| {
+        let dead = cluster.dead_letters(GROUP);
+        m.outcome(dead.iter().map(|d| d.msg_id().to_string()).collect())
+    });
     let clients = clients
         .into_iter()
         .enumerate()
@@ -378,10 +576,10 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         .filter_map(|(index, c)| c.map(|c| (index, c)))
         .map(|(index, c)| ClientEnd {
             owned: match c.status {
-                Status::Running => c.handle.assignment().iter().cloned().collect(),
+                Status::Running => c.handle.consumer().assignment().iter().cloned().collect(),
                 _ => Vec::new(),
             },
-            rounds: c.handle.rounds().borrow().round,
+            rounds: c.handle.consumer().rounds().borrow().round,
             client: c.id,
             index,
             status: c.status,
@@ -393,6 +591,7 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         clients,
         queues,
         duration_ms,
+        messages,
     })
 }
 
@@ -418,6 +617,7 @@ mod tests {
             duration,
             seed: 7,
             settle: Duration::ZERO,
+            traffic: None,
         }
     }
 

@@ -2,8 +2,10 @@
 //! on tokio's paused clock.
 
 pub mod engine;
+pub mod message_report;
 pub mod report;
 pub mod scenario;
+pub mod traffic;
 
 use std::io::{self, Write};
 use std::time::Duration;
@@ -11,13 +13,15 @@ use std::time::Duration;
 use rebalance_core::MessageQueue;
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::route::MAX_QUEUES_PER_BROKER;
-use rebalance_core::strategy::StrategyRegistry;
+use rebalance_core::strategy::{StrategyRegistry, UnknownParams};
 use rebalance_runtime::allocation::Allocation;
 use serde_json::{Value, json};
 
 pub use self::engine::{Config, Outcome, simulate};
+pub use self::message_report::MessageSummary;
 pub use self::report::{Summary, summarize};
 use self::scenario::{Action, Event};
+pub use self::traffic::Traffic;
 use crate::args::parse_param;
 use crate::{limits, table};
 
@@ -26,7 +30,8 @@ use crate::{limits, table};
 /// Limits (checked before anything runs): at most 100,000 topics, 100,000 brokers per topic and
 /// 1,000,000 topics × brokers; at most 10,000,000 queues in all (topics × queues) and 65,536 per
 /// broker; at most 10,000 clients (the initial ones and those that join); a hash ring of at most
-/// 20,000,000 points (clients × virtual nodes); a duration of at most 7 days (168h).
+/// 20,000,000 points (clients × virtual nodes); a duration of at most 7 days (168h); with
+/// `--produce`, at most 1,000,000 messages sent in all (rate × topics × duration).
 #[derive(Debug, clap::Args)]
 pub struct SimulateArgs {
     /// The allocation strategy: `averagely`, `averagely_by_circle`, `by_config`,
@@ -45,8 +50,10 @@ pub struct SimulateArgs {
     /// Topics (`topic-0`, `topic-1`, …), at most 100,000.
     #[arg(long, default_value_t = 1, value_parser = limits::count(0, limits::MAX_SIM_TOPICS))]
     pub topics: usize,
-    /// Queues per topic (at most 10,000,000 over all topics, and 65,536 per broker).
-    #[arg(long, default_value_t = 8)]
+    /// Queues per topic, spread over its brokers (also `--queues-per-topic`; `produce-sim`'s
+    /// `--queues` counts per broker instead). At most 10,000,000 over all topics, and 65,536 per
+    /// broker.
+    #[arg(long, visible_alias = "queues-per-topic", default_value_t = 8)]
     pub queues: i32,
     /// Brokers per topic, named `room{b mod 3}@broker-{b}`, from 1 to 100,000.
     #[arg(long, default_value_t = 2, value_parser = limits::count(1, limits::MAX_SIM_BROKERS))]
@@ -55,7 +62,9 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 3, value_parser = limits::count(0, limits::MAX_SIM_CLIENTS))]
     pub consumers: usize,
     /// Scripted events: `join@5s,leave:2@10s,crash:3@15s,ns-down@20s,ns-up@40s` (none later
-    /// than --duration).
+    /// than --duration). `leave:i` and `crash:i` name client index i (the first clients are
+    /// 0..N, each join takes the next index); `leave-client:i` is the same, spelled as in
+    /// `compare`, whose `leave:i` is a position in the sorted member list instead.
     #[arg(long, default_value = "")]
     pub events: String,
     /// Simulated duration, at most 168h (7 days).
@@ -71,6 +80,94 @@ pub struct SimulateArgs {
     /// JSON lines instead of a timeline.
     #[arg(long)]
     pub json: bool,
+    /// Carries messages: each topic gets RATE messages per second (a decimal number, at most
+    /// 1,000,000) until --duration, spread over its queues by the producer's round robin, and
+    /// the clients are push consumers (starting from the first offset of a queue nobody
+    /// committed). The run lasts --duration plus --drain, and the summary counts the messages.
+    #[arg(long, value_name = "RATE", value_parser = parse_rate)]
+    pub produce: Option<f64>,
+    /// With --produce: how long the listener takes per message [default: 0s; at most 1h].
+    #[arg(long, value_name = "D", value_parser = limits::duration_up_to(limits::MAX_SIM_CONSUME_TIME))]
+    pub consume_time: Option<Duration>,
+    /// With --produce: the first delivery of every Nth message sent fails (`ReconsumeLater`,
+    /// or `Suspend` with --orderly) and is redelivered.
+    #[arg(long, value_name = "N", value_parser = limits::count(1, usize::MAX))]
+    pub fail_every: Option<usize>,
+    /// With --produce: ordered consumption (queues locked, each consumed in order).
+    #[arg(long)]
+    pub orderly: bool,
+    /// With --produce: the consumers' `exclusive_hand_off` (a queue's new owner waits until
+    /// the old one has released it).
+    #[arg(long)]
+    pub exclusive_hand_off: bool,
+    /// With --produce: how long consumers run after production stops, before the count
+    /// [default: 60s; at most 168h].
+    #[arg(long, value_name = "D", value_parser = limits::duration_up_to(limits::MAX_SIM_DURATION))]
+    pub drain: Option<Duration>,
+    /// With --json and --produce: one line per consumption, `{"t_ms", "client", "topic",
+    /// "queue", "offset", "msg_id", "reconsume_times"}`, after the callback lines.
+    #[arg(long)]
+    pub messages_log: bool,
+}
+
+/// Parses `--produce`: a positive number of messages per second, at most 1,000,000.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of messages per second (e.g. 50 or 0.5)"))?;
+    if !(rate.is_finite() && rate > 0.0) {
+        return Err(format!("`{text}`: the rate must be a positive number"));
+    }
+    if rate > limits::MAX_SIM_RATE {
+        return Err(format!(
+            "`{text}` is too high: at most {} messages per second",
+            limits::MAX_SIM_RATE
+        ));
+    }
+    Ok(rate)
+}
+
+/// The message traffic the arguments ask for, or why they cannot be used.
+fn traffic(args: &SimulateArgs) -> Result<Option<Traffic>, SimulateError> {
+    let bad = |m: String| Err(SimulateError::Arguments(m));
+    let Some(rate) = args.produce else {
+        let given = [
+            ("--consume-time", args.consume_time.is_some()),
+            ("--fail-every", args.fail_every.is_some()),
+            ("--orderly", args.orderly),
+            ("--exclusive-hand-off", args.exclusive_hand_off),
+            ("--drain", args.drain.is_some()),
+            ("--messages-log", args.messages_log),
+        ];
+        return match given.iter().find(|(_, given)| *given) {
+            Some((flag, _)) => bad(format!(
+                "{flag} is about messages: add --produce RATE to carry messages"
+            )),
+            None => Ok(None),
+        };
+    };
+    if args.messages_log && !args.json {
+        return bad("--messages-log prints JSON lines: add --json".into());
+    }
+    let total = Traffic::total(rate, args.topics, args.duration);
+    if total > limits::MAX_SIM_MESSAGES {
+        return bad(format!(
+            "--produce {rate} on {} topic(s) for {:?} sends {total} messages; at most {} \
+             (lower the rate or the duration)",
+            args.topics,
+            args.duration,
+            limits::MAX_SIM_MESSAGES
+        ));
+    }
+    Ok(Some(Traffic {
+        rate,
+        consume_time: args.consume_time.unwrap_or(Duration::ZERO),
+        fail_every: args.fail_every.map(|n| n as u64),
+        orderly: args.orderly,
+        exclusive_hand_off: args.exclusive_hand_off,
+        drain: args.drain.unwrap_or(Duration::from_secs(60)),
+    }))
 }
 
 /// Why the command failed.
@@ -85,6 +182,17 @@ pub enum SimulateError {
     /// Writing failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+impl SimulateError {
+    /// Whether the arguments are at fault (exit status 2) rather than the run (exit status 1):
+    /// bad arguments, or an event naming a client that is not running.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            SimulateError::Arguments(_) | SimulateError::Sim(engine::SimError::NoSuchClient { .. })
+        )
+    }
 }
 
 /// Checks the sizes the arguments ask for, before anything is built.
@@ -147,16 +255,19 @@ fn check_sizes(args: &SimulateArgs, events: &[Event]) -> Result<(), SimulateErro
 pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
     let events = scenario::parse_events(&args.events).map_err(SimulateError::Arguments)?;
     check_sizes(args, &events)?;
+    let traffic = traffic(args)?;
     let params = crate::args::params(&args.params);
+    // Built as the runtime's builder builds it, refusing parameters with which nobody would
+    // get a queue; unknown keys are only warned about (see `warnings`).
     let allocation = match &args.assignor {
         Some(name) => Allocation::Assignor(
             AssignorRegistry::default()
-                .build(name, &params)
+                .build_for_runtime(name, &params, UnknownParams::Allow)
                 .map_err(|e| SimulateError::Arguments(e.to_string()))?,
         ),
         None => Allocation::Strategy(
             StrategyRegistry::default()
-                .build(&args.strategy, &params)
+                .build_for_runtime(&args.strategy, &params, UnknownParams::Allow)
                 .map_err(|e| SimulateError::Arguments(e.to_string()))?,
         ),
     };
@@ -170,6 +281,7 @@ pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
         duration: args.duration,
         seed: args.seed,
         settle: args.settle,
+        traffic,
     })
 }
 
@@ -189,7 +301,7 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> Result<Summary, Simulat
     let outcome = simulate(&config)?;
     let summary = summarize(&outcome);
     if args.json {
-        write_json(&outcome, &summary, out)?;
+        write_json(&config, &outcome, &summary, args.messages_log, out)?;
     } else {
         write_text(&config, &outcome, &summary, out)?;
     }
@@ -200,9 +312,23 @@ fn triples(queues: &[MessageQueue]) -> Vec<Value> {
     queues.iter().map(MessageQueue::to_json_triple).collect()
 }
 
-/// One line per callback, one per client, then the summary.
-pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) -> io::Result<()> {
+/// One line per callback and one per scripted event (`{"t_ms", "scenario": "leave:2"}`, in
+/// time order among the callbacks, as the timeline shows them), one per consumption (with
+/// `messages_log`, when the run carried messages; in time order, then by client, queue and
+/// offset), one per client, then the summary (with `"messages"` when the run carried messages).
+pub fn write_json(
+    config: &Config,
+    outcome: &Outcome,
+    summary: &Summary,
+    messages_log: bool,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let scenario_line = |e: &scenario::Event| json!({"t_ms": e.at.as_millis() as u64, "scenario": e.action.to_string()});
+    let mut events = config.events.iter().peekable();
     for r in &outcome.records {
+        while let Some(e) = events.next_if(|e| e.at.as_millis() as u64 <= r.t_ms) {
+            writeln!(out, "{}", scenario_line(e))?;
+        }
         let mut line = json!({
             "t_ms": r.t_ms,
             "client": r.client.as_str(),
@@ -215,6 +341,35 @@ pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) ->
         }
         writeln!(out, "{line}")?;
     }
+    for e in events {
+        writeln!(out, "{}", scenario_line(e))?;
+    }
+    if let (true, Some(messages)) = (messages_log, &outcome.messages) {
+        let mut deliveries: Vec<_> = messages.deliveries.iter().collect();
+        // Deliveries of one instant finish in an order the consumers' tasks decide: sort them
+        // fully, so that the same seed prints the same lines.
+        deliveries.sort_by(|a, b| {
+            (a.t_ms, &a.client, &a.queue, a.offset, a.reconsume_times).cmp(&(
+                b.t_ms,
+                &b.client,
+                &b.queue,
+                b.offset,
+                b.reconsume_times,
+            ))
+        });
+        for d in deliveries {
+            let line = json!({
+                "t_ms": d.t_ms,
+                "client": d.client.as_str(),
+                "topic": d.topic,
+                "queue": d.queue.to_json_triple(),
+                "offset": d.offset,
+                "msg_id": d.msg_id,
+                "reconsume_times": d.reconsume_times,
+            });
+            writeln!(out, "{line}")?;
+        }
+    }
     for c in &outcome.clients {
         let line = json!({
             "client": c.client.as_str(),
@@ -224,13 +379,16 @@ pub fn write_json(outcome: &Outcome, summary: &Summary, out: &mut impl Write) ->
         });
         writeln!(out, "{line}")?;
     }
-    let line = json!({"summary": {
+    let mut line = json!({"summary": {
         "converged": summary.converged,
         "double_owned_queue_ms": summary.double_owned_queue_ms,
         "unowned_queue_ms": summary.unowned_queue_ms,
         "moves": summary.moves,
         "rounds": summary.rounds,
     }});
+    if let Some(messages) = &outcome.messages {
+        line["summary"]["messages"] = MessageSummary::of(messages).to_json();
+    }
     writeln!(out, "{line}")
 }
 
@@ -253,7 +411,7 @@ pub fn write_text(
     let mut events = config.events.iter().peekable();
     for r in &outcome.records {
         while let Some(e) = events.next_if(|e| e.at.as_millis() as u64 <= r.t_ms) {
-            writeln!(out, "[{:>9.3}s] --- {:?}", e.at.as_secs_f64(), e.action)?;
+            writeln!(out, "[{:>9.3}s] --- {}", e.at.as_secs_f64(), e.action)?;
         }
         let what = match &r.change {
             engine::Change::Added => "+".to_string(),
@@ -268,7 +426,7 @@ pub fn write_text(
         )?;
     }
     for e in events {
-        writeln!(out, "[{:>9.3}s] --- {:?}", e.at.as_secs_f64(), e.action)?;
+        writeln!(out, "[{:>9.3}s] --- {}", e.at.as_secs_f64(), e.action)?;
     }
     writeln!(out)?;
     let rows = outcome.clients.iter().map(|c| {
@@ -289,7 +447,23 @@ pub fn write_text(
         summary.unowned_queue_ms,
         summary.moves,
         summary.rounds
-    )
+    )?;
+    if let Some(messages) = &outcome.messages {
+        let m = MessageSummary::of(messages);
+        writeln!(
+            out,
+            "messages: produced: {}  consumed: {}  unique: {}  duplicates: {}  lost: {}  retried: {}  dead-lettered: {}  max delay: {} ms",
+            m.produced,
+            m.consumed,
+            m.unique,
+            m.duplicates,
+            m.lost,
+            m.retried,
+            m.dead_lettered,
+            m.max_delay_ms
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

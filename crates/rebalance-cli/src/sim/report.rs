@@ -182,6 +182,7 @@ mod tests {
             ],
             queues: [q(0), q(1), q(2)].into(),
             duration_ms: 4000,
+            messages: None,
         };
         let s = summarize(&outcome);
         assert_eq!(s.double_owned_queue_ms, 500);
@@ -210,6 +211,7 @@ mod tests {
             clients: vec![end("a", Status::Running, &[0, 1], None)],
             queues: [q(0), q(1)].into(),
             duration_ms: 100,
+            messages: None,
         };
         let s = summarize(&outcome);
         assert_eq!(s.moves, 2);
@@ -228,6 +230,7 @@ mod tests {
             clients: vec![end("a", Status::Running, &[0], None)],
             queues: [q(0)].into(),
             duration_ms: 100,
+            messages: None,
         };
         let s = summarize(&outcome);
         assert_eq!(s.unowned_queue_ms, 0, "q9 is not a queue of the run");

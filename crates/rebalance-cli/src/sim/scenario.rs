@@ -19,6 +19,20 @@ pub enum Action {
     NameServerUp,
 }
 
+/// The event as it is written in `--events` (without its time): `join`, `leave:2`, `crash:3`,
+/// `ns-down`, `ns-up`.
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Join => f.write_str("join"),
+            Action::Leave(i) => write!(f, "leave:{i}"),
+            Action::Crash(i) => write!(f, "crash:{i}"),
+            Action::NameServerDown => f.write_str("ns-down"),
+            Action::NameServerUp => f.write_str("ns-up"),
+        }
+    }
+}
+
 /// One scripted event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Event {
@@ -47,13 +61,15 @@ pub fn parse_events(text: &str) -> Result<Vec<Event>, String> {
         };
         let action = match name {
             "join" => Action::Join,
-            "leave" => Action::Leave(index(arg)?),
+            // `leave-client:i` as `compare` spells the same event.
+            "leave" | "leave-client" => Action::Leave(index(arg)?),
             "crash" => Action::Crash(index(arg)?),
             "ns-down" => Action::NameServerDown,
             "ns-up" => Action::NameServerUp,
             _ => {
                 return Err(format!(
-                    "unknown event `{name}` (join, leave:i, crash:i, ns-down, ns-up)"
+                    "unknown event `{name}` (join, leave:i or leave-client:i, crash:i, ns-down, \
+                     ns-up)"
                 ));
             }
         };
@@ -66,6 +82,18 @@ pub fn parse_events(text: &str) -> Result<Vec<Event>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actions_print_as_they_are_written() {
+        let text = "join@1s,leave:2@2s,crash:3@3s,ns-down@4s,ns-up@5s";
+        let events = parse_events(text).unwrap();
+        let written: Vec<String> = events.iter().map(|e| e.action.to_string()).collect();
+        assert_eq!(written, ["join", "leave:2", "crash:3", "ns-down", "ns-up"]);
+        assert_eq!(
+            parse_events("leave-client:2@1s").unwrap()[0].action,
+            Action::Leave(2)
+        );
+    }
 
     #[test]
     fn parses_the_documented_example() {

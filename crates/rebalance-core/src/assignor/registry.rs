@@ -1,11 +1,11 @@
 //! Group assignors built by name, so that configuration files and the command line can name them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
 use super::{Broadcast, CooperativeSticky, GroupAssignor, Range, RoundRobin, Sticky};
-use crate::strategy::Params;
+use crate::strategy::{Params, UnknownParams};
 
 /// A shared group assignor.
 pub type AssignorRef = Arc<dyn GroupAssignor>;
@@ -34,6 +34,15 @@ pub enum AssignorConfigError {
         /// What is wrong.
         problem: String,
     },
+    /// A parameter given to a built-in assignor, which reads none. Only
+    /// [`AssignorRegistry::build_for_runtime`] refuses it, unless told to allow it.
+    #[error("assignor `{assignor}` has no parameter `{key}` (the built-in assignors take none)")]
+    UnknownParam {
+        /// The assignor being built.
+        assignor: String,
+        /// The parameter.
+        key: String,
+    },
 }
 
 /// Named assignor factories: the built-in ones, plus any you register.
@@ -55,6 +64,8 @@ pub enum AssignorConfigError {
 #[derive(Clone)]
 pub struct AssignorRegistry {
     factories: BTreeMap<String, AssignorFactory>,
+    /// The built-in names (which read no parameter), until replaced by a registration.
+    built_in: BTreeSet<String>,
 }
 
 impl fmt::Debug for AssignorRegistry {
@@ -73,6 +84,7 @@ impl Default for AssignorRegistry {
         r.register("cooperative_sticky", |_| Ok(Arc::new(CooperativeSticky)));
         r.register("cooperative-sticky", |_| Ok(Arc::new(CooperativeSticky)));
         r.register("broadcast", |_| Ok(Arc::new(Broadcast)));
+        r.built_in = r.factories.keys().cloned().collect();
         r
     }
 }
@@ -82,6 +94,7 @@ impl AssignorRegistry {
     pub fn empty() -> Self {
         Self {
             factories: BTreeMap::new(),
+            built_in: BTreeSet::new(),
         }
     }
 
@@ -90,8 +103,41 @@ impl AssignorRegistry {
     where
         F: Fn(&Params) -> Result<AssignorRef, AssignorConfigError> + Send + Sync + 'static,
     {
-        self.factories.insert(name.into(), Arc::new(factory));
+        let name = name.into();
+        self.built_in.remove(&name);
+        self.factories.insert(name, Arc::new(factory));
         self
+    }
+
+    /// Builds the assignor called `name` for a runtime: like [`build`](Self::build), but a
+    /// parameter given to a built-in assignor (none reads any) is refused unless `unknown`
+    /// allows it. No parameter value of a built-in assignor makes it assign nothing.
+    ///
+    /// ```
+    /// use rebalance_core::assignor::AssignorRegistry;
+    /// use rebalance_core::strategy::{Params, UnknownParams};
+    ///
+    /// let registry = AssignorRegistry::default();
+    /// let params: Params = serde_json::from_str(r#"{"sticky": true}"#).unwrap();
+    /// assert!(registry.build_for_runtime("range", &params, UnknownParams::Refuse).is_err());
+    /// assert!(registry.build_for_runtime("range", &params, UnknownParams::Allow).is_ok());
+    /// ```
+    pub fn build_for_runtime(
+        &self,
+        name: &str,
+        params: &Params,
+        unknown: UnknownParams,
+    ) -> Result<AssignorRef, AssignorConfigError> {
+        let assignor = self.build(name, params)?;
+        if unknown == UnknownParams::Refuse && self.built_in.contains(name) {
+            if let Some(key) = params.keys().next() {
+                return Err(AssignorConfigError::UnknownParam {
+                    assignor: name.to_string(),
+                    key: key.clone(),
+                });
+            }
+        }
+        Ok(assignor)
     }
 
     /// Builds the assignor called `name`.
@@ -149,6 +195,37 @@ mod tests {
             assert_eq!(canonical(name), want, "built by {name}");
             assert_eq!(canonical(want), want, "{want} built by its own name");
         }
+    }
+
+    #[test]
+    fn a_runtime_refuses_parameters_of_built_in_assignors_unless_allowed() {
+        let r = AssignorRegistry::default();
+        let p: Params = serde_json::from_str(r#"{"partitions": 3}"#).unwrap();
+        for name in ["range", "cooperative-sticky", "broadcast"] {
+            let err = r
+                .build_for_runtime(name, &p, UnknownParams::Refuse)
+                .err()
+                .unwrap_or_else(|| panic!("{name} took a parameter"));
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "assignor `{name}` has no parameter `partitions` (the built-in assignors take none)"
+                )
+            );
+            assert!(r.build_for_runtime(name, &p, UnknownParams::Allow).is_ok());
+            assert!(
+                r.build_for_runtime(name, &Params::new(), UnknownParams::Refuse)
+                    .is_ok()
+            );
+        }
+        // An assignor of the user's own may read parameters: not checked.
+        let mut custom = AssignorRegistry::default();
+        custom.register("range", |_| Ok(Arc::new(Broadcast)));
+        assert!(
+            custom
+                .build_for_runtime("range", &p, UnknownParams::Refuse)
+                .is_ok()
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use std::ops::Range;
 
-use super::plan::{Plan, distinct_members};
-use super::{AllocateError, AllocateStrategy, validate, validate_group};
+use super::plan::Plan;
+use super::{AllocateError, AllocateStrategy, positional};
 use crate::{ClientId, MessageQueue};
 
 /// Contiguous blocks in member order; the first `Q mod N` members get one queue more.
@@ -41,10 +41,7 @@ impl AllocateStrategy for Averagely {
         mq_all: &[MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Vec<MessageQueue>, AllocateError> {
-        let Some(i) = validate(current, mq_all, cid_all)? else {
-            return Ok(Vec::new());
-        };
-        Ok(mq_all[block(mq_all.len(), cid_all.len(), i)].to_vec())
+        positional::allocate(current, mq_all, cid_all, |n, i| block(mq_all.len(), n, i))
     }
 
     fn plan<'a>(
@@ -53,13 +50,7 @@ impl AllocateStrategy for Averagely {
         mq_all: &'a [MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Plan<'a>, AllocateError> {
-        validate_group(mq_all, cid_all)?;
-        let (q, n) = (mq_all.len(), cid_all.len());
-        let shares = distinct_members(cid_all, true)
-            .into_iter()
-            .map(|(i, cid)| (cid.clone(), block(q, n, i).map(|p| p as u32).collect()))
-            .collect();
-        Ok(Plan::over_input(mq_all, shares))
+        positional::plan(mq_all, cid_all, |n, i| block(mq_all.len(), n, i))
     }
 }
 

@@ -1,12 +1,20 @@
 //! `AllocateMessageQueueAveragelyByCircle`: round robin.
 
-use super::plan::{Plan, distinct_members};
-use super::{AllocateError, AllocateStrategy, validate, validate_group};
+use std::iter::StepBy;
+use std::ops::Range;
+
+use super::plan::Plan;
+use super::{AllocateError, AllocateStrategy, positional};
 use crate::{ClientId, MessageQueue};
 
 /// Round robin: the member at position `i` gets queues `i, i + N, i + 2N, …`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct AveragelyByCircle;
+
+/// The `mq_all` positions of the member at position `i` of `n`, with `q` queues.
+fn share(q: usize, n: usize, i: usize) -> StepBy<Range<usize>> {
+    (i..q).step_by(n)
+}
 
 impl AllocateStrategy for AveragelyByCircle {
     fn name(&self) -> &str {
@@ -20,15 +28,7 @@ impl AllocateStrategy for AveragelyByCircle {
         mq_all: &[MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Vec<MessageQueue>, AllocateError> {
-        let Some(i) = validate(current, mq_all, cid_all)? else {
-            return Ok(Vec::new());
-        };
-        Ok(mq_all
-            .iter()
-            .skip(i)
-            .step_by(cid_all.len())
-            .cloned()
-            .collect())
+        positional::allocate(current, mq_all, cid_all, |n, i| share(mq_all.len(), n, i))
     }
 
     fn plan<'a>(
@@ -37,13 +37,7 @@ impl AllocateStrategy for AveragelyByCircle {
         mq_all: &'a [MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Plan<'a>, AllocateError> {
-        validate_group(mq_all, cid_all)?;
-        let (q, n) = (mq_all.len(), cid_all.len());
-        let shares = distinct_members(cid_all, true)
-            .into_iter()
-            .map(|(i, cid)| (cid.clone(), (i..q).step_by(n).map(|p| p as u32).collect()))
-            .collect();
-        Ok(Plan::over_input(mq_all, shares))
+        positional::plan(mq_all, cid_all, |n, i| share(mq_all.len(), n, i))
     }
 }
 

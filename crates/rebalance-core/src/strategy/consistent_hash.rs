@@ -76,9 +76,11 @@ impl ConsistentHash {
     /// runs out of memory long before its maximum).
     pub const MAX_VIRTUAL_NODES: i64 = 65_536;
 
-    /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed (the
-    /// ring is empty and nobody gets anything); a negative count is an error, as in Java, and so
-    /// is one above [`MAX_VIRTUAL_NODES`](Self::MAX_VIRTUAL_NODES).
+    /// A ring with `virtual_node_count` points per member and the MD5 hash. Zero is allowed, as
+    /// in Java (the ring is empty and nobody gets anything; building by name for a runtime,
+    /// [`StrategyRegistry::build_for_runtime`](super::StrategyRegistry::build_for_runtime),
+    /// refuses it); a negative count is an error, as in Java, and so is one above
+    /// [`MAX_VIRTUAL_NODES`](Self::MAX_VIRTUAL_NODES).
     pub fn new(virtual_node_count: i64) -> Result<Self, AllocateError> {
         let virtual_nodes = usize::try_from(virtual_node_count)
             .ok()
@@ -125,6 +127,23 @@ impl ConsistentHash {
                 (mq_all.into(), hashes)
             },
         )
+    }
+}
+
+impl ConsistentHash {
+    /// The one rule, for `allocate` and `plan` alike: every queue belongs to the node of the
+    /// first ring point at or after its hash. The ring, and each node's `mq_all` positions in
+    /// input order.
+    fn by_node(&self, mq_all: &[MessageQueue], cid_all: &[ClientId]) -> (Arc<Ring>, Vec<Vec<u32>>) {
+        let ring = self.ring(cid_all);
+        let hashes = self.queue_hashes(mq_all);
+        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.first_position.len()];
+        for (p, &h) in hashes.iter().enumerate() {
+            if let Some(node) = ring.owner(h) {
+                by_node[node as usize].push(p as u32);
+            }
+        }
+        (ring, by_node)
     }
 }
 
@@ -216,16 +235,14 @@ impl AllocateStrategy for ConsistentHash {
         if validate(current, mq_all, cid_all)?.is_none() {
             return Ok(Vec::new());
         }
-        let ring = self.ring(cid_all);
+        let (ring, mut by_node) = self.by_node(mq_all, cid_all);
         let Some(me) = ring.node(cid_all, current) else {
             return Ok(Vec::new());
         };
-        let hashes = self.queue_hashes(mq_all);
-        Ok(hashes
-            .iter()
-            .zip(mq_all)
-            .filter(|&(&h, _)| ring.owner(h) == Some(me))
-            .map(|(_, mq)| mq.clone())
+        let mine = std::mem::take(&mut by_node[me as usize]);
+        Ok(mine
+            .into_iter()
+            .map(|p| mq_all[p as usize].clone())
             .collect())
     }
 
@@ -236,14 +253,7 @@ impl AllocateStrategy for ConsistentHash {
         cid_all: &[ClientId],
     ) -> Result<Plan<'a>, AllocateError> {
         validate_group(mq_all, cid_all)?;
-        let ring = self.ring(cid_all);
-        let hashes = self.queue_hashes(mq_all);
-        let mut by_node: Vec<Vec<u32>> = vec![Vec::new(); ring.first_position.len()];
-        for (p, &h) in hashes.iter().enumerate() {
-            if let Some(node) = ring.owner(h) {
-                by_node[node as usize].push(p as u32);
-            }
-        }
+        let (_, by_node) = self.by_node(mq_all, cid_all);
         // Ring nodes are the distinct ids in first-occurrence order, like the plan's members.
         let shares = distinct_members(cid_all, false)
             .into_iter()

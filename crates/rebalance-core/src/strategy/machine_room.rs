@@ -3,8 +3,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use super::plan::{Plan, distinct_members};
-use super::{AllocateError, AllocateStrategy, validate, validate_group};
+use super::plan::Plan;
+use super::{AllocateError, AllocateStrategy, positional};
 use crate::{ClientId, MessageQueue};
 
 /// Only queues of brokers named `room@broker` whose room is configured, divided among all
@@ -63,11 +63,15 @@ fn room(broker: &str) -> Option<&str> {
 }
 
 /// Positions in the filtered list for the member at position `i` of `n`.
-fn share(filtered: &[u32], n: usize, i: usize) -> impl Iterator<Item = u32> + '_ {
+fn share(filtered: &[u32], n: usize, i: usize) -> impl Iterator<Item = usize> + '_ {
     let m = filtered.len() / n;
     let r = filtered.len() % n;
     let tail = (i < r).then(|| filtered[m * n + i]);
-    filtered[i * m..i * m + m].iter().copied().chain(tail)
+    filtered[i * m..i * m + m]
+        .iter()
+        .copied()
+        .chain(tail)
+        .map(|p| p as usize)
 }
 
 impl AllocateStrategy for ByMachineRoom {
@@ -82,13 +86,8 @@ impl AllocateStrategy for ByMachineRoom {
         mq_all: &[MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Vec<MessageQueue>, AllocateError> {
-        let Some(i) = validate(current, mq_all, cid_all)? else {
-            return Ok(Vec::new());
-        };
         let filtered = self.filter(mq_all);
-        Ok(share(&filtered, cid_all.len(), i)
-            .map(|p| mq_all[p as usize].clone())
-            .collect())
+        positional::allocate(current, mq_all, cid_all, |n, i| share(&filtered, n, i))
     }
 
     fn plan<'a>(
@@ -97,13 +96,8 @@ impl AllocateStrategy for ByMachineRoom {
         mq_all: &'a [MessageQueue],
         cid_all: &[ClientId],
     ) -> Result<Plan<'a>, AllocateError> {
-        validate_group(mq_all, cid_all)?;
         let filtered = self.filter(mq_all);
-        let shares = distinct_members(cid_all, true)
-            .into_iter()
-            .map(|(i, cid)| (cid.clone(), share(&filtered, cid_all.len(), i).collect()))
-            .collect();
-        Ok(Plan::over_input(mq_all, shares))
+        positional::plan(mq_all, cid_all, |n, i| share(&filtered, n, i))
     }
 }
 

@@ -15,7 +15,9 @@ mod machine_room;
 mod memo;
 mod nearby;
 mod plan;
+mod positional;
 mod registry;
+mod runtime_checks;
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,6 +36,7 @@ pub use registry::{
     Params, StrategyConfigError, StrategyFactory, StrategyRef, StrategyRegistry, StrategySpec,
     build_strategy,
 };
+pub use runtime_checks::UnknownParams;
 
 use crate::{ClientId, MessageQueue};
 

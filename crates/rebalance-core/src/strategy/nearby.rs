@@ -99,6 +99,26 @@ impl<'s> Rooms<'s> {
     }
 }
 
+/// One room's part of the rule: the room's queues (positions in `mq_all`) and who shares them,
+/// the room's own consumers (positions in `cid_all`), or everyone (`None`) when it has none.
+struct Part<'r> {
+    room: &'r str,
+    queues: &'r [u32],
+    consumers: Option<&'r [u32]>,
+}
+
+/// The rule, for `allocate` and `plan` alike: every room's part, rooms in Java string order.
+fn parts<'r>(
+    queue_rooms: &'r Rooms<'_>,
+    consumer_rooms: &'r Rooms<'_>,
+) -> impl Iterator<Item = Part<'r>> {
+    queue_rooms.rooms.iter().map(|(room, queues)| Part {
+        room,
+        queues,
+        consumers: consumer_rooms.get(room),
+    })
+}
+
 /// The items at `positions`: a slice of `items` when the positions are consecutive (a room of
 /// sorted input), a copy otherwise.
 fn pick<'a, T: Clone>(items: &'a [T], positions: &[u32]) -> Cow<'a, [T]> {
@@ -179,23 +199,23 @@ impl AllocateStrategy for MachineRoomNearby {
             .consumer_room(current)
             .filter(|r| !r.is_empty())
             .ok_or_else(|| AllocateError::NoRoomForConsumer(current.clone()))?;
+        let parts: Vec<Part<'_>> = parts(&queue_rooms, &consumer_rooms).collect();
         let mut result = Vec::new();
-        if let (Some(mqs), Some(cids)) = (queue_rooms.get(&own_room), consumer_rooms.get(&own_room))
-        {
+        // Its own room's part first, then its part of each consumer-less room.
+        let own = parts
+            .iter()
+            .find(|p| p.room == own_room && p.consumers.is_some());
+        let orphans = parts.iter().filter(|p| p.consumers.is_none());
+        for part in own.into_iter().chain(orphans) {
+            let cids = part
+                .consumers
+                .map_or(Cow::Borrowed(cid_all), |c| pick(cid_all, c));
             result.extend(self.inner.allocate(
                 group,
                 current,
-                &pick(mq_all, mqs),
-                &pick(cid_all, cids),
+                &pick(mq_all, part.queues),
+                &cids,
             )?);
-        }
-        for (room, mqs) in &queue_rooms.rooms {
-            if *room != own_room && consumer_rooms.get(room).is_none() {
-                result.extend(
-                    self.inner
-                        .allocate(group, current, &pick(mq_all, mqs), cid_all)?,
-                );
-            }
         }
         Ok(result)
     }
@@ -217,16 +237,16 @@ impl AllocateStrategy for MachineRoomNearby {
         let mut own: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
         let mut orphan: Vec<Vec<u32>> = vec![Vec::new(); members.len()];
         let mut interner = Interner::new(mq_all);
-        for (room, queue_positions) in &queue_rooms.rooms {
-            let room_mqs = pick(mq_all, queue_positions);
-            let (cids, target) = match consumer_rooms.get(room) {
-                Some(cid_positions) => (pick(cid_all, cid_positions), &mut own),
+        for part in parts(&queue_rooms, &consumer_rooms) {
+            let (cids, target) = match part.consumers {
+                Some(c) => (pick(cid_all, c), &mut own),
                 None => (Cow::Borrowed(cid_all), &mut orphan),
             };
+            let room_mqs = pick(mq_all, part.queues);
             let room_plan = self.inner.plan(group, &room_mqs, &cids)?;
             for (cid, positions) in room_plan.positions() {
                 if let Some(&s) = slot.get(cid.as_str()) {
-                    let translated = interner.translate(&room_plan, queue_positions, positions);
+                    let translated = interner.translate(&room_plan, part.queues, positions);
                     target[s].extend(translated);
                 }
             }

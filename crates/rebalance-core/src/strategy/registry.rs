@@ -62,7 +62,7 @@ pub enum StrategyConfigError {
         known: String,
     },
     /// A parameter is missing or has the wrong type.
-    #[error("strategy `{strategy}`: parameter `{key}` {problem}")]
+    #[error("parameter `{key}` of strategy `{strategy}` {problem}")]
     Param {
         /// The strategy being built.
         strategy: String,
@@ -72,9 +72,48 @@ pub enum StrategyConfigError {
         problem: String,
     },
     /// The parameters are well formed but the Java client rejects them (e.g. a negative virtual
-    /// node count); every allocation would fail with this error.
-    #[error(transparent)]
+    /// node count); every allocation would fail with this error. The message says what is
+    /// wrong and quotes the Java client's own words (which [`AllocateError`]'s `Display` keeps).
+    #[error("{}", rejected_message(.0))]
     Rejected(#[from] AllocateError),
+    /// A parameter the strategy does not read (most likely a misspelling, which would leave the
+    /// default in place). Only [`StrategyRegistry::build_for_runtime`] refuses it, unless told
+    /// to allow it; [`StrategyRegistry::build`] warns.
+    #[error(
+        "strategy `{strategy}` has no parameter `{key}` ({reads}); a misspelled name would \
+         leave the default in place"
+    )]
+    UnknownParam {
+        /// The strategy given the parameter (an inner strategy's name for `inner_params`).
+        strategy: String,
+        /// The parameter.
+        key: String,
+        /// What the strategy reads: `"it reads a, b"` or `"it takes none"`.
+        reads: String,
+    },
+    /// Parameters with which every member of the group would get nothing, so that a runtime
+    /// would consume nothing while reporting balanced rounds (such as `consistent_hash` with
+    /// `virtual_node_count` 0, which the Java client accepts). Only
+    /// [`StrategyRegistry::build_for_runtime`] refuses them.
+    #[error("strategy `{strategy}` would allocate nothing to anybody: {reason}")]
+    AllocatesNothing {
+        /// The strategy (an inner strategy's name when a wrapper's inner one is at fault).
+        strategy: String,
+        /// Which parameter value, and why.
+        reason: String,
+    },
+}
+
+/// [`StrategyConfigError::Rejected`]'s message: a sentence, with Java's words quoted.
+fn rejected_message(e: &AllocateError) -> String {
+    match e {
+        AllocateError::IllegalVirtualNodeCount(n) => format!(
+            "parameter `virtual_node_count` of strategy `consistent_hash` must be from 0 to {}, \
+             not {n} (the Java client says \"{e}\")",
+            ConsistentHash::MAX_VIRTUAL_NODES
+        ),
+        other => format!("the strategy refuses its parameters (the Java client says \"{other}\")"),
+    }
 }
 
 /// Named strategy factories: the built-in ones, plus any you register.
@@ -267,7 +306,11 @@ fn int_value(v: &Value) -> Option<i64> {
 }
 
 /// An optional integer parameter, as a JSON number or a numeric string.
-fn integer(p: &Params, strategy: &str, key: &str) -> Result<Option<i64>, StrategyConfigError> {
+pub(super) fn integer(
+    p: &Params,
+    strategy: &str,
+    key: &str,
+) -> Result<Option<i64>, StrategyConfigError> {
     match p.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(v) => int_value(v).map(Some).ok_or_else(|| {
@@ -399,7 +442,11 @@ fn inner(
 /// A list of strings: a JSON array of strings, or one comma-separated string (whose empty
 /// entries, as after a trailing comma, are dropped: an empty room would make brokers named
 /// `@x` eligible).
-fn string_list(p: &Params, strategy: &str, key: &str) -> Result<Vec<String>, StrategyConfigError> {
+pub(super) fn string_list(
+    p: &Params,
+    strategy: &str,
+    key: &str,
+) -> Result<Vec<String>, StrategyConfigError> {
     match p.get(key) {
         None | Some(Value::Null) => Err(param_error(strategy, key, "is required")),
         Some(Value::String(s)) => Ok(s
@@ -421,7 +468,7 @@ fn string_list(p: &Params, strategy: &str, key: &str) -> Result<Vec<String>, Str
 }
 
 /// A list of queues: `[[topic, broker, queue_id], ...]` or `[{"topic", "brokerName", "queueId"}, ...]`.
-fn queue_list(
+pub(super) fn queue_list(
     p: &Params,
     strategy: &str,
     key: &str,
@@ -554,7 +601,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "strategy `consistent_hash`: parameter `virtual_node_count` must be an integer, not `x`"
+            "parameter `virtual_node_count` of strategy `consistent_hash` must be an integer, not `x`"
         );
         let err = r
             .build(
@@ -565,6 +612,12 @@ mod tests {
         assert_eq!(
             err,
             StrategyConfigError::Rejected(AllocateError::IllegalVirtualNodeCount(-1))
+        );
+        // A sentence that still quotes Java's words (which the reference vectors check).
+        assert_eq!(
+            err.to_string(),
+            "parameter `virtual_node_count` of strategy `consistent_hash` must be from 0 to 65536, \
+             not -1 (the Java client says \"illegal virtualNodeCnt :-1\")"
         );
         // Java's name for its hash, and ours; nothing else (only MD5 is built in).
         for h in ["default MD5", "md5", "MD5"] {

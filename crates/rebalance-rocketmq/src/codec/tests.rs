@@ -546,3 +546,34 @@ fn a_header_fills_the_24_bit_field_and_beyond_it_is_refused_whatever_the_frame_l
     );
     assert_eq!(codec.decode(&mut buf).unwrap(), Some(cmd));
 }
+
+#[test]
+fn another_protocols_answer_is_named_not_read_as_a_huge_frame() {
+    let decode = |bytes: &[u8]| {
+        let mut buf = BytesMut::from(bytes);
+        RemotingCodec::default().decode(&mut buf).unwrap_err()
+    };
+    let http = decode(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    assert_eq!(
+        http.to_string(),
+        "the server does not speak RocketMQ remoting (it answered like HTTP)"
+    );
+    // A TLS server answers a plain request with an alert (0x15) or a handshake (0x16), 3.x.
+    for tls in [
+        [0x15u8, 0x03, 0x03, 0x00, 0x02, 0x02, 0x46],
+        [0x16, 0x03, 0x01, 0x00, 0x2a, 0, 0],
+    ] {
+        assert_eq!(
+            decode(&tls).to_string(),
+            "the server does not speak RocketMQ remoting (it answered like TLS: it expects an \
+             encrypted connection)"
+        );
+    }
+    assert_eq!(
+        decode(b"SSH-2.0-OpenSSH_9.6\r\n").to_string(),
+        "the server does not speak RocketMQ remoting (it answered like text, starting \"SSH-\")"
+    );
+    // Four bytes of no known protocol over the limit stay a frame too large.
+    let err = decode(&[0x7f, 0xff, 0xff, 0x00]);
+    assert!(matches!(err, CodecError::FrameTooLarge { .. }), "{err}");
+}

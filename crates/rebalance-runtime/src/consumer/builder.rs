@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rebalance_core::ClientId;
 use rebalance_core::StrategyRef;
 use rebalance_core::assignor::{AssignorRef, AssignorRegistry};
-use rebalance_core::strategy::{Params, StrategyRegistry};
+use rebalance_core::strategy::{Params, StrategyRegistry, UnknownParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{ClusterServices, ConsumerError};
@@ -35,6 +35,7 @@ impl Consumer {
             added_failure: AddedFailurePolicy::default(),
             intervals: Intervals::default(),
             allocation: None,
+            unknown_params: UnknownParams::Refuse,
             name_server: None,
             directory: None,
             offsets: None,
@@ -78,6 +79,7 @@ pub struct ConsumerBuilder {
     pub(super) added_failure: AddedFailurePolicy,
     pub(super) intervals: Intervals,
     pub(super) allocation: Option<Allocation>,
+    pub(super) unknown_params: UnknownParams,
     pub(super) name_server: Option<Arc<dyn NameServer>>,
     pub(super) directory: Option<Arc<dyn GroupDirectory>>,
     pub(super) offsets: Option<Arc<dyn OffsetStore>>,
@@ -231,16 +233,65 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Whether [`strategy_named`](Self::strategy_named) and
+    /// [`assignor_named`](Self::assignor_named) accept parameters they do not read (default:
+    /// no, they fail with [`ConsumerError::Strategy`] / [`ConsumerError::Assignor`], since a
+    /// misspelled key leaves the default in place in silence). Allow them for configuration
+    /// written for a newer version of the strategies; a tracing warning still names them. Set
+    /// it before naming the strategy.
+    ///
+    /// ```
+    /// use rebalance_core::strategy::Params;
+    /// use rebalance_runtime::Consumer;
+    ///
+    /// let mut params = Params::new();
+    /// params.insert("virtual_node_count".into(), 20.into());
+    /// params.insert("added_in_v2".into(), true.into());
+    /// assert!(Consumer::builder("G").strategy_named("consistent_hash", &params).is_err());
+    /// let builder = Consumer::builder("G")
+    ///     .allow_unknown_params(true)
+    ///     .strategy_named("consistent_hash", &params)?;
+    /// # drop(builder);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allow_unknown_params(mut self, allow: bool) -> Self {
+        self.unknown_params = if allow {
+            UnknownParams::Allow
+        } else {
+            UnknownParams::Refuse
+        };
+        self
+    }
+
     /// A group assignor by name (`range`, `roundrobin`, `sticky`, `cooperative_sticky`,
-    /// `broadcast`).
+    /// `broadcast`). The built-in assignors take no parameters: any is refused unless
+    /// [`allow_unknown_params`](Self::allow_unknown_params).
     pub fn assignor_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
-        let assignor = AssignorRegistry::default().build(name, params)?;
+        let assignor =
+            AssignorRegistry::default().build_for_runtime(name, params, self.unknown_params)?;
         Ok(self.assignor(assignor))
     }
 
-    /// The allocation strategy by name (see [`StrategyRegistry`]).
+    /// The allocation strategy by name (see [`StrategyRegistry`]). Refuses, besides what the
+    /// registry refuses, parameters the strategy does not read (unless
+    /// [`allow_unknown_params`](Self::allow_unknown_params)) and values with which nobody
+    /// would get a queue, such as `consistent_hash` with `virtual_node_count` 0 (see
+    /// [`StrategyRegistry::build_for_runtime`]).
+    ///
+    /// ```
+    /// use rebalance_core::strategy::Params;
+    /// use rebalance_runtime::{Consumer, ConsumerError};
+    ///
+    /// let mut params = Params::new();
+    /// params.insert("virtual_node_count".into(), 0.into());
+    /// let err = Consumer::builder("G").strategy_named("consistent_hash", &params).unwrap_err();
+    /// assert!(matches!(err, ConsumerError::Strategy(_)));
+    /// assert!(err.to_string().contains("would allocate nothing"), "{err}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn strategy_named(self, name: &str, params: &Params) -> Result<Self, ConsumerError> {
-        let strategy = StrategyRegistry::default().build(name, params)?;
+        let strategy =
+            StrategyRegistry::default().build_for_runtime(name, params, self.unknown_params)?;
         Ok(self.strategy(strategy))
     }
 

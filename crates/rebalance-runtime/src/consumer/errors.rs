@@ -42,14 +42,14 @@ pub enum ConsumerError {
         /// The id the directory registers.
         bound: ClientId,
     },
-    /// The strategy could not be built.
-    #[error("strategy: {0}")]
+    /// The strategy could not be built (its message names the strategy).
+    #[error(transparent)]
     Strategy(#[from] StrategyConfigError),
-    /// The assignor could not be built.
-    #[error("assignor: {0}")]
+    /// The assignor could not be built (its message names the assignor).
+    #[error(transparent)]
     Assignor(#[from] AssignorConfigError),
     /// An interval cannot be used (zero, or absurdly long).
-    #[error("intervals: {0}")]
+    #[error(transparent)]
     Intervals(#[from] IntervalsError),
     /// A subscription's tag expression is malformed.
     #[error("subscription to `{topic}`: {source}")]

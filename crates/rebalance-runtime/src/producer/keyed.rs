@@ -106,7 +106,7 @@ impl QueueSelector for SelectByRandom {
 
 /// The machine room of a broker: the text before its first `@` (`room1@broker-a` is in
 /// `room1`), the whole name when it has none, as the consumers' machine-room strategies read it.
-pub fn broker_room(broker_name: &str) -> &str {
+fn broker_room(broker_name: &str) -> &str {
     broker_name.split('@').next().unwrap_or_default()
 }
 

@@ -71,9 +71,7 @@ use crate::config::check_interval;
 
 pub use self::error::{ProducerError, SelectError};
 pub use self::faults::{AvoidPolicy, FaultItem, LatencyFaultTracker};
-pub use self::keyed::{
-    QueueSelector, SelectByHash, SelectByMachineRoom, SelectByRandom, broker_room,
-};
+pub use self::keyed::{QueueSelector, SelectByHash, SelectByMachineRoom, SelectByRandom};
 pub use self::selector::{ChosenBy, RoundRobin};
 use crate::NameServer;
 use crate::callbacks::caught;
