@@ -25,7 +25,9 @@ use crate::route_sync::{RouteSync, RouteTable};
 use crate::service::{Outputs, Service};
 use crate::subscription::{Subscription, TagExpression, TagExpressionError};
 use crate::wake::{Trigger, WakeReasons};
-use crate::{GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker, heartbeat};
+use crate::{
+    GroupDirectory, NameServer, OffsetStore, QueueListener, QueueLocker, RemoteError, heartbeat,
+};
 
 /// Why a consumer could not be started or a request could not be served.
 #[derive(Debug, thiserror::Error)]
@@ -97,6 +99,18 @@ pub enum ConsumerError {
         task: &'static str,
         /// The panic's message.
         message: String,
+    },
+    /// The directory refused the first heartbeat: another live consumer instance already
+    /// registered this client id in the group (the in-memory cluster checks this). Two
+    /// consumers with one id would each take the same queues. Nothing was started.
+    #[error(
+        "client id `{client_id}` is already used by another running consumer of group `{group}`; give every consumer its own id with `ConsumerBuilder::client_id`"
+    )]
+    ClientIdInUse {
+        /// The client id.
+        client_id: ClientId,
+        /// The group.
+        group: String,
     },
     /// `start` was called outside a tokio runtime.
     #[error("the consumer must be started inside a tokio runtime")]
@@ -397,7 +411,8 @@ impl ConsumerBuilder {
     /// clustering mode), an invalid interval, or broadcasting with a group-shared offset store;
     /// and with [`ConsumerError::TaskPanicked`] when the name server or the directory panics in
     /// the first route poll or heartbeat (the failures they report are not errors here: the
-    /// consumer starts and its tasks try again).
+    /// consumer starts and its tasks try again), except the directory's refusal of a client id
+    /// another live consumer registered in the group, [`ConsumerError::ClientIdInUse`].
     pub async fn start(self) -> Result<ConsumerHandle, ConsumerError> {
         tokio::runtime::Handle::try_current().map_err(|_| ConsumerError::NoRuntime)?;
         if self.group.is_empty() {
@@ -508,14 +523,22 @@ impl ConsumerBuilder {
                 .map_err(|message| ("route sync", message))?;
             caught(heartbeat::beat(&*ctx.directory, &registration))
                 .await
-                .map_err(|message| ("heartbeat", message))?;
-            Ok(())
+                .map_err(|message| ("heartbeat", message))
         }
         .instrument(span.clone())
         .await;
-        if let Err((task, message)) = first_contact {
-            span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
-            return Err(ConsumerError::TaskPanicked { task, message });
+        match first_contact {
+            Err((task, message)) => {
+                span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
+                return Err(ConsumerError::TaskPanicked { task, message });
+            }
+            Ok(Err(RemoteError::ClientIdInUse { .. })) => {
+                return Err(ConsumerError::ClientIdInUse {
+                    client_id: ctx.client_id.clone(),
+                    group: ctx.group.clone(),
+                });
+            }
+            Ok(_) => {}
         }
         trigger.wake(WakeReasons::START);
 
