@@ -35,7 +35,7 @@ pub enum RemoteError {
         /// Which service (for a network transport, its address).
         server: String,
         /// What was asked (`heartbeat`, `offset commit`, ...).
-        operation: String,
+        operation: &'static str,
         /// What it was asked about (`group G`, `topic T`, ...).
         resource: String,
         /// The service's error code.

@@ -29,7 +29,7 @@ async fn a_second_consumer_with_a_live_id_is_refused_at_start() {
         other => panic!("expected ClientIdInUse, got {other:?}"),
     }
     settle(Duration::from_secs(30)).await;
-    assert_eq!(cluster.members(GROUP), [first.id.clone()]);
+    assert_eq!(cluster.members(GROUP), std::slice::from_ref(&first.id));
     assert_eq!(
         first.handle.assignment().len(),
         4,
