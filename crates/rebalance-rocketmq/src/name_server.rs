@@ -190,9 +190,12 @@ impl NameServerClient {
             let addr = addrs[index].as_str();
             let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC)
                 .with_ext("topic", &wire_topic);
-            let outcome = match self.inner.remoting.call(addr, &op, request).await {
-                Err(e) => Err(e),
-                Ok(response) => match response.code {
+            let outcome = self
+                .inner
+                .remoting
+                .call(addr, &op, request)
+                .await
+                .and_then(|response| match response.code {
                     // A route that makes no sense is this name server's failure: it is not
                     // cached, where the broker clients would plan heartbeats and unregistrations
                     // from it, and the next name server is asked.
@@ -209,8 +212,7 @@ impl NameServerClient {
                         code,
                         remark: response.remark_or_empty().to_string(),
                     }),
-                },
-            };
+                });
             match outcome {
                 Ok(found) => {
                     self.remember(start, index);

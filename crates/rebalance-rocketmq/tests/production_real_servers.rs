@@ -353,7 +353,7 @@ async fn two_namespaces_on_one_broker_do_not_see_each_other() {
     assert_eq!(members, expected);
     assert_eq!(
         t2.consumer_ids(group, topic).await.unwrap(),
-        [b1.id.clone()]
+        std::slice::from_ref(&b1.id)
     );
     // On the broker, the names carry the namespace; the plain group is nobody's.
     let raw = BrokerClient::new(NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap());
