@@ -318,3 +318,70 @@ async fn a_namespace_is_on_the_wire_only() {
     assert_eq!(lock["mqSet"][0]["topic"], "NS%T");
     assert_eq!(by_code(35).ext("consumerGroup"), Some("NS%G"));
 }
+
+/// A broker that lists the group's client id from two addresses (as a Java broker does, one
+/// entry per connection): the broker client reports it at ERROR after the heartbeat, naming
+/// both addresses, once.
+#[tokio::test]
+async fn a_client_id_connected_from_two_addresses_is_reported_with_both() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::ERROR)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let (broker, _) = answering(|request| {
+        let ok = RemotingCommand::response(0, 0, None);
+        if request.code == request_code::GET_CONSUMER_CONNECTION_LIST {
+            assert_eq!(request.ext("consumerGroup"), Some("G"));
+            ok.with_body(
+                &br#"{"connectionSet":[{"clientId":"c1","clientAddr":"10.0.0.1:5000","language":"JAVA","version":475},{"clientId":"c1","clientAddr":"10.0.0.2:6000","language":"JAVA","version":475},{"clientId":"c2","clientAddr":"10.0.0.3:7000","language":"JAVA","version":475}],"subscriptionTable":{},"consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET"}"#[..],
+            )
+        } else {
+            ok
+        }
+    })
+    .await;
+    let (namesrv, _) =
+        answering(move |_| RemotingCommand::response(0, 0, None).with_body(route(&broker))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let registration = registration("T");
+    for _ in 0..3 {
+        brokers.register(&registration).await.unwrap();
+    }
+    let started = std::time::Instant::now();
+    let lines = loop {
+        let text = captured.text();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("share one client id"))
+            .map(str::to_string)
+            .collect();
+        if !lines.is_empty() {
+            break lines;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "no ERROR about the shared id within 5 s: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    // Let any other check run: there is none within the minute.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let line = &lines[0];
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains("this consumer's client id `c1`"), "{line}");
+    assert!(line.contains("10.0.0.1:5000 and 10.0.0.2:6000"), "{line}");
+    assert_eq!(
+        captured
+            .text()
+            .lines()
+            .filter(|l| l.contains("share one client id"))
+            .count(),
+        1
+    );
+}

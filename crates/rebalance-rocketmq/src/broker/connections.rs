@@ -6,6 +6,10 @@
 //! After a successful heartbeat, at most once a minute per group, the broker client asks one
 //! master for the group's connections and reports, at ERROR, every client id it sees from more
 //! than one address, naming the addresses. Each conflict is reported once while it lasts.
+//!
+//! A Java broker keeps one entry per connection (its channel table), so a collision shows. The
+//! Rust broker 1.0 keeps only the latest connection of a client id (observed in
+//! `tests/production_real_servers.rs`): against it a collision cannot be seen this way.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
