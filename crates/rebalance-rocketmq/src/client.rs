@@ -6,11 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
+use rebalance_runtime::RemoteError;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
+use crate::acl::{self, Credentials};
 use crate::command::RemotingCommand;
 use crate::connection::{Connection, ConnectionConfig, panic_message};
+use crate::denial::{Denials, Op};
 use crate::error::TransportError;
 use crate::notify::MembershipNotifier;
 
@@ -127,6 +130,10 @@ struct Inner {
     next_forget: AtomicU64,
     membership: Arc<MembershipNotifier>,
     reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
+    /// Signs every request sent, when set.
+    credentials: Option<Credentials>,
+    /// The resources the servers refused this client, each logged once.
+    denials: Denials,
 }
 
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
@@ -138,6 +145,10 @@ struct Inner {
 ///
 /// Server pushes of `NOTIFY_CONSUMER_IDS_CHANGED` on any of its connections reach
 /// [`membership`](Self::membership).
+///
+/// Made [`with_credentials`](Self::with_credentials), it signs every request it sends (ACL 1.0,
+/// see [`acl`](crate::acl)), sync and one-way, to every server; the answers it writes to the
+/// servers' own requests are not signed.
 ///
 /// Cheap to clone; the connections close when the last clone is dropped.
 #[derive(Clone)]
@@ -155,14 +166,24 @@ impl std::fmt::Debug for RemotingClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RemotingClient")
             .field("config", &self.inner.config)
+            .field("credentials", &self.inner.credentials)
             .field("addresses", &self.inner.slots.len())
             .finish()
     }
 }
 
 impl RemotingClient {
-    /// A client with no connection yet.
+    /// A client with no connection yet, sending no credentials.
     pub fn new(config: ClientConfig) -> Self {
+        Self::build(config, None)
+    }
+
+    /// A client with no connection yet that signs every request with `credentials`.
+    pub fn with_credentials(config: ClientConfig, credentials: Credentials) -> Self {
+        Self::build(config, Some(credentials))
+    }
+
+    fn build(config: ClientConfig, credentials: Option<Credentials>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 config,
@@ -171,8 +192,23 @@ impl RemotingClient {
                 next_forget: AtomicU64::new(0),
                 membership: Arc::new(MembershipNotifier::default()),
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
+                credentials,
+                denials: Denials::default(),
             }),
         }
+    }
+
+    /// The credentials every request is signed with, if any.
+    pub fn credentials(&self) -> Option<&Credentials> {
+        self.inner.credentials.as_ref()
+    }
+
+    /// `request` as it is sent: signed when the client has credentials.
+    fn signed(&self, mut request: RemotingCommand) -> RemotingCommand {
+        if let Some(credentials) = &self.inner.credentials {
+            acl::sign(&mut request, credentials);
+        }
+        request
     }
 
     /// The client's configuration.
@@ -475,14 +511,31 @@ impl RemotingClient {
             .await
     }
 
+    /// Sends `request` for `op` to `addr` and returns the response whatever its code, except a
+    /// refusal of this client's credentials or permissions: that is [`RemoteError::Denied`],
+    /// logged once per resource.
+    pub(crate) async fn call(
+        &self,
+        addr: &str,
+        op: &Op,
+        request: RemotingCommand,
+    ) -> Result<RemotingCommand, RemoteError> {
+        let response = self.invoke(addr, request).await?;
+        self.inner
+            .denials
+            .check(addr, op, self.credentials(), &response)?;
+        Ok(response)
+    }
+
     /// Sends `request` to `addr` and waits for the response, up to `timeout` (connecting
-    /// included).
+    /// included). The request is signed when the client has credentials.
     pub async fn invoke_with_timeout(
         &self,
         addr: &str,
         request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
+        let request = self.signed(request);
         // No deadline is computed: a timeout too long to add to the clock is only a long wait.
         let started = Instant::now();
         // A deadline shorter than the connect timeout does not cancel the attempt (see
@@ -506,12 +559,13 @@ impl RemotingClient {
         })
     }
 
-    /// Sends a one-way `request` to `addr`.
+    /// Sends a one-way `request` to `addr` (signed when the client has credentials).
     pub async fn invoke_oneway(
         &self,
         addr: &str,
         request: RemotingCommand,
     ) -> Result<(), TransportError> {
+        let request = self.signed(request);
         let conn = self.connection(addr).await?;
         conn.send_oneway(request, self.inner.config.request_timeout)
             .await

@@ -51,10 +51,15 @@ pub mod response_code {
     pub const SLAVE_NOT_AVAILABLE: i32 = 11;
     /// A sent message is stored but its replication timed out (answer to SEND_MESSAGE).
     pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
+    /// The server refused this client's credentials or permissions (ACL 2.0 and the Rust
+    /// broker; see [`acl::is_denial`](crate::acl::is_denial)).
+    pub const NO_PERMISSION: i32 = 16;
     /// The name server does not know the topic (answer to GET_ROUTEINFO_BY_TOPIC).
     pub const TOPIC_NOT_EXIST: i32 = 17;
     /// No offset is stored yet (answer to QUERY_CONSUMER_OFFSET).
     pub const QUERY_NOT_FOUND: i32 = 22;
+    /// No member of the group is connected (answer to GET_CONSUMER_CONNECTION_LIST).
+    pub const CONSUMER_NOT_ONLINE: i32 = 206;
 }
 
 /// The `flag` bit marking a response.

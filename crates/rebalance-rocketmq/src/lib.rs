@@ -46,28 +46,33 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod acl;
 pub mod admin;
 pub mod broker;
 pub mod client;
 pub mod codec;
 pub mod command;
 pub mod connection;
+mod denial;
 mod error;
 pub mod name_server;
+pub mod namespace;
 mod notify;
 pub mod producer;
 pub mod route;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use acl::{Credentials, CredentialsError};
 pub use admin::{Admin, TopicConfig};
-pub use broker::BrokerClient;
+pub use broker::{BrokerClient, ConsumerConnection, DuplicateClientId};
 pub use client::{ClientConfig, RemotingClient};
 pub use codec::{CodecError, RemotingCodec};
 pub use command::{RemotingCommand, request_code, response_code};
 pub use connection::{Connection, ConnectionConfig, ServerRequestHandler};
 pub use error::{AddressError, TransportError};
-pub use name_server::NameServerClient;
+pub use name_server::{NameServerClient, NameServerClientBuilder};
+pub use namespace::{Namespace, NamespaceError};
 pub use notify::MembershipNotifier;
 pub use producer::{Message, MessageSender, SendResult, SendStatus};
 pub use route::RouteCache;

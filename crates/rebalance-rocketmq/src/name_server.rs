@@ -7,9 +7,12 @@ use async_trait::async_trait;
 use rebalance_core::TopicRoute;
 use rebalance_runtime::{NameServer, RemoteError, RouteError};
 
-use crate::client::RemotingClient;
+use crate::acl::Credentials;
+use crate::client::{ClientConfig, RemotingClient};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
 use crate::error::AddressError;
+use crate::namespace::{self, Namespace};
 use crate::route::{RouteCache, parse_route};
 
 /// Splits a name server list as RocketMQ writes it (`host:port;host:port`), ignoring blanks.
@@ -46,6 +49,7 @@ struct Inner {
     /// The index of the address that answered last; tried first.
     preferred: AtomicUsize,
     routes: RouteCache,
+    namespace: Option<Namespace>,
 }
 
 /// Fetches topic routes (GET_ROUTEINFO_BY_TOPIC) from a list of name servers, trying the next
@@ -75,22 +79,75 @@ impl std::fmt::Debug for NameServerClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NameServerClient")
             .field("addrs", &self.inner.addrs)
+            .field("namespace", &self.inner.namespace)
             .field("preferred", &self.preferred_address())
             .finish()
     }
 }
 
 impl NameServerClient {
-    /// A client of the name servers in `addresses` (`host:port;host:port`) over `remoting`.
+    /// A client of the name servers in `addresses` (`host:port;host:port`) over `remoting`
+    /// (whose credentials, if any, sign every request), in no namespace.
     pub fn new(remoting: RemotingClient, addresses: &str) -> Result<Self, AddressError> {
+        Self::with_parts(remoting, addresses, None)
+    }
+
+    fn with_parts(
+        remoting: RemotingClient,
+        addresses: &str,
+        namespace: Option<Namespace>,
+    ) -> Result<Self, AddressError> {
         Ok(Self {
             inner: Arc::new(Inner {
                 remoting,
                 addrs: parse_addresses(addresses)?,
                 preferred: AtomicUsize::new(0),
                 routes: RouteCache::default(),
+                namespace,
             }),
         })
+    }
+
+    /// A builder for a client of the name servers in `addresses` (`host:port;host:port`), with
+    /// credentials, a namespace or other timeouts.
+    ///
+    /// ```
+    /// use rebalance_rocketmq::{BrokerClient, Credentials, NameServerClient, Namespace};
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let name_server = NameServerClient::builder("10.0.0.1:9876;10.0.0.2:9876")
+    ///     .credentials(Credentials::new("my-access-key", "my-secret-key")?)
+    ///     .namespace(Namespace::new("MQ_INST_1")?)
+    ///     .build()?;
+    /// // Signs and namespaces too: it shares the name server client's settings.
+    /// let brokers = BrokerClient::new(name_server.clone());
+    /// assert_eq!(name_server.namespace().map(|ns| ns.as_str()), Some("MQ_INST_1"));
+    /// # Ok(()) }
+    /// # demo().unwrap();
+    /// ```
+    pub fn builder(addresses: &str) -> NameServerClientBuilder {
+        NameServerClientBuilder {
+            addresses: addresses.to_string(),
+            config: ClientConfig::default(),
+            credentials: None,
+            namespace: None,
+        }
+    }
+
+    /// The namespace the client's names are wrapped in, if any.
+    pub fn namespace(&self) -> Option<&Namespace> {
+        self.inner.namespace.as_ref()
+    }
+
+    /// `name` (a topic or a group) as the servers know it: wrapped in the namespace, if any.
+    pub fn wire_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        namespace::wrap(self.namespace(), name)
+    }
+
+    /// `name` as the servers sent it, as the application knows it: unwrapped from the
+    /// namespace, if any.
+    pub fn plain_name<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        namespace::unwrap(self.namespace(), name)
     }
 
     /// A client of the name servers in `addresses` with a new [`RemotingClient`] of default
@@ -120,8 +177,11 @@ impl NameServerClient {
         &self.inner.remoting
     }
 
-    /// The route of `topic`, from the first name server that answers.
+    /// The route of `topic` (a plain name: the namespace is added on the wire), from the
+    /// first name server that answers.
     pub async fn route(&self, topic: &str) -> Result<TopicRoute, RouteError> {
+        let wire_topic = self.wire_name(topic);
+        let op = Op::new("route lookup", format!("topic `{wire_topic}`"));
         let addrs = &self.inner.addrs;
         let start = self.inner.preferred.load(Ordering::Relaxed) % addrs.len();
         let mut last_error = RemoteError::Unreachable("no name server tried".into());
@@ -129,10 +189,13 @@ impl NameServerClient {
             let index = (start + k) % addrs.len();
             let addr = addrs[index].as_str();
             let request = RemotingCommand::request(request_code::GET_ROUTEINFO_BY_TOPIC)
-                .with_ext("topic", topic);
-            let outcome = match self.inner.remoting.invoke(addr, request).await {
-                Err(e) => Err(RemoteError::from(e)),
-                Ok(response) => match response.code {
+                .with_ext("topic", &wire_topic);
+            let outcome = self
+                .inner
+                .remoting
+                .call(addr, &op, request)
+                .await
+                .and_then(|response| match response.code {
                     // A route that makes no sense is this name server's failure: it is not
                     // cached, where the broker clients would plan heartbeats and unregistrations
                     // from it, and the next name server is asked.
@@ -149,8 +212,7 @@ impl NameServerClient {
                         code,
                         remark: response.remark_or_empty().to_string(),
                     }),
-                },
-            };
+                });
             match outcome {
                 Ok(found) => {
                     self.remember(start, index);
@@ -205,6 +267,48 @@ impl NameServerClient {
             );
             self.inner.preferred.store(index, Ordering::Relaxed);
         }
+    }
+}
+
+/// Builds a [`NameServerClient`] with credentials, a namespace or other timeouts (see
+/// [`NameServerClient::builder`]).
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct NameServerClientBuilder {
+    addresses: String,
+    config: ClientConfig,
+    credentials: Option<Credentials>,
+    namespace: Option<Namespace>,
+}
+
+impl NameServerClientBuilder {
+    /// Timeouts and backoff of the connections ([`ClientConfig::default`] otherwise).
+    pub fn client_config(mut self, config: ClientConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Signs every request of the client, and of everything built from it, with `credentials`
+    /// (ACL 1.0 signing, which ACL 2.0 brokers verify the same way; see [`crate::acl`]).
+    pub fn credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    /// Puts every topic and group name of the client, and of everything built from it, in
+    /// `namespace` (the v1 form, `{ns}%{name}`; see [`crate::namespace`]).
+    pub fn namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = Some(namespace);
+        self
+    }
+
+    /// The client, with a [`RemotingClient`] of its own. Connects lazily, on the first request.
+    pub fn build(self) -> Result<NameServerClient, AddressError> {
+        let remoting = match self.credentials {
+            Some(credentials) => RemotingClient::with_credentials(self.config, credentials),
+            None => RemotingClient::new(self.config),
+        };
+        NameServerClient::with_parts(remoting, &self.addresses, self.namespace)
     }
 }
 

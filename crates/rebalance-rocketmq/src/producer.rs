@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::broker::refused;
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
 use crate::name_server::NameServerClient;
 
 /// The topic a broker copies an auto-created topic's configuration from.
@@ -133,7 +134,9 @@ pub fn send_message_request(
 }
 
 /// Sends messages to the master of a queue's broker, found through the name server client's
-/// routes (fetched on demand). Shares the name server client's connections.
+/// routes (fetched on demand). Shares the name server client's connections, credentials and
+/// namespace (the topic and the producer group are sent in it; queues and results carry the
+/// plain names).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -213,14 +216,17 @@ impl MessageSender {
         message: &Message,
     ) -> Result<SendResult, RemoteError> {
         let addr = self.master_addr(queue).await?;
-        let request = send_message_request(&self.group, queue, message, born_timestamp_ms());
+        let ns = &self.name_server;
+        let wire_queue = MessageQueue::new(
+            ns.wire_name(&queue.topic).as_ref(),
+            queue.broker_name.clone(),
+            queue.queue_id,
+        );
+        let group = ns.wire_name(&self.group);
+        let request = send_message_request(&group, &wire_queue, message, born_timestamp_ms());
+        let op = Op::new("send", format!("topic `{}`", wire_queue.topic));
         let started = Instant::now();
-        let response = self
-            .name_server
-            .remoting()
-            .invoke(&addr, request)
-            .await
-            .map_err(RemoteError::from)?;
+        let response = ns.remoting().call(&addr, &op, request).await?;
         let latency = started.elapsed();
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,

@@ -59,11 +59,15 @@ async fn failing_name_servers_are_skipped_and_the_working_one_remembered() {
     assert_eq!(working_count.load(Ordering::SeqCst), 2);
     assert_eq!(name_server.preferred_address(), working);
 
-    // Only the refusing one: its error comes back as a name server failure.
+    // Only the refusing one: its error comes back as a name server failure, a denial naming
+    // the operation and the resource.
     let only_refusing = NameServerClient::from_addresses(&refusing).unwrap();
     assert_eq!(
         only_refusing.topic_route("T").await,
-        Err(RouteError::NameServer(RemoteError::Refused {
+        Err(RouteError::NameServer(RemoteError::Denied {
+            server: refusing.clone(),
+            operation: "route lookup",
+            resource: "topic `T`".into(),
             code: 16,
             remark: "Authentication credentials are invalid".into()
         }))

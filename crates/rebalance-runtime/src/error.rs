@@ -26,6 +26,34 @@ pub enum RemoteError {
     /// The answer could not be understood.
     #[error("bad response: {0}")]
     BadResponse(String),
+    /// The service refused this client the operation: it did not accept the client's
+    /// credentials (none, an unknown user, a wrong secret), or they lack the permission
+    /// (RocketMQ: NO_PERMISSION, code 16). Asking again changes nothing until the credentials or
+    /// the permissions are fixed.
+    #[error("{server} denied {operation} on {resource} (code {code}: {remark})")]
+    Denied {
+        /// Which service (for a network transport, its address).
+        server: String,
+        /// What was asked (`heartbeat`, `offset commit`, ...).
+        operation: &'static str,
+        /// What it was asked about (`group G`, `topic T`, ...).
+        resource: String,
+        /// The service's error code.
+        code: i32,
+        /// Its explanation.
+        remark: String,
+    },
+    /// Another live consumer instance already registered this client id in the group: two
+    /// consumers with one id would each take the same queues.
+    #[error(
+        "client id `{client_id}` is already registered in group `{group}` by another consumer instance"
+    )]
+    ClientIdInUse {
+        /// The client id.
+        client_id: String,
+        /// The group.
+        group: String,
+    },
 }
 
 /// Why a topic's route could not be fetched.

@@ -7,21 +7,20 @@ use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::GroupDirectory;
 use crate::directory::Registration;
+use crate::{GroupDirectory, RemoteError};
 
-/// Sends one heartbeat; failures are logged (the next one retries).
-pub(crate) async fn beat(directory: &dyn GroupDirectory, registration: &Registration) -> bool {
-    match directory.register(registration).await {
-        Ok(()) => {
-            tracing::trace!(client = %registration.client_id, "heartbeat sent");
-            true
-        }
-        Err(e) => {
-            tracing::warn!(client = %registration.client_id, error = %e, "heartbeat failed");
-            false
-        }
+/// Sends one heartbeat; failures are logged (the next one retries) and returned.
+pub(crate) async fn beat(
+    directory: &dyn GroupDirectory,
+    registration: &Registration,
+) -> Result<(), RemoteError> {
+    let outcome = directory.register(registration).await;
+    match &outcome {
+        Ok(()) => tracing::trace!(client = %registration.client_id, "heartbeat sent"),
+        Err(e) => tracing::warn!(client = %registration.client_id, error = %e, "heartbeat failed"),
     }
+    outcome
 }
 
 /// Beats every `interval`, at once when the registration (the subscriptions) changes, and at

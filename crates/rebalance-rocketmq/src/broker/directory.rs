@@ -10,6 +10,7 @@
 //! `members_per_topic` is off; this one cannot.) The
 //! first time a client asks for a group's members, it logs a reminder of this, at info.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
@@ -21,8 +22,45 @@ use tokio::sync::watch;
 use super::wire::{ConsumerListAnswer, heartbeat_body};
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
 
 impl BrokerClient {
+    /// `registration` with the names the brokers know: its group and topics in the namespace,
+    /// if any (the client id is not namespaced).
+    fn on_wire<'r>(&self, registration: &'r Registration) -> Cow<'r, Registration> {
+        if self.inner.name_server.namespace().is_none() {
+            return Cow::Borrowed(registration);
+        }
+        let mut wired = registration.clone();
+        wired.group = self.wire(&registration.group).into_owned();
+        for subscription in &mut wired.subscriptions {
+            subscription.topic = self.wire(&subscription.topic).into_owned();
+        }
+        Cow::Owned(wired)
+    }
+
+    /// What a request about `group` is, with its wire name.
+    pub(super) fn group_op(&self, operation: &'static str, group: &str) -> Op {
+        Op::new(operation, format!("group `{}`", self.wire(group)))
+    }
+
+    /// The HEART_BEAT request of `registration` (plain names) with `sub_versions`.
+    fn heartbeat_request(
+        &self,
+        registration: &Registration,
+        sub_versions: &[i64],
+    ) -> RemotingCommand {
+        RemotingCommand::request(request_code::HEART_BEAT)
+            .with_body(heartbeat_body(&self.on_wire(registration), sub_versions))
+    }
+
+    /// UNREGISTER_CLIENT for `registration`'s client and group.
+    fn unregister_request(&self, registration: &Registration) -> RemotingCommand {
+        RemotingCommand::request(request_code::UNREGISTER_CLIENT)
+            .with_ext("clientID", registration.client_id.as_str())
+            .with_ext("consumerGroup", self.wire(&registration.group))
+    }
+
     /// The broker addresses of `topics`: the masters, and the other addresses (slaves).
     async fn brokers_of(
         &self,
@@ -64,9 +102,9 @@ impl BrokerClient {
             else {
                 continue;
             };
-            let request = RemotingCommand::request(request_code::HEART_BEAT)
-                .with_body(heartbeat_body(&registration, &sub_versions));
-            match self.call_ok(addr, request).await {
+            let request = self.heartbeat_request(&registration, &sub_versions);
+            let op = self.group_op("heartbeat", &registration.group);
+            match self.call_ok(addr, &op, request).await {
                 Ok(_) => {
                     tracing::info!(broker = addr, client = %registration.client_id, group = %registration.group, "reconnected: heartbeat sent again")
                 }
@@ -81,13 +119,14 @@ impl BrokerClient {
     /// with its error, after all answered.
     async fn broadcast(
         &self,
-        what: &'static str,
+        op: &Op,
         addrs: &BTreeSet<String>,
         request: RemotingCommand,
     ) -> Vec<(String, RemoteError)> {
+        let what = op.operation;
         let calls = addrs.iter().map(|addr| {
             let request = request.clone();
-            async move { (addr, self.call_ok(addr, request).await) }
+            async move { (addr, self.call_ok(addr, op, request).await) }
         });
         let mut failures = Vec::new();
         for (addr, result) in join_all(calls).await {
@@ -110,8 +149,9 @@ impl BrokerClient {
             return;
         }
         tracing::info!(client = %registration.client_id, group = %registration.group, ?brokers, "unregistering at brokers that serve no subscribed topic any more");
+        let op = self.group_op("unregister", &registration.group);
         let failures = self
-            .broadcast("unregister", &brokers, unregister_request(registration))
+            .broadcast(&op, &brokers, self.unregister_request(registration))
             .await;
         let mut accepted = brokers;
         for (addr, _) in failures {
@@ -134,13 +174,6 @@ impl Addresses {
     fn all(&self) -> BTreeSet<String> {
         self.masters.union(&self.others).cloned().collect()
     }
-}
-
-/// UNREGISTER_CLIENT for `registration`'s client and group.
-fn unregister_request(registration: &Registration) -> RemotingCommand {
-    RemotingCommand::request(request_code::UNREGISTER_CLIENT)
-        .with_ext("clientID", registration.client_id.as_str())
-        .with_ext("consumerGroup", &registration.group)
 }
 
 /// The first failure of a broadcast, if any.
@@ -192,17 +225,24 @@ impl GroupDirectory for BrokerClient {
             return Err(no_master());
         }
         let sub_versions = self.inner.registrations.sub_versions(registration);
-        let request = RemotingCommand::request(request_code::HEART_BEAT)
-            .with_body(heartbeat_body(registration, &sub_versions));
+        let request = self.heartbeat_request(registration, &sub_versions);
         // Remembered before sending: a heartbeat that timed out may still have registered.
         self.inner
             .registrations
             .heartbeating(registration, &sub_versions, &all);
         tracing::debug!(client = %registration.client_id, group = %registration.group, masters = addrs.masters.len(), slaves = addrs.others.len(), "heartbeat");
-        let (failures, ()) = join(self.broadcast("heartbeat", &all, request), leaving).await;
+        let op = self.group_op("heartbeat", &registration.group);
+        let (failures, ()) = join(self.broadcast(&op, &all, request), leaving).await;
         if addrs.masters.is_empty() {
             // Only slaves (their masters are down): they were told, but no master was.
             return Err(no_master());
+        }
+        let accepted_by = addrs
+            .masters
+            .iter()
+            .find(|addr| failures.iter().all(|(failed, _)| failed != *addr));
+        if let Some(addr) = accepted_by {
+            self.check_client_ids_if_due(addr, registration);
         }
         first_failure(
             failures
@@ -221,6 +261,7 @@ impl GroupDirectory for BrokerClient {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let mut addrs = addrs.all();
         let heartbeated = self.inner.registrations.take_heartbeated(registration);
+        self.inner.connection_checks.forget(&registration.group);
         addrs.extend(heartbeated.keys().cloned());
         if addrs.is_empty() {
             return match route_error {
@@ -229,8 +270,9 @@ impl GroupDirectory for BrokerClient {
             };
         }
         tracing::info!(client = %registration.client_id, group = %registration.group, brokers = addrs.len(), "unregistering");
+        let op = self.group_op("unregister", &registration.group);
         let failures = self
-            .broadcast("unregister", &addrs, unregister_request(registration))
+            .broadcast(&op, &addrs, self.unregister_request(registration))
             .await;
         // Brokers of the subscribed topics never heartbeated have nothing to forget.
         self.inner.registrations.still_registered(
@@ -265,11 +307,12 @@ impl GroupDirectory for BrokerClient {
             .filter_map(|b| b.any_addr().map(str::to_string))
             .collect();
         let mut last_error = RemoteError::Unreachable(format!("no broker serves topic `{topic}`"));
+        let op = self.group_op("consumer list", group);
         for addr in &addrs {
             let request = RemotingCommand::request(request_code::GET_CONSUMER_LIST_BY_GROUP)
-                .with_ext("consumerGroup", group);
+                .with_ext("consumerGroup", self.wire(group));
             match self
-                .call(addr, request)
+                .call(addr, &op, request)
                 .await
                 .and_then(|r| consumer_list(&r))
             {
@@ -286,8 +329,9 @@ impl GroupDirectory for BrokerClient {
         Err(last_error)
     }
 
+    /// The brokers' pushes for the group (named in the namespace, if any).
     fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
-        Some(self.remoting().membership().subscribe(group))
+        Some(self.remoting().membership().subscribe(&self.wire(group)))
     }
 }
 

@@ -6,29 +6,45 @@ use futures_util::future::join_all;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::{LockOutcome, QueueLocker, RemoteError};
 
+use std::collections::BTreeSet;
+
 use super::BrokerClient;
 use super::wire::{LockBatchAnswer, LockBatchBody, WireQueue};
 use crate::command::{RemotingCommand, request_code};
+use crate::denial::Op;
 
-fn lock_request(
+/// A LOCK_BATCH_MQ or UNLOCK_BATCH_MQ request, with the names as the broker knows them
+/// (`group` already wrapped in the namespace, the queues' topics wrapped by `wire`).
+fn lock_request<'q>(
     code: i32,
     group: &str,
     client: &ClientId,
-    queues: &[&MessageQueue],
+    queues: &[&'q MessageQueue],
+    wire: impl Fn(&'q str) -> std::borrow::Cow<'q, str>,
 ) -> RemotingCommand {
     let body = LockBatchBody {
         consumer_group: group,
         client_id: client.as_str(),
         only_this_broker: false,
-        mq_set: queues.iter().map(|q| WireQueue::from(*q)).collect(),
+        mq_set: queues
+            .iter()
+            .map(|q| WireQueue {
+                topic: wire(&q.topic).into_owned(),
+                broker_name: q.broker_name.to_string(),
+                queue_id: q.queue_id,
+            })
+            .collect(),
     };
     // Serializing strings and numbers cannot fail.
     RemotingCommand::request(code).with_body(serde_json::to_vec(&body).unwrap_or_default())
 }
 
-/// The queues a LOCK_BATCH_MQ answer grants, as the broker named them
-/// ([`LockOutcome::answered`] keeps those asked for).
-fn granted(response: &RemotingCommand) -> Result<Vec<MessageQueue>, RemoteError> {
+/// The queues a LOCK_BATCH_MQ answer grants, as the broker named them but for the topics,
+/// unwrapped from the namespace by `plain` ([`LockOutcome::answered`] keeps those asked for).
+fn granted(
+    response: &RemotingCommand,
+    plain: impl Fn(&str) -> String,
+) -> Result<Vec<MessageQueue>, RemoteError> {
     if response.body.is_empty() {
         return Ok(Vec::new());
     }
@@ -38,8 +54,27 @@ fn granted(response: &RemotingCommand) -> Result<Vec<MessageQueue>, RemoteError>
         .lock_ok_mq_set
         .unwrap_or_default()
         .into_iter()
-        .map(MessageQueue::from)
+        .map(|q| MessageQueue::new(plain(&q.topic).as_str(), q.broker_name.as_str(), q.queue_id))
         .collect())
+}
+
+impl BrokerClient {
+    /// What a lock request of `group` at the broker of `queues` is about, with the wire names.
+    fn lock_op(&self, operation: &'static str, group: &str, queues: &[&MessageQueue]) -> Op {
+        let topics: BTreeSet<&str> = queues.iter().map(|q| &*q.topic).collect();
+        let topics: Vec<String> = topics
+            .into_iter()
+            .map(|t| format!("`{}`", self.wire(t)))
+            .collect();
+        Op::new(
+            operation,
+            format!(
+                "group `{}` on topic {}",
+                self.wire(group),
+                topics.join(", ")
+            ),
+        )
+    }
 }
 
 #[async_trait]
@@ -64,10 +99,24 @@ impl QueueLocker for BrokerClient {
             outcome.unanswered.push(queue.clone());
             first_error.get_or_insert(e);
         }
-        let calls = by_master.iter().map(|(addr, asked)| async move {
-            let request = lock_request(request_code::LOCK_BATCH_MQ, group, client, asked);
-            let result = self.call_ok(addr, request).await.and_then(|r| granted(&r));
-            (addr, asked, result)
+        let wire_group = self.wire(group);
+        let plain = |topic: &str| self.inner.name_server.plain_name(topic).into_owned();
+        let calls = by_master.iter().map(|(addr, asked)| {
+            let request = lock_request(
+                request_code::LOCK_BATCH_MQ,
+                &wire_group,
+                client,
+                asked,
+                |t| self.wire(t),
+            );
+            let op = self.lock_op("lock", group, asked);
+            async move {
+                let result = self
+                    .call_ok(addr, &op, request)
+                    .await
+                    .and_then(|r| granted(&r, plain));
+                (addr, asked, result)
+            }
         });
         let mut answered = false;
         for (addr, asked, result) in join_all(calls).await {
@@ -106,9 +155,17 @@ impl QueueLocker for BrokerClient {
         }
         let (by_master, unknown) = self.by_master(queues).await;
         let mut first_error = unknown.into_iter().map(|(_, e)| e).next();
-        let calls = by_master.iter().map(|(addr, asked)| async move {
-            let request = lock_request(request_code::UNLOCK_BATCH_MQ, group, client, asked);
-            (addr, asked.len(), self.call_ok(addr, request).await)
+        let wire_group = self.wire(group);
+        let calls = by_master.iter().map(|(addr, asked)| {
+            let request = lock_request(
+                request_code::UNLOCK_BATCH_MQ,
+                &wire_group,
+                client,
+                asked,
+                |t| self.wire(t),
+            );
+            let op = self.lock_op("unlock", group, asked);
+            async move { (addr, asked.len(), self.call_ok(addr, &op, request).await) }
         });
         for (addr, asked, result) in join_all(calls).await {
             match result {
@@ -125,7 +182,42 @@ impl QueueLocker for BrokerClient {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
     use super::*;
+    use crate::namespace::Namespace;
+
+    /// With a namespace, the body names the wrapped group and topics, and the granted queues
+    /// come back under their plain topics.
+    #[test]
+    fn lock_names_are_namespaced_on_the_wire_only() {
+        let ns = Namespace::new("NS").unwrap();
+        let queues = [
+            MessageQueue::new("T", "b", 1),
+            MessageQueue::new("%RETRY%G", "b", 0),
+        ];
+        let asked: Vec<&MessageQueue> = queues.iter().collect();
+        let request = lock_request(
+            request_code::LOCK_BATCH_MQ,
+            &ns.wrap("G"),
+            &ClientId::from("c1"),
+            &asked,
+            |t| ns.wrap(t),
+        );
+        let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"consumerGroup": "NS%G", "clientId": "c1", "onlyThisBroker": false,
+                "mqSet": [{"topic": "NS%T", "brokerName": "b", "queueId": 1},
+                          {"topic": "%RETRY%NS%G", "brokerName": "b", "queueId": 0}]})
+        );
+        let answer = RemotingCommand::response(0, 1, None).with_body(
+            r#"{"lockOKMQSet":[{"topic":"NS%T","brokerName":"b","queueId":1},{"topic":"%RETRY%NS%G","brokerName":"b","queueId":0}]}"#
+                .as_bytes(),
+        );
+        let got = granted(&answer, |t| ns.unwrap(t).into_owned()).unwrap();
+        assert_eq!(got, queues);
+    }
 
     #[test]
     fn reads_the_granted_queues() {
@@ -134,22 +226,25 @@ mod tests {
             r#"{"lockOKMQSet":[{"topic":"T","brokerName":"b","queueId":1},{"topic":"T","brokerName":"b","queueId":7}]}"#
                 .as_bytes(),
         );
-        let got = granted(&response).unwrap();
+        let got = granted(&response, str::to_string).unwrap();
         assert_eq!(got, vec![b.clone(), MessageQueue::new("T", "b", 7)]);
         // Queue 7, not asked for, is not granted.
         let a = MessageQueue::new("T", "b", 0);
         let outcome = LockOutcome::answered(&[a.clone(), b.clone()], got);
         assert_eq!((outcome.granted, outcome.refused), (vec![b], vec![a]));
         let empty = RemotingCommand::response(0, 1, None);
-        assert!(granted(&empty).unwrap().is_empty());
+        assert!(granted(&empty, str::to_string).unwrap().is_empty());
         let bad = RemotingCommand::response(0, 1, None).with_body(&b"[1"[..]);
-        assert!(matches!(granted(&bad), Err(RemoteError::BadResponse(_))));
+        assert!(matches!(
+            granted(&bad, str::to_string),
+            Err(RemoteError::BadResponse(_))
+        ));
     }
 
     #[test]
     fn lock_request_carries_the_queues() {
         let q = MessageQueue::new("T", "b", 2);
-        let request = lock_request(41, "G", &ClientId::from("c1"), &[&q]);
+        let request = lock_request(41, "G", &ClientId::from("c1"), &[&q], Cow::Borrowed);
         assert_eq!(request.code, 41);
         let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
         assert_eq!(body["mqSet"][0]["queueId"], 2);
@@ -167,7 +262,7 @@ mod tests {
         ];
         let asked: Vec<&MessageQueue> = queues.iter().collect();
         for code in [request_code::LOCK_BATCH_MQ, request_code::UNLOCK_BATCH_MQ] {
-            let request = lock_request(code, "G", &ClientId::from("c1"), &asked);
+            let request = lock_request(code, "G", &ClientId::from("c1"), &asked, Cow::Borrowed);
             let body: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
             assert_eq!(
                 body,

@@ -1,11 +1,13 @@
 //! [`BrokerClient`]: the broker side of a consumer (group membership, offsets, locks).
 
+mod connections;
 mod directory;
 mod locks;
 mod offsets;
 mod registrations;
 mod wire;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -16,8 +18,11 @@ use rebalance_runtime::{RemoteError, RouteError};
 
 use crate::client::RemotingClient;
 use crate::command::{RemotingCommand, response_code};
+use crate::denial::Op;
 use crate::name_server::NameServerClient;
 use crate::route::RouteCache;
+use connections::ConnectionChecks;
+pub use connections::{ConsumerConnection, DuplicateClientId};
 use registrations::Registrations;
 
 struct Inner {
@@ -26,6 +31,8 @@ struct Inner {
     registrations: Registrations,
     /// The groups whose member lists were asked for, each told about once.
     member_lists_asked: DashSet<String>,
+    /// When each group's connections are checked for duplicate client ids.
+    connection_checks: ConnectionChecks,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
@@ -48,6 +55,17 @@ struct Inner {
 /// **Members are listed per group**: the member list of a topic is every client heartbeating
 /// the group, so every member of a group must subscribe to the same topics (see the
 /// [crate documentation](crate)).
+///
+/// **Credentials and namespace** come from the [`NameServerClient`] (see
+/// [`NameServerClient::builder`]): requests are signed with its credentials, and the names of
+/// topics and groups are wrapped in its namespace on the wire and unwrapped in the answers, so
+/// the runtime only sees plain names. A refused request (NO_PERMISSION) is a
+/// [`RemoteError::Denied`] naming the operation and the resource, logged once per resource.
+///
+/// **Duplicate client ids**: after a heartbeat, at most once a minute per group, it asks a
+/// master for the group's connections (GET_CONSUMER_CONNECTION_LIST) and reports at ERROR a
+/// client id connected from two addresses (two consumers sharing one id take the same queues),
+/// naming both; [`duplicate_client_ids_at`](Self::duplicate_client_ids_at) asks on demand.
 ///
 /// The broker only keeps offsets of groups it knows: persist after the first heartbeat
 /// ([`register`](rebalance_runtime::GroupDirectory::register)), or the broker refuses with
@@ -93,6 +111,7 @@ impl BrokerClient {
                 name_server,
                 registrations: Registrations::default(),
                 member_lists_asked: DashSet::new(),
+                connection_checks: ConnectionChecks::default(),
             }),
         };
         let weak = Arc::downgrade(&client.inner);
@@ -212,25 +231,30 @@ impl BrokerClient {
         (grouped, unknown)
     }
 
-    /// Sends `request` to `addr` and returns the response whatever its code.
+    /// `name` (a topic or a group) as the brokers know it: in the namespace, if any.
+    fn wire<'a>(&self, name: &'a str) -> Cow<'a, str> {
+        self.inner.name_server.wire_name(name)
+    }
+
+    /// Sends `request` for `op` to `addr` and returns the response whatever its code, except a
+    /// refusal of the credentials or permissions ([`RemoteError::Denied`]).
     async fn call(
         &self,
         addr: &str,
+        op: &Op,
         request: RemotingCommand,
     ) -> Result<RemotingCommand, RemoteError> {
-        self.remoting()
-            .invoke(addr, request)
-            .await
-            .map_err(RemoteError::from)
+        self.remoting().call(addr, op, request).await
     }
 
-    /// Sends `request` to `addr` and requires a success.
+    /// Sends `request` for `op` to `addr` and requires a success.
     async fn call_ok(
         &self,
         addr: &str,
+        op: &Op,
         request: RemotingCommand,
     ) -> Result<RemotingCommand, RemoteError> {
-        let response = self.call(addr, request).await?;
+        let response = self.call(addr, op, request).await?;
         if response.code == response_code::SUCCESS {
             Ok(response)
         } else {
@@ -278,6 +302,26 @@ mod tests {
             .membership_changes("G")
             .expect("the RocketMQ directory is told of changes");
         assert!(name_server.remoting().membership().notify("G"));
+        assert!(changes.has_changed().unwrap());
+    }
+
+    /// In a namespace the broker pushes the wrapped group name; the runtime watches the plain
+    /// one.
+    #[tokio::test]
+    async fn pushes_for_the_namespaced_group_reach_the_plain_groups_watchers() {
+        use rebalance_runtime::GroupDirectory;
+        let name_server = NameServerClient::builder("127.0.0.1:1")
+            .namespace(crate::Namespace::new("NS").unwrap())
+            .build()
+            .unwrap();
+        let brokers = BrokerClient::new(name_server.clone());
+        let changes = brokers.membership_changes("G").unwrap();
+        assert!(
+            !name_server.remoting().membership().notify("G"),
+            "not this group"
+        );
+        assert!(!changes.has_changed().unwrap());
+        assert!(name_server.remoting().membership().notify("NS%G"));
         assert!(changes.has_changed().unwrap());
     }
 }

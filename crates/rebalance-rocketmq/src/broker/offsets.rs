@@ -6,6 +6,21 @@ use rebalance_runtime::{OffsetStore, RemoteError};
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
+
+impl BrokerClient {
+    /// What an offset request of `group` on `queue` is about, with the wire names.
+    fn offset_op(&self, operation: &'static str, group: &str, queue: &MessageQueue) -> Op {
+        Op::new(
+            operation,
+            format!(
+                "group `{}` on topic `{}`",
+                self.wire(group),
+                self.wire(&queue.topic)
+            ),
+        )
+    }
+}
 
 #[async_trait]
 impl OffsetStore for BrokerClient {
@@ -14,11 +29,12 @@ impl OffsetStore for BrokerClient {
     async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
         let addr = self.broker_addr(queue, false).await?;
         let request = RemotingCommand::request(request_code::QUERY_CONSUMER_OFFSET)
-            .with_ext("consumerGroup", group)
-            .with_ext("topic", &*queue.topic)
+            .with_ext("consumerGroup", self.wire(group))
+            .with_ext("topic", self.wire(&queue.topic))
             .with_ext("queueId", queue.queue_id)
             .with_ext("setZeroIfNotFound", false);
-        let response = self.call(&addr, request).await?;
+        let op = self.offset_op("offset read", group, queue);
+        let response = self.call(&addr, &op, request).await?;
         let offset = stored_offset(&response)?;
         tracing::debug!(broker = %addr, group, ?queue, ?offset, "offset read");
         Ok(offset)
@@ -33,11 +49,12 @@ impl OffsetStore for BrokerClient {
     ) -> Result<(), RemoteError> {
         let addr = self.broker_addr(queue, false).await?;
         let request = RemotingCommand::request(request_code::UPDATE_CONSUMER_OFFSET)
-            .with_ext("consumerGroup", group)
-            .with_ext("topic", &*queue.topic)
+            .with_ext("consumerGroup", self.wire(group))
+            .with_ext("topic", self.wire(&queue.topic))
             .with_ext("queueId", queue.queue_id)
             .with_ext("commitOffset", offset);
-        self.call_ok(&addr, request).await?;
+        let op = self.offset_op("offset commit", group, queue);
+        self.call_ok(&addr, &op, request).await?;
         tracing::debug!(broker = %addr, group, ?queue, offset, "offset persisted");
         Ok(())
     }

@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 use rebalance_core::TopicRoute;
 
+use crate::acl::Credentials;
 use crate::admin::{Admin, TopicConfig};
+use crate::client::{ClientConfig, RemotingClient};
 use crate::name_server::NameServerClient;
 use ports::PortReservation;
 use process::ServerProcess;
@@ -168,6 +170,10 @@ pub struct ClusterOptions {
     pub stop_grace: Duration,
     /// The name of the first broker.
     pub broker_name: String,
+    /// When set, the brokers enforce authentication (`authenticationEnabled`), with one super
+    /// user whose user name and password are this access key and secret key: every request
+    /// must be signed with them. The kit's own requests (topic creation) are.
+    pub authentication: Option<Credentials>,
 }
 
 impl Default for ClusterOptions {
@@ -177,6 +183,7 @@ impl Default for ClusterOptions {
             start_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(5),
             broker_name: "broker-a".into(),
+            authentication: None,
         }
     }
 }
@@ -329,6 +336,17 @@ impl TestCluster {
         format!("127.0.0.1:{}", self.namesrv_port)
     }
 
+    /// A new remoting client that signs its requests with the cluster's credentials, when it
+    /// enforces authentication (see [`ClusterOptions::authentication`]).
+    pub fn remoting(&self) -> RemotingClient {
+        match &self.options.authentication {
+            Some(credentials) => {
+                RemotingClient::with_credentials(ClientConfig::default(), credentials.clone())
+            }
+            None => RemotingClient::default(),
+        }
+    }
+
     /// The names of the brokers, in the order they were added.
     pub fn broker_names(&self) -> Vec<String> {
         self.brokers.iter().map(|b| b.name.clone()).collect()
@@ -418,6 +436,15 @@ diskSpaceCleanForciblyRatio = 98
             expiry = self.options.channel_expired_timeout.as_millis(),
             name_str = toml_str(name),
         );
+        let config = match &self.options.authentication {
+            None => config,
+            Some(credentials) => {
+                let auth_dir = home.join("auth");
+                std::fs::create_dir_all(&auth_dir)
+                    .map_err(io(format!("cannot create the auth directory of {name}")))?;
+                authenticated(&config, &auth_dir, credentials)
+            }
+        };
         let config_path = home.join("broker.toml");
         std::fs::write(&config_path, config)
             .map_err(io(format!("cannot write the config of {name}")))?;
@@ -520,7 +547,7 @@ diskSpaceCleanForciblyRatio = 98
     /// Creates `topic` with `queues` read and write queues on every running broker, then waits
     /// until the name server routes it with every one of them, and returns that route.
     pub async fn create_topic(&self, topic: &str, queues: i32) -> Result<TopicRoute, TestkitError> {
-        let admin = Admin::default();
+        let admin = Admin::new(self.remoting());
         let config = TopicConfig::new(topic, queues);
         let names: Vec<(String, String)> = self
             .brokers
@@ -558,6 +585,25 @@ diskSpaceCleanForciblyRatio = 98
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+/// `config` (a broker's TOML, its `[broker]` table first) with authentication enforced for one
+/// super user named by `credentials`' access key, whose password is its secret key.
+fn authenticated(config: &str, auth_dir: &Path, credentials: &Credentials) -> String {
+    let user = serde_json::json!({
+        "username": credentials.access_key(),
+        "password": credentials.secret_key(),
+    });
+    let lines = format!(
+        "authenticationEnabled = true\nauthConfigPath = {}\ninitAuthenticationUser = {}\n",
+        toml_str(&auth_dir.display().to_string()),
+        toml_str(&user.to_string()),
+    );
+    // Into the `[broker]` table: before the next table starts.
+    match config.find("\n[broker.") {
+        Some(at) => format!("{}\n{lines}{}", &config[..at], &config[at..]),
+        None => format!("{config}{lines}"),
     }
 }
 
@@ -619,6 +665,30 @@ impl Drop for TestCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn authentication_goes_into_the_broker_table() {
+        let config =
+            "[broker]\nlistenPort = 1\n\n[broker.brokerServerConfig]\nbindAddress = \"x\"\n";
+        let credentials = Credentials::new("ak", "s\"k").unwrap();
+        let text = authenticated(config, Path::new("/tmp/auth"), &credentials);
+        let broker_table = text.split("[broker.").next().unwrap();
+        assert!(
+            broker_table.contains("authenticationEnabled = true\n"),
+            "{text}"
+        );
+        assert!(
+            broker_table.contains("authConfigPath = \"/tmp/auth\"\n"),
+            "{text}"
+        );
+        assert!(
+            broker_table.contains(
+                r#"initAuthenticationUser = "{\"password\":\"s\\\"k\",\"username\":\"ak\"}""#
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("bindAddress = \"x\"\n"), "{text}");
+    }
 
     #[test]
     fn toml_strings_are_escaped() {

@@ -89,6 +89,18 @@ pub enum ConsumerError {
         /// The panic's message.
         message: String,
     },
+    /// The directory refused the first heartbeat: another live consumer instance already
+    /// registered this client id in the group (the in-memory cluster checks this). Two
+    /// consumers with one id would each take the same queues. Nothing was started.
+    #[error(
+        "client id `{client_id}` is already used by another running consumer of group `{group}`; give every consumer its own id with `ConsumerBuilder::client_id`"
+    )]
+    ClientIdInUse {
+        /// The client id.
+        client_id: ClientId,
+        /// The group.
+        group: String,
+    },
     /// `start` was called outside a tokio runtime.
     #[error("the consumer must be started inside a tokio runtime")]
     NoRuntime,

@@ -17,10 +17,10 @@ use crate::assignment::{Assignment, ReportKind, RoundReport};
 use crate::callbacks::caught;
 use crate::context::Context;
 use crate::directory::Registration;
-use crate::heartbeat;
 use crate::route_sync::{RouteSync, RouteTable};
 use crate::service::{Outputs, Service};
 use crate::wake::{Trigger, WakeReasons};
+use crate::{RemoteError, heartbeat};
 
 impl ConsumerBuilder {
     /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
@@ -77,14 +77,22 @@ impl ConsumerBuilder {
                 .map_err(|message| ("route sync", message))?;
             caught(heartbeat::beat(&*ctx.directory, &registration))
                 .await
-                .map_err(|message| ("heartbeat", message))?;
-            Ok(())
+                .map_err(|message| ("heartbeat", message))
         }
         .instrument(span.clone())
         .await;
-        if let Err((task, message)) = first_contact {
-            span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
-            return Err(ConsumerError::TaskPanicked { task, message });
+        match first_contact {
+            Err((task, message)) => {
+                span.in_scope(|| tracing::error!(task, panic = %message, "a consumer task panicked while starting; the consumer does not start"));
+                return Err(ConsumerError::TaskPanicked { task, message });
+            }
+            Ok(Err(RemoteError::ClientIdInUse { .. })) => {
+                return Err(ConsumerError::ClientIdInUse {
+                    client_id: ctx.client_id.clone(),
+                    group: ctx.group.clone(),
+                });
+            }
+            Ok(_) => {}
         }
         trigger.wake(WakeReasons::START);
 

@@ -34,6 +34,11 @@
 //!   any queue (routed or not), and a call fails or succeeds as a whole;
 //! - an answer is never late beyond what [`delay_next`](InMemoryCluster::delay_next) asks, and
 //!   never lost unless [`lose_next_replies`](InMemoryCluster::lose_next_replies) says so.
+//!
+//! It is stricter in one way: a client id registered in a group by a live client (one made by
+//! another [`InMemoryCluster::client`] call) is refused with
+//! [`RemoteError::ClientIdInUse`], which `start()` reports, instead of letting two consumers
+//! with one id take the same queues (a RocketMQ broker accepts both).
 
 mod faults;
 mod log;
@@ -96,6 +101,8 @@ impl Default for ClusterConfig {
 struct Member {
     topics: BTreeSet<String>,
     last_seen: Instant,
+    /// Which [`ClusterClient`] registered it.
+    instance: u64,
 }
 
 #[derive(Debug)]
@@ -145,6 +152,8 @@ struct Inner {
     name_server_down: bool,
     /// Brokers that do not answer lock and unlock requests.
     lock_brokers_down: HashSet<String>,
+    /// The instance number of the last client made.
+    clients_made: u64,
 }
 
 #[derive(Debug)]
@@ -186,11 +195,20 @@ impl InMemoryCluster {
         }
     }
 
-    /// The cluster as one client sees it: implements every runtime trait.
+    /// The cluster as one client sees it: implements every runtime trait. Clones of it are
+    /// the same client; another call makes another client, and while one client is registered
+    /// in a group (until it unregisters or expires), another one with the same id is refused
+    /// there with [`RemoteError::ClientIdInUse`].
     pub fn client(&self, client_id: impl Into<ClientId>) -> ClusterClient {
+        let instance = {
+            let mut inner = self.lock();
+            inner.clients_made += 1;
+            inner.clients_made
+        };
         ClusterClient {
             state: self.state.clone(),
             client_id: client_id.into(),
+            instance,
         }
     }
 
@@ -370,6 +388,8 @@ fn expire(group: &mut Group, now: Instant, config: ClusterConfig) {
 pub struct ClusterClient {
     state: Arc<State>,
     client_id: ClientId,
+    /// Tells clients made with the same id apart.
+    instance: u64,
 }
 
 impl ClusterClient {
@@ -450,11 +470,19 @@ impl GroupDirectory for ClusterClient {
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let now = Instant::now();
         let config = self.state.config;
+        let instance = self.instance;
         self.call(ClusterCall::Register, |inner| {
             let group = inner.groups.entry(registration.group.clone()).or_insert_with(Group::new);
             expire(group, now, config);
             let topics: BTreeSet<String> = registration.topics().map(String::from).collect();
             let changed = match group.members.get_mut(&registration.client_id) {
+                Some(m) if m.instance != instance => {
+                    tracing::error!(client = %registration.client_id, group = %registration.group, "in-memory directory: client id already registered by another client; refused");
+                    return Err(RemoteError::ClientIdInUse {
+                        client_id: registration.client_id.to_string(),
+                        group: registration.group.clone(),
+                    });
+                }
                 Some(m) => {
                     m.last_seen = now;
                     let changed = m.topics != topics;
@@ -462,7 +490,7 @@ impl GroupDirectory for ClusterClient {
                     changed
                 }
                 None => {
-                    group.members.insert(registration.client_id.clone(), Member { topics, last_seen: now });
+                    group.members.insert(registration.client_id.clone(), Member { topics, last_seen: now, instance });
                     true
                 }
             };
@@ -470,18 +498,26 @@ impl GroupDirectory for ClusterClient {
                 tracing::debug!(client = %registration.client_id, group = %registration.group, "in-memory directory: membership changed");
                 group.notify();
             }
+            Ok(())
         })
-        .await
+        .await?
     }
 
     async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
         let config = self.state.config;
+        let instance = self.instance;
         self.call(ClusterCall::Unregister, |inner| {
             if let Some(group) = inner.groups.get_mut(&registration.group) {
-                if group.members.remove(&registration.client_id).is_some()
-                    && config.notify_departures
-                {
-                    group.notify();
+                // Only this client's own registration: not another live one's with the same id.
+                let own = group
+                    .members
+                    .get(&registration.client_id)
+                    .is_some_and(|m| m.instance == instance);
+                if own {
+                    group.members.remove(&registration.client_id);
+                    if config.notify_departures {
+                        group.notify();
+                    }
                 }
             }
         })
