@@ -127,6 +127,9 @@ struct Inner {
     next_forget: AtomicU64,
     membership: Arc<MembershipNotifier>,
     reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
+    /// TLS on every connection, when set.
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsConfig>,
 }
 
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
@@ -171,8 +174,40 @@ impl RemotingClient {
                 next_forget: AtomicU64::new(0),
                 membership: Arc::new(MembershipNotifier::default()),
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
+                #[cfg(feature = "tls")]
+                tls: None,
             }),
         }
+    }
+
+    /// A client with no connection yet whose every connection (to the name servers and to the
+    /// brokers) runs TLS with `tls` (feature `tls`; see [`tls`](crate::tls)).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(config: ClientConfig, tls: crate::tls::TlsConfig) -> Self {
+        let mut client = Self::new(config);
+        // A new client is not shared yet: its state is ours to complete.
+        if let Some(inner) = Arc::get_mut(&mut client.inner) {
+            inner.tls = Some(tls);
+        }
+        client
+    }
+
+    /// The TLS configuration of every connection, if the client uses TLS.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&crate::tls::TlsConfig> {
+        self.inner.tls.as_ref()
+    }
+
+    /// Opens a connection to `addr`, over TLS when the client has a TLS configuration.
+    async fn open(&self, addr: &str) -> Result<Connection, TransportError> {
+        let config = &self.inner.config;
+        let handler = self.inner.membership.clone();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.inner.tls {
+            let timeout = config.connect_timeout;
+            return Connection::connect_tls(addr, timeout, config.connection, tls, handler).await;
+        }
+        Connection::connect(addr, config.connect_timeout, config.connection, handler).await
     }
 
     /// The client's configuration.
@@ -375,8 +410,7 @@ impl RemotingClient {
             tracing::debug!(addr, "connecting");
         }
         let config = &self.inner.config;
-        let handler = self.inner.membership.clone();
-        match Connection::connect(addr, config.connect_timeout, config.connection, handler).await {
+        match self.open(addr).await {
             Ok(conn) => {
                 tracing::info!(addr, reconnect, "connected");
                 if reconnect {
