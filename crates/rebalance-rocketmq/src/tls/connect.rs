@@ -111,6 +111,12 @@ fn handshake_error(addr: &str, name: &str, error: &std::io::Error) -> TransportE
             addr,
             reason: alert_reason(*alert),
         },
+        Some(rustls::Error::InvalidMessage(message)) => TransportError::Tls {
+            addr,
+            reason: format!(
+                "the server's answer is no TLS ({message:?}); does it serve TLS on this port?"
+            ),
+        },
         Some(other) => TransportError::Tls {
             addr,
             reason: other.to_string(),

@@ -366,6 +366,40 @@ async fn a_plaintext_server_is_a_handshake_error() {
     assert!(reason.contains("does it serve TLS"), "{reason}");
 }
 
+/// A server that speaks first, in plaintext: the answer is no TLS record.
+#[tokio::test]
+async fn a_plaintext_answer_is_a_handshake_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let mut framed = Framed::new(socket, RemotingCodec::default());
+            let hello = RemotingCommand::response(0, 1, Some("plaintext".into()));
+            let _ = framed.send(hello).await;
+            tokio::spawn(async move { while framed.next().await.is_some() {} });
+        }
+    });
+    let tls = TlsConfig::builder()
+        .insecure_trust_any_certificate()
+        .build()
+        .unwrap();
+    let error = Connection::connect_tls(
+        &addr,
+        Duration::from_secs(5),
+        ConnectionConfig::default(),
+        &tls,
+        Arc::new(IgnoreServerRequests),
+    )
+    .await
+    .unwrap_err();
+    match error {
+        TransportError::Tls { reason, .. } => {
+            assert!(reason.contains("the server's answer is no TLS"), "{reason}")
+        }
+        other => panic!("not a handshake error: {other:?}"),
+    }
+}
+
 /// A server that accepts and then says nothing: the handshake gives up at the connect timeout.
 #[tokio::test]
 async fn a_silent_server_ends_the_handshake_at_the_connect_timeout() {
