@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rcgen::{CertifiedKey, KeyPair};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 use rebalance_rocketmq::tls::TlsConfig;
 use rebalance_rocketmq::{
@@ -57,6 +59,31 @@ fn short_timeouts() -> ClientConfig {
     }
 }
 
+/// A certificate authority of the test's own.
+fn test_ca() -> CertifiedIssuer<'static, KeyPair> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "tls_real_servers test CA");
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+    CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
+}
+
+/// A certificate for `ip` issued by `ca`, and its key.
+fn identity(
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    ip: Ipv4Addr,
+) -> (CertificateDer<'static>, PrivateKeyDer<'static>) {
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec![ip.to_string()])
+        .unwrap()
+        .signed_by(&key, ca)
+        .unwrap();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    (cert.der().clone(), key)
+}
+
 /// A TLS terminator on `listen` in front of the plaintext server at `upstream`.
 struct Terminator {
     /// Handshakes completed.
@@ -73,12 +100,8 @@ impl Drop for Terminator {
 async fn terminator(
     listen: SocketAddr,
     upstream: String,
-    identity: &CertifiedKey<KeyPair>,
+    (cert, key): (CertificateDer<'static>, PrivateKeyDer<'static>),
 ) -> Terminator {
-    let cert: CertificateDer<'static> = identity.cert.der().clone();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
-        identity.signing_key.serialize_der(),
-    ));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -143,9 +166,8 @@ async fn the_name_server_in_test_mode_serves_routes_over_tls() {
 
     // Verifying the certificate: the name server's own is trusted by no CA of ours, which is a
     // typed error naming the address, at once, not a hang.
-    let ours = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
     let tls = TlsConfig::builder()
-        .ca_pem(ours.cert.pem())
+        .ca_pem(test_ca().pem())
         .build()
         .unwrap();
     let remoting = RemotingClient::with_tls(short_timeouts(), tls);
@@ -163,8 +185,9 @@ async fn the_name_server_in_test_mode_serves_routes_over_tls() {
     .expect("no answer within the bound")
     .unwrap_err();
     match &error {
-        TransportError::CertificateNotTrusted { addr, .. } => {
-            assert_eq!(addr, &cluster.namesrv_addr())
+        TransportError::CertificateNotTrusted { addr, reason } => {
+            assert_eq!(addr, &cluster.namesrv_addr());
+            assert!(reason.contains("unknown certificate authority"), "{reason}");
         }
         other => panic!("not a certificate error: {other:?}"),
     }
@@ -186,20 +209,17 @@ async fn a_consumer_with_tls_gets_its_route_and_queues_through_tls() {
         .rsplit_once(':')
         .and_then(|(_, port)| port.parse().ok())
         .unwrap();
-    let identity = rcgen::generate_simple_self_signed(vec![ADVERTISED.to_string()]).unwrap();
+    let ca = test_ca();
     let front = terminator(
         SocketAddr::from((ADVERTISED, broker_port)),
         cluster.first_broker_addr(),
-        &identity,
+        identity(&ca, ADVERTISED),
     )
     .await;
 
     // The broker through the terminator, verifying its certificate (an IP address name) with
     // our CA: a private cluster's setup.
-    let verified = TlsConfig::builder()
-        .ca_pem(identity.cert.pem())
-        .build()
-        .unwrap();
+    let verified = TlsConfig::builder().ca_pem(ca.pem()).build().unwrap();
     let admin = Admin::new(RemotingClient::with_tls(short_timeouts(), verified));
     let advertised = format!("{ADVERTISED}:{broker_port}");
     let max = tokio::time::timeout(WITHIN, admin.max_offset(&advertised, topic, 0))

@@ -147,6 +147,9 @@ fn certificate_reason(error: &CertificateError, name: &str) -> String {
                 "not valid for the name `{name}` ({error}); set server_name to a name the certificate holds, or give the server a certificate with this name (an IP address needs an IP subject alternative name)"
             )
         }
+        CertificateError::BadSignature => format!(
+            "its signature does not verify with the key of the trusted CA of its issuer's name ({error}); is the CA the one that issued it?"
+        ),
         CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
             format!("expired ({error})")
         }
