@@ -134,6 +134,9 @@ struct Inner {
     credentials: Option<Credentials>,
     /// The resources the servers refused this client, each logged once.
     denials: Denials,
+    /// TLS on every connection, when set.
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsConfig>,
 }
 
 /// A client of RocketMQ servers: one shared [`Connection`] per address, opened on first use,
@@ -194,6 +197,8 @@ impl RemotingClient {
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
                 credentials,
                 denials: Denials::default(),
+                #[cfg(feature = "tls")]
+                tls: None,
             }),
         }
     }
@@ -209,6 +214,41 @@ impl RemotingClient {
             acl::sign(&mut request, credentials);
         }
         request
+    }
+
+    /// A client with no connection yet whose every connection (to the name servers and to the
+    /// brokers) runs TLS with `tls` (feature `tls`; see [`tls`](crate::tls)).
+    #[cfg(feature = "tls")]
+    pub fn with_tls(config: ClientConfig, tls: crate::tls::TlsConfig) -> Self {
+        Self::new(config).using_tls(tls)
+    }
+
+    /// This new client (credentials and all) with TLS on every connection.
+    #[cfg(feature = "tls")]
+    pub(crate) fn using_tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        // A new client is not shared yet: its state is ours to complete.
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.tls = Some(tls);
+        }
+        self
+    }
+
+    /// The TLS configuration of every connection, if the client uses TLS.
+    #[cfg(feature = "tls")]
+    pub fn tls(&self) -> Option<&crate::tls::TlsConfig> {
+        self.inner.tls.as_ref()
+    }
+
+    /// Opens a connection to `addr`, over TLS when the client has a TLS configuration.
+    async fn open(&self, addr: &str) -> Result<Connection, TransportError> {
+        let config = &self.inner.config;
+        let handler = self.inner.membership.clone();
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &self.inner.tls {
+            let timeout = config.connect_timeout;
+            return Connection::connect_tls(addr, timeout, config.connection, tls, handler).await;
+        }
+        Connection::connect(addr, config.connect_timeout, config.connection, handler).await
     }
 
     /// The client's configuration.
@@ -411,8 +451,7 @@ impl RemotingClient {
             tracing::debug!(addr, "connecting");
         }
         let config = &self.inner.config;
-        let handler = self.inner.membership.clone();
-        match Connection::connect(addr, config.connect_timeout, config.connection, handler).await {
+        match self.open(addr).await {
             Ok(conn) => {
                 tracing::info!(addr, reconnect, "connected");
                 if reconnect {

@@ -54,6 +54,26 @@ pub enum TransportError {
         /// The answer's serialization type.
         serialize_type: u8,
     },
+    /// The server's TLS certificate is not trusted: issued by an unknown authority, for another
+    /// name, expired (feature `tls`). The connection attempt failed; the client retries after
+    /// its backoff, but only a new configuration or certificate can help.
+    #[error("certificate not trusted: {addr}: {reason}")]
+    CertificateNotTrusted {
+        /// The server's address.
+        addr: String,
+        /// Why, and what to do about it.
+        reason: String,
+    },
+    /// The TLS handshake failed for another reason than the server's certificate: the server
+    /// does not serve TLS on that port, refused this client's certificate, or closed (feature
+    /// `tls`). The connection attempt failed; the client retries after its backoff.
+    #[error("TLS handshake with {addr} failed: {reason}")]
+    Tls {
+        /// The server's address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The request could not be encoded (for example it is larger than the frame limit).
     #[error("cannot send to {addr}: {reason}")]
     Encode {
@@ -75,6 +95,8 @@ impl From<TransportError> for RemoteError {
                 RemoteError::BadResponse(e.to_string())
             }
             TransportError::Connect { .. }
+            | TransportError::CertificateNotTrusted { .. }
+            | TransportError::Tls { .. }
             | TransportError::BackingOff { .. }
             | TransportError::Closed { .. } => RemoteError::Unreachable(e.to_string()),
         }
@@ -123,6 +145,14 @@ mod tests {
                 addr: addr.clone(),
                 retry_in: Duration::from_millis(5),
                 last_error: "refused".into(),
+            },
+            TransportError::CertificateNotTrusted {
+                addr: addr.clone(),
+                reason: "expired".into(),
+            },
+            TransportError::Tls {
+                addr: addr.clone(),
+                reason: "closed".into(),
             },
         ] {
             let text = e.to_string();

@@ -11,6 +11,8 @@
 //!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers.
 //! - [`Admin`]: topic creation and max offsets, for tests and tools.
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
+//! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
+//!   override and client certificates.
 //! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
 //!
 //! **Subscriptions in the heartbeat**: every subscription is sent as the Java client sends it:
@@ -62,6 +64,8 @@ pub mod producer;
 pub mod route;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 pub use acl::{Credentials, CredentialsError};
 pub use admin::{Admin, TopicConfig};

@@ -131,6 +131,8 @@ impl NameServerClient {
             config: ClientConfig::default(),
             credentials: None,
             namespace: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 
@@ -279,9 +281,19 @@ pub struct NameServerClientBuilder {
     config: ClientConfig,
     credentials: Option<Credentials>,
     namespace: Option<Namespace>,
+    #[cfg(feature = "tls")]
+    tls: Option<crate::tls::TlsConfig>,
 }
 
 impl NameServerClientBuilder {
+    /// Runs every connection of the client, and of everything built from it (name servers and
+    /// brokers), over TLS with `tls` (feature `tls`; see [`crate::tls`]).
+    #[cfg(feature = "tls")]
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// Timeouts and backoff of the connections ([`ClientConfig::default`] otherwise).
     pub fn client_config(mut self, config: ClientConfig) -> Self {
         self.config = config;
@@ -307,6 +319,11 @@ impl NameServerClientBuilder {
         let remoting = match self.credentials {
             Some(credentials) => RemotingClient::with_credentials(self.config, credentials),
             None => RemotingClient::new(self.config),
+        };
+        #[cfg(feature = "tls")]
+        let remoting = match self.tls {
+            Some(tls) => remoting.using_tls(tls),
+            None => remoting,
         };
         NameServerClient::with_parts(remoting, &self.addresses, self.namespace)
     }

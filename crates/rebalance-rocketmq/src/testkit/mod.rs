@@ -174,6 +174,13 @@ pub struct ClusterOptions {
     /// user whose user name and password are this access key and secret key: every request
     /// must be signed with them. The kit's own requests (topic creation) are.
     pub authentication: Option<Credentials>,
+    /// Start the name server in its TLS test mode (`tls.test.mode.enable = true`): it makes
+    /// itself a self-signed certificate and serves TLS and plaintext on the same port.
+    pub namesrv_tls_test_mode: bool,
+    /// The loopback address brokers register with the name server (their `brokerIp1`), which
+    /// clients are then sent to, instead of `127.0.0.1`, where they still listen: a test can put
+    /// a proxy on this address and the broker's port (a TLS terminator, say). `None`: 127.0.0.1.
+    pub broker_advertised_ip: Option<std::net::Ipv4Addr>,
 }
 
 impl Default for ClusterOptions {
@@ -184,6 +191,8 @@ impl Default for ClusterOptions {
             stop_grace: Duration::from_secs(5),
             broker_name: "broker-a".into(),
             authentication: None,
+            namesrv_tls_test_mode: false,
+            broker_advertised_ip: None,
         }
     }
 }
@@ -276,12 +285,16 @@ impl TestCluster {
         let health_port = ports.any()?;
         let ns_dir = dir.path().join("namesrv");
         std::fs::create_dir_all(&ns_dir).map_err(io("cannot create the name server directory"))?;
-        let config = format!(
+        let mut config = format!(
             "rocketmqHome = {}\nkvConfigPath = {}\nconfigStorePath = {}\n",
             toml_str(&ns_dir.display().to_string()),
             toml_str(&ns_dir.join("kvConfig.json").display().to_string()),
             toml_str(&ns_dir.join("namesrv.properties").display().to_string()),
         );
+        if options.namesrv_tls_test_mode {
+            // Read as a Java property too: a self-signed certificate, TLS beside plaintext.
+            config.push_str("tls.test.mode.enable = true\n");
+        }
         let config_path = ns_dir.join("namesrv.toml");
         std::fs::write(&config_path, config).map_err(io("cannot write the name server config"))?;
         let name_server = ServerProcess::new(
@@ -359,7 +372,8 @@ impl TestCluster {
             .ok_or_else(|| TestkitError::UnknownBroker(name.to_string()))
     }
 
-    /// The address clients use for a broker, `127.0.0.1:port`.
+    /// The address a broker listens on, `127.0.0.1:port` (clients are sent there too, unless
+    /// [`ClusterOptions::broker_advertised_ip`] is set).
     pub fn broker_addr(&self, name: &str) -> Result<String, TestkitError> {
         let i = self.broker_index(name)?;
         Ok(format!("127.0.0.1:{}", self.brokers[i].port))
@@ -404,7 +418,7 @@ impl TestCluster {
         let config = format!(
             r#"[broker]
 namesrvAddr = {namesrv}
-brokerIp1 = "127.0.0.1"
+brokerIp1 = {advertised}
 listenPort = {port}
 storePathRootDir = {store_str}
 autoCreateTopicEnable = true
@@ -435,6 +449,13 @@ diskSpaceCleanForciblyRatio = 98
             namesrv = toml_str(&self.namesrv_addr()),
             expiry = self.options.channel_expired_timeout.as_millis(),
             name_str = toml_str(name),
+            advertised = toml_str(
+                &self
+                    .options
+                    .broker_advertised_ip
+                    .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+                    .to_string()
+            ),
         );
         let config = match &self.options.authentication {
             None => config,
