@@ -125,3 +125,49 @@ async fn exclusive_hand_off_of_a_concurrent_batch_shorter_than_the_callback_time
     let m0 = hand_off_with_work(Duration::from_secs(8)).await;
     assert_eq!(m0.len(), 1, "m0 processed by two members: {m0:?}");
 }
+
+struct Stuck;
+
+#[async_trait]
+impl ConcurrentListener for Stuck {
+    async fn consume(&self, _: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        std::future::pending::<()>().await;
+        ConsumeResult::Success
+    }
+}
+
+/// `await_in_flight` bounds the hand-off's wait for batches in the listener and the shutdown's
+/// wait for the workers: a listener call that never ends is abandoned.
+#[tokio::test(start_paused = true)]
+async fn shutdown_abandons_a_hung_listener_call_once_await_in_flight_is_up() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.await_in_flight = Some(Duration::from_secs(1));
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()))
+        .options(options)
+        .source(Arc::new(client))
+        .concurrently(Arc::new(Stuck))
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(2)).await;
+    let started = Instant::now();
+    let done = tokio::time::timeout(Duration::from_secs(3600), handle.shutdown()).await;
+    assert!(
+        done.is_ok(),
+        "shutdown still waiting after an hour (consumer underneath stopped: {})",
+        handle.consumer().is_stopped()
+    );
+    assert!(handle.consumer().is_stopped());
+    assert!(
+        started.elapsed() <= Duration::from_secs(15),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}

@@ -68,6 +68,7 @@ pub(crate) async fn consume(
     };
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
+    let in_flight = shared.in_flight.enter(link.queue(), first, last);
     let consumed = {
         let call = caught(listener.consume(messages, &mut context));
         let expiry = Expiry {
@@ -97,6 +98,7 @@ pub(crate) async fn consume(
             }
         }
     };
+    drop(in_flight);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {

@@ -76,7 +76,9 @@ pub struct ConsumeOptions {
     pub consume_timeout: Duration,
     /// How long the hand-off of a removed queue waits for the batches of that queue in the
     /// listener; `None` (default): until they finish (the consumer's `callback_timeout` still
-    /// bounds the callback that waits).
+    /// bounds the callback that waits). It also bounds how long
+    /// [`PushConsumerHandle::shutdown`](super::PushConsumerHandle::shutdown) then waits for
+    /// the workers, before it abandons the batches still in the listener.
     pub await_in_flight: Option<Duration>,
 }
 

@@ -20,6 +20,7 @@ mod activity;
 mod concurrent;
 mod config;
 mod flow;
+mod in_flight;
 mod leases;
 mod link;
 mod listener;

@@ -59,6 +59,7 @@ pub(crate) async fn consume(
     let mut messages = messages;
     restore_topics(&mut messages);
     let mut context = OrderlyContext::new(lease.queue().clone());
+    let in_flight = shared.in_flight.enter(lease.queue(), first, last);
     let result = match caught(listener.consume(&messages, &mut context)).await {
         Ok(result) => result,
         Err(panic) => {
@@ -66,6 +67,7 @@ pub(crate) async fn consume(
             OrderlyResult::Suspend
         }
     };
+    drop(in_flight);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),
         OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,

@@ -17,6 +17,9 @@ use super::{ConcurrentListener, MessageSource, OrderlyListener};
 use crate::subscription::TagExpression;
 use crate::{ConsumeOrder, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, MessageModel};
 
+/// How often a shutdown without `await_in_flight` says which batches it still waits for.
+const STILL_WAITING_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Entry point: `PushConsumer::builder("group")`.
 #[derive(Debug, Clone, Copy)]
 pub struct PushConsumer;
@@ -279,18 +282,55 @@ impl PushConsumerHandle {
     /// Hands every queue off (batches in the listener finish and are committed, buffered
     /// messages are dropped), persists offsets, unregisters, stops the workers, and returns
     /// when all of that is done.
+    ///
+    /// With [`ConsumeOptions::await_in_flight`] set, the workers get that long after the
+    /// hand-off to finish their batches; those still in the listener then are abandoned (their
+    /// tasks aborted, the listener's futures dropped) and named in an error event: their
+    /// messages are not committed, so the queues' next owners consume them again. Without it,
+    /// shutdown waits for every batch, warning every 30 s about those still running.
     pub async fn shutdown(&self) {
         self.inner.consumer.shutdown().await;
-        self.inner.stop.cancel();
-        self.inner.tasks.wait().await;
+        self.stop_workers().await;
     }
 
-    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]).
+    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]), then stops the
+    /// workers as [`shutdown`](Self::shutdown) does.
     pub async fn join(&self) -> Result<(), ConsumerError> {
         let result = self.inner.consumer.join().await;
-        self.inner.stop.cancel();
-        self.inner.tasks.wait().await;
+        self.stop_workers().await;
         result
+    }
+
+    /// Stops the workers: each finishes its batch, bounded by `await_in_flight`.
+    async fn stop_workers(&self) {
+        let inner = &self.inner;
+        inner.stop.cancel();
+        let Some(limit) = inner.shared.options.await_in_flight else {
+            while tokio::time::timeout(STILL_WAITING_EVERY, inner.tasks.wait())
+                .await
+                .is_err()
+            {
+                let batches = inner.shared.in_flight.list();
+                tracing::warn!(
+                    count = batches.len(),
+                    ?batches,
+                    "shutdown is waiting for batches still in the listener (set await_in_flight to bound the wait)"
+                );
+            }
+            return;
+        };
+        if tokio::time::timeout(limit, inner.tasks.wait())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        let batches = inner.shared.in_flight.list();
+        tracing::error!(count = batches.len(), ?batches, await_in_flight = ?limit, "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again");
+        for task in &inner.aborts {
+            task.abort();
+        }
+        inner.tasks.wait().await;
     }
 
     /// Stops everything at once, handing nothing off and without unregistering, as if the

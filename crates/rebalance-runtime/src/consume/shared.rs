@@ -7,6 +7,7 @@ use std::time::Duration;
 use rebalance_core::MessageQueue;
 use tokio::sync::Semaphore;
 
+use super::in_flight::InFlight;
 use super::work::WorkQueue;
 use super::{ConsumeOptions, MessageSource, OrderlyListener};
 use crate::subscription::TagExpression;
@@ -34,6 +35,8 @@ pub(crate) struct Shared {
     /// an exclusive hand-off): concurrent batches then run under their lease's consume guard,
     /// and a release waits for them that long at most.
     pub(crate) guarded: Option<Duration>,
+    /// The batches in the listener now.
+    pub(crate) in_flight: InFlight,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -56,6 +59,7 @@ impl Shared {
             broadcasting,
             mode,
             guarded: None,
+            in_flight: InFlight::default(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
         }
