@@ -171,3 +171,77 @@ async fn shutdown_abandons_a_hung_listener_call_once_await_in_flight_is_up() {
         started.elapsed()
     );
 }
+
+#[derive(Default)]
+struct Calls {
+    started: Mutex<Vec<(String, Duration)>>,
+    ended: Mutex<Vec<(String, Duration)>>,
+}
+
+struct SlowOrderly {
+    calls: Arc<Calls>,
+    t0: Instant,
+}
+
+#[async_trait]
+impl rebalance_runtime::consume::OrderlyListener for SlowOrderly {
+    async fn consume(
+        &self,
+        messages: &[Message],
+        _: &mut rebalance_runtime::consume::OrderlyContext,
+    ) -> rebalance_runtime::consume::OrderlyResult {
+        let body = String::from_utf8_lossy(messages[0].body()).into_owned();
+        self.calls
+            .started
+            .lock()
+            .unwrap()
+            .push((body.clone(), self.t0.elapsed()));
+        sleep(Duration::from_secs(200)).await;
+        self.calls
+            .ended
+            .lock()
+            .unwrap()
+            .push((body, self.t0.elapsed()));
+        rebalance_runtime::consume::OrderlyResult::Success
+    }
+}
+
+/// Orderly: the loop's next pull hangs while a 200 s batch is in the listener. A loop whose
+/// batch runs is not stalled, and the restart of a stalled loop lets its batch finish: m0's
+/// call ends, once, and nothing delivers it again.
+#[tokio::test(start_paused = true)]
+async fn the_stalled_loop_restart_never_cancels_a_running_orderly_batch() {
+    let t0 = Instant::now();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let calls = Arc::new(Calls::default());
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()))
+        .source(Arc::new(client))
+        .orderly(Arc::new(SlowOrderly {
+            calls: calls.clone(),
+            t0,
+        }))
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(5)).await;
+    // The pull after the one now held is delayed by 300 s (a pull that hangs).
+    cluster.delay_next(
+        rebalance_runtime::memory::Operation::Pull,
+        1,
+        Duration::from_secs(300),
+    );
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(260)).await;
+    let started = calls.started.lock().unwrap().clone();
+    let ended = calls.ended.lock().unwrap().clone();
+    handle.abort();
+    assert!(
+        ended.iter().any(|(b, _)| b == "m0"),
+        "m0's first call never ended: started {started:?}, ended {ended:?}"
+    );
+    assert_eq!(started.len(), 1, "m0 delivered again: {started:?}");
+}

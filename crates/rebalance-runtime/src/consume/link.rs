@@ -46,6 +46,8 @@ pub(crate) struct LeaseLink {
     acks: mpsc::UnboundedSender<Ack>,
     /// [`DROPPED`] | the number of batches that started consumption.
     state: AtomicU64,
+    /// How many batches reported that they left the listener.
+    finished: AtomicU64,
     /// The lease whose consume guard each batch holds, when the consumer locks its queues.
     guarded: Option<QueueLease>,
 }
@@ -68,6 +70,7 @@ impl LeaseLink {
             queue,
             acks,
             state: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
             guarded: None,
         };
         (link, receiver)
@@ -118,7 +121,16 @@ impl LeaseLink {
 
     /// Reports a batch to the pull loop (ignored when the loop is gone).
     pub(crate) fn report(&self, ack: Ack) {
+        if ack.finished {
+            self.finished.fetch_add(1, Ordering::AcqRel);
+        }
         let _ = self.acks.send(ack);
+    }
+
+    /// How many batches are in the listener (started and not finished).
+    pub(crate) fn in_flight(&self) -> u64 {
+        let started = self.state.load(Ordering::Acquire) & !DROPPED;
+        started.saturating_sub(self.finished.load(Ordering::Acquire))
     }
 }
 

@@ -86,7 +86,9 @@ impl PullLoop {
         (pull_loop, link)
     }
 
-    /// Runs until the lease is cancelled, then hands the queue off.
+    /// Runs until the lease is cancelled, then hands the queue off; or until the loop is asked
+    /// to retire (it stopped pulling), then stops pulling, lets its batches finish (however
+    /// long they take: a running listener call is never cancelled) and commits them.
     pub(crate) async fn run(mut self) {
         self.activity.touch();
         let Some(start) = self.start_offset().await else {
@@ -119,10 +121,12 @@ impl PullLoop {
                 consuming = self.next_orderly_batch();
             }
             self.resubmit_due(now);
+            self.activity.set_busy(consuming.is_some());
             let retry_at = self.retries.front().map(|(at, _)| *at);
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => break,
+                _ = self.activity.retired() => break,
                 Some(ack) = self.acks.recv() => {
                     let mut guards = Vec::new();
                     guards.extend(self.on_ack(ack));
@@ -188,6 +192,7 @@ impl PullLoop {
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => return None,
+                _ = self.activity.retired() => return None,
                 _ = tokio::time::sleep(PULL_ERROR_DELAY) => {}
             }
         }
@@ -409,9 +414,10 @@ impl PullLoop {
     /// batch's messages again.
     async fn hand_off(mut self, consuming: Option<OrderlyFuture>) {
         let since = Instant::now();
+        let retiring = !self.lease.is_cancelled();
         let started = self.link.drop_lease();
         let in_flight = started - self.finished.min(started);
-        let await_in_flight = self.shared.options.await_in_flight;
+        let await_in_flight = self.shared.options.await_in_flight.filter(|_| !retiring);
         let wait = async {
             if let Some(batch) = consuming {
                 let done = batch.await;
@@ -436,7 +442,9 @@ impl PullLoop {
         }
         self.commit();
         let queue = self.lease.queue();
-        if complete {
+        if retiring {
+            tracing::info!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "retired the pull loop");
+        } else if complete {
             tracing::debug!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "handed off");
         } else {
             tracing::warn!(queue = ?queue, commit = self.pq.commit_offset(), "handed off before the batches in the listener finished (await_in_flight)");
