@@ -245,3 +245,66 @@ async fn the_stalled_loop_restart_never_cancels_a_running_orderly_batch() {
     );
     assert_eq!(started.len(), 1, "m0 delivered again: {started:?}");
 }
+
+/// Fails the first delivery of every message after 120 s (past a 60 s consume_timeout);
+/// redeliveries succeed at once.
+struct ExpiresThenFails {
+    journal: Arc<Journal>,
+    t0: Instant,
+}
+
+#[async_trait]
+impl ConcurrentListener for ExpiresThenFails {
+    async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        self.journal.record("", messages, self.t0);
+        if messages.iter().all(|m| m.reconsume_times() == 0) {
+            sleep(Duration::from_secs(120)).await;
+            return ConsumeResult::ReconsumeLater;
+        }
+        ConsumeResult::Success
+    }
+}
+
+/// A batch of two times out; m0's send-back fails, m1's succeeds; the listener then returns
+/// ReconsumeLater: m1, no longer buffered, is not sent back a second time (Java skips messages
+/// no longer in the ProcessQueue), so it is redelivered once.
+#[tokio::test(start_paused = true)]
+async fn a_partly_expired_batch_is_not_sent_back_twice() {
+    let t0 = Instant::now();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let journal = Arc::new(Journal::default());
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.consume_batch_size = 2;
+    options.consume_concurrency = 2;
+    options.consume_timeout = Duration::from_secs(60);
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| {
+            c.cluster(client.clone())
+                .consume_from(rebalance_runtime::ConsumeFrom::FirstOffset)
+        })
+        .options(options)
+        .source(Arc::new(client))
+        .concurrently(Arc::new(ExpiresThenFails {
+            journal: journal.clone(),
+            t0,
+        }))
+        .start()
+        .await
+        .unwrap();
+    // Both messages are in the log before the first pull: one batch [m0, m1].
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    cluster.send("T", OutgoingMessage::new("m1")).unwrap();
+    sleep(Duration::from_secs(30)).await;
+    cluster.fail_next(rebalance_runtime::memory::Operation::SendBack, 1);
+    sleep(Duration::from_secs(300)).await;
+    handle.shutdown().await;
+    let m1 = journal.of("m1");
+    assert_eq!(m1.len(), 2, "m1: first delivery and one redelivery: {m1:?}");
+    assert!(
+        !journal.of("m0").is_empty(),
+        "m0 is consumed again after its failed send-back"
+    );
+}

@@ -69,7 +69,9 @@ pub(crate) async fn consume(
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let in_flight = shared.in_flight.enter(link.queue(), first, last);
-    let consumed = {
+    // `expired`: messages of the batch already sent back because it timed out (no longer
+    // buffered).
+    let (consumed, expired) = {
         let call = caught(listener.consume(messages, &mut context));
         let expiry = Expiry {
             shared,
@@ -80,10 +82,12 @@ pub(crate) async fn consume(
             last,
         };
         match expiry.run(call).await {
-            Outcome::Done(Ok(result)) => context.consumed(result, messages.len()),
-            Outcome::Done(Err(panic)) => {
+            Outcome::Done(Ok(result), sent_back) => {
+                (context.consumed(result, messages.len()), sent_back)
+            }
+            Outcome::Done(Err(panic), sent_back) => {
                 tracing::error!(queue = ?link.queue(), first, panic = %panic, "the listener panicked; reconsuming the batch later");
-                0
+                (0, sent_back)
             }
             Outcome::Expired => {
                 link.report(Ack {
@@ -104,13 +108,18 @@ pub(crate) async fn consume(
     } else if shared.broadcasting {
         tracing::warn!(queue = ?link.queue(), count = messages.len() - consumed, "broadcasting: messages the listener failed are dropped");
         Vec::new()
-    } else if link.is_dropped() {
-        // Handed off meanwhile: not sent back; they stay before the final commit offset, and
-        // the next owner consumes them.
-        messages.split_off(consumed)
     } else {
-        let failed = messages.split_off(consumed);
-        send_back(shared, link, failed, context.delay_level).await
+        // Those sent back when the batch timed out are no longer buffered: not again (Java's
+        // `!processQueue.containsMessage`).
+        let mut failed = messages.split_off(consumed);
+        failed.retain(|m| !expired.contains(&m.queue_offset()));
+        if link.is_dropped() {
+            // Handed off meanwhile: not sent back; they stay before the final commit offset,
+            // and the next owner consumes them.
+            failed
+        } else {
+            send_back(shared, link, failed, context.delay_level).await
+        }
     };
     link.report(Ack {
         epoch,
@@ -168,7 +177,9 @@ pub(crate) fn restore_topics(messages: &mut Vec<Message>) {
 
 /// How a listener call ended.
 enum Outcome<T> {
-    Done(T),
+    /// It ended, with the offsets of the messages sent back when it timed out (some send-backs
+    /// failed, so the batch was not acknowledged).
+    Done(T, Vec<i64>),
     /// It ran past `consume_timeout`: its messages were sent back and acknowledged.
     Expired,
 }
@@ -190,15 +201,16 @@ impl Expiry<'_> {
         tokio::pin!(call);
         // Most calls end at once: no timer for them.
         if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
-            return Outcome::Done(done);
+            return Outcome::Done(done, Vec::new());
         }
         let timeout = self.shared.options.consume_timeout;
         tokio::select! {
-            done = &mut call => return Outcome::Done(done),
+            done = &mut call => return Outcome::Done(done, Vec::new()),
             _ = tokio::time::sleep(timeout) => {}
         }
         tracing::warn!(queue = ?self.link.queue(), first = self.first, ?timeout, "consumption timed out; sending the batch back");
         let mut retry = Vec::new();
+        let mut sent_back = Vec::new();
         if !self.shared.broadcasting {
             for message in self.messages {
                 let request = SendBack::new(&self.shared.group, message)
@@ -207,6 +219,8 @@ impl Expiry<'_> {
                 if let Err(e) = self.shared.source.send_back(request).await {
                     tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
                     retry.push(message.queue_offset());
+                } else {
+                    sent_back.push(message.queue_offset());
                 }
             }
         }
@@ -222,7 +236,7 @@ impl Expiry<'_> {
             call.await;
             return Outcome::Expired;
         }
-        Outcome::Done(call.await)
+        Outcome::Done(call.await, sent_back)
     }
 }
 
