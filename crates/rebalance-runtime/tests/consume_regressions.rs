@@ -308,3 +308,60 @@ async fn a_partly_expired_batch_is_not_sent_back_twice() {
         "m0 is consumed again after its failed send-back"
     );
 }
+
+struct Fast {
+    journal: Arc<Journal>,
+    t0: Instant,
+}
+
+#[async_trait]
+impl ConcurrentListener for Fast {
+    async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        self.journal.record("", messages, self.t0);
+        ConsumeResult::Success
+    }
+}
+
+/// A loop held by flow control pulls again as soon as its buffer drains, not after the full
+/// 50 ms: 200 messages through a buffer of one with an instant listener take well under 1 s
+/// (10 s at 50 ms each).
+#[tokio::test(start_paused = true)]
+async fn flow_control_resumes_as_soon_as_the_buffer_drains() {
+    let t0 = Instant::now();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    for i in 0..200 {
+        cluster
+            .send("T", OutgoingMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    let journal = Arc::new(Journal::default());
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.queue_max_messages = 1;
+    options.pull_batch_size = 1;
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| {
+            c.cluster(client.clone())
+                .consume_from(rebalance_runtime::ConsumeFrom::FirstOffset)
+        })
+        .options(options)
+        .source(Arc::new(client))
+        .concurrently(Arc::new(Fast {
+            journal: journal.clone(),
+            t0,
+        }))
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(60)).await;
+    let starts = journal.starts.lock().unwrap().clone();
+    handle.shutdown().await;
+    assert_eq!(starts.len(), 200);
+    let took = starts[199].3 - starts[0].3;
+    assert!(
+        took < Duration::from_secs(1),
+        "200 messages took {took:?} with an instant listener"
+    );
+}

@@ -112,9 +112,13 @@ impl PullLoop {
                 ) {
                     Some(limit) => {
                         self.flow.hold(limit, self.lease.queue());
+                        self.held = true;
                         pull_at = now + FLOW_CONTROL_DELAY;
                     }
-                    None => pull = Some(self.pull()),
+                    None => {
+                        self.held = false;
+                        pull = Some(self.pull());
+                    }
                 }
             }
             if consuming.is_none() && now >= self.resume_at {
