@@ -7,6 +7,7 @@ use std::task::Poll;
 
 use tokio_util::sync::CancellationToken;
 
+use super::calls;
 use super::config::EXPIRED_DELAY_LEVEL;
 use super::link::{Ack, Guard, LeaseLink};
 use super::shared::Shared;
@@ -144,7 +145,7 @@ async fn send_back(
         let request = SendBack::new(&shared.group, &message)
             .with_delay_level(delay_level)
             .with_max_reconsume_times(shared.options.max_reconsume_times);
-        match shared.source.send_back(request).await {
+        match calls::send_back(&*shared.source, request).await {
             Ok(()) => {
                 tracing::debug!(queue = ?link.queue(), offset = message.queue_offset(), "sent back for redelivery")
             }
@@ -216,7 +217,7 @@ impl Expiry<'_> {
                 let request = SendBack::new(&self.shared.group, message)
                     .with_delay_level(EXPIRED_DELAY_LEVEL)
                     .with_max_reconsume_times(self.shared.options.max_reconsume_times);
-                if let Err(e) = self.shared.source.send_back(request).await {
+                if let Err(e) = calls::send_back(&*self.shared.source, request).await {
                     tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
                     retry.push(message.queue_offset());
                 } else {
@@ -311,6 +312,29 @@ mod tests {
             (ack.first, ack.last, ack.retry.len(), ack.finished),
             (0, 1, 0, true)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_back_that_panics_keeps_the_message_for_a_local_retry() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.panicking_send_backs = 1);
+        let shared = shared(source.clone(), false, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
+        let ack = acks.recv().await.unwrap();
+        let kept: Vec<(i64, i32)> = ack
+            .retry
+            .iter()
+            .map(|m| (m.queue_offset(), m.reconsume_times()))
+            .collect();
+        assert_eq!(kept, vec![(7, 1)], "kept, counted once more");
+        assert!(ack.finished);
     }
 
     #[tokio::test(start_paused = true)]

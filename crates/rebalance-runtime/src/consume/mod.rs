@@ -17,6 +17,7 @@
 //!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs).
 
 mod activity;
+mod calls;
 mod concurrent;
 mod config;
 mod flow;

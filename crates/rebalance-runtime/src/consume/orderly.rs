@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
+use super::calls;
 use super::concurrent::restore_topics;
 use super::shared::Shared;
 use super::{Message, OrderlyContext, OrderlyListener, OrderlyResult, SendBack};
@@ -104,7 +105,7 @@ async fn past_the_limit(
             continue;
         }
         let request = SendBack::new(&shared.group, &message).with_max_reconsume_times(max);
-        match shared.source.send_back(request).await {
+        match calls::send_back(&*shared.source, request).await {
             Ok(()) => {
                 tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), times = message.reconsume_times(), "past the reconsume limit: sent to the dead-letter topic")
             }

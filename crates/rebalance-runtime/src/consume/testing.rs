@@ -39,6 +39,8 @@ pub(crate) struct State {
     pub(crate) sent_back: Vec<(Message, i32)>,
     /// How many send-backs fail before they succeed again.
     pub(crate) failing_send_backs: usize,
+    /// How many send-backs panic (after the failing ones) before they succeed again.
+    pub(crate) panicking_send_backs: usize,
 }
 
 impl TestSource {
@@ -133,6 +135,14 @@ impl MessageSource for TestSource {
     }
 
     async fn send_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
+        let panics = self.with(|s| {
+            let panics = s.failing_send_backs == 0 && s.panicking_send_backs > 0;
+            if panics {
+                s.panicking_send_backs -= 1;
+            }
+            panics
+        });
+        assert!(!panics, "the test source panics in send_back");
         self.with(|s| {
             if s.failing_send_backs > 0 {
                 s.failing_send_backs -= 1;
