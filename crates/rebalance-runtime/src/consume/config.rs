@@ -50,7 +50,9 @@ pub struct ConsumeOptions {
     pub pull_batch_size: u32,
     /// At most about this many body bytes per pull (256 KiB).
     pub pull_batch_bytes: u32,
-    /// How long the source may hold a pull of a queue with no new message (15 s).
+    /// How long the source may hold a pull of a queue with no new message (15 s). A pull that
+    /// has not answered 15 s after that counts as an error, pulled again after
+    /// [`PULL_ERROR_DELAY`] (the Java client's 30 s RPC timeout).
     pub pull_suspend: Duration,
     /// A queue stops pulling while it buffers this many messages (1,000:
     /// `pullThresholdForQueue`).

@@ -320,13 +320,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_loop_that_stopped_pulling_is_restarted() {
         let source = Arc::new(TestSource::default());
-        source.with(|s| s.hang = true);
+        // A pull is cut short after 30 s; an offset lookup that never answers stalls the loop.
+        source.with(|s| s.hang_lookups = true);
         let q = queue(0);
         let stop = CancellationToken::new();
         let listener = Arc::new(SlowFirst::default());
         let shared = concurrent(source.clone(), listener, ConsumeOptions::default(), &stop);
         let leases = Leases::new(shared);
-        let (lease, _token) = lease(&q, StartPosition::Offset(0));
+        let (lease, _token) = lease(&q, StartPosition::Earliest);
         leases
             .queues_added("T", std::slice::from_ref(&lease))
             .await
@@ -334,7 +335,7 @@ mod tests {
         sleep(Duration::from_secs(119)).await;
         assert_eq!(leases.restart_stalled(), 0);
         sleep(Duration::from_secs(2)).await;
-        source.with(|s| s.hang = false);
+        source.with(|s| s.hang_lookups = false);
         assert_eq!(leases.restart_stalled(), 1);
         source.append(&q, 3);
         sleep(Duration::from_secs(2)).await;

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use super::activity::{Activity, ErrorLog};
+use super::calls;
 use super::config::{FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY};
 use super::flow::{FlowWarning, over_limit};
 use super::link::{Ack, LeaseLink};
@@ -21,9 +22,10 @@ use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
 use super::{Message, PullError, PullRequest, PullResult};
-use crate::{QueueLease, StartPosition};
+use crate::{QueueLease, RemoteError, StartPosition};
 
 type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
+type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<i64, RemoteError>> + Send + 'a>>;
 type OrderlyFuture = Pin<Box<dyn Future<Output = orderly::Done> + Send>>;
 
 /// The pull loop of one lease.
@@ -174,14 +176,21 @@ impl PullLoop {
         let queue = self.lease.queue().clone();
         loop {
             self.activity.touch();
-            let source = &self.shared.source;
-            let (kind, lookup) = match self.lease.start_position() {
+            let source = self.shared.source.clone();
+            let (kind, lookup): (_, LookupFuture<'_>) = match self.lease.start_position() {
                 StartPosition::Offset(offset) => return Some(offset),
-                StartPosition::Latest => ("max offset", source.max_offset(&queue).await),
-                StartPosition::Earliest => ("min offset", source.min_offset(&queue).await),
+                StartPosition::Latest => ("max offset", Box::pin(source.max_offset(&queue))),
+                StartPosition::Earliest => ("min offset", Box::pin(source.min_offset(&queue))),
                 StartPosition::Timestamp(t) => {
-                    ("offset at time", source.offset_at(&queue, t).await)
+                    ("offset at time", Box::pin(source.offset_at(&queue, t)))
                 }
+            };
+            // A lookup that never answers is given up when the loop retires.
+            let lookup = tokio::select! {
+                biased;
+                _ = self.lease.cancelled() => return None,
+                _ = self.activity.retired() => return None,
+                lookup = lookup => lookup,
             };
             match lookup {
                 Ok(offset) => {
@@ -229,7 +238,7 @@ impl PullLoop {
         .with_suspend(options.pull_suspend)
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
-        Box::pin(async move { source.pull(&request).await })
+        Box::pin(async move { calls::pull(&*source, &request).await })
     }
 
     /// Takes a pull's answer; returns when to pull next.

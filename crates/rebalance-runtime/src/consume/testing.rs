@@ -34,6 +34,8 @@ pub(crate) struct State {
     pub(crate) scripted: VecDeque<Result<PullResult, PullError>>,
     /// When set, pulls never answer.
     pub(crate) hang: bool,
+    /// When set, offset lookups never answer.
+    pub(crate) hang_lookups: bool,
     /// (when, offset) of every pull started.
     pub(crate) pulls: Vec<(Instant, MessageQueue, i64)>,
     pub(crate) sent_back: Vec<(Message, i32)>,
@@ -155,6 +157,9 @@ impl MessageSource for TestSource {
     }
 
     async fn min_offset(&self, queue: &MessageQueue) -> Result<i64, RemoteError> {
+        if self.with(|s| s.hang_lookups) {
+            std::future::pending::<()>().await;
+        }
         Ok(self.with(|s| s.min.get(queue).copied().unwrap_or(0)))
     }
 
