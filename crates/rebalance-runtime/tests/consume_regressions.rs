@@ -365,3 +365,71 @@ async fn flow_control_resumes_as_soon_as_the_buffer_drains() {
         "200 messages took {took:?} with an instant listener"
     );
 }
+
+/// Ordered batches take 10 s; the hand-off waits 5 s for them (`await_in_flight`).
+struct TenSeconds {
+    calls: Arc<Calls>,
+    t0: Instant,
+}
+
+#[async_trait]
+impl rebalance_runtime::consume::OrderlyListener for TenSeconds {
+    async fn consume(
+        &self,
+        messages: &[Message],
+        _: &mut rebalance_runtime::consume::OrderlyContext,
+    ) -> rebalance_runtime::consume::OrderlyResult {
+        let body = String::from_utf8_lossy(messages[0].body()).into_owned();
+        self.calls
+            .started
+            .lock()
+            .unwrap()
+            .push((body.clone(), self.t0.elapsed()));
+        sleep(Duration::from_secs(10)).await;
+        self.calls
+            .ended
+            .lock()
+            .unwrap()
+            .push((body, self.t0.elapsed()));
+        rebalance_runtime::consume::OrderlyResult::Success
+    }
+}
+
+/// `await_in_flight` ends the hand-off's wait, not the ordered batch: as concurrent batches,
+/// it runs on (uncommitted) until it ends.
+#[tokio::test(start_paused = true)]
+async fn await_in_flight_never_cancels_an_ordered_batch() {
+    let t0 = Instant::now();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let calls = Arc::new(Calls::default());
+    let mut options = ConsumeOptions::default();
+    options.await_in_flight = Some(Duration::from_secs(5));
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()))
+        .options(options)
+        .source(Arc::new(client))
+        .orderly(Arc::new(TenSeconds {
+            calls: calls.clone(),
+            t0,
+        }))
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(2)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        calls.started.lock().unwrap().len(),
+        1,
+        "m0 is in the listener"
+    );
+    handle.unsubscribe("T").unwrap();
+    sleep(Duration::from_secs(30)).await;
+    let ended = calls.ended.lock().unwrap().clone();
+    assert_eq!(handle.consumer().assignment().queues.len(), 0, "handed off");
+    handle.shutdown().await;
+    assert_eq!(ended.len(), 1, "m0's call was cancelled");
+}

@@ -78,7 +78,10 @@ pub struct ConsumeOptions {
     pub consume_timeout: Duration,
     /// How long the hand-off of a removed queue waits for the batches of that queue in the
     /// listener; `None` (default): until they finish (the consumer's `callback_timeout` still
-    /// bounds the callback that waits). It also bounds how long
+    /// bounds the callback that waits). Batches still in the listener then, concurrent or
+    /// ordered, are not cancelled: they run on, but the final commit is made without them, so
+    /// the queue's next owner consumes their messages again. Setting it therefore gives up
+    /// `exclusive_hand_off`'s promise that no message is processed by two members. It also bounds how long
     /// [`PushConsumerHandle::shutdown`](super::PushConsumerHandle::shutdown) then waits for
     /// the workers, before it abandons the batches still in the listener.
     pub await_in_flight: Option<Duration>,

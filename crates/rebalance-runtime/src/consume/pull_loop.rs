@@ -431,9 +431,11 @@ impl PullLoop {
         let started = self.link.drop_lease();
         let in_flight = started - self.finished.min(started);
         let await_in_flight = self.shared.options.await_in_flight.filter(|_| !retiring);
+        let mut consuming = consuming;
         let wait = async {
-            if let Some(batch) = consuming {
+            if let Some(batch) = &mut consuming {
                 let done = batch.await;
+                consuming = None;
                 self.on_orderly_done(done);
             }
             while self.finished < started {
@@ -450,6 +452,19 @@ impl PullLoop {
                 true
             }
         };
+        if let Some(batch) = consuming {
+            // Never cancelled, as concurrent batches are not: it runs on, holding the queue's
+            // guard (so the runtime unlocks the queue when it ends, or after
+            // force_unlock_after), and nothing of it is committed.
+            tracing::warn!(queue = ?self.lease.queue(), commit = self.pq.commit_offset(), "an ordered batch is still in the listener after await_in_flight: it runs on uncommitted, and the next owner consumes its messages again");
+            let abandon = self.shared.abandon.clone();
+            self.shared.outliving.spawn(async move {
+                tokio::select! {
+                    _ = batch => {}
+                    _ = abandon.cancelled() => {}
+                }
+            });
+        }
         while let Ok(ack) = self.acks.try_recv() {
             self.on_final_ack(ack, since);
         }

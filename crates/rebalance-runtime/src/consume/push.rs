@@ -283,8 +283,8 @@ impl PushConsumerHandle {
     /// messages are dropped), persists offsets, unregisters, stops the workers, and returns
     /// when all of that is done.
     ///
-    /// With [`ConsumeOptions::await_in_flight`] set, the workers get that long after the
-    /// hand-off to finish their batches; those still in the listener then are abandoned (their
+    /// With [`ConsumeOptions::await_in_flight`] set, the workers (and the ordered batches a
+    /// hand-off left running) get that long after the hand-off to finish their batches; those still in the listener then are abandoned (their
     /// tasks aborted, the listener's futures dropped) and named in an error event: their
     /// messages are not committed, so the queues' next owners consume them again. Without it,
     /// shutdown waits for every batch, warning every 30 s about those still running.
@@ -305,8 +305,13 @@ impl PushConsumerHandle {
     async fn stop_workers(&self) {
         let inner = &self.inner;
         inner.stop.cancel();
+        inner.shared.outliving.close();
+        let all = || async {
+            inner.tasks.wait().await;
+            inner.shared.outliving.wait().await;
+        };
         let Some(limit) = inner.shared.options.await_in_flight else {
-            while tokio::time::timeout(STILL_WAITING_EVERY, inner.tasks.wait())
+            while tokio::time::timeout(STILL_WAITING_EVERY, all())
                 .await
                 .is_err()
             {
@@ -319,10 +324,7 @@ impl PushConsumerHandle {
             }
             return;
         };
-        if tokio::time::timeout(limit, inner.tasks.wait())
-            .await
-            .is_ok()
-        {
+        if tokio::time::timeout(limit, all()).await.is_ok() {
             return;
         }
         let batches = inner.shared.in_flight.list();
@@ -330,7 +332,8 @@ impl PushConsumerHandle {
         for task in &inner.aborts {
             task.abort();
         }
-        inner.tasks.wait().await;
+        inner.shared.abandon.cancel();
+        all().await;
     }
 
     /// Stops everything at once, handing nothing off and without unregistering, as if the

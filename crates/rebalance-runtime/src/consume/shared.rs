@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::in_flight::InFlight;
 use super::work::WorkQueue;
@@ -37,6 +39,11 @@ pub(crate) struct Shared {
     pub(crate) guarded: Option<Duration>,
     /// The batches in the listener now.
     pub(crate) in_flight: InFlight,
+    /// Ordered batches still in the listener when their hand-off's `await_in_flight` was up:
+    /// they run on (never cancelled, like concurrent batches), uncommitted, until they end or
+    /// `abandon` (the shutdown's `await_in_flight` is up).
+    pub(crate) outliving: TaskTracker,
+    pub(crate) abandon: CancellationToken,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -60,6 +67,8 @@ impl Shared {
             mode,
             guarded: None,
             in_flight: InFlight::default(),
+            outliving: TaskTracker::new(),
+            abandon: CancellationToken::new(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
         }
