@@ -7,8 +7,9 @@ use std::task::Poll;
 
 use tokio_util::sync::CancellationToken;
 
+use super::calls;
 use super::config::EXPIRED_DELAY_LEVEL;
-use super::link::{Ack, LeaseLink};
+use super::link::{Ack, Guard, LeaseLink};
 use super::shared::Shared;
 use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
@@ -48,9 +49,30 @@ pub(crate) async fn consume(
         // it, so the next owner consumes it).
         return;
     }
+    let guard = match link.consume_guard().await {
+        Guard::Unneeded => None,
+        Guard::Held(guard) => Some(guard),
+        Guard::Refused => {
+            // Not processed: the batch stays buffered (before the commit offset), consumed
+            // again locally when the lock is renewed, or by the next owner once handed off.
+            tracing::debug!(queue = ?link.queue(), first, "no consume guard; the batch waits");
+            link.report(Ack {
+                epoch,
+                first,
+                last,
+                retry: std::mem::take(messages),
+                finished: true,
+                guard: None,
+            });
+            return;
+        }
+    };
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
-    let consumed = {
+    let in_flight = shared.in_flight.enter(link.queue(), first, last);
+    // `expired`: messages of the batch already sent back because it timed out (no longer
+    // buffered).
+    let (consumed, expired) = {
         let call = caught(listener.consume(messages, &mut context));
         let expiry = Expiry {
             shared,
@@ -61,10 +83,12 @@ pub(crate) async fn consume(
             last,
         };
         match expiry.run(call).await {
-            Outcome::Done(Ok(result)) => context.consumed(result, messages.len()),
-            Outcome::Done(Err(panic)) => {
+            Outcome::Done(Ok(result), sent_back) => {
+                (context.consumed(result, messages.len()), sent_back)
+            }
+            Outcome::Done(Err(panic), sent_back) => {
                 tracing::error!(queue = ?link.queue(), first, panic = %panic, "the listener panicked; reconsuming the batch later");
-                0
+                (0, sent_back)
             }
             Outcome::Expired => {
                 link.report(Ack {
@@ -73,23 +97,30 @@ pub(crate) async fn consume(
                     last,
                     retry: Vec::new(),
                     finished: true,
+                    guard,
                 });
                 return;
             }
         }
     };
+    drop(in_flight);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {
         tracing::warn!(queue = ?link.queue(), count = messages.len() - consumed, "broadcasting: messages the listener failed are dropped");
         Vec::new()
-    } else if link.is_dropped() {
-        // Handed off meanwhile: not sent back; they stay before the final commit offset, and
-        // the next owner consumes them.
-        messages.split_off(consumed)
     } else {
-        let failed = messages.split_off(consumed);
-        send_back(shared, link, failed, context.delay_level).await
+        // Those sent back when the batch timed out are no longer buffered: not again (Java's
+        // `!processQueue.containsMessage`).
+        let mut failed = messages.split_off(consumed);
+        failed.retain(|m| !expired.contains(&m.queue_offset()));
+        if link.is_dropped() {
+            // Handed off meanwhile: not sent back; they stay before the final commit offset,
+            // and the next owner consumes them.
+            failed
+        } else {
+            send_back(shared, link, failed, context.delay_level).await
+        }
     };
     link.report(Ack {
         epoch,
@@ -97,6 +128,7 @@ pub(crate) async fn consume(
         last,
         retry,
         finished: true,
+        guard,
     });
 }
 
@@ -113,7 +145,7 @@ async fn send_back(
         let request = SendBack::new(&shared.group, &message)
             .with_delay_level(delay_level)
             .with_max_reconsume_times(shared.options.max_reconsume_times);
-        match shared.source.send_back(request).await {
+        match calls::send_back(&*shared.source, request).await {
             Ok(()) => {
                 tracing::debug!(queue = ?link.queue(), offset = message.queue_offset(), "sent back for redelivery")
             }
@@ -146,7 +178,9 @@ pub(crate) fn restore_topics(messages: &mut Vec<Message>) {
 
 /// How a listener call ended.
 enum Outcome<T> {
-    Done(T),
+    /// It ended, with the offsets of the messages sent back when it timed out (some send-backs
+    /// failed, so the batch was not acknowledged).
+    Done(T, Vec<i64>),
     /// It ran past `consume_timeout`: its messages were sent back and acknowledged.
     Expired,
 }
@@ -168,23 +202,26 @@ impl Expiry<'_> {
         tokio::pin!(call);
         // Most calls end at once: no timer for them.
         if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
-            return Outcome::Done(done);
+            return Outcome::Done(done, Vec::new());
         }
         let timeout = self.shared.options.consume_timeout;
         tokio::select! {
-            done = &mut call => return Outcome::Done(done),
+            done = &mut call => return Outcome::Done(done, Vec::new()),
             _ = tokio::time::sleep(timeout) => {}
         }
         tracing::warn!(queue = ?self.link.queue(), first = self.first, ?timeout, "consumption timed out; sending the batch back");
         let mut retry = Vec::new();
+        let mut sent_back = Vec::new();
         if !self.shared.broadcasting {
             for message in self.messages {
                 let request = SendBack::new(&self.shared.group, message)
                     .with_delay_level(EXPIRED_DELAY_LEVEL)
                     .with_max_reconsume_times(self.shared.options.max_reconsume_times);
-                if let Err(e) = self.shared.source.send_back(request).await {
+                if let Err(e) = calls::send_back(&*self.shared.source, request).await {
                     tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
                     retry.push(message.queue_offset());
+                } else {
+                    sent_back.push(message.queue_offset());
                 }
             }
         }
@@ -195,11 +232,12 @@ impl Expiry<'_> {
                 last: self.last,
                 retry: Vec::new(),
                 finished: false,
+                guard: None,
             });
             call.await;
             return Outcome::Expired;
         }
-        Outcome::Done(call.await)
+        Outcome::Done(call.await, sent_back)
     }
 }
 
@@ -274,6 +312,29 @@ mod tests {
             (ack.first, ack.last, ack.retry.len(), ack.finished),
             (0, 1, 0, true)
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_back_that_panics_keeps_the_message_for_a_local_retry() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.panicking_send_backs = 1);
+        let shared = shared(source.clone(), false, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
+        let ack = acks.recv().await.unwrap();
+        let kept: Vec<(i64, i32)> = ack
+            .retry
+            .iter()
+            .map(|m| (m.queue_offset(), m.reconsume_times()))
+            .collect();
+        assert_eq!(kept, vec![(7, 1)], "kept, counted once more");
+        assert!(ack.finished);
     }
 
     #[tokio::test(start_paused = true)]

@@ -50,7 +50,9 @@ pub struct ConsumeOptions {
     pub pull_batch_size: u32,
     /// At most about this many body bytes per pull (256 KiB).
     pub pull_batch_bytes: u32,
-    /// How long the source may hold a pull of a queue with no new message (15 s).
+    /// How long the source may hold a pull of a queue with no new message (15 s). A pull that
+    /// has not answered 15 s after that counts as an error, pulled again after
+    /// [`PULL_ERROR_DELAY`] (the Java client's 30 s RPC timeout).
     pub pull_suspend: Duration,
     /// A queue stops pulling while it buffers this many messages (1,000:
     /// `pullThresholdForQueue`).
@@ -76,7 +78,12 @@ pub struct ConsumeOptions {
     pub consume_timeout: Duration,
     /// How long the hand-off of a removed queue waits for the batches of that queue in the
     /// listener; `None` (default): until they finish (the consumer's `callback_timeout` still
-    /// bounds the callback that waits).
+    /// bounds the callback that waits). Batches still in the listener then, concurrent or
+    /// ordered, are not cancelled: they run on, but the final commit is made without them, so
+    /// the queue's next owner consumes their messages again. Setting it therefore gives up
+    /// `exclusive_hand_off`'s promise that no message is processed by two members. It also bounds how long
+    /// [`PushConsumerHandle::shutdown`](super::PushConsumerHandle::shutdown) then waits for
+    /// the workers, before it abandons the batches still in the listener.
     pub await_in_flight: Option<Duration>,
 }
 

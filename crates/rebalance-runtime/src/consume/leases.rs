@@ -21,12 +21,27 @@ use crate::{ListenerError, QueueLease, QueueListener, RemovedQueue};
 /// How often loops are checked for having stopped pulling.
 const WATCH_EVERY: Duration = Duration::from_secs(20);
 
-/// One running loop.
-struct Running {
-    lease: QueueLease,
+/// The loop a lease's task runs now (a new one after each restart).
+#[derive(Clone)]
+struct Current {
     link: Arc<LeaseLink>,
     activity: Arc<Activity>,
+}
+
+/// One lease's task, and its current loop.
+struct Running {
+    lease: QueueLease,
+    current: Arc<Mutex<Current>>,
     task: JoinHandle<()>,
+}
+
+impl Running {
+    fn current(&self) -> Current {
+        self.current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The pull loops of a push consumer, by queue (a queue may briefly have a loop of an old,
@@ -34,6 +49,32 @@ struct Running {
 pub(crate) struct Leases {
     shared: Arc<Shared>,
     loops: Mutex<HashMap<MessageQueue, Vec<Running>>>,
+}
+
+/// Runs the loops of `lease` one after the other: the first, then a fresh one each time the
+/// current one retires (it stopped pulling) while the lease lives.
+async fn run_lease(
+    shared: Arc<Shared>,
+    lease: QueueLease,
+    current: Arc<Mutex<Current>>,
+    mut pull_loop: PullLoop,
+) {
+    loop {
+        pull_loop.run().await;
+        let retired = current
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .activity
+            .is_retired();
+        if !retired || lease.is_cancelled() {
+            return;
+        }
+        tracing::info!(queue = ?lease.queue(), "starting a new pull loop");
+        let activity = Arc::new(Activity::new());
+        let (next, link) = PullLoop::new(shared.clone(), lease.clone(), activity.clone());
+        *current.lock().unwrap_or_else(PoisonError::into_inner) = Current { link, activity };
+        pull_loop = next;
+    }
 }
 
 impl Leases {
@@ -47,29 +88,40 @@ impl Leases {
     fn start(&self, lease: QueueLease) -> Running {
         let activity = Arc::new(Activity::new());
         let (pull_loop, link) = PullLoop::new(self.shared.clone(), lease.clone(), activity.clone());
+        let current = Arc::new(Mutex::new(Current { link, activity }));
         let span = tracing::info_span!("pull_loop", queue = %lease.queue().topic, broker = %lease.queue().broker_name, id = lease.queue().queue_id);
-        let task = tokio::spawn(pull_loop.run().instrument(span));
+        let run = run_lease(
+            self.shared.clone(),
+            lease.clone(),
+            current.clone(),
+            pull_loop,
+        );
+        let task = tokio::spawn(run.instrument(span));
         Running {
             lease,
-            link,
-            activity,
+            current,
             task,
         }
     }
 
-    /// Restarts the loops of live leases that have not pulled for [`PULL_EXPIRY`].
+    /// Retires the loops of live leases that have not pulled for [`PULL_EXPIRY`] and have no
+    /// batch in the listener: each stops pulling, lets its batches finish (a running listener
+    /// call is never cancelled) and commits them; then its task starts a fresh loop, from the
+    /// lease's committed offset. A removal awaits the task, so its hand-off covers both.
     pub(crate) fn restart_stalled(&self) -> usize {
-        let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
         let mut restarted = 0;
-        for running in loops.values_mut().flatten() {
-            let idle = running.activity.idle();
-            if running.lease.is_cancelled() || running.task.is_finished() || idle < PULL_EXPIRY {
+        for running in loops.values().flatten() {
+            if running.lease.is_cancelled() || running.task.is_finished() {
+                continue;
+            }
+            let Current { link, activity } = running.current();
+            let idle = activity.idle();
+            if activity.is_retired() || link.in_flight() > 0 || idle < PULL_EXPIRY {
                 continue;
             }
             tracing::warn!(queue = ?running.lease.queue(), ?idle, "the pull loop has not pulled for too long; restarting it");
-            running.task.abort();
-            running.link.drop_lease();
-            *running = self.start(running.lease.clone());
+            activity.retire();
             restarted += 1;
         }
         restarted
@@ -91,7 +143,7 @@ impl Leases {
         let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
         for running in loops.values().flatten() {
             running.task.abort();
-            running.link.drop_lease();
+            running.current().link.drop_lease();
         }
     }
 
@@ -268,13 +320,14 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_loop_that_stopped_pulling_is_restarted() {
         let source = Arc::new(TestSource::default());
-        source.with(|s| s.hang = true);
+        // A pull is cut short after 30 s; an offset lookup that never answers stalls the loop.
+        source.with(|s| s.hang_lookups = true);
         let q = queue(0);
         let stop = CancellationToken::new();
         let listener = Arc::new(SlowFirst::default());
         let shared = concurrent(source.clone(), listener, ConsumeOptions::default(), &stop);
         let leases = Leases::new(shared);
-        let (lease, _token) = lease(&q, StartPosition::Offset(0));
+        let (lease, _token) = lease(&q, StartPosition::Earliest);
         leases
             .queues_added("T", std::slice::from_ref(&lease))
             .await
@@ -282,7 +335,7 @@ mod tests {
         sleep(Duration::from_secs(119)).await;
         assert_eq!(leases.restart_stalled(), 0);
         sleep(Duration::from_secs(2)).await;
-        source.with(|s| s.hang = false);
+        source.with(|s| s.hang_lookups = false);
         assert_eq!(leases.restart_stalled(), 1);
         source.append(&q, 3);
         sleep(Duration::from_secs(2)).await;

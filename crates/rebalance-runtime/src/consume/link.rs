@@ -4,9 +4,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rebalance_core::MessageQueue;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedMutexGuard, mpsc};
 
 use super::Message;
+use crate::QueueLease;
 
 /// Set in [`LeaseLink::state`] once the lease is handed off: no new batch starts.
 const DROPPED: u64 = 1 << 63;
@@ -25,6 +26,9 @@ pub(crate) struct Ack {
     /// Whether the batch has left the listener (false for a batch sent back because it timed
     /// out while the listener still runs).
     pub(crate) finished: bool,
+    /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
+    /// pull loop commits, then drops it, so the queue is never unlocked between the two.
+    pub(crate) guard: Option<OwnedMutexGuard<()>>,
 }
 
 impl Ack {
@@ -42,6 +46,21 @@ pub(crate) struct LeaseLink {
     acks: mpsc::UnboundedSender<Ack>,
     /// [`DROPPED`] | the number of batches that started consumption.
     state: AtomicU64,
+    /// How many batches reported that they left the listener.
+    finished: AtomicU64,
+    /// The lease whose consume guard each batch holds, when the consumer locks its queues.
+    guarded: Option<QueueLease>,
+}
+
+/// Whether a batch may run, for [`LeaseLink::consume_guard`].
+#[derive(Debug)]
+pub(crate) enum Guard {
+    /// Its queue is not locked: nothing to hold.
+    Unneeded,
+    /// Held: the runtime does not unlock the queue until it is dropped.
+    Held(OwnedMutexGuard<()>),
+    /// Refused: the queue is released, or its lock is stale; the batch must not run now.
+    Refused,
 }
 
 impl LeaseLink {
@@ -51,8 +70,29 @@ impl LeaseLink {
             queue,
             acks,
             state: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            guarded: None,
         };
         (link, receiver)
+    }
+
+    /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
+    pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
+        self.guarded = Some(lease);
+        self
+    }
+
+    /// Waits for the right to run one batch: the lease's consume guard when the consumer locks
+    /// its queues; refused once the lease is handed off (before or while waiting), or while its
+    /// lock is stale.
+    pub(crate) async fn consume_guard(&self) -> Guard {
+        let Some(lease) = &self.guarded else {
+            return Guard::Unneeded;
+        };
+        match lease.consume_guard().await {
+            Some(guard) if !self.is_dropped() => Guard::Held(guard),
+            _ => Guard::Refused,
+        }
     }
 
     pub(crate) fn queue(&self) -> &MessageQueue {
@@ -81,7 +121,16 @@ impl LeaseLink {
 
     /// Reports a batch to the pull loop (ignored when the loop is gone).
     pub(crate) fn report(&self, ack: Ack) {
+        if ack.finished {
+            self.finished.fetch_add(1, Ordering::AcqRel);
+        }
         let _ = self.acks.send(ack);
+    }
+
+    /// How many batches are in the listener (started and not finished).
+    pub(crate) fn in_flight(&self) -> u64 {
+        let started = self.state.load(Ordering::Acquire) & !DROPPED;
+        started.saturating_sub(self.finished.load(Ordering::Acquire))
     }
 }
 

@@ -17,9 +17,11 @@
 //!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs).
 
 mod activity;
+mod calls;
 mod concurrent;
 mod config;
 mod flow;
+mod in_flight;
 mod leases;
 mod link;
 mod listener;

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
 
+use super::calls;
 use super::concurrent::restore_topics;
 use super::shared::Shared;
 use super::{Message, OrderlyContext, OrderlyListener, OrderlyResult, SendBack};
@@ -59,6 +60,7 @@ pub(crate) async fn consume(
     let mut messages = messages;
     restore_topics(&mut messages);
     let mut context = OrderlyContext::new(lease.queue().clone());
+    let in_flight = shared.in_flight.enter(lease.queue(), first, last);
     let result = match caught(listener.consume(&messages, &mut context)).await {
         Ok(result) => result,
         Err(panic) => {
@@ -66,6 +68,7 @@ pub(crate) async fn consume(
             OrderlyResult::Suspend
         }
     };
+    drop(in_flight);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),
         OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,
@@ -102,7 +105,7 @@ async fn past_the_limit(
             continue;
         }
         let request = SendBack::new(&shared.group, &message).with_max_reconsume_times(max);
-        match shared.source.send_back(request).await {
+        match calls::send_back(&*shared.source, request).await {
             Ok(()) => {
                 tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), times = message.reconsume_times(), "past the reconsume limit: sent to the dead-letter topic")
             }

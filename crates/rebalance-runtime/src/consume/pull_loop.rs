@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use super::activity::{Activity, ErrorLog};
+use super::calls;
 use super::config::{FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY};
 use super::flow::{FlowWarning, over_limit};
 use super::link::{Ack, LeaseLink};
@@ -21,9 +22,10 @@ use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
 use super::{Message, PullError, PullRequest, PullResult};
-use crate::{QueueLease, StartPosition};
+use crate::{QueueLease, RemoteError, StartPosition};
 
 type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
+type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<i64, RemoteError>> + Send + 'a>>;
 type OrderlyFuture = Pin<Box<dyn Future<Output = orderly::Done> + Send>>;
 
 /// The pull loop of one lease.
@@ -63,7 +65,10 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let (link, acks) = LeaseLink::new(lease.queue().clone());
+        let (mut link, acks) = LeaseLink::new(lease.queue().clone());
+        if shared.guarded.is_some() && !shared.orderly() {
+            link = link.guarded_by(lease.clone());
+        }
         let link = Arc::new(link);
         let pull_loop = Self {
             shared,
@@ -83,7 +88,9 @@ impl PullLoop {
         (pull_loop, link)
     }
 
-    /// Runs until the lease is cancelled, then hands the queue off.
+    /// Runs until the lease is cancelled, then hands the queue off; or until the loop is asked
+    /// to retire (it stopped pulling), then stops pulling, lets its batches finish (however
+    /// long they take: a running listener call is never cancelled) and commits them.
     pub(crate) async fn run(mut self) {
         self.activity.touch();
         let Some(start) = self.start_offset().await else {
@@ -107,25 +114,34 @@ impl PullLoop {
                 ) {
                     Some(limit) => {
                         self.flow.hold(limit, self.lease.queue());
+                        self.held = true;
                         pull_at = now + FLOW_CONTROL_DELAY;
                     }
-                    None => pull = Some(self.pull()),
+                    None => {
+                        self.held = false;
+                        pull = Some(self.pull());
+                    }
                 }
             }
             if consuming.is_none() && now >= self.resume_at {
                 consuming = self.next_orderly_batch();
             }
             self.resubmit_due(now);
+            self.activity.set_busy(consuming.is_some());
             let retry_at = self.retries.front().map(|(at, _)| *at);
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => break,
+                _ = self.activity.retired() => break,
                 Some(ack) = self.acks.recv() => {
-                    self.on_ack(ack);
+                    let mut guards = Vec::new();
+                    guards.extend(self.on_ack(ack));
                     while let Ok(ack) = self.acks.try_recv() {
-                        self.on_ack(ack);
+                        guards.extend(self.on_ack(ack));
                     }
                     self.commit();
+                    // Only now may the runtime unlock the queue: the commit covers the batches.
+                    drop(guards);
                     if self.held && self.drained() {
                         pull_at = Instant::now();
                     }
@@ -160,14 +176,21 @@ impl PullLoop {
         let queue = self.lease.queue().clone();
         loop {
             self.activity.touch();
-            let source = &self.shared.source;
-            let (kind, lookup) = match self.lease.start_position() {
+            let source = self.shared.source.clone();
+            let (kind, lookup): (_, LookupFuture<'_>) = match self.lease.start_position() {
                 StartPosition::Offset(offset) => return Some(offset),
-                StartPosition::Latest => ("max offset", source.max_offset(&queue).await),
-                StartPosition::Earliest => ("min offset", source.min_offset(&queue).await),
+                StartPosition::Latest => ("max offset", Box::pin(source.max_offset(&queue))),
+                StartPosition::Earliest => ("min offset", Box::pin(source.min_offset(&queue))),
                 StartPosition::Timestamp(t) => {
-                    ("offset at time", source.offset_at(&queue, t).await)
+                    ("offset at time", Box::pin(source.offset_at(&queue, t)))
                 }
+            };
+            // A lookup that never answers is given up when the loop retires.
+            let lookup = tokio::select! {
+                biased;
+                _ = self.lease.cancelled() => return None,
+                _ = self.activity.retired() => return None,
+                lookup = lookup => lookup,
             };
             match lookup {
                 Ok(offset) => {
@@ -182,6 +205,7 @@ impl PullLoop {
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => return None,
+                _ = self.activity.retired() => return None,
                 _ = tokio::time::sleep(PULL_ERROR_DELAY) => {}
             }
         }
@@ -214,7 +238,7 @@ impl PullLoop {
         .with_suspend(options.pull_suspend)
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
-        Box::pin(async move { source.pull(&request).await })
+        Box::pin(async move { calls::pull(&*source, &request).await })
     }
 
     /// Takes a pull's answer; returns when to pull next.
@@ -292,8 +316,11 @@ impl PullLoop {
         }
     }
 
-    /// Concurrent: takes a batch's report.
-    fn on_ack(&mut self, ack: Ack) {
+    /// Concurrent: takes a batch's report; returns the consume guard it ran under, to drop once
+    /// the commit covers it.
+    #[must_use = "drop the guard after the commit"]
+    fn on_ack(&mut self, mut ack: Ack) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let guard = ack.guard.take();
         if ack.finished {
             self.finished += 1;
         }
@@ -303,6 +330,24 @@ impl PullLoop {
             self.retries
                 .push_back((Instant::now() + LOCAL_RETRY_DELAY, ack.retry));
         }
+        guard
+    }
+
+    /// Concurrent: takes a batch's report during the hand-off (begun at `since`): commits it
+    /// before its guard is dropped, and says so when the runtime no longer waited for it.
+    fn on_final_ack(&mut self, ack: Ack, since: Instant) {
+        let guard = self.on_ack(ack);
+        if guard.is_none() {
+            return;
+        }
+        self.commit();
+        if let Some(bound) = self.shared.guarded {
+            let late = since.elapsed();
+            if late >= bound {
+                tracing::warn!(queue = ?self.lease.queue(), commit = self.pq.commit_offset(), ?late, force_unlock_after = ?bound, "a batch finished after force_unlock_after: the queue was already unlocked with the offset persisted before it, so this commit is lost and the next owner consumes the batch again");
+            }
+        }
+        drop(guard);
     }
 
     /// Orderly: the next batch to consume, if any.
@@ -373,18 +418,29 @@ impl PullLoop {
     /// The lease is cancelled: no new batch starts, the batches in the listener finish
     /// (bounded by `await_in_flight`), and the final commit covers exactly what they processed;
     /// buffered messages are dropped.
+    ///
+    /// When the consumer locks its queues, each batch holds the lease's consume guard and the
+    /// runtime unlocks the queue only once the guard is free (after this loop committed the
+    /// batch), or after `force_unlock_after`. A batch still running past that bound finishes
+    /// and is committed here, but the runtime has already persisted the queue's offset and
+    /// unlocked it: that commit is lost (logged as a warning), and the next owner consumes the
+    /// batch's messages again.
     async fn hand_off(mut self, consuming: Option<OrderlyFuture>) {
+        let since = Instant::now();
+        let retiring = !self.lease.is_cancelled();
         let started = self.link.drop_lease();
         let in_flight = started - self.finished.min(started);
-        let await_in_flight = self.shared.options.await_in_flight;
+        let await_in_flight = self.shared.options.await_in_flight.filter(|_| !retiring);
+        let mut consuming = consuming;
         let wait = async {
-            if let Some(batch) = consuming {
+            if let Some(batch) = &mut consuming {
                 let done = batch.await;
+                consuming = None;
                 self.on_orderly_done(done);
             }
             while self.finished < started {
                 match self.acks.recv().await {
-                    Some(ack) => self.on_ack(ack),
+                    Some(ack) => self.on_final_ack(ack, since),
                     None => break,
                 }
             }
@@ -396,12 +452,27 @@ impl PullLoop {
                 true
             }
         };
+        if let Some(batch) = consuming {
+            // Never cancelled, as concurrent batches are not: it runs on, holding the queue's
+            // guard (so the runtime unlocks the queue when it ends, or after
+            // force_unlock_after), and nothing of it is committed.
+            tracing::warn!(queue = ?self.lease.queue(), commit = self.pq.commit_offset(), "an ordered batch is still in the listener after await_in_flight: it runs on uncommitted, and the next owner consumes its messages again");
+            let abandon = self.shared.abandon.clone();
+            self.shared.outliving.spawn(async move {
+                tokio::select! {
+                    _ = batch => {}
+                    _ = abandon.cancelled() => {}
+                }
+            });
+        }
         while let Ok(ack) = self.acks.try_recv() {
-            self.on_ack(ack);
+            self.on_final_ack(ack, since);
         }
         self.commit();
         let queue = self.lease.queue();
-        if complete {
+        if retiring {
+            tracing::info!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "retired the pull loop");
+        } else if complete {
             tracing::debug!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "handed off");
         } else {
             tracing::warn!(queue = ?queue, commit = self.pq.commit_offset(), "handed off before the batches in the listener finished (await_in_flight)");

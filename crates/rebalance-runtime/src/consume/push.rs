@@ -18,6 +18,9 @@ use crate::config::{ConsumeOrder, MessageModel};
 use crate::subscription::TagExpression;
 use crate::{Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle};
 
+/// How often a shutdown without `await_in_flight` says which batches it still waits for.
+const STILL_WAITING_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Entry point: `PushConsumer::builder("group")`.
 #[derive(Debug, Clone, Copy)]
 pub struct PushConsumer;
@@ -173,21 +176,20 @@ impl PushConsumerBuilder {
                 None,
             ),
         };
-        let shared = Arc::new(Shared::new(
-            Arc::from(self.group.as_str()),
-            source,
-            self.options,
-            self.message_model == MessageModel::Broadcasting,
-            mode,
-            self.subscriptions,
-        ));
+        let consumer = self.consumer.consume_order(order);
+        let shared = Arc::new(
+            Shared::new(
+                Arc::from(self.group.as_str()),
+                source,
+                self.options,
+                self.message_model == MessageModel::Broadcasting,
+                mode,
+                self.subscriptions,
+            )
+            .with_guard(consumer.guarded_release()),
+        );
         let leases = Arc::new(Leases::new(shared.clone()));
-        let consumer = self
-            .consumer
-            .consume_order(order)
-            .listener(leases.clone())
-            .start()
-            .await?;
+        let consumer = consumer.listener(leases.clone()).start().await?;
         let stop = consumer.token().child_token();
         let tasks = TaskTracker::new();
         let mut aborts = Vec::new();
@@ -281,18 +283,58 @@ impl PushConsumerHandle {
     /// Hands every queue off (batches in the listener finish and are committed, buffered
     /// messages are dropped), persists offsets, unregisters, stops the workers, and returns
     /// when all of that is done.
+    ///
+    /// With [`ConsumeOptions::await_in_flight`] set, the workers (and the ordered batches a
+    /// hand-off left running) get that long after the hand-off to finish their batches; those still in the listener then are abandoned (their
+    /// tasks aborted, the listener's futures dropped) and named in an error event: their
+    /// messages are not committed, so the queues' next owners consume them again. Without it,
+    /// shutdown waits for every batch, warning every 30 s about those still running.
     pub async fn shutdown(&self) {
         self.inner.consumer.shutdown().await;
-        self.inner.stop.cancel();
-        self.inner.tasks.wait().await;
+        self.stop_workers().await;
     }
 
-    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]).
+    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]), then stops the
+    /// workers as [`shutdown`](Self::shutdown) does.
     pub async fn join(&self) -> Result<(), ConsumerError> {
         let result = self.inner.consumer.join().await;
-        self.inner.stop.cancel();
-        self.inner.tasks.wait().await;
+        self.stop_workers().await;
         result
+    }
+
+    /// Stops the workers: each finishes its batch, bounded by `await_in_flight`.
+    async fn stop_workers(&self) {
+        let inner = &self.inner;
+        inner.stop.cancel();
+        inner.shared.outliving.close();
+        let all = || async {
+            inner.tasks.wait().await;
+            inner.shared.outliving.wait().await;
+        };
+        let Some(limit) = inner.shared.options.await_in_flight else {
+            while tokio::time::timeout(STILL_WAITING_EVERY, all())
+                .await
+                .is_err()
+            {
+                let batches = inner.shared.in_flight.list();
+                tracing::warn!(
+                    count = batches.len(),
+                    ?batches,
+                    "shutdown is waiting for batches still in the listener (set await_in_flight to bound the wait)"
+                );
+            }
+            return;
+        };
+        if tokio::time::timeout(limit, all()).await.is_ok() {
+            return;
+        }
+        let batches = inner.shared.in_flight.list();
+        tracing::error!(count = batches.len(), ?batches, await_in_flight = ?limit, "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again");
+        for task in &inner.aborts {
+            task.abort();
+        }
+        inner.shared.abandon.cancel();
+        all().await;
     }
 
     /// Stops everything at once, handing nothing off and without unregistering, as if the

@@ -2,10 +2,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
 
 use rebalance_core::MessageQueue;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
+use super::in_flight::InFlight;
 use super::work::WorkQueue;
 use super::{ConsumeOptions, MessageSource, OrderlyListener};
 use crate::subscription::TagExpression;
@@ -29,6 +33,17 @@ pub(crate) struct Shared {
     pub(crate) options: ConsumeOptions,
     pub(crate) broadcasting: bool,
     pub(crate) mode: Mode,
+    /// `Some(force_unlock_after)` when the consumer locks its queues (ordered consumption, or
+    /// an exclusive hand-off): concurrent batches then run under their lease's consume guard,
+    /// and a release waits for them that long at most.
+    pub(crate) guarded: Option<Duration>,
+    /// The batches in the listener now.
+    pub(crate) in_flight: InFlight,
+    /// Ordered batches still in the listener when their hand-off's `await_in_flight` was up:
+    /// they run on (never cancelled, like concurrent batches), uncommitted, until they end or
+    /// `abandon` (the shutdown's `await_in_flight` is up).
+    pub(crate) outliving: TaskTracker,
+    pub(crate) abandon: CancellationToken,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -50,9 +65,19 @@ impl Shared {
             options,
             broadcasting,
             mode,
+            guarded: None,
+            in_flight: InFlight::default(),
+            outliving: TaskTracker::new(),
+            abandon: CancellationToken::new(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Runs concurrent batches under their lease's consume guard (see [`Self::guarded`]).
+    pub(crate) fn with_guard(mut self, force_unlock_after: Option<Duration>) -> Self {
+        self.guarded = force_unlock_after;
+        self
     }
 
     /// The tag expression pulls of `topic` use.

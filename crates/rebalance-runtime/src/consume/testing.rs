@@ -34,11 +34,15 @@ pub(crate) struct State {
     pub(crate) scripted: VecDeque<Result<PullResult, PullError>>,
     /// When set, pulls never answer.
     pub(crate) hang: bool,
+    /// When set, offset lookups never answer.
+    pub(crate) hang_lookups: bool,
     /// (when, offset) of every pull started.
     pub(crate) pulls: Vec<(Instant, MessageQueue, i64)>,
     pub(crate) sent_back: Vec<(Message, i32)>,
     /// How many send-backs fail before they succeed again.
     pub(crate) failing_send_backs: usize,
+    /// How many send-backs panic (after the failing ones) before they succeed again.
+    pub(crate) panicking_send_backs: usize,
 }
 
 impl TestSource {
@@ -133,6 +137,14 @@ impl MessageSource for TestSource {
     }
 
     async fn send_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
+        let panics = self.with(|s| {
+            let panics = s.failing_send_backs == 0 && s.panicking_send_backs > 0;
+            if panics {
+                s.panicking_send_backs -= 1;
+            }
+            panics
+        });
+        assert!(!panics, "the test source panics in send_back");
         self.with(|s| {
             if s.failing_send_backs > 0 {
                 s.failing_send_backs -= 1;
@@ -145,6 +157,9 @@ impl MessageSource for TestSource {
     }
 
     async fn min_offset(&self, queue: &MessageQueue) -> Result<i64, RemoteError> {
+        if self.with(|s| s.hang_lookups) {
+            std::future::pending::<()>().await;
+        }
         Ok(self.with(|s| s.min.get(queue).copied().unwrap_or(0)))
     }
 

@@ -195,9 +195,27 @@ impl ConsumerBuilder {
     /// [`locker`](Self::locker): [`start`](Self::start) fails with [`ConsumerError::Missing`]
     /// without one (in clustering mode; broadcasting never locks). Off by default, as in the
     /// Java client.
+    ///
+    /// The release waits for the batch being processed under the queue's
+    /// [`consume_guard`](crate::QueueLease::consume_guard) for `force_unlock_after` (20 s) at
+    /// most: a batch that runs longer may be processed again by the next owner. The push
+    /// consumer holds that guard for each concurrent batch, so one queue's batches then run
+    /// one at a time.
     pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
         self.exclusive_hand_off = exclusive;
         self
+    }
+
+    /// `Some(force_unlock_after)` when a consumer so configured locks its queues at the broker
+    /// (ordered consumption, or an exclusive hand-off, in clustering mode): its release then
+    /// waits for the batch under a lease's consume guard, for that long at most.
+    pub(crate) fn guarded_release(&self) -> Option<std::time::Duration> {
+        crate::context::uses_locks(
+            self.message_model,
+            self.consume_order,
+            self.exclusive_hand_off,
+        )
+        .then_some(self.intervals.force_unlock_after)
     }
 
     /// What to do when [`QueueListener::queues_added`] fails (default: call it again with

@@ -478,3 +478,32 @@ mod properties {
         }
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_that_never_answers_is_an_error_after_its_suspension_and_15_s() {
+    let source = Arc::new(TestSource::default());
+    source.with(|s| s.hang = true);
+    let q = queue(0);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(10)).await;
+    source.with(|s| s.hang = false);
+    source.append(&q, 3);
+    // The hung pull is given up at 30 s (15 s suspension + 15 s), pulled again 3 s later.
+    sleep(Duration::from_secs(19)).await;
+    assert!(recorder.offsets().is_empty(), "the hung pull still runs");
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2]);
+    assert_eq!(lease.committed(), Some(3));
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
