@@ -53,6 +53,7 @@ pub mod codec;
 pub mod command;
 pub mod connection;
 mod error;
+pub mod message;
 pub mod name_server;
 mod notify;
 pub mod producer;
