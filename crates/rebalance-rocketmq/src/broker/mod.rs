@@ -3,13 +3,17 @@
 mod directory;
 mod locks;
 mod offsets;
+mod offsets_query;
+pub mod pull;
 mod registrations;
+pub mod send_back;
+mod source;
 mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dashmap::DashSet;
+use dashmap::{DashMap, DashSet};
 
 use rebalance_core::{MessageQueue, TopicRoute};
 use rebalance_runtime::{RemoteError, RouteError};
@@ -26,6 +30,9 @@ struct Inner {
     registrations: Registrations,
     /// The groups whose member lists were asked for, each told about once.
     member_lists_asked: DashSet<String>,
+    /// When each broker was last heartbeated again after answering a pull "subscription not
+    /// latest".
+    resubscribed: DashMap<String, tokio::time::Instant>,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
@@ -93,6 +100,7 @@ impl BrokerClient {
                 name_server,
                 registrations: Registrations::default(),
                 member_lists_asked: DashSet::new(),
+                resubscribed: DashMap::new(),
             }),
         };
         let weak = Arc::downgrade(&client.inner);

@@ -13,7 +13,7 @@ pub mod id;
 pub mod properties;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use decode::{DecodeError, DecodeLimits, Host, StoredMessage, decode_batch};
 pub use id::{offset_msg_id, unique_id};

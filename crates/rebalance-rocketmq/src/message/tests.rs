@@ -27,7 +27,7 @@ fn host(ip: IpAddr, port: i32) -> Host {
     Host { ip, port }
 }
 
-fn sample(offset: i64, body: &str) -> StoredMessage {
+pub(crate) fn sample(offset: i64, body: &str) -> StoredMessage {
     let mut props = HashMap::new();
     props.insert("TAGS".to_string(), "TagA".to_string());
     props.insert("UNIQ_KEY".to_string(), format!("ID{offset}"));
@@ -117,6 +117,12 @@ fn encode(record: &Record, out: &mut BytesMut) {
     let total = buf.len() as i32;
     buf[..4].copy_from_slice(&total.to_be_bytes());
     out.extend_from_slice(&buf);
+}
+
+/// `messages` as uncompressed V1 records.
+pub(crate) fn encode_messages(messages: &[StoredMessage]) -> Bytes {
+    let records: Vec<Record> = messages.iter().cloned().map(plain).collect();
+    encode_all(&records)
 }
 
 fn encode_all(records: &[Record]) -> Bytes {
