@@ -39,7 +39,10 @@ struct Inner {
 /// [`GroupDirectory`](rebalance_runtime::GroupDirectory) (HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP,
 /// UNREGISTER_CLIENT, and NOTIFY_CONSUMER_IDS_CHANGED as membership changes),
 /// [`OffsetStore`](rebalance_runtime::OffsetStore) (QUERY/UPDATE_CONSUMER_OFFSET) and
-/// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ).
+/// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ), and the consume
+/// layer's [`MessageSource`](rebalance_runtime::consume::MessageSource) (PULL_MESSAGE,
+/// CONSUMER_SEND_MSG_BACK and its fallback, GET_MIN_OFFSET, GET_MAX_OFFSET,
+/// SEARCH_OFFSET_BY_TIMESTAMP; see [`pull`] and [`send_back`]).
 ///
 /// Broker addresses come from the routes its [`NameServerClient`] fetched (the runtime polls
 /// them); a topic or broker not seen yet is looked up on demand. It shares the name server
