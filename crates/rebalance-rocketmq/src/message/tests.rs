@@ -182,7 +182,11 @@ fn v2_records_ipv6_hosts_and_long_topics() {
         v2: true,
         compression: None,
     };
-    let decoded = decode_batch(&encode_all(&[record.clone()]), &DecodeLimits::default()).unwrap();
+    let decoded = decode_batch(
+        &encode_all(std::slice::from_ref(&record)),
+        &DecodeLimits::default(),
+    )
+    .unwrap();
     assert_eq!(decoded, [expected(&record)]);
     // No UNIQ_KEY: the id is the offset message id, with the 16 address bytes.
     assert_eq!(
@@ -199,7 +203,7 @@ fn compressed_bodies_come_back_decompressed() {
             v2: false,
             compression: Some(kind),
         };
-        let bytes = encode_all(&[record.clone()]);
+        let bytes = encode_all(std::slice::from_ref(&record));
         assert!(bytes.len() < 400, "{kind:?} compressed");
         let decoded = decode_batch(&bytes, &DecodeLimits::default()).unwrap();
         assert_eq!(decoded, [expected(&record)], "{kind:?}");
