@@ -181,6 +181,15 @@ impl QueueLease {
             .fetch_max(next_offset, Ordering::AcqRel);
     }
 
+    /// Reports `next_offset` as the progress even when it is smaller than one reported before:
+    /// for a consumer that must move back (the source said the queue's offset moved), or that
+    /// commits exactly what it processed (ordered consumption). A negative value is ignored.
+    pub fn commit_exact(&self, next_offset: i64) {
+        if next_offset >= 0 {
+            self.state.committed.store(next_offset, Ordering::Release);
+        }
+    }
+
     /// The last offset reported with [`commit`](Self::commit). A queue this client takes back
     /// before its final offset could be stored starts with that offset here (it is progress
     /// the store does not have yet, and is persisted like a commit).

@@ -10,13 +10,41 @@
 //! - [`Message`]: one message as a source delivers it, with the [`property`] names it reads;
 //! - [`MessageSource`]: pull a queue from an offset ([`PullRequest`] → [`PullResult`] or
 //!   [`PullError`]), send a failed message back for redelivery ([`SendBack`]), and find the
-//!   offsets that a start position resolves to.
+//!   offsets that a start position resolves to;
+//! - [`PushConsumer`]: a group member that runs one pull loop per lease, buffers what it
+//!   pulled (with the Java client's flow control), hands batches to a [`ConcurrentListener`]
+//!   or an [`OrderlyListener`], sends failed messages back, commits the smallest unconsumed
+//!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs).
 
+mod activity;
+mod concurrent;
+mod config;
+mod flow;
+mod leases;
+mod link;
+mod listener;
 mod message;
+mod orderly;
+mod process_queue;
 pub mod property;
+mod pull_loop;
+mod push;
+mod shared;
 mod source;
+#[cfg(test)]
+mod testing;
+mod work;
 
+pub use config::{
+    ConsumeOptions, ConsumeOptionsError, EXPIRED_DELAY_LEVEL, FLOW_CONTROL_DELAY,
+    LOCAL_RETRY_DELAY, MAX_SUSPEND, MIN_SUSPEND, PULL_ERROR_DELAY, PULL_EXPIRY, THROTTLED_DELAY,
+};
+pub use listener::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, OrderlyContext, OrderlyListener,
+    OrderlyResult,
+};
 pub use message::Message;
+pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsumerHandle};
 pub use source::{
     DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND, MessageSource,
     PullError, PullRequest, PullResult, SendBack,

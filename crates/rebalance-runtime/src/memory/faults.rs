@@ -22,6 +22,13 @@ pub enum Operation {
     Lock,
     /// `QueueLocker::unlock`.
     Unlock,
+    /// `MessageSource::pull` (a delay or a lost reply applies after the pull was served,
+    /// long polling included).
+    Pull,
+    /// `MessageSource::send_back` (a lost reply still sends the message back).
+    SendBack,
+    /// `MessageSource::min_offset`, `max_offset` and `offset_at`.
+    QueryOffset,
 }
 
 /// What happens to one call.

@@ -25,14 +25,19 @@
 //!   [`ClusterConfig::members_per_topic`] is `false` (a broker lists the whole group);
 //! - departures are pushed to the group, unless [`ClusterConfig::notify_departures`] is `false`
 //!   (a broker does not always push them, so the runtime must not depend on it);
-//! - the group's retry topic exists only if a test creates it (a broker creates it, with one
-//!   queue, at the group's first heartbeat);
+//! - the group's retry topic exists only once a test creates it or a message is sent back (a
+//!   broker creates it, with one queue, at the group's first heartbeat);
+//! - messages (see [`InMemoryCluster::send`] and the [`MessageSource`](crate::consume::MessageSource)
+//!   implementation) are stored in one log per queue with ids, timestamps from tokio's clock
+//!   ([`CLUSTER_EPOCH_MS`] plus the time elapsed) and dense offsets, and are never lost;
 //! - one directory and one lock table serve every broker, locks and offsets are accepted for
 //!   any queue (routed or not), and a call fails or succeeds as a whole;
 //! - an answer is never late beyond what [`delay_next`](InMemoryCluster::delay_next) asks, and
 //!   never lost unless [`lose_next_replies`](InMemoryCluster::lose_next_replies) says so.
 
 mod faults;
+mod log;
+mod messages;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -47,6 +52,10 @@ use tokio::time::Instant;
 
 pub use self::faults::Operation;
 use self::faults::{Fault, Faults};
+pub use self::messages::{
+    CLUSTER_EPOCH_MS, DELAY_LEVELS, DLQ_TOPIC_PREFIX, OutgoingMessage, SendError, SendReceipt,
+    delay_of_level, dlq_topic,
+};
 use crate::directory::Registration;
 use crate::{
     GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
@@ -143,6 +152,8 @@ struct State {
     config: ClusterConfig,
     inner: Mutex<Inner>,
     offsets: DashMap<(String, MessageQueue), i64>,
+    /// Taken after `inner` when both are needed, never before.
+    messages: Mutex<messages::Messages>,
 }
 
 /// The cluster. Cheap to clone; every clone is the same cluster.
@@ -170,6 +181,7 @@ impl InMemoryCluster {
                 config,
                 inner: Mutex::new(Inner::default()),
                 offsets: DashMap::new(),
+                messages: Mutex::new(messages::Messages::new()),
             }),
         }
     }

@@ -1,0 +1,116 @@
+//! Ordered consumption of one queue: one batch at a time, under the lease's consume guard.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+
+use super::concurrent::restore_topics;
+use super::shared::Shared;
+use super::{Message, OrderlyContext, OrderlyListener, OrderlyResult, SendBack};
+use crate::QueueLease;
+use crate::callbacks::caught;
+
+/// How long a queue whose consume guard is refused (its lock is stale) waits before it asks
+/// again.
+pub(crate) const NO_GUARD_RETRY: Duration = Duration::from_millis(500);
+
+/// A batch after its listener call. The guard (when there is one) is still held: the pull loop
+/// commits, then drops it, so the queue is never unlocked between the two.
+pub(crate) struct Done {
+    pub(crate) epoch: u64,
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    /// The messages to consume again (in order), and after how long; empty when the batch is
+    /// consumed (or dead-lettered).
+    pub(crate) retry: Vec<Message>,
+    pub(crate) suspend: Duration,
+    pub(crate) guard: Option<OwnedMutexGuard<()>>,
+    pub(crate) _permit: Option<OwnedSemaphorePermit>,
+}
+
+/// Consumes one batch in order: a permit of the consumer's concurrency, the lease's guard,
+/// then the listener.
+pub(crate) async fn consume(
+    shared: Arc<Shared>,
+    listener: Arc<dyn OrderlyListener>,
+    permits: Arc<Semaphore>,
+    lease: QueueLease,
+    epoch: u64,
+    messages: Vec<Message>,
+) -> Done {
+    let first = messages.first().map_or(0, Message::queue_offset);
+    let last = messages.last().map_or(0, Message::queue_offset);
+    let not_now = |messages, permit| Done {
+        epoch,
+        first,
+        last,
+        retry: messages,
+        suspend: NO_GUARD_RETRY,
+        guard: None,
+        _permit: permit,
+    };
+    let Ok(permit) = permits.acquire_owned().await else {
+        return not_now(messages, None);
+    };
+    let Some(guard) = lease.consume_guard().await else {
+        return not_now(messages, Some(permit));
+    };
+    let mut messages = messages;
+    restore_topics(&mut messages);
+    let mut context = OrderlyContext::new(lease.queue().clone());
+    let result = match caught(listener.consume(&messages, &mut context)).await {
+        Ok(result) => result,
+        Err(panic) => {
+            tracing::error!(queue = ?lease.queue(), first, panic = %panic, "the orderly listener panicked; suspending the queue");
+            OrderlyResult::Suspend
+        }
+    };
+    let retry = match result {
+        OrderlyResult::Success => Vec::new(),
+        OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,
+    };
+    Done {
+        epoch,
+        first,
+        last,
+        retry,
+        suspend: shared.options.suspend(context.suspend_time),
+        guard: Some(guard),
+        _permit: Some(permit),
+    }
+}
+
+/// A suspended batch: each message suspended `max_reconsume_times` times already goes to the
+/// dead-letter topic through send-back (dropped when broadcasting); the others are consumed
+/// again, counted once more. Returns the messages to consume again.
+async fn past_the_limit(
+    shared: &Shared,
+    lease: &QueueLease,
+    messages: Vec<Message>,
+) -> Vec<Message> {
+    let max = shared.options.max_reconsume_times;
+    let mut retry = Vec::with_capacity(messages.len());
+    for message in messages {
+        if message.reconsume_times() < max {
+            let times = message.reconsume_times() + 1;
+            retry.push(message.with_reconsume_times(times));
+            continue;
+        }
+        if shared.broadcasting {
+            tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), "broadcasting: a message past the reconsume limit is dropped");
+            continue;
+        }
+        let request = SendBack::new(&shared.group, &message).with_max_reconsume_times(max);
+        match shared.source.send_back(request).await {
+            Ok(()) => {
+                tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), times = message.reconsume_times(), "past the reconsume limit: sent to the dead-letter topic")
+            }
+            Err(e) => {
+                tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), error = %e, "could not send a message past the reconsume limit to the dead-letter topic; suspending the queue");
+                retry.push(message);
+            }
+        }
+    }
+    retry
+}

@@ -1,0 +1,391 @@
+//! The pull loop of one lease: it resolves where to start, pulls (long polling), buffers, hands
+//! batches to the listener, commits, and hands the queue off when the lease is cancelled.
+//!
+//! A loop owns its lease's [`ProcessQueue`] and a fresh [`LeaseLink`]: a batch consumed
+//! elsewhere reports back through that link only, so nothing from an older loop of the same
+//! queue (a lease removed and added again, a restarted loop) can reach this one.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+
+use super::activity::{Activity, ErrorLog};
+use super::config::{FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY};
+use super::flow::{FlowWarning, over_limit};
+use super::link::{Ack, LeaseLink};
+use super::orderly;
+use super::process_queue::ProcessQueue;
+use super::shared::{Mode, Shared};
+use super::{Message, PullError, PullRequest, PullResult};
+use crate::{QueueLease, StartPosition};
+
+type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
+type OrderlyFuture = Pin<Box<dyn Future<Output = orderly::Done> + Send>>;
+
+/// The pull loop of one lease.
+pub(crate) struct PullLoop {
+    shared: Arc<Shared>,
+    lease: QueueLease,
+    link: Arc<LeaseLink>,
+    acks: mpsc::UnboundedReceiver<Ack>,
+    activity: Arc<Activity>,
+    pq: ProcessQueue,
+    /// Concurrent: batches that finished consumption (for the hand-off's wait).
+    finished: u64,
+    /// Concurrent: messages whose send-back failed, consumed again locally when due.
+    retries: VecDeque<(Instant, Vec<Message>)>,
+    /// Orderly: messages pulled and not yet consumed, in order, and when the queue may go on
+    /// after a suspension.
+    pending: VecDeque<Message>,
+    resume_at: Instant,
+    errors: ErrorLog,
+    flow: FlowWarning,
+}
+
+/// Awaits the future in `slot`, or never when there is none.
+async fn in_slot<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+impl PullLoop {
+    /// A loop for `lease`, with the link its consumers report through.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        lease: QueueLease,
+        activity: Arc<Activity>,
+    ) -> (Self, Arc<LeaseLink>) {
+        let (link, acks) = LeaseLink::new(lease.queue().clone());
+        let link = Arc::new(link);
+        let pull_loop = Self {
+            shared,
+            lease,
+            link: link.clone(),
+            acks,
+            activity,
+            pq: ProcessQueue::new(0),
+            finished: 0,
+            retries: VecDeque::new(),
+            pending: VecDeque::new(),
+            resume_at: Instant::now(),
+            errors: ErrorLog::default(),
+            flow: FlowWarning::default(),
+        };
+        (pull_loop, link)
+    }
+
+    /// Runs until the lease is cancelled, then hands the queue off.
+    pub(crate) async fn run(mut self) {
+        self.activity.touch();
+        let Some(start) = self.start_offset().await else {
+            return;
+        };
+        tracing::debug!(queue = ?self.lease.queue(), start, "pull loop started");
+        self.pq = ProcessQueue::new(start);
+        let mut pull: Option<PullFuture> = None;
+        let mut pull_at = Instant::now();
+        let mut consuming: Option<OrderlyFuture> = None;
+        loop {
+            let now = Instant::now();
+            if pull.is_none() && now >= pull_at {
+                self.activity.touch();
+                let queues = self.shared.queues_of(&self.lease.queue().topic);
+                match over_limit(
+                    &self.pq,
+                    &self.shared.options,
+                    queues,
+                    self.shared.orderly(),
+                ) {
+                    Some(limit) => {
+                        self.flow.hold(limit, self.lease.queue());
+                        pull_at = now + FLOW_CONTROL_DELAY;
+                    }
+                    None => pull = Some(self.pull()),
+                }
+            }
+            if consuming.is_none() && now >= self.resume_at {
+                consuming = self.next_orderly_batch();
+            }
+            self.resubmit_due(now);
+            let retry_at = self.retries.front().map(|(at, _)| *at);
+            tokio::select! {
+                biased;
+                _ = self.lease.cancelled() => break,
+                Some(ack) = self.acks.recv() => {
+                    self.on_ack(ack);
+                    while let Ok(ack) = self.acks.try_recv() {
+                        self.on_ack(ack);
+                    }
+                    self.commit();
+                }
+                done = in_slot(&mut consuming) => {
+                    consuming = None;
+                    self.on_orderly_done(done);
+                }
+                result = in_slot(&mut pull) => {
+                    pull = None;
+                    pull_at = self.on_pull(result);
+                }
+                _ = sleep_until(pull_at), if pull.is_none() => {}
+                _ = sleep_until(self.resume_at), if consuming.is_none() && !self.pending.is_empty() => {}
+                _ = sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() => {}
+            }
+        }
+        drop(pull);
+        self.hand_off(consuming).await;
+    }
+
+    /// Where consumption starts: the lease's committed offset (a restarted loop, or progress
+    /// the store does not have yet), its stored offset, or its start position resolved at the
+    /// source and committed at once. `None` when the lease is cancelled first.
+    async fn start_offset(&mut self) -> Option<i64> {
+        if let Some(committed) = self.lease.committed() {
+            return Some(committed);
+        }
+        let queue = self.lease.queue().clone();
+        loop {
+            self.activity.touch();
+            let source = &self.shared.source;
+            let (kind, lookup) = match self.lease.start_position() {
+                StartPosition::Offset(offset) => return Some(offset),
+                StartPosition::Latest => ("max offset", source.max_offset(&queue).await),
+                StartPosition::Earliest => ("min offset", source.min_offset(&queue).await),
+                StartPosition::Timestamp(t) => {
+                    ("offset at time", source.offset_at(&queue, t).await)
+                }
+            };
+            match lookup {
+                Ok(offset) => {
+                    self.errors.recovered(&queue);
+                    let offset = offset.max(0);
+                    tracing::info!(queue = ?queue, start = ?self.lease.start_position(), offset, "resolved the start position");
+                    self.commit_at(offset);
+                    return Some(offset);
+                }
+                Err(e) => self.errors.failed(&queue, kind, &e, PULL_ERROR_DELAY),
+            }
+            tokio::select! {
+                biased;
+                _ = self.lease.cancelled() => return None,
+                _ = tokio::time::sleep(PULL_ERROR_DELAY) => {}
+            }
+        }
+    }
+
+    /// A pull from the next offset.
+    fn pull(&self) -> PullFuture {
+        let options = &self.shared.options;
+        let queue = self.lease.queue();
+        let request = PullRequest::new(
+            self.shared.group.clone(),
+            queue.clone(),
+            self.pq.next_offset(),
+            self.shared.expression(&queue.topic),
+        )
+        .with_limits(options.pull_batch_size, options.pull_batch_bytes)
+        .with_suspend(options.pull_suspend)
+        .with_commit_offset(self.lease.committed());
+        let source = self.shared.source.clone();
+        Box::pin(async move { source.pull(&request).await })
+    }
+
+    /// Takes a pull's answer; returns when to pull next.
+    fn on_pull(&mut self, result: Result<PullResult, PullError>) -> Instant {
+        let now = Instant::now();
+        let queue = self.lease.queue().clone();
+        match result {
+            Ok(PullResult::Found {
+                mut messages,
+                next_offset,
+                ..
+            }) => {
+                self.errors.recovered(&queue);
+                let mut floor = self.pq.next_offset();
+                messages.retain(|m| {
+                    let fresh = m.queue_offset() >= floor;
+                    if fresh {
+                        floor = m.queue_offset() + 1;
+                    }
+                    fresh
+                });
+                self.pq.put(
+                    messages.iter().map(|m| (m.queue_offset(), m.body().len())),
+                    next_offset,
+                );
+                self.dispatch(messages);
+                self.commit();
+                now
+            }
+            Ok(PullResult::NoNewMessage { next_offset }) => {
+                self.errors.recovered(&queue);
+                self.pq.advance(next_offset);
+                self.commit();
+                now
+            }
+            Ok(PullResult::OffsetMoved { next_offset }) => {
+                self.errors.recovered(&queue);
+                tracing::warn!(queue = ?queue, from = self.pq.next_offset(), to = next_offset, "the queue's offset moved; continuing from the new one");
+                self.pq.reset(next_offset);
+                self.pending.clear();
+                self.retries.clear();
+                self.lease.commit_exact(next_offset.max(0));
+                now
+            }
+            Err(PullError::Throttled(e)) => {
+                self.errors
+                    .failed(&queue, "pull throttled", &e, THROTTLED_DELAY);
+                now + THROTTLED_DELAY
+            }
+            Err(e) => {
+                self.errors.failed(&queue, "pull", &e, PULL_ERROR_DELAY);
+                now + PULL_ERROR_DELAY
+            }
+        }
+    }
+
+    /// Hands pulled messages to consumption: batches to the work queue (concurrent), or the
+    /// queue's pending list (orderly).
+    fn dispatch(&mut self, messages: Vec<Message>) {
+        match &self.shared.mode {
+            Mode::Concurrent { work } => work.push(self.link.clone(), self.pq.epoch(), messages),
+            Mode::Orderly { .. } => self.pending.extend(messages),
+        }
+    }
+
+    /// Concurrent: resubmits the messages whose local retry is due.
+    fn resubmit_due(&mut self, now: Instant) {
+        let Mode::Concurrent { work } = &self.shared.mode else {
+            return;
+        };
+        while self.retries.front().is_some_and(|(at, _)| *at <= now) {
+            if let Some((_, messages)) = self.retries.pop_front() {
+                work.push(self.link.clone(), self.pq.epoch(), messages);
+            }
+        }
+    }
+
+    /// Concurrent: takes a batch's report.
+    fn on_ack(&mut self, ack: Ack) {
+        if ack.finished {
+            self.finished += 1;
+        }
+        self.pq
+            .ack(ack.epoch, ack.first, ack.last, |o| ack.keeps(o));
+        if !ack.retry.is_empty() && ack.epoch == self.pq.epoch() && !self.link.is_dropped() {
+            self.retries
+                .push_back((Instant::now() + LOCAL_RETRY_DELAY, ack.retry));
+        }
+    }
+
+    /// Orderly: the next batch to consume, if any.
+    fn next_orderly_batch(&mut self) -> Option<OrderlyFuture> {
+        let Mode::Orderly { listener, permits } = &self.shared.mode else {
+            return None;
+        };
+        if self.pending.is_empty() {
+            return None;
+        }
+        let size = self
+            .shared
+            .options
+            .consume_batch_size
+            .min(self.pending.len());
+        let batch: Vec<Message> = self.pending.drain(..size).collect();
+        Some(Box::pin(orderly::consume(
+            self.shared.clone(),
+            listener.clone(),
+            permits.clone(),
+            self.lease.clone(),
+            self.pq.epoch(),
+            batch,
+        )))
+    }
+
+    /// Orderly: takes a batch's outcome, commits exactly, then releases its guard.
+    fn on_orderly_done(&mut self, done: orderly::Done) {
+        let orderly::Done {
+            epoch,
+            first,
+            last,
+            retry,
+            suspend,
+            guard,
+            _permit,
+        } = done;
+        if epoch != self.pq.epoch() {
+            return;
+        }
+        self.pq.ack(epoch, first, last, |o| {
+            retry.iter().any(|m| m.queue_offset() == o)
+        });
+        if !retry.is_empty() {
+            self.resume_at = Instant::now() + suspend;
+            for message in retry.into_iter().rev() {
+                self.pending.push_front(message);
+            }
+        }
+        self.commit();
+        drop(guard);
+    }
+
+    /// Reports the commit offset to the lease: increase-only when concurrent, exact when
+    /// orderly.
+    fn commit(&self) {
+        self.commit_at(self.pq.commit_offset());
+    }
+
+    fn commit_at(&self, offset: i64) {
+        if self.shared.orderly() {
+            self.lease.commit_exact(offset);
+        } else {
+            self.lease.commit(offset);
+        }
+    }
+
+    /// The lease is cancelled: no new batch starts, the batches in the listener finish
+    /// (bounded by `await_in_flight`), and the final commit covers exactly what they processed;
+    /// buffered messages are dropped.
+    async fn hand_off(mut self, consuming: Option<OrderlyFuture>) {
+        let started = self.link.drop_lease();
+        let in_flight = started - self.finished.min(started);
+        let await_in_flight = self.shared.options.await_in_flight;
+        let wait = async {
+            if let Some(batch) = consuming {
+                let done = batch.await;
+                self.on_orderly_done(done);
+            }
+            while self.finished < started {
+                match self.acks.recv().await {
+                    Some(ack) => self.on_ack(ack),
+                    None => break,
+                }
+            }
+        };
+        let complete = match await_in_flight {
+            Some(limit) => tokio::time::timeout(limit, wait).await.is_ok(),
+            None => {
+                wait.await;
+                true
+            }
+        };
+        while let Ok(ack) = self.acks.try_recv() {
+            self.on_ack(ack);
+        }
+        self.commit();
+        let queue = self.lease.queue();
+        if complete {
+            tracing::debug!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "handed off");
+        } else {
+            tracing::warn!(queue = ?queue, commit = self.pq.commit_offset(), "handed off before the batches in the listener finished (await_in_flight)");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

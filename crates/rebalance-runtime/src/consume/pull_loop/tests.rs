@@ -1,0 +1,480 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
+use tokio_util::sync::CancellationToken;
+
+use super::PullLoop;
+use crate::consume::activity::Activity;
+use crate::consume::shared::Shared;
+use crate::consume::testing::lease;
+use crate::consume::testing::{
+    OrderlyRecorder, Recorder, TestSource, concurrent, lease_with_state, orderly, queue,
+};
+use crate::consume::{ConsumeOptions, PullError, PullResult};
+use crate::listener::LeaseState;
+use crate::{QueueLease, RemoteError, StartPosition};
+
+fn spawn(shared: &Arc<Shared>, lease: &QueueLease) -> JoinHandle<()> {
+    let (pull_loop, _link) =
+        PullLoop::new(shared.clone(), lease.clone(), Arc::new(Activity::new()));
+    tokio::spawn(pull_loop.run())
+}
+
+fn sorted(mut offsets: Vec<i64>) -> Vec<i64> {
+    offsets.sort_unstable();
+    offsets
+}
+
+#[tokio::test(start_paused = true)]
+async fn consumes_everything_commits_the_end_and_long_polls() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 100);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(sorted(recorder.offsets()), (0..100).collect::<Vec<_>>());
+    assert_eq!(lease.committed(), Some(100));
+
+    // A message arriving during a held pull is consumed at once.
+    let before = Instant::now();
+    source.append(&q, 1);
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(recorder.offsets().len(), 101);
+    assert_eq!(lease.committed(), Some(101));
+    assert!(before.elapsed() < Duration::from_millis(5));
+
+    token.cancel();
+    task.await.unwrap();
+    let pulls = source.pulls().len();
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        source.pulls().len(),
+        pulls,
+        "no pull after the lease is cancelled"
+    );
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_positions_are_resolved_and_committed_at_once() {
+    let source = Arc::new(TestSource::default());
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let cases = [
+        (queue(0), StartPosition::Latest, 10),
+        (queue(1), StartPosition::Earliest, 5),
+        (queue(2), StartPosition::Timestamp(3_000), 3),
+    ];
+    for (q, start, expected) in cases {
+        source.with(|s| {
+            s.min.insert(
+                q.clone(),
+                if start == StartPosition::Earliest {
+                    5
+                } else {
+                    0
+                },
+            );
+        });
+        source.append(&q, 5 + 5 * usize::from(start != StartPosition::Earliest));
+        let (lease, token) = lease(&q, start);
+        let task = spawn(&shared, &lease);
+        sleep(Duration::from_millis(1)).await;
+        let first_pull = source.pulls().into_iter().find(|p| p.1 == q).unwrap();
+        assert_eq!(first_pull.2, expected, "{start:?}");
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(lease.committed(), Some(10), "{start:?}");
+        token.cancel();
+        task.await.unwrap();
+    }
+    assert_eq!(recorder.offsets().len(), 5 + 7, "nothing before the start");
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_moved_offset_is_committed_exactly_and_followed() {
+    let source = Arc::new(TestSource::default());
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    // Backwards: 30 was committed (say, before the broker lost data); the queue ends at 10.
+    let q = queue(0);
+    source.append(&q, 10);
+    let (lease, token) = lease(&q, StartPosition::Offset(30));
+    lease.commit(30);
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(lease.committed(), Some(10), "moved back, exactly");
+    assert!(recorder.offsets().is_empty());
+    token.cancel();
+    task.await.unwrap();
+
+    // Forwards: the messages before 12 were deleted.
+    let q = queue(1);
+    source.append(&q, 15);
+    source.with(|s| {
+        s.scripted
+            .push_back(Ok(PullResult::OffsetMoved { next_offset: 12 }));
+    });
+    let (lease, token) = crate::consume::testing::lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(sorted(recorder.offsets()), vec![12, 13, 14]);
+    assert_eq!(lease.committed(), Some(15));
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn pull_errors_are_retried_after_3_s_and_throttling_after_a_short_pause() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 3);
+    source.with(|s| {
+        let error = RemoteError::Unreachable("down".into());
+        s.scripted.push_back(Err(PullError::Remote(error.clone())));
+        s.scripted.push_back(Err(PullError::Remote(error.clone())));
+        s.scripted.push_back(Err(PullError::Throttled(error)));
+    });
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let start = Instant::now();
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(10)).await;
+    let at: Vec<Duration> = source.pulls().iter().map(|p| p.0 - start).collect();
+    assert_eq!(at[0], Duration::ZERO);
+    assert_eq!(at[1], Duration::from_secs(3));
+    assert_eq!(at[2], Duration::from_secs(6));
+    assert_eq!(at[3], Duration::from_secs(6) + Duration::from_millis(20));
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2]);
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn failed_messages_are_sent_back_or_retried_locally_and_hold_the_commit() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 6);
+    source.with(|s| s.failing_send_backs = 1);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder {
+        fail: vec![2, 4],
+        ..Recorder::default()
+    });
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(1)).await;
+    // 2 failed and its send-back failed: it stays, and holds the commit offset; 4's send-back
+    // worked.
+    let sent: Vec<(i64, i32)> = source.with(|s| {
+        s.sent_back
+            .iter()
+            .map(|(m, level)| (m.queue_offset(), *level))
+            .collect()
+    });
+    assert_eq!(sent, vec![(4, 0)]);
+    assert_eq!(lease.committed(), Some(2));
+    sleep(Duration::from_secs(5)).await;
+    let retried: Vec<(i64, i32)> = recorder
+        .consumed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.1 == 2)
+        .map(|c| (c.1, c.2))
+        .collect();
+    assert_eq!(
+        retried,
+        vec![(2, 0), (2, 1)],
+        "consumed again locally, counted"
+    );
+    assert_eq!(lease.committed(), Some(6));
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn flow_control_bounds_the_buffer() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 500);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder {
+        delay: Duration::from_millis(10),
+        ..Recorder::default()
+    });
+    let options = ConsumeOptions {
+        consume_concurrency: 2,
+        queue_max_messages: 40,
+        ..ConsumeOptions::default()
+    };
+    let shared = concurrent(source.clone(), recorder.clone(), options, &stop);
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    let mut held_back = false;
+    for _ in 0..400 {
+        sleep(Duration::from_millis(7)).await;
+        let pulled = source.pulls().last().map_or(0, |p| p.2 + 32).min(500);
+        let consumed = recorder.offsets().len() as i64;
+        assert!(
+            pulled - consumed <= 40 + 32,
+            "{pulled} pulled, {consumed} consumed"
+        );
+        held_back |= pulled - consumed >= 40;
+    }
+    assert!(held_back, "the limit was reached");
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(lease.committed(), Some(500));
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn hand_off_waits_for_the_batches_in_flight_and_drops_the_rest() {
+    for (await_in_flight, committed, ends_after) in [
+        (None, 2, Duration::from_secs(1)),
+        (
+            Some(Duration::from_millis(100)),
+            0,
+            Duration::from_millis(600),
+        ),
+    ] {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        source.append(&q, 10);
+        let stop = CancellationToken::new();
+        let recorder = Arc::new(Recorder {
+            delay: Duration::from_secs(1),
+            ..Recorder::default()
+        });
+        let options = ConsumeOptions {
+            consume_concurrency: 2,
+            await_in_flight,
+            ..ConsumeOptions::default()
+        };
+        let shared = concurrent(source.clone(), recorder.clone(), options, &stop);
+        let (lease, token) = lease(&q, StartPosition::Offset(0));
+        let start = Instant::now();
+        let task = spawn(&shared, &lease);
+        sleep(Duration::from_millis(500)).await;
+        token.cancel();
+        task.await.unwrap();
+        assert_eq!(start.elapsed(), ends_after, "{await_in_flight:?}");
+        assert_eq!(lease.committed(), Some(committed), "{await_in_flight:?}");
+        sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            sorted(recorder.offsets()),
+            vec![0, 1],
+            "only the batches in flight were processed"
+        );
+        stop.cancel();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn orderly_consumes_in_order_under_the_guard_and_suspends() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 6);
+    let recorder = Arc::new(OrderlyRecorder {
+        suspend: vec![2],
+        suspend_times: 2,
+        ..OrderlyRecorder::default()
+    });
+    let state = Arc::new(LeaseState::new(None));
+    *recorder.state.lock().unwrap() = Some(state.clone());
+    let shared = orderly(source.clone(), recorder.clone(), ConsumeOptions::default());
+    let (lease, token) = lease_with_state(&q, StartPosition::Offset(0), state);
+    let start = Instant::now();
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(recorder.offsets(), vec![0, 1, 2]);
+    assert_eq!(lease.committed(), Some(2), "suspended at 2");
+    sleep(Duration::from_secs(3)).await;
+    let consumed = recorder.consumed.lock().unwrap().clone();
+    let offsets: Vec<i64> = consumed.iter().map(|c| c.1).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 2, 2, 3, 4, 5]);
+    let retries: Vec<(Duration, i32)> = consumed
+        .iter()
+        .filter(|c| c.1 == 2)
+        .map(|c| (c.0 - start, c.2))
+        .collect();
+    assert_eq!(
+        retries,
+        vec![
+            (Duration::ZERO, 0),
+            (Duration::from_secs(1), 1),
+            (Duration::from_secs(2), 2)
+        ]
+    );
+    assert_eq!(lease.committed(), Some(6));
+    assert_eq!(*recorder.unguarded.lock().unwrap(), 0, "the guard was held");
+    token.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn orderly_sends_a_message_past_the_limit_to_the_dead_letters_and_goes_on() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 4);
+    let recorder = Arc::new(OrderlyRecorder {
+        suspend: vec![1],
+        suspend_times: i32::MAX,
+        ..OrderlyRecorder::default()
+    });
+    let options = ConsumeOptions {
+        max_reconsume_times: 2,
+        ..ConsumeOptions::default()
+    };
+    let shared = orderly(source.clone(), recorder.clone(), options);
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(recorder.offsets(), vec![0, 1, 1, 1, 2, 3]);
+    let dead: Vec<(i64, i32)> = source.with(|s| {
+        s.sent_back
+            .iter()
+            .map(|(m, _)| (m.queue_offset(), m.reconsume_times()))
+            .collect()
+    });
+    assert_eq!(dead, vec![(1, 2)]);
+    assert_eq!(lease.committed(), Some(4));
+    token.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn orderly_waits_while_the_lock_is_stale() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 3);
+    let recorder = Arc::new(OrderlyRecorder::default());
+    let state = Arc::new(LeaseState::new(Some(Instant::now())));
+    let shared = orderly(source.clone(), recorder.clone(), ConsumeOptions::default());
+    let (lease, token) = lease_with_state(&q, StartPosition::Offset(0), state.clone());
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(2)).await;
+    assert!(recorder.offsets().is_empty(), "no batch on a stale lock");
+    state.set_lock_valid_until(Instant::now() + Duration::from_secs(30));
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(recorder.offsets(), vec![0, 1, 2]);
+    assert_eq!(lease.committed(), Some(3));
+    token.cancel();
+    task.await.unwrap();
+}
+
+mod properties {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whenever the lease is cancelled: the loop ends once its batches in flight are done,
+        /// pulls nothing after the cancellation, and its final commit is exactly the first
+        /// offset it did not process.
+        #[test]
+        fn a_loop_never_outlives_its_lease(
+            messages in 0usize..80,
+            delay_ms in 0u64..50,
+            concurrency in 1usize..4,
+            cancel_ms in 0u64..400,
+            fail in prop::collection::vec(0i64..80, 0..5),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .start_paused(true)
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let source = Arc::new(TestSource::default());
+                let q = queue(0);
+                source.append(&q, messages);
+                let stop = CancellationToken::new();
+                let recorder = Arc::new(Recorder {
+                    delay: Duration::from_millis(delay_ms),
+                    fail,
+                    ..Recorder::default()
+                });
+                let options = ConsumeOptions {
+                    consume_concurrency: concurrency,
+                    ..ConsumeOptions::default()
+                };
+                let shared = concurrent(source.clone(), recorder.clone(), options, &stop);
+                let (lease, token) = lease(&q, StartPosition::Offset(0));
+                let task = spawn(&shared, &lease);
+                sleep(Duration::from_millis(cancel_ms)).await;
+                token.cancel();
+                let cancelled_at = Instant::now();
+                tokio::time::timeout(Duration::from_millis(delay_ms + 1), task)
+                    .await
+                    .expect("the loop ends with its last batch")
+                    .unwrap();
+                let last_pull = source.pulls().last().map(|p| p.0);
+                prop_assert!(last_pull.is_none_or(|at| at <= cancelled_at));
+                // First deliveries that succeeded, and sent-back ones, count as processed.
+                let consumed = recorder.consumed.lock().unwrap().clone();
+                let sent_back: Vec<i64> = source.with(|s| s.sent_back.iter().map(|m| m.0.queue_offset()).collect());
+                let processed: BTreeSet<i64> = consumed.iter().map(|c| c.1).collect();
+                let committed = lease.committed().unwrap_or(0);
+                for offset in 0..committed {
+                    prop_assert!(processed.contains(&offset), "{} committed but {} not processed", committed, offset);
+                }
+                if committed < messages as i64 {
+                    prop_assert!(
+                        !processed.contains(&committed) || recorder.fail.contains(&committed) && !sent_back.contains(&committed),
+                        "the commit offset {} stops short of what was processed", committed
+                    );
+                }
+                sleep(Duration::from_secs(1)).await;
+                prop_assert_eq!(source.pulls().last().map(|p| p.0), last_pull, "a pull after the loop ended");
+                stop.cancel();
+                Ok(())
+            })?;
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! [`PushConsumer`]: a consumer group member that pulls, buffers and consumes its queues'
+//! messages with a [`ConcurrentListener`] or an [`OrderlyListener`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::concurrent::run_worker;
+use super::config::{ConsumeOptions, ConsumeOptionsError};
+use super::leases::Leases;
+use super::shared::{Mode, Shared};
+use super::work::WorkQueue;
+use super::{ConcurrentListener, MessageSource, OrderlyListener};
+use crate::subscription::TagExpression;
+use crate::{ConsumeOrder, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, MessageModel};
+
+/// Entry point: `PushConsumer::builder("group")`.
+#[derive(Debug, Clone, Copy)]
+pub struct PushConsumer;
+
+impl PushConsumer {
+    /// A builder for a member of `group` that consumes messages.
+    pub fn builder(group: impl Into<String>) -> PushConsumerBuilder {
+        let group = group.into();
+        PushConsumerBuilder {
+            consumer: Consumer::builder(group.clone()),
+            group,
+            subscriptions: HashMap::new(),
+            message_model: MessageModel::default(),
+            options: ConsumeOptions::default(),
+            source: None,
+            listener: None,
+        }
+    }
+}
+
+/// Why a push consumer could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PushConsumerError {
+    /// A required part was not configured.
+    #[error("the push consumer needs {0}; set it on the builder")]
+    Missing(&'static str),
+    /// The consume options cannot be used.
+    #[error("consume options: {0}")]
+    Options(#[from] ConsumeOptionsError),
+    /// The consumer under it could not start.
+    #[error(transparent)]
+    Consumer(#[from] ConsumerError),
+}
+
+enum ListenerKind {
+    Concurrent(Arc<dyn ConcurrentListener>),
+    Orderly(Arc<dyn OrderlyListener>),
+}
+
+/// Configures a push consumer: the group's [`ConsumerBuilder`] (through
+/// [`configure`](Self::configure)), its subscriptions, a [`MessageSource`], a listener, and
+/// [`ConsumeOptions`].
+///
+/// Subscribe through this builder (or the handle), not through the `ConsumerBuilder` given to
+/// `configure`: the pulls need each topic's tag expression, and a topic subscribed there is
+/// pulled with `*`.
+#[must_use]
+pub struct PushConsumerBuilder {
+    consumer: ConsumerBuilder,
+    group: String,
+    subscriptions: HashMap<String, TagExpression>,
+    message_model: MessageModel,
+    options: ConsumeOptions,
+    source: Option<Arc<dyn MessageSource>>,
+    listener: Option<ListenerKind>,
+}
+
+impl std::fmt::Debug for PushConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumerBuilder")
+            .field("consumer", &self.consumer)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumerBuilder {
+    /// Configures the consumer group member underneath: its cluster access, strategy,
+    /// intervals, client id, `exclusive_hand_off`... (its listener and consume order are set
+    /// by this builder).
+    pub fn configure(mut self, configure: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder) -> Self {
+        self.consumer = configure(self.consumer);
+        self
+    }
+
+    /// Subscribes every tag of a topic.
+    pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
+        let topic = topic.into();
+        self.consumer = self.consumer.subscribe(topic.clone());
+        self.subscriptions.insert(topic, TagExpression::all());
+        self
+    }
+
+    /// Subscribes the tags of a topic named by `expression` (see
+    /// [`ConsumerBuilder::subscribe_tags`]).
+    pub fn subscribe_tags(
+        mut self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<Self, ConsumerError> {
+        let topic = topic.into();
+        self.consumer = self.consumer.subscribe_tags(topic.clone(), expression)?;
+        if let Ok(expression) = TagExpression::parse(expression) {
+            self.subscriptions.insert(topic, expression);
+        }
+        Ok(self)
+    }
+
+    /// Clustering (default) or broadcasting. Broadcasting drops the messages its listener
+    /// fails (they are not sent back), as the Java client does.
+    pub fn message_model(mut self, model: MessageModel) -> Self {
+        self.consumer = self.consumer.message_model(model);
+        self.message_model = model;
+        self
+    }
+
+    /// How messages are pulled, buffered and consumed.
+    pub fn options(mut self, options: ConsumeOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Where messages are pulled from and sent back to.
+    pub fn source(mut self, source: Arc<dyn MessageSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Consumes with `listener`, several batches at once in any order.
+    pub fn concurrently(mut self, listener: Arc<dyn ConcurrentListener>) -> Self {
+        self.listener = Some(ListenerKind::Concurrent(listener));
+        self
+    }
+
+    /// Consumes with `listener`, each queue in order (the consumer locks its queues).
+    pub fn orderly(mut self, listener: Arc<dyn OrderlyListener>) -> Self {
+        self.listener = Some(ListenerKind::Orderly(listener));
+        self
+    }
+
+    /// Starts the consumer and its workers.
+    pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
+        self.options.validate()?;
+        let source = self
+            .source
+            .ok_or(PushConsumerError::Missing("a message source"))?;
+        let listener = self.listener.ok_or(PushConsumerError::Missing(
+            "a listener (concurrently or orderly)",
+        ))?;
+        let (mode, order, workers) = match listener {
+            ListenerKind::Concurrent(listener) => {
+                let work = Arc::new(WorkQueue::default());
+                let workers = Some((listener, work.clone()));
+                (Mode::Concurrent { work }, ConsumeOrder::Concurrent, workers)
+            }
+            ListenerKind::Orderly(listener) => (
+                Mode::Orderly {
+                    listener,
+                    permits: Arc::new(Semaphore::new(self.options.consume_concurrency)),
+                },
+                ConsumeOrder::Orderly,
+                None,
+            ),
+        };
+        let shared = Arc::new(Shared::new(
+            Arc::from(self.group.as_str()),
+            source,
+            self.options,
+            self.message_model == MessageModel::Broadcasting,
+            mode,
+            self.subscriptions,
+        ));
+        let leases = Arc::new(Leases::new(shared.clone()));
+        let consumer = self
+            .consumer
+            .consume_order(order)
+            .listener(leases.clone())
+            .start()
+            .await?;
+        let stop = consumer.token().child_token();
+        let tasks = TaskTracker::new();
+        let mut aborts = Vec::new();
+        if let Some((listener, work)) = workers {
+            for _ in 0..self.options.consume_concurrency {
+                let worker =
+                    run_worker(shared.clone(), listener.clone(), work.clone(), stop.clone());
+                aborts.push(tasks.spawn(worker).abort_handle());
+            }
+        }
+        aborts.push(
+            tasks
+                .spawn(leases.clone().watch(stop.clone()))
+                .abort_handle(),
+        );
+        tasks.close();
+        Ok(PushConsumerHandle {
+            inner: Arc::new(Inner {
+                consumer,
+                shared,
+                leases,
+                stop,
+                tasks,
+                aborts,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    consumer: ConsumerHandle,
+    shared: Arc<Shared>,
+    leases: Arc<Leases>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    aborts: Vec<tokio::task::AbortHandle>,
+}
+
+/// A running push consumer. Cheap to clone; dropping every handle shuts it down.
+#[derive(Clone)]
+pub struct PushConsumerHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PushConsumerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumerHandle")
+            .field("consumer", &self.inner.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumerHandle {
+    /// The consumer group member underneath: its assignment, watches, round reports.
+    pub fn consumer(&self) -> &ConsumerHandle {
+        &self.inner.consumer
+    }
+
+    /// Subscribes every tag of a topic at run time (see [`ConsumerHandle::subscribe`]).
+    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        self.inner
+            .shared
+            .set_expression(topic.clone(), TagExpression::all());
+        self.inner.consumer.subscribe(topic)
+    }
+
+    /// Subscribes the tags of a topic named by `expression` at run time (see
+    /// [`ConsumerHandle::subscribe_tags`]); the next pulls of its queues use it.
+    pub fn subscribe_tags(
+        &self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        let changed = self
+            .inner
+            .consumer
+            .subscribe_tags(topic.clone(), expression)?;
+        if let Ok(expression) = TagExpression::parse(expression) {
+            self.inner.shared.set_expression(topic, expression);
+        }
+        Ok(changed)
+    }
+
+    /// Unsubscribes a topic (its queues are handed off).
+    pub fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        self.inner.consumer.unsubscribe(topic)
+    }
+
+    /// Hands every queue off (batches in the listener finish and are committed, buffered
+    /// messages are dropped), persists offsets, unregisters, stops the workers, and returns
+    /// when all of that is done.
+    pub async fn shutdown(&self) {
+        self.inner.consumer.shutdown().await;
+        self.inner.stop.cancel();
+        self.inner.tasks.wait().await;
+    }
+
+    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]).
+    pub async fn join(&self) -> Result<(), ConsumerError> {
+        let result = self.inner.consumer.join().await;
+        self.inner.stop.cancel();
+        self.inner.tasks.wait().await;
+        result
+    }
+
+    /// Stops everything at once, handing nothing off and without unregistering, as if the
+    /// process had died (for tests and simulations).
+    pub fn abort(&self) {
+        self.inner.consumer.abort();
+        self.inner.leases.abort_all();
+        for task in &self.inner.aborts {
+            task.abort();
+        }
+    }
+}
