@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use rebalance_runtime::RemoteError;
 use rebalance_runtime::consume::{PullError, PullRequest, PullResult, property};
+use rebalance_runtime::{RemoteError, TagExpression};
 use tokio::time::Instant;
 
 use super::BrokerClient;
@@ -66,11 +66,22 @@ pub fn pull_message_request(request: &PullRequest, commit_allowed: bool) -> Remo
         .with_ext("sysFlag", sys_flag)
         .with_ext("commitOffset", commit_offset.unwrap_or(0))
         .with_ext("suspendTimeoutMillis", suspend_ms)
-        .with_ext("subscription", request.expression.as_str())
+        .with_ext("subscription", subscription_string(&request.expression))
         .with_ext("subVersion", 0)
         .with_ext("expressionType", EXPRESSION_TYPE_TAG)
         .with_ext("maxMsgBytes", request.max_bytes.min(i32::MAX as u32))
         .with_ext("bname", &*request.queue.broker_name)
+}
+
+/// The subscription as the pull carries it: `*`, or the tags joined by `||` without spaces.
+/// The Rust broker 1.0 hashes each tag of the expression before trimming it (its
+/// `FilterAPI::build_subscription_data`), so `TagA || TagB` would match no message there.
+pub fn subscription_string(expression: &TagExpression) -> String {
+    if expression.is_all() {
+        "*".to_string()
+    } else {
+        expression.tags().join("||")
+    }
 }
 
 /// How long to wait for the answer to a pull the broker may hold for `suspend`.
@@ -246,7 +257,6 @@ impl BrokerClient {
 #[cfg(test)]
 mod tests {
     use rebalance_core::MessageQueue;
-    use rebalance_runtime::TagExpression;
 
     use super::*;
 
@@ -273,7 +283,7 @@ mod tests {
             ("sysFlag", "7"),
             ("commitOffset", "5"),
             ("suspendTimeoutMillis", "15000"),
-            ("subscription", "A || B"),
+            ("subscription", "A||B"),
             ("subVersion", "0"),
             ("expressionType", "TAG"),
             ("maxMsgBytes", "262144"),
@@ -293,6 +303,13 @@ mod tests {
         }
         let now = request().with_suspend(Duration::ZERO);
         assert_eq!(pull_message_request(&now, true).ext("sysFlag"), Some("4"));
+    }
+
+    #[test]
+    fn subscriptions_are_sent_without_spaces_around_the_tags() {
+        let spaced = TagExpression::parse(" TagA ||TagB|| TagA ").unwrap();
+        assert_eq!(subscription_string(&spaced), "TagA||TagB");
+        assert_eq!(subscription_string(&TagExpression::all()), "*");
     }
 
     #[test]
