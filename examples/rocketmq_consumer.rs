@@ -1,11 +1,22 @@
 //! Joins a consumer group on a real RocketMQ cluster and prints the queues this client is given
-//! and loses, until Ctrl-C; then shuts down cleanly (releases its queues, unregisters).
+//! and loses (and, with `--consume`, the messages it consumes), until Ctrl-C or SIGTERM; then
+//! shuts down cleanly (releases its queues, unregisters).
 //!
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
-//!     [--rebalance-interval 2s] [--no-retry-topic] [--json]
+//!     [--rebalance-interval 2s] [--no-retry-topic] [--json] \
+//!     [--consume [--orderly] [--fail-every N] [--max-reconsume-times N] \
+//!      [--exclusive-hand-off] [--consume-time 10ms]]
 //! ```
+//!
+//! `--consume` consumes the messages with the runtime's push consumer, pulling them from the
+//! brokers: concurrently, or each queue in order with `--orderly`. `--fail-every N` fails the
+//! first delivery of every N-th message (it comes again through the retry topic; in order, the
+//! queue is suspended and the batch tried again), `--max-reconsume-times` is how many
+//! redeliveries a message gets before the dead-letter topic (16), `--consume-time` how long
+//! each message takes, and `--exclusive-hand-off` makes a queue's next owner wait until this
+//! client has stopped consuming it and committed.
 //!
 //! The client also takes its share of the group's retry topic `%RETRY%G`, as the Java client
 //! does, unless `--no-retry-topic` is given (decide it for the whole group). `--tags` is the
@@ -18,19 +29,33 @@
 //! callbacks; an error is printed in words and the exit status is 1.
 //!
 //! With `--json`, one line per callback, shaped like `rebalance simulate --json`'s:
-//! `{"t_ms": ..., "client": ..., "event": "added" | "removed", "topic": ..., "queues": [[topic, broker, queue_id], ...]}`.
+//! `{"t_ms": ..., "client": ..., "event": "added" | "removed", "topic": ..., "queues": [[topic, broker, queue_id], ...]}`;
+//! with `--consume`, the same lines from the changes of the assignment, and one line per message
+//! consumed, written out as it is consumed:
+//! `{"t_ms", "client", "event": "message", "topic", "broker", "queue", "offset", "msg_id", "body", "reconsume_times"}`
+//! (`topic` is the message's: a redelivered one shows the topic it came from, while `broker`,
+//! `queue` and `offset` say where it was pulled, the retry topic's queue).
 
+use std::collections::{BTreeSet, HashSet};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use clap::Parser;
-use rebalance::core::strategy::Params;
-use rebalance::runtime::{ListenerError, config::Intervals, default_client_id};
+use rebalance::core::strategy::{Params, build_strategy};
+use rebalance::runtime::assignment::Assignment;
+use rebalance::runtime::config::Intervals;
+use rebalance::runtime::consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
+    OrderlyListener, OrderlyResult, PushConsumer,
+};
+use rebalance::runtime::{ConsumerBuilder, ListenerError, default_client_id};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 #[derive(Parser)]
@@ -63,9 +88,27 @@ struct Args {
     /// The wait between balanced rounds (the Java client's 20 s by default).
     #[arg(long, value_parser = parse_duration, default_value = "20s")]
     rebalance_interval: Duration,
-    /// One JSON line per callback.
+    /// One JSON line per callback (and per message consumed).
     #[arg(long)]
     json: bool,
+    /// Consume the messages (a push consumer) and print each one consumed.
+    #[arg(long)]
+    consume: bool,
+    /// With `--consume`: each queue in order (the queues are locked at the brokers).
+    #[arg(long, requires = "consume")]
+    orderly: bool,
+    /// With `--consume`: fail the first delivery of every N-th message.
+    #[arg(long, requires = "consume", value_parser = clap::value_parser!(u64).range(1..))]
+    fail_every: Option<u64>,
+    /// With `--consume`: redeliveries before the dead-letter topic.
+    #[arg(long, requires = "consume", default_value_t = 16)]
+    max_reconsume_times: i32,
+    /// With `--consume`: a removed queue's next owner waits for this client's hand-off.
+    #[arg(long, requires = "consume")]
+    exclusive_hand_off: bool,
+    /// With `--consume`: how long consuming each message takes (e.g. 10ms).
+    #[arg(long, requires = "consume", value_parser = parse_duration, default_value = "0s")]
+    consume_time: Duration,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -123,6 +166,33 @@ impl Printer {
     }
 }
 
+impl Printer {
+    /// One line per message consumed (standard output is flushed at each line).
+    fn message(&self, message: &Message) {
+        let t_ms = self.epoch.elapsed().as_millis() as u64;
+        let queue = message.queue();
+        let body = String::from_utf8_lossy(message.body());
+        if self.json {
+            let line = json!({"t_ms": t_ms, "client": self.client, "event": "message",
+                "topic": message.topic(), "broker": &*queue.broker_name, "queue": queue.queue_id,
+                "offset": message.queue_offset(), "msg_id": message.msg_id(), "body": body,
+                "reconsume_times": message.reconsume_times()});
+            println!("{line}");
+        } else {
+            println!(
+                "[{:>8.3}s] message {}@{}#{} offset {} {} (reconsumed {}): {body}",
+                t_ms as f64 / 1000.0,
+                message.topic(),
+                queue.broker_name,
+                queue.queue_id,
+                message.queue_offset(),
+                message.msg_id(),
+                message.reconsume_times()
+            );
+        }
+    }
+}
+
 #[async_trait]
 impl QueueListener for Printer {
     async fn queues_added(&self, topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
@@ -166,38 +236,83 @@ async fn main() -> ExitCode {
 
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let params: Params = args.params.iter().cloned().collect();
+    let strategy = build_strategy(&args.strategy, &params)?;
     let name_server = NameServerClient::from_addresses(&args.namesrv)?;
     let brokers = BrokerClient::new(name_server.clone());
-    let builder = Consumer::builder(args.group.as_str())
-        .subscribe_tags(args.topic.as_str(), &args.tags)?
-        .consume_retry_topic(!args.no_retry_topic)
-        .strategy_named(&args.strategy, &params)?
-        .intervals(Intervals {
-            rebalance_wait: args.rebalance_interval,
-            ..Intervals::default()
-        })
-        .name_server(Arc::new(name_server))
-        .directory(Arc::new(brokers.clone()))
-        .offset_store(Arc::new(brokers.clone()))
-        .locker(Arc::new(brokers));
     let client_id = args
         .client_id
+        .clone()
         .map_or_else(default_client_id, ClientId::from);
-    let builder = builder.client_id(client_id.clone());
     let printer = Arc::new(Printer {
         client: client_id.to_string(),
         epoch: Instant::now(),
         json: args.json,
     });
-    let consumer = builder.listener(printer).start().await?;
+    // What both kinds of consumer share: the cluster, the strategy, the rounds, the id.
+    let member = {
+        let brokers = brokers.clone();
+        let rebalance_wait = args.rebalance_interval;
+        let retry = !args.no_retry_topic;
+        let exclusive = args.exclusive_hand_off;
+        let client_id = client_id.clone();
+        move |builder: ConsumerBuilder| {
+            builder
+                .consume_retry_topic(retry)
+                .exclusive_hand_off(exclusive)
+                .strategy(strategy)
+                .intervals(Intervals {
+                    rebalance_wait,
+                    ..Intervals::default()
+                })
+                .name_server(Arc::new(name_server))
+                .directory(Arc::new(brokers.clone()))
+                .offset_store(Arc::new(brokers.clone()))
+                .locker(Arc::new(brokers))
+                .client_id(client_id)
+        }
+    };
+    let (consumer, push) = if args.consume {
+        let mut options = ConsumeOptions::default();
+        options.max_reconsume_times = args.max_reconsume_times;
+        let handler = Arc::new(Handler {
+            printer: printer.clone(),
+            fail_every: args.fail_every,
+            consume_time: args.consume_time,
+            first_deliveries: AtomicU64::new(0),
+            failed: Mutex::new(HashSet::new()),
+        });
+        let builder = PushConsumer::builder(args.group.as_str())
+            .configure(member)
+            .subscribe_tags(args.topic.as_str(), &args.tags)?
+            .options(options)
+            .source(Arc::new(brokers));
+        let builder = if args.orderly {
+            builder.orderly(handler)
+        } else {
+            builder.concurrently(handler)
+        };
+        let push = builder.start().await?;
+        let consumer = push.consumer().clone();
+        // The push consumer listens to the leases itself: print the assignment's changes.
+        tokio::spawn(print_changes(consumer.watch(), printer.clone()));
+        (consumer, Some(push))
+    } else {
+        let consumer = member(Consumer::builder(args.group.as_str()))
+            .subscribe_tags(args.topic.as_str(), &args.tags)?
+            .listener(printer)
+            .start()
+            .await?;
+        (consumer, None)
+    };
     let mut interrupted = false;
     if !args.json {
         println!(
-            "{} started in {} on {} ({}) (Ctrl-C to leave)",
+            "{} started in {} on {} ({}) ({}Ctrl-C to leave)",
             consumer.client_id(),
             args.group,
             args.topic,
-            args.tags
+            args.tags,
+            if args.consume { "consuming; " } else { "" }
         );
         // `start` succeeds whatever the servers say; the first round tells whether the
         // consumer reached them.
@@ -211,15 +326,140 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 }
                 Err(_) => {}
             },
-            _ = tokio::signal::ctrl_c() => interrupted = true,
+            _ = stop_signal() => interrupted = true,
         }
     }
     if !interrupted {
-        tokio::signal::ctrl_c().await?;
+        stop_signal().await?;
     }
     if !args.json {
         println!("leaving: releasing queues and unregistering…");
     }
-    consumer.shutdown().await;
+    match push {
+        Some(push) => push.shutdown().await,
+        None => consumer.shutdown().await,
+    }
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM on Unix.
+async fn stop_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => result,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}
+
+/// Prints the queues added and removed between successive assignments.
+async fn print_changes(mut assignments: watch::Receiver<Arc<Assignment>>, printer: Arc<Printer>) {
+    let mut held = Assignment::default();
+    loop {
+        let now = assignments.borrow_and_update().clone();
+        let topics: BTreeSet<&String> = held.queues.keys().chain(now.queues.keys()).collect();
+        for topic in topics {
+            let before: BTreeSet<&MessageQueue> =
+                held.queues.get(topic).into_iter().flatten().collect();
+            let after: BTreeSet<&MessageQueue> =
+                now.queues.get(topic).into_iter().flatten().collect();
+            let added: Vec<MessageQueue> =
+                after.difference(&before).map(|q| (*q).clone()).collect();
+            let removed: Vec<MessageQueue> =
+                before.difference(&after).map(|q| (*q).clone()).collect();
+            if !added.is_empty() {
+                printer.print("added", topic, added.into_iter(), "");
+            }
+            if !removed.is_empty() {
+                printer.print("removed", topic, removed.into_iter(), "");
+            }
+        }
+        held = (*now).clone();
+        if assignments.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Consumes by printing each message, failing some first deliveries when asked to.
+struct Handler {
+    printer: Arc<Printer>,
+    fail_every: Option<u64>,
+    consume_time: Duration,
+    /// First deliveries seen.
+    first_deliveries: AtomicU64,
+    /// Orderly: the messages failed once, delivered again by the same queue.
+    failed: Mutex<HashSet<String>>,
+}
+
+impl Handler {
+    /// Whether this delivery of `message` fails: the first delivery of every N-th message.
+    fn fails(&self, message: &Message) -> bool {
+        let Some(every) = self.fail_every else {
+            return false;
+        };
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if message.reconsume_times() > 0 || failed.remove(message.msg_id()) {
+            return false;
+        }
+        let n = self.first_deliveries.fetch_add(1, Ordering::Relaxed) + 1;
+        if n % every == 0 {
+            failed.insert(message.msg_id().to_string());
+            return true;
+        }
+        false
+    }
+
+    /// Consumes `messages` up to the first that fails; returns how many were consumed.
+    async fn consume_until_failure(&self, messages: &[Message]) -> usize {
+        for (i, message) in messages.iter().enumerate() {
+            if self.fails(message) {
+                return i;
+            }
+            if !self.consume_time.is_zero() {
+                tokio::time::sleep(self.consume_time).await;
+            }
+            self.printer.message(message);
+        }
+        messages.len()
+    }
+}
+
+#[async_trait]
+impl ConcurrentListener for Handler {
+    async fn consume(
+        &self,
+        messages: &[Message],
+        context: &mut ConcurrentContext,
+    ) -> ConsumeResult {
+        let consumed = self.consume_until_failure(messages).await;
+        if consumed == messages.len() {
+            ConsumeResult::Success
+        } else if consumed == 0 {
+            ConsumeResult::ReconsumeLater
+        } else {
+            // The ones consumed are acknowledged; the failed one and those after it are sent
+            // back.
+            context.ack_index = Some(consumed - 1);
+            ConsumeResult::Success
+        }
+    }
+}
+
+#[async_trait]
+impl OrderlyListener for Handler {
+    async fn consume(&self, messages: &[Message], _context: &mut OrderlyContext) -> OrderlyResult {
+        // A batch is retried whole: a failure after some messages consumes them again.
+        if self.consume_until_failure(messages).await == messages.len() {
+            OrderlyResult::Success
+        } else {
+            OrderlyResult::Suspend
+        }
+    }
 }

@@ -11,6 +11,7 @@ pub mod limits;
 pub mod plan;
 pub mod produce_sim;
 pub mod rng;
+pub mod send;
 pub mod sim;
 pub mod table;
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, assign, jsonl, plan, produce_sim, sim};
+use rebalance_cli::{allocate, assign, jsonl, plan, produce_sim, send, sim};
 use rebalance_cli::{bench, compare};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
@@ -100,6 +100,16 @@ enum Command {
     /// (with the ones that join), a hash ring of at most 20,000,000 points (members x virtual
     /// nodes: balanced_sticky has 128 per member, consistent_hash 10) and 1,000,000 samples.
     Compare(compare::CompareArgs),
+    /// Send messages to a topic of a real RocketMQ cluster: bodies `{prefix}{i}` (`msg-0`,
+    /// `msg-1`, ...), queues chosen by the producer's round robin with latency fault
+    /// avoidance, or by the hash of `--ordered-by`.
+    ///
+    /// With `--json`, one line per message stored, flushed:
+    /// `{"msg_id", "topic", "broker", "queue", "offset", "body"}`. A message that cannot be
+    /// sent (after the retries) is reported on standard error and the run goes on; the exit
+    /// status is then 1. Limits: at most 100,000,000 messages, 100 retries, a rate up to
+    /// 1,000,000 per second.
+    Send(send::SendArgs),
 }
 
 fn main() -> ExitCode {
@@ -134,6 +144,7 @@ fn main() -> ExitCode {
             warn("plan", plan::warnings(&args));
             to_stdout("plan", |out| plan::run(&args, out))
         }
+        Command::Send(args) => to_stdout("send", |out| send::run(&args, out, &mut io::stderr())),
         Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
     };
     match result {
@@ -275,6 +286,7 @@ command_error! {
     plan::RunError => plan::RunError::Io,
     bench::BenchError => bench::BenchError::Io,
     compare::CompareError => compare::CompareError::Io,
+    send::SendError => send::SendError::Io,
 }
 
 /// Runs a command writing to (buffered) standard output.

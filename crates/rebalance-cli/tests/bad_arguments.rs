@@ -503,6 +503,14 @@ fn every_limit_is_stated_in_the_help() {
         ),
         ("compare", &["10,000,000 queues", "1,000,000 samples"]),
         ("produce-sim", &["65,536", "1h", "100 retries"]),
+        (
+            "send",
+            &[
+                "100,000,000 messages",
+                "100 retries",
+                "1,000,000 per second",
+            ],
+        ),
     ] {
         let run = rebalance_text(&[command, "--help"]);
         assert_eq!(run.code, Some(0));

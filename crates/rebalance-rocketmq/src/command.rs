@@ -10,18 +10,26 @@ use bytes::Bytes;
 pub mod request_code {
     /// Send one message to a queue (broker).
     pub const SEND_MESSAGE: i32 = 10;
+    /// Pull messages of a queue, held by the broker while there is none (broker).
+    pub const PULL_MESSAGE: i32 = 11;
     /// Query the stored offset of a consumer group on a queue (broker).
     pub const QUERY_CONSUMER_OFFSET: i32 = 14;
     /// Store the offset of a consumer group on a queue (broker).
     pub const UPDATE_CONSUMER_OFFSET: i32 = 15;
     /// Create or update a topic (broker admin).
     pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    /// The offset of the first message stored at or after a time (broker).
+    pub const SEARCH_OFFSET_BY_TIMESTAMP: i32 = 29;
     /// The largest offset of a queue (broker).
     pub const GET_MAX_OFFSET: i32 = 30;
+    /// The smallest offset of a queue (broker).
+    pub const GET_MIN_OFFSET: i32 = 31;
     /// Register a client and its subscriptions (broker).
     pub const HEART_BEAT: i32 = 34;
     /// Remove a client from its groups (broker).
     pub const UNREGISTER_CLIENT: i32 = 35;
+    /// Send a message a consumer failed back for redelivery (broker).
+    pub const CONSUMER_SEND_MSG_BACK: i32 = 36;
     /// The client ids of a consumer group (broker).
     pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
     /// Pushed by a broker to the members of a group whose membership changed (one-way).
@@ -43,6 +51,9 @@ pub mod response_code {
     pub const SUCCESS: i32 = 0;
     /// A server-side error; GET_CONSUMER_LIST_BY_GROUP answers it when the group has no member.
     pub const SYSTEM_ERROR: i32 = 1;
+    /// The broker is busy (answer to PULL_MESSAGE under cold-data flow control): retry a
+    /// little later.
+    pub const SYSTEM_BUSY: i32 = 2;
     /// The server does not support the request code.
     pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
     /// A sent message is stored but its disk flush timed out (answer to SEND_MESSAGE).
@@ -56,10 +67,23 @@ pub mod response_code {
     pub const NO_PERMISSION: i32 = 16;
     /// The name server does not know the topic (answer to GET_ROUTEINFO_BY_TOPIC).
     pub const TOPIC_NOT_EXIST: i32 = 17;
+    /// No new message at the pulled offset (answer to PULL_MESSAGE).
+    pub const PULL_NOT_FOUND: i32 = 19;
+    /// No message matching the subscription; pull again at once (answer to PULL_MESSAGE).
+    pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
+    /// The pulled offset is out of the queue's range (answer to PULL_MESSAGE).
+    pub const PULL_OFFSET_MOVED: i32 = 21;
     /// No offset is stored yet (answer to QUERY_CONSUMER_OFFSET).
     pub const QUERY_NOT_FOUND: i32 = 22;
     /// No member of the group is connected (answer to GET_CONSUMER_CONNECTION_LIST).
     pub const CONSUMER_NOT_ONLINE: i32 = 206;
+    /// The broker does not know the consumer's subscription; the Rust broker also answers it
+    /// for "subscription not latest" (answer to PULL_MESSAGE).
+    pub const SUBSCRIPTION_NOT_EXIST: i32 = 24;
+    /// The broker's subscription is older than the pull's (answer to PULL_MESSAGE).
+    pub const SUBSCRIPTION_NOT_LATEST: i32 = 25;
+    /// The broker asks the client to slow down.
+    pub const FLOW_CONTROL: i32 = 215;
 }
 
 /// The `flag` bit marking a response.

@@ -8,7 +8,12 @@
 //!   `host:port;host:port` list with failover.
 //! - [`BrokerClient`]: the runtime's [`GroupDirectory`](rebalance_runtime::GroupDirectory),
 //!   [`OffsetStore`](rebalance_runtime::OffsetStore) and
-//!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers.
+//!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers, and the consume layer's
+//!   [`MessageSource`](rebalance_runtime::consume::MessageSource): PULL_MESSAGE with long
+//!   polling ([`broker::pull`]), CONSUMER_SEND_MSG_BACK with its fallback to the retry topic
+//!   ([`broker::send_back`]), and the queues' min, max and by-time offsets.
+//! - [`message`]: the stored-message records of a pull's answer, decoded (compressed bodies,
+//!   properties, message ids) without panicking on any input.
 //! - [`Admin`]: topic creation and max offsets, for tests and tools.
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
@@ -57,6 +62,7 @@ pub mod command;
 pub mod connection;
 mod denial;
 mod error;
+pub mod message;
 pub mod name_server;
 pub mod namespace;
 mod notify;

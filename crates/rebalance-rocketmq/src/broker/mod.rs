@@ -4,14 +4,18 @@ mod connections;
 mod directory;
 mod locks;
 mod offsets;
+mod offsets_query;
+pub mod pull;
 mod registrations;
+pub mod send_back;
+mod source;
 mod wire;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dashmap::DashSet;
+use dashmap::{DashMap, DashSet};
 
 use rebalance_core::{MessageQueue, TopicRoute};
 use rebalance_runtime::{RemoteError, RouteError};
@@ -33,13 +37,19 @@ struct Inner {
     member_lists_asked: DashSet<String>,
     /// When each group's connections are checked for duplicate client ids.
     connection_checks: ConnectionChecks,
+    /// When each broker was last heartbeated again after answering a pull "subscription not
+    /// latest".
+    resubscribed: DashMap<String, tokio::time::Instant>,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
 /// [`GroupDirectory`](rebalance_runtime::GroupDirectory) (HEART_BEAT, GET_CONSUMER_LIST_BY_GROUP,
 /// UNREGISTER_CLIENT, and NOTIFY_CONSUMER_IDS_CHANGED as membership changes),
 /// [`OffsetStore`](rebalance_runtime::OffsetStore) (QUERY/UPDATE_CONSUMER_OFFSET) and
-/// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ).
+/// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ), and the consume
+/// layer's [`MessageSource`](rebalance_runtime::consume::MessageSource) (PULL_MESSAGE,
+/// CONSUMER_SEND_MSG_BACK and its fallback, GET_MIN_OFFSET, GET_MAX_OFFSET,
+/// SEARCH_OFFSET_BY_TIMESTAMP; see [`pull`] and [`send_back`]).
 ///
 /// Broker addresses come from the routes its [`NameServerClient`] fetched (the runtime polls
 /// them); a topic or broker not seen yet is looked up on demand. It shares the name server
@@ -112,6 +122,7 @@ impl BrokerClient {
                 registrations: Registrations::default(),
                 member_lists_asked: DashSet::new(),
                 connection_checks: ConnectionChecks::default(),
+                resubscribed: DashMap::new(),
             }),
         };
         let weak = Arc::downgrade(&client.inner);

@@ -1,0 +1,379 @@
+//! `rebalance send`: sends messages to a topic of a real RocketMQ cluster, choosing queues with
+//! the runtime's producer (round robin with latency fault avoidance, or by key for ordered
+//! messages) and storing them with SEND_MESSAGE.
+//!
+//! Each message gets a unique id (`UNIQ_KEY`, as the Java producer sets it), which consumers
+//! see as its id; `--json` prints one line per message stored:
+//! `{"msg_id", "topic", "broker", "queue", "offset", "body"}`.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rebalance_core::MessageQueue;
+use rebalance_rocketmq::message::unique_id;
+use rebalance_rocketmq::producer::{Message, MessageSender, SendResult};
+use rebalance_rocketmq::{AddressError, ClientConfig, NameServerClient, RemotingClient};
+use rebalance_runtime::RemoteError;
+use rebalance_runtime::consume::property;
+use rebalance_runtime::producer::{
+    Producer, ProducerError, ProducerHandle, SelectByHash, SelectError,
+};
+use serde::Serialize;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::args::parse_duration;
+
+/// The most messages one run sends.
+pub const MAX_COUNT: u64 = 100_000_000;
+/// The highest rate, in messages per second.
+pub const MAX_RATE: f64 = 1_000_000.0;
+
+/// The command's arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SendArgs {
+    /// The name server addresses, `host:port;host:port`.
+    #[arg(long)]
+    pub namesrv: String,
+    /// The topic.
+    #[arg(long)]
+    pub topic: String,
+    /// How many messages to send.
+    #[arg(long, default_value_t = 1)]
+    pub count: u64,
+    /// The tag of every message.
+    #[arg(long)]
+    pub tags: Option<String>,
+    /// The keys of every message (space separated); `{i}` is replaced by the message's number.
+    #[arg(long)]
+    pub keys: Option<String>,
+    /// Sends in order on one queue per key: the queue is chosen by the hash of this key (as the
+    /// Java client's `SelectMessageQueueByHash`), and a failed send is retried on the same
+    /// queue. `{i}` is replaced by the message's number (so `k{i}` spreads the messages).
+    #[arg(long)]
+    pub ordered_by: Option<String>,
+    /// At most this many messages per second (default: as fast as the broker answers).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// The bodies are this prefix followed by the message's number, from 0.
+    #[arg(long, default_value = "msg-")]
+    pub body_prefix: String,
+    /// One JSON line per message stored instead of a text line.
+    #[arg(long)]
+    pub json: bool,
+    /// The producer group.
+    #[arg(long, default_value = "rebalance-send")]
+    pub group: String,
+    /// How many times a failed send is tried again (on another broker when unordered).
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// How long each request to a server may take.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Why the run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// An argument is out of range.
+    #[error("{0}")]
+    Arguments(String),
+    /// The name server list is unusable.
+    #[error("--namesrv: {0}")]
+    Address(#[from] AddressError),
+    /// The producer could not start (the topic's route could not be fetched).
+    #[error("producer: {0}")]
+    Producer(#[from] ProducerError),
+    /// The topic's route could not be fetched, or it has no queue to send to.
+    #[error("topic: {0}")]
+    Topic(SelectError),
+    /// Some messages could not be sent (each was reported on standard error).
+    #[error("{failed} of {count} messages could not be sent")]
+    Failed {
+        /// How many failed.
+        failed: u64,
+        /// How many were to be sent.
+        count: u64,
+    },
+    /// Writing (or starting the runtime) failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl SendError {
+    /// Whether the arguments are at fault (exit status 2) rather than the run (1).
+    pub fn is_usage(&self) -> bool {
+        matches!(self, SendError::Arguments(_) | SendError::Address(_))
+    }
+}
+
+/// One line of `--json`: exactly these keys, in this order.
+#[derive(Debug, Serialize)]
+struct SentLine<'a> {
+    msg_id: &'a str,
+    topic: &'a str,
+    broker: &'a str,
+    queue: i32,
+    offset: i64,
+    body: &'a str,
+}
+
+/// Why one message could not be sent.
+#[derive(Debug, thiserror::Error)]
+enum OneFailed {
+    #[error("no queue: {0}")]
+    Select(#[from] SelectError),
+    #[error("{0}")]
+    Remote(#[from] RemoteError),
+}
+
+/// Checks the arguments before anything is sent.
+pub fn check(args: &SendArgs) -> Result<(), SendError> {
+    if args.count > MAX_COUNT {
+        return Err(SendError::Arguments(format!(
+            "--count {} is above the limit of {MAX_COUNT}",
+            args.count
+        )));
+    }
+    if let Some(rate) = args.rate {
+        if !(rate > 0.0 && rate <= MAX_RATE) {
+            return Err(SendError::Arguments(format!(
+                "--rate {rate} is not a rate between 0 (excluded) and {MAX_RATE} messages per second"
+            )));
+        }
+    }
+    if args.retries > 100 {
+        return Err(SendError::Arguments(format!(
+            "--retries {} is above the limit of 100",
+            args.retries
+        )));
+    }
+    Ok(())
+}
+
+/// Sends the messages, writing a line per message stored to `out` (flushed per line) and one
+/// per message that failed to `err`.
+pub fn run(args: &SendArgs, out: &mut impl Write, err: &mut impl Write) -> Result<(), SendError> {
+    check(args)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(send_all(args, out, err))
+}
+
+async fn send_all(
+    args: &SendArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), SendError> {
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: args.timeout,
+        connect_timeout: args.timeout,
+        ..ClientConfig::default()
+    });
+    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    let producer = Producer::builder(args.group.clone())
+        .name_server(Arc::new(name_server.clone()))
+        .topic(args.topic.clone())
+        .latency_fault_avoidance(true)
+        .route_timeout(args.timeout)
+        .start()
+        .await?;
+    // A topic that cannot be sent to fails the run at once, not each message.
+    if let Err(e) = producer.register(&args.topic).await {
+        producer.shutdown().await;
+        return Err(SendError::Topic(e));
+    }
+    let sender = MessageSender::new(name_server, args.group.clone());
+    let mut pace = args.rate.map(|rate| {
+        let mut interval = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        interval
+    });
+    let mut failed = 0;
+    for i in 0..args.count {
+        if let Some(pace) = pace.as_mut() {
+            pace.tick().await;
+        }
+        let body = format!("{}{i}", args.body_prefix);
+        let msg_id = unique_id();
+        let mut message = Message::new(body.clone()).with_property(property::UNIQ_KEY, &msg_id);
+        if let Some(tags) = &args.tags {
+            message = message.with_tags(tags.clone());
+        }
+        if let Some(keys) = &args.keys {
+            message = message.with_keys(numbered(keys, i));
+        }
+        let key = args.ordered_by.as_deref().map(|key| numbered(key, i));
+        match send_one(&producer, &sender, args, &message, key.as_deref()).await {
+            Ok(result) => {
+                write_sent(out, args.json, &msg_id, &args.topic, &result, &body)?;
+            }
+            Err(e) => {
+                failed += 1;
+                writeln!(err, "rebalance send: message {i} ({body}) not sent: {e}")?;
+            }
+        }
+    }
+    producer.shutdown().await;
+    if failed > 0 {
+        return Err(SendError::Failed {
+            failed,
+            count: args.count,
+        });
+    }
+    Ok(())
+}
+
+/// `template` with `{i}` replaced by `i`.
+fn numbered(template: &str, i: u64) -> String {
+    template.replace("{i}", &i.to_string())
+}
+
+/// Sends one message: on its key's queue when ordered (retried there), else on the queue the
+/// selector picks, retried on another broker after a failure, each outcome reported to the
+/// producer's fault avoidance.
+async fn send_one(
+    producer: &ProducerHandle,
+    sender: &MessageSender,
+    args: &SendArgs,
+    message: &Message,
+    key: Option<&str>,
+) -> Result<SendResult, OneFailed> {
+    let mut last_failed: Option<String> = None;
+    let mut attempt = 0;
+    loop {
+        let queue: MessageQueue = match key {
+            Some(key) => producer.select_by(&args.topic, &SelectByHash, key).await?,
+            None => producer.select(&args.topic, last_failed.as_deref()).await?,
+        };
+        let started = Instant::now();
+        match sender.send(&queue, message).await {
+            Ok(result) => {
+                producer.report(&queue.broker_name, result.latency, true);
+                return Ok(result);
+            }
+            Err(e) => {
+                producer.report(&queue.broker_name, started.elapsed(), false);
+                if attempt >= args.retries {
+                    return Err(e.into());
+                }
+                attempt += 1;
+                last_failed = Some(queue.broker_name.to_string());
+            }
+        }
+    }
+}
+
+fn write_sent(
+    out: &mut impl Write,
+    json: bool,
+    msg_id: &str,
+    topic: &str,
+    result: &SendResult,
+    body: &str,
+) -> io::Result<()> {
+    let queue = &result.queue;
+    if json {
+        let line = SentLine {
+            msg_id,
+            topic,
+            broker: &queue.broker_name,
+            queue: queue.queue_id,
+            offset: result.queue_offset,
+            body,
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        writeln!(out)?;
+    } else {
+        writeln!(
+            out,
+            "{body}\t{topic}@{}:{} offset {}\t{msg_id}",
+            queue.broker_name, queue.queue_id, result.queue_offset
+        )?;
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SendArgs,
+    }
+
+    fn parse(extra: &[&str]) -> SendArgs {
+        let mut argv = vec!["send", "--namesrv", "127.0.0.1:9876", "--topic", "T"];
+        argv.extend_from_slice(extra);
+        Cli::parse_from(argv).args
+    }
+
+    #[test]
+    fn defaults_send_one_message_as_fast_as_answered() {
+        let args = parse(&[]);
+        assert_eq!(args.count, 1);
+        assert_eq!(args.body_prefix, "msg-");
+        assert_eq!(args.rate, None);
+        assert_eq!(args.retries, 2);
+        assert!(check(&args).is_ok());
+    }
+
+    #[test]
+    fn out_of_range_arguments_are_refused_before_anything_is_sent() {
+        for extra in [
+            &["--rate", "0"][..],
+            &["--rate=-1"],
+            &["--rate", "NaN"],
+            &["--rate", "inf"],
+            &["--count", "100000001"],
+            &["--retries", "101"],
+        ] {
+            let args = parse(extra);
+            assert!(
+                matches!(check(&args), Err(SendError::Arguments(_))),
+                "{extra:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_replace_the_placeholder() {
+        assert_eq!(numbered("k{i} x{i}", 7), "k7 x7");
+        assert_eq!(numbered("fixed", 7), "fixed");
+    }
+
+    #[test]
+    fn json_lines_have_exactly_the_contract_keys_in_order() {
+        let result = SendResult {
+            status: rebalance_rocketmq::SendStatus::SendOk,
+            queue: MessageQueue::new("T", "broker-a", 2),
+            queue_offset: 41,
+            msg_id: "OFFSETID".into(),
+            transaction_id: None,
+            latency: Duration::from_millis(1),
+        };
+        let mut out = Vec::new();
+        write_sent(&mut out, true, "UNIQ", "T", &result, "msg-3").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"msg_id\":\"UNIQ\",\"topic\":\"T\",\"broker\":\"broker-a\",\"queue\":2,\"offset\":41,\"body\":\"msg-3\"}\n"
+        );
+    }
+
+    /// A name server that cannot be reached fails the run with the producer's error, not a
+    /// panic, within the timeout.
+    #[test]
+    fn an_unreachable_name_server_is_an_error() {
+        let mut args = parse(&["--timeout", "200ms"]);
+        args.namesrv = "127.0.0.1:1".into();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let result = run(&args, &mut out, &mut err);
+        assert!(matches!(result, Err(SendError::Topic(_))), "{result:?}");
+        assert!(out.is_empty());
+    }
+}

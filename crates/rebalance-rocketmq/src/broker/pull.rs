@@ -1,0 +1,419 @@
+//! PULL_MESSAGE (code 11): the request as the Java push consumer sends it, with the
+//! subscription in it, and its answer read into a [`PullResult`].
+//!
+//! **The subscription travels with every pull** (sysFlag [`FLAG_SUBSCRIPTION`], the tag
+//! expression and `expressionType` `TAG`): the broker then filters with it instead of the
+//! subscription it got from the group's heartbeats, so a pull right after a subscription change
+//! is never answered "subscription not latest" (the Java client's code-25 race, apache/rocketmq
+//! #363 and #2738; the Rust broker answers it with 24).
+//!
+//! **Answers**: 0 → [`PullResult::Found`] (decoded, re-filtered by tag, `offsetDelta` applied,
+//! [`MIN_OFFSET`](property::MIN_OFFSET) / [`MAX_OFFSET`](property::MAX_OFFSET) set on each
+//! message); 19 and 20 → [`PullResult::NoNewMessage`]; 21 → [`PullResult::OffsetMoved`]; 24 and
+//! 25 → this client heartbeats the broker again and the pull fails with
+//! [`PullError::Remote`] (the consume layer retries); 2 and 215 → [`PullError::Throttled`];
+//! anything else → [`PullError::Remote`] with the code and remark.
+
+use std::time::Duration;
+
+use rebalance_runtime::RemoteError;
+use rebalance_runtime::consume::{PullError, PullRequest, PullResult, property};
+use rebalance_runtime::subscription::TagExpression;
+use tokio::time::Instant;
+
+use super::BrokerClient;
+use super::wire::EXPRESSION_TYPE_TAG;
+use crate::command::{RemotingCommand, request_code, response_code};
+use crate::message::{DecodeLimits, decode_batch};
+
+/// Pull sysFlag: the request carries this client's offset for the broker to store.
+pub const FLAG_COMMIT_OFFSET: i32 = 0x1;
+/// Pull sysFlag: the broker may hold the request while the queue has no new message.
+pub const FLAG_SUSPEND: i32 = 0x2;
+/// Pull sysFlag: the request carries the subscription.
+pub const FLAG_SUBSCRIPTION: i32 = 0x4;
+
+/// How much longer than the broker may hold a pull the client waits for its answer (the Java
+/// client waits 30 s for a pull held up to 15 s).
+pub const PULL_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
+
+/// How long after heartbeating a broker again because of a "subscription not latest" answer
+/// the next such answer is not another reason to (every queue's pull may get it at once).
+const RESUBSCRIBE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The PULL_MESSAGE request of `request`. The commit
+/// offset is sent (and its flag set) only when `commit_allowed` (pulling from a master) and
+/// the offset is positive, as the Java client does.
+pub fn pull_message_request(request: &PullRequest, commit_allowed: bool) -> RemotingCommand {
+    let commit_offset = request
+        .commit_offset
+        .filter(|offset| commit_allowed && *offset > 0);
+    let mut sys_flag = FLAG_SUBSCRIPTION;
+    if commit_offset.is_some() {
+        sys_flag |= FLAG_COMMIT_OFFSET;
+    }
+    if !request.suspend.is_zero() {
+        sys_flag |= FLAG_SUSPEND;
+    }
+    let suspend_ms = u64::try_from(request.suspend.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(i64::MAX as u64);
+    RemotingCommand::request(request_code::PULL_MESSAGE)
+        .with_ext("consumerGroup", &*request.group)
+        .with_ext("topic", &*request.queue.topic)
+        .with_ext("queueId", request.queue.queue_id)
+        .with_ext("queueOffset", request.offset)
+        .with_ext("maxMsgNums", request.max_messages.min(i32::MAX as u32))
+        .with_ext("sysFlag", sys_flag)
+        .with_ext("commitOffset", commit_offset.unwrap_or(0))
+        .with_ext("suspendTimeoutMillis", suspend_ms)
+        .with_ext("subscription", subscription_string(&request.expression))
+        .with_ext("subVersion", 0)
+        .with_ext("expressionType", EXPRESSION_TYPE_TAG)
+        .with_ext("maxMsgBytes", request.max_bytes.min(i32::MAX as u32))
+        .with_ext("bname", &*request.queue.broker_name)
+}
+
+/// The subscription as the pull carries it: `*`, or the tags joined by `||` without spaces.
+/// The Rust broker 1.0 hashes each tag of the expression before trimming it (its
+/// `FilterAPI::build_subscription_data`), so `TagA || TagB` would match no message there.
+pub fn subscription_string(expression: &TagExpression) -> String {
+    if expression.is_all() {
+        "*".to_string()
+    } else {
+        expression.tags().join("||")
+    }
+}
+
+/// How long to wait for the answer to a pull the broker may hold for `suspend`.
+pub fn pull_timeout(suspend: Duration, request_timeout: Duration) -> Duration {
+    if suspend.is_zero() {
+        request_timeout
+    } else {
+        suspend
+            .saturating_add(PULL_TIMEOUT_MARGIN)
+            .max(request_timeout)
+    }
+}
+
+/// What an answer to a pull means.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PullAnswer {
+    /// A result.
+    Done(PullResult),
+    /// The broker does not have this client's subscription (24, 25): heartbeat, then fail.
+    Resubscribe(RemoteError),
+    /// A failure.
+    Failed(PullError),
+}
+
+/// Reads the answer to `request`.
+pub(crate) fn read_answer(
+    response: &RemotingCommand,
+    request: &PullRequest,
+    limits: &DecodeLimits,
+) -> PullAnswer {
+    match response.code {
+        response_code::SUCCESS
+        | response_code::PULL_NOT_FOUND
+        | response_code::PULL_RETRY_IMMEDIATELY
+        | response_code::PULL_OFFSET_MOVED => match read_result(response, request, limits) {
+            Ok(result) => PullAnswer::Done(result),
+            Err(e) => PullAnswer::Failed(PullError::Remote(e)),
+        },
+        response_code::SUBSCRIPTION_NOT_EXIST | response_code::SUBSCRIPTION_NOT_LATEST => {
+            PullAnswer::Resubscribe(super::refused(response))
+        }
+        response_code::SYSTEM_BUSY | response_code::FLOW_CONTROL => {
+            PullAnswer::Failed(PullError::Throttled(super::refused(response)))
+        }
+        _ => PullAnswer::Failed(PullError::Remote(super::refused(response))),
+    }
+}
+
+fn header_i64(response: &RemotingCommand, name: &str) -> Result<Option<i64>, RemoteError> {
+    response
+        .ext(name)
+        .map(|text| {
+            text.parse::<i64>().map_err(|_| {
+                RemoteError::BadResponse(format!("pull answer's `{name}` `{text}` is not a number"))
+            })
+        })
+        .transpose()
+}
+
+fn required_i64(response: &RemotingCommand, name: &str) -> Result<i64, RemoteError> {
+    header_i64(response, name)?
+        .ok_or_else(|| RemoteError::BadResponse(format!("pull answer without `{name}`")))
+}
+
+fn read_result(
+    response: &RemotingCommand,
+    request: &PullRequest,
+    limits: &DecodeLimits,
+) -> Result<PullResult, RemoteError> {
+    let next_offset = required_i64(response, "nextBeginOffset")?;
+    match response.code {
+        response_code::PULL_NOT_FOUND | response_code::PULL_RETRY_IMMEDIATELY => {
+            return Ok(PullResult::NoNewMessage { next_offset });
+        }
+        response_code::PULL_OFFSET_MOVED => return Ok(PullResult::OffsetMoved { next_offset }),
+        _ => {}
+    }
+    let min_offset = required_i64(response, "minOffset")?;
+    let max_offset = required_i64(response, "maxOffset")?;
+    let delta = header_i64(response, "offsetDelta")?.unwrap_or(0);
+    let stored = decode_batch(&response.body, limits).map_err(|e| {
+        RemoteError::BadResponse(format!(
+            "pull of {}@{}:{} from offset {}: {e}",
+            request.queue.topic, request.queue.broker_name, request.queue.queue_id, request.offset
+        ))
+    })?;
+    let (min_text, max_text) = (min_offset.to_string(), max_offset.to_string());
+    let messages = stored
+        .into_iter()
+        .filter(|m| {
+            request
+                .expression
+                .matches(m.properties.get(property::TAGS).map(String::as_str))
+        })
+        .map(|mut m| {
+            m.queue_offset = m.queue_offset.saturating_add(delta);
+            m.into_message(request.queue.clone())
+                .with_property(property::MIN_OFFSET, min_text.clone())
+                .with_property(property::MAX_OFFSET, max_text.clone())
+        })
+        .collect();
+    Ok(PullResult::Found {
+        messages,
+        next_offset,
+        min_offset,
+        max_offset,
+    })
+}
+
+impl BrokerClient {
+    /// PULL_MESSAGE at the queue's broker (its master, else a slave, to which no commit offset
+    /// is sent), waiting up to the suspend time plus 15 s. See the [module documentation](self).
+    pub(super) async fn pull_message(
+        &self,
+        request: &PullRequest,
+    ) -> Result<PullResult, PullError> {
+        let addr = self.broker_addr(&request.queue, false).await?;
+        let is_master = self
+            .routes()
+            .master_addr(&request.queue.broker_name)
+            .as_deref()
+            == Some(&addr);
+        let command = pull_message_request(request, is_master);
+        let timeout = pull_timeout(request.suspend, self.remoting().config().request_timeout);
+        let response = self
+            .remoting()
+            .invoke_with_timeout(&addr, command, timeout)
+            .await
+            .map_err(RemoteError::from)?;
+        match read_answer(&response, request, &DecodeLimits::default()) {
+            PullAnswer::Done(result) => {
+                tracing::trace!(broker = %addr, queue = ?request.queue, offset = request.offset, ?result, "pulled");
+                Ok(result)
+            }
+            PullAnswer::Resubscribe(e) => {
+                tracing::info!(broker = %addr, group = %request.group, queue = ?request.queue, error = %e, "the broker does not have this client's subscription; heartbeating it again");
+                self.resubscribe(&addr);
+                Err(PullError::Remote(e))
+            }
+            PullAnswer::Failed(e) => {
+                tracing::debug!(broker = %addr, queue = ?request.queue, error = %e, "pull failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends this client's registrations heartbeated at `addr` there again, at most once per
+    /// [`RESUBSCRIBE_INTERVAL`], on a task of its own.
+    fn resubscribe(&self, addr: &str) {
+        let now = Instant::now();
+        let mut due = false;
+        self.inner
+            .resubscribed
+            .entry(addr.to_string())
+            .and_modify(|last| {
+                if now.duration_since(*last) >= RESUBSCRIBE_INTERVAL {
+                    *last = now;
+                    due = true;
+                }
+            })
+            .or_insert_with(|| {
+                due = true;
+                now
+            });
+        if due {
+            let client = self.clone();
+            let addr = addr.to_string();
+            tokio::spawn(async move { client.heartbeat_again(&addr).await });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+
+    fn request() -> PullRequest {
+        PullRequest::new(
+            "G",
+            MessageQueue::new("T", "broker-a", 2),
+            7,
+            TagExpression::parse("A || B").unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_request_carries_the_subscription_suspend_and_commit_offset() {
+        let pull = request().with_commit_offset(Some(5));
+        let command = pull_message_request(&pull, true);
+        assert_eq!(command.code, 11);
+        for (name, value) in [
+            ("consumerGroup", "G"),
+            ("topic", "T"),
+            ("queueId", "2"),
+            ("queueOffset", "7"),
+            ("maxMsgNums", "32"),
+            ("sysFlag", "7"),
+            ("commitOffset", "5"),
+            ("suspendTimeoutMillis", "15000"),
+            ("subscription", "A||B"),
+            ("subVersion", "0"),
+            ("expressionType", "TAG"),
+            ("maxMsgBytes", "262144"),
+            ("bname", "broker-a"),
+        ] {
+            assert_eq!(command.ext(name), Some(value), "{name}");
+        }
+        // Not to a slave, nor an offset of 0 or none.
+        for (pull, to_master) in [
+            (request().with_commit_offset(Some(5)), false),
+            (request().with_commit_offset(Some(0)), true),
+            (request(), true),
+        ] {
+            let command = pull_message_request(&pull, to_master);
+            assert_eq!(command.ext("sysFlag"), Some("6"));
+            assert_eq!(command.ext("commitOffset"), Some("0"));
+        }
+        let now = request().with_suspend(Duration::ZERO);
+        assert_eq!(pull_message_request(&now, true).ext("sysFlag"), Some("4"));
+    }
+
+    #[test]
+    fn subscriptions_are_sent_without_spaces_around_the_tags() {
+        let spaced = TagExpression::parse(" TagA ||TagB|| TagA ").unwrap();
+        assert_eq!(subscription_string(&spaced), "TagA||TagB");
+        assert_eq!(subscription_string(&TagExpression::all()), "*");
+    }
+
+    #[test]
+    fn a_held_pull_waits_15_s_more_than_its_suspend() {
+        let three = Duration::from_secs(3);
+        assert_eq!(
+            pull_timeout(Duration::from_secs(15), three),
+            Duration::from_secs(30)
+        );
+        assert_eq!(pull_timeout(Duration::ZERO, three), three);
+        assert_eq!(pull_timeout(Duration::MAX, three), Duration::MAX);
+    }
+
+    fn answer(code: i32) -> RemotingCommand {
+        RemotingCommand::response(code, 1, Some(format!("code {code}")))
+            .with_ext("nextBeginOffset", 9)
+            .with_ext("minOffset", 0)
+            .with_ext("maxOffset", 12)
+            .with_ext("suggestWhichBrokerId", 0)
+    }
+
+    #[test]
+    fn codes_map_onto_results_and_errors() {
+        let read = |code| read_answer(&answer(code), &request(), &DecodeLimits::default());
+        assert_eq!(
+            read(19),
+            PullAnswer::Done(PullResult::NoNewMessage { next_offset: 9 })
+        );
+        assert_eq!(
+            read(20),
+            PullAnswer::Done(PullResult::NoNewMessage { next_offset: 9 })
+        );
+        assert_eq!(
+            read(21),
+            PullAnswer::Done(PullResult::OffsetMoved { next_offset: 9 })
+        );
+        assert_eq!(
+            read(0),
+            PullAnswer::Done(PullResult::Found {
+                messages: vec![],
+                next_offset: 9,
+                min_offset: 0,
+                max_offset: 12
+            })
+        );
+        for code in [24, 25] {
+            assert!(
+                matches!(read(code), PullAnswer::Resubscribe(RemoteError::Refused { code: c, .. }) if c == code)
+            );
+        }
+        for code in [2, 215] {
+            assert!(matches!(
+                read(code),
+                PullAnswer::Failed(PullError::Throttled(RemoteError::Refused { .. }))
+            ));
+        }
+        for code in [1, 14, 17, 26, 501] {
+            assert!(matches!(
+                read(code),
+                PullAnswer::Failed(PullError::Remote(RemoteError::Refused { code: c, .. })) if c == code
+            ));
+        }
+        let missing = RemotingCommand::response(19, 1, None);
+        assert!(matches!(
+            read_answer(&missing, &request(), &DecodeLimits::default()),
+            PullAnswer::Failed(PullError::Remote(RemoteError::BadResponse(_)))
+        ));
+        let garbage = answer(0).with_body(&b"\x00\x00\x00\x05xyz"[..]);
+        assert!(matches!(
+            read_answer(&garbage, &request(), &DecodeLimits::default()),
+            PullAnswer::Failed(PullError::Remote(RemoteError::BadResponse(text))) if text.contains("pull of T@broker-a:2")
+        ));
+    }
+
+    /// The body is decoded, re-filtered by tag (the broker filters by hash code only), the
+    /// offset delta applied and the queue's range set on each message.
+    #[test]
+    fn found_messages_are_filtered_shifted_and_marked_with_the_range() {
+        use crate::message::tests::{encode_messages, sample};
+        let mut untagged = sample(8, "none");
+        untagged.properties.remove("TAGS");
+        let mut b = sample(9, "b");
+        b.properties.insert("TAGS".into(), "B".into());
+        let mut c = sample(10, "c");
+        c.properties.insert("TAGS".into(), "C".into());
+        let body = encode_messages(&[untagged, b, c]);
+        let response = answer(0).with_ext("offsetDelta", 100).with_body(body);
+        let PullAnswer::Done(PullResult::Found {
+            messages,
+            next_offset,
+            ..
+        }) = read_answer(&response, &request(), &DecodeLimits::default())
+        else {
+            panic!("not found");
+        };
+        assert_eq!(next_offset, 9);
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        let m = &messages[0];
+        assert_eq!(m.queue_offset(), 109);
+        assert_eq!(m.queue(), &request().queue);
+        assert_eq!(m.tags(), Some("B"));
+        assert_eq!(m.property(property::MIN_OFFSET), Some("0"));
+        assert_eq!(m.property(property::MAX_OFFSET), Some("12"));
+        assert_eq!(&m.body()[..], b"b");
+    }
+}

@@ -1,0 +1,256 @@
+//! Sending a message a consumer failed back for redelivery: CONSUMER_SEND_MSG_BACK (36) at the
+//! message's broker, and when that fails, the Java client's fallback: the message sent again
+//! as a normal message (SEND_MESSAGE) to the group's retry topic `%RETRY%{group}`.
+//!
+//! The fallback message is the Java client's (`sendMessageBackAsNormalMessage`): the body and
+//! properties of the message, with [`ORIGIN_MESSAGE_ID`](property::ORIGIN_MESSAGE_ID) (the one
+//! it had, else its id), [`RETRY_TOPIC`](property::RETRY_TOPIC) (its topic),
+//! [`DELAY_TIME_LEVEL`](property::DELAY_TIME_LEVEL) `3 + reconsume times`, and the
+//! reconsume count (`reconsume times + 1`) and maximum, which the Java producer moves from the
+//! `RECONSUME_TIME` and `MAX_RECONSUME_TIMES` properties into the request's `reconsumeTimes`
+//! and `maxReconsumeTimes` fields for a retry topic, as done here: the broker sends it to the
+//! dead-letter topic once the count passes the maximum. Properties the consume layer set for
+//! its own use (`MIN_OFFSET`, `MAX_OFFSET`, `CONSUME_START_TIME`) and the transaction mark are
+//! left out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rebalance_core::MessageQueue;
+use rebalance_runtime::RemoteError;
+use rebalance_runtime::consume::{SendBack, property};
+use rebalance_runtime::subscription::retry_topic;
+
+use super::{BrokerClient, refused};
+use crate::command::{RemotingCommand, request_code, response_code};
+use crate::producer::{self, send_message_request};
+
+/// How long a send-back may take (the Java client's 5 s).
+pub const SEND_BACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The producer group of the fallback sends (the Java client's inner producer).
+pub const INNER_PRODUCER_GROUP: &str = "CLIENT_INNER_PRODUCER";
+
+/// The delay level a message sent back as a normal message is delivered after: 3 (10 s) for
+/// its first redelivery, one more for each later one (Java's `3 + reconsumeTimes`).
+const FIRST_RETRY_DELAY_LEVEL: i32 = 3;
+
+/// The transaction mark a message sent back must not keep.
+const TRANSACTION_PREPARED: &str = "TRAN_MSG";
+
+/// The CONSUMER_SEND_MSG_BACK request for `request`.
+pub fn send_back_request(request: &SendBack<'_>) -> RemotingCommand {
+    let message = request.message;
+    RemotingCommand::request(request_code::CONSUMER_SEND_MSG_BACK)
+        .with_ext("offset", message.commit_log_offset())
+        .with_ext("group", request.group)
+        .with_ext("delayLevel", request.delay_level)
+        .with_ext("originMsgId", message.msg_id())
+        .with_ext("originTopic", message.topic())
+        .with_ext("unitMode", false)
+        .with_ext("maxReconsumeTimes", request.max_reconsume_times)
+        .with_ext("bname", &*message.queue().broker_name)
+}
+
+/// The message sent to the retry topic when CONSUMER_SEND_MSG_BACK failed (see the
+/// [module documentation](self)), with the reconsume count and maximum for the request.
+fn fallback_message(request: &SendBack<'_>) -> (producer::Message, i32, i32) {
+    let message = request.message;
+    let mut properties: BTreeMap<String, String> = message
+        .properties()
+        .iter()
+        .filter(|(name, _)| {
+            ![
+                property::MIN_OFFSET,
+                property::MAX_OFFSET,
+                property::CONSUME_START_TIME,
+                property::RECONSUME_TIME,
+                property::MAX_RECONSUME_TIMES,
+                TRANSACTION_PREPARED,
+            ]
+            .contains(&name.as_str())
+        })
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    properties
+        .entry(property::ORIGIN_MESSAGE_ID.to_string())
+        .or_insert_with(|| message.msg_id().to_string());
+    properties.insert(
+        property::RETRY_TOPIC.to_string(),
+        message.topic().to_string(),
+    );
+    let delay = FIRST_RETRY_DELAY_LEVEL.saturating_add(message.reconsume_times());
+    properties.insert(property::DELAY_TIME_LEVEL.to_string(), delay.to_string());
+    let fallback = producer::Message {
+        body: message.body().clone(),
+        properties,
+    };
+    (
+        fallback,
+        message.reconsume_times().saturating_add(1),
+        request.max_reconsume_times,
+    )
+}
+
+/// The SEND_MESSAGE request of the fallback to `queue` (a queue of the retry topic).
+pub fn fallback_request(request: &SendBack<'_>, queue: &MessageQueue) -> RemotingCommand {
+    let (message, reconsume_times, max_reconsume_times) = fallback_message(request);
+    // The copy keeps the message's birth time, as the Java client's does.
+    let born = request.message.born_timestamp();
+    send_message_request(INNER_PRODUCER_GROUP, queue, &message, born)
+        .with_ext("reconsumeTimes", reconsume_times)
+        .with_ext("maxReconsumeTimes", max_reconsume_times)
+}
+
+/// Whether a SEND_MESSAGE answer means the message is stored.
+fn stored(response: &RemotingCommand) -> bool {
+    matches!(
+        response.code,
+        response_code::SUCCESS
+            | response_code::FLUSH_DISK_TIMEOUT
+            | response_code::FLUSH_SLAVE_TIMEOUT
+            | response_code::SLAVE_NOT_AVAILABLE
+    )
+}
+
+impl BrokerClient {
+    /// Sends a failed message back: CONSUMER_SEND_MSG_BACK at its broker's master, else the
+    /// fallback to the retry topic. Fails only when both fail (with both reasons).
+    pub(super) async fn send_message_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
+        let queue = request.message.queue();
+        let first = async {
+            let addr = self.broker_addr(queue, true).await?;
+            let response = self
+                .remoting()
+                .invoke_with_timeout(&addr, send_back_request(&request), SEND_BACK_TIMEOUT)
+                .await
+                .map_err(RemoteError::from)?;
+            if response.code == response_code::SUCCESS {
+                Ok(addr)
+            } else {
+                Err(refused(&response))
+            }
+        };
+        let error = match first.await {
+            Ok(addr) => {
+                tracing::debug!(broker = %addr, group = request.group, msg_id = request.message.msg_id(), "sent back");
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        tracing::warn!(group = request.group, msg_id = request.message.msg_id(), error = %error, "send-back failed; sending the message to the retry topic instead");
+        self.send_back_as_normal_message(&request)
+            .await
+            .map_err(|fallback| match fallback {
+                RemoteError::Refused { code, remark } => RemoteError::Refused {
+                    code,
+                    remark: format!("{remark} (after the send-back failed: {error})"),
+                },
+                other => RemoteError::Unreachable(format!(
+                    "send-back failed ({error}), and so did the send to the retry topic ({other})"
+                )),
+            })
+    }
+
+    /// The fallback: SEND_MESSAGE to the group's retry topic, on the message's broker when it
+    /// serves the retry topic, else on its first broker.
+    async fn send_back_as_normal_message(&self, request: &SendBack<'_>) -> Result<(), RemoteError> {
+        let topic = retry_topic(request.group);
+        let route = self.route(&topic).await?;
+        let publish = route.publish_info(&topic).map_err(|e| {
+            RemoteError::Unreachable(format!("no queue to send to in `{topic}`: {e}"))
+        })?;
+        let queues = publish.queues();
+        let broker = &request.message.queue().broker_name;
+        let queue = queues
+            .iter()
+            .find(|q| q.broker_name == *broker)
+            .or_else(|| queues.first())
+            .ok_or_else(|| RemoteError::Unreachable(format!("no queue in `{topic}`")))?;
+        let addr = self.broker_addr(queue, true).await?;
+        let response = self
+            .remoting()
+            .invoke_with_timeout(&addr, fallback_request(request, queue), SEND_BACK_TIMEOUT)
+            .await
+            .map_err(RemoteError::from)?;
+        if !stored(&response) {
+            return Err(refused(&response));
+        }
+        tracing::info!(broker = %addr, %topic, msg_id = request.message.msg_id(), "sent to the retry topic");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rebalance_runtime::consume::Message;
+
+    use super::*;
+    use crate::message::properties;
+
+    fn failed() -> Message {
+        Message::new(MessageQueue::new("%RETRY%G", "broker-a", 0), 4, "body")
+            .with_topic("Orders")
+            .with_msg_id("UNIQ1")
+            .with_commit_log_offset(1234)
+            .with_reconsume_times(2)
+            .with_timestamps(77, 78)
+            .with_property(property::TAGS, "TagA")
+            .with_property(property::MIN_OFFSET, "0")
+            .with_property(property::MAX_OFFSET, "9")
+            .with_property(TRANSACTION_PREPARED, "true")
+    }
+
+    #[test]
+    fn the_send_back_names_the_stored_message_and_its_origin() {
+        let message = failed();
+        let request = SendBack::new("G", &message)
+            .with_delay_level(1)
+            .with_max_reconsume_times(3);
+        let command = send_back_request(&request);
+        assert_eq!(command.code, 36);
+        for (name, value) in [
+            ("offset", "1234"),
+            ("group", "G"),
+            ("delayLevel", "1"),
+            ("originMsgId", "UNIQ1"),
+            ("originTopic", "Orders"),
+            ("unitMode", "false"),
+            ("maxReconsumeTimes", "3"),
+            ("bname", "broker-a"),
+        ] {
+            assert_eq!(command.ext(name), Some(value), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_fallback_is_the_java_clients_normal_message() {
+        let message = failed();
+        let request = SendBack::new("G", &message).with_max_reconsume_times(5);
+        let queue = MessageQueue::new("%RETRY%G", "broker-a", 0);
+        let command = fallback_request(&request, &queue);
+        assert_eq!(command.code, 10);
+        assert_eq!(command.ext("topic"), Some("%RETRY%G"));
+        assert_eq!(command.ext("producerGroup"), Some(INNER_PRODUCER_GROUP));
+        assert_eq!(command.ext("reconsumeTimes"), Some("3"));
+        assert_eq!(command.ext("maxReconsumeTimes"), Some("5"));
+        assert_eq!(command.ext("bornTimestamp"), Some("77"));
+        assert_eq!(&command.body[..], b"body");
+        let sent = properties::parse(command.ext("properties").unwrap());
+        assert_eq!(
+            sent.get("ORIGIN_MESSAGE_ID").map(String::as_str),
+            Some("UNIQ1")
+        );
+        assert_eq!(sent.get("RETRY_TOPIC").map(String::as_str), Some("Orders"));
+        assert_eq!(sent.get("DELAY").map(String::as_str), Some("5"));
+        assert_eq!(sent.get("TAGS").map(String::as_str), Some("TagA"));
+        for gone in ["MIN_OFFSET", "MAX_OFFSET", "TRAN_MSG", "RECONSUME_TIME"] {
+            assert!(!sent.contains_key(gone), "{gone}");
+        }
+        // An origin id already there is kept.
+        let again = failed().with_property(property::ORIGIN_MESSAGE_ID, "FIRST");
+        let command = fallback_request(&SendBack::new("G", &again), &queue);
+        let sent = properties::parse(command.ext("properties").unwrap());
+        assert_eq!(sent["ORIGIN_MESSAGE_ID"], "FIRST");
+    }
+}

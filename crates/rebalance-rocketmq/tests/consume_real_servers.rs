@@ -1,0 +1,190 @@
+//! The runtime's push consumer with the broker client as its message source, against a real
+//! RocketMQ name server and broker: two members consume every message sent, and a message whose
+//! first delivery fails comes back through the group's retry topic.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rebalance_core::MessageQueue;
+use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
+use rebalance_rocketmq::testkit::TestCluster;
+use rebalance_rocketmq::{BrokerClient, NameServerClient};
+use rebalance_runtime::config::Intervals;
+use rebalance_runtime::consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
+};
+
+use common::{eventually, init_tracing};
+
+/// Every message consumed: (client, body, reconsume times).
+type Seen = Arc<Mutex<Vec<(String, String, i32)>>>;
+
+struct Recorder {
+    client: String,
+    seen: Seen,
+    /// Bodies whose first delivery fails.
+    fail_first: BTreeSet<String>,
+}
+
+#[async_trait]
+impl ConcurrentListener for Recorder {
+    async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        let mut seen = self.seen.lock().unwrap();
+        for m in messages {
+            let body = String::from_utf8_lossy(m.body()).into_owned();
+            if m.reconsume_times() == 0 && self.fail_first.contains(&body) {
+                return ConsumeResult::ReconsumeLater;
+            }
+            seen.push((self.client.clone(), body, m.reconsume_times()));
+        }
+        ConsumeResult::Success
+    }
+}
+
+async fn member(
+    cluster: &TestCluster,
+    group: &str,
+    topic: &str,
+    label: &str,
+    seen: &Seen,
+    fail_first: BTreeSet<String>,
+) -> PushConsumerHandle {
+    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+    let id = common::client_id(label);
+    let recorder = Arc::new(Recorder {
+        client: label.to_string(),
+        seen: seen.clone(),
+        fail_first,
+    });
+    let source = Arc::new(brokers.clone());
+    PushConsumer::builder(group)
+        .configure(|b| {
+            b.client_id(id)
+                .intervals(Intervals {
+                    rebalance_wait: Duration::from_secs(2),
+                    ..Intervals::default()
+                })
+                .name_server(Arc::new(name_server))
+                .directory(Arc::new(brokers.clone()))
+                .offset_store(Arc::new(brokers.clone()))
+                .locker(Arc::new(brokers))
+        })
+        .subscribe(topic)
+        .source(source)
+        .concurrently(recorder)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Waits until the members hold every queue of `topic` between them, each queue once.
+async fn wait_for_partition(members: &[&PushConsumerHandle], topic: &str, queues: usize) {
+    eventually(
+        "the members share the topic's queues",
+        Duration::from_secs(30),
+        || async {
+            let mut held: Vec<MessageQueue> = members
+                .iter()
+                .flat_map(|m| {
+                    m.consumer()
+                        .assignment()
+                        .queues
+                        .get(topic)
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .collect();
+            let total = held.len();
+            held.sort();
+            held.dedup();
+            (total == queues && held.len() == queues).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn send_all(cluster: &TestCluster, topic: &str, queues: i32, count: usize) -> Vec<String> {
+    let sender = MessageSender::new(
+        NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap(),
+        "consume-test-producer",
+    );
+    let mut bodies = Vec::new();
+    for i in 0..count {
+        let body = format!("m-{i}");
+        let queue = MessageQueue::new(topic, "broker-a", (i % queues as usize) as i32);
+        sender
+            .send(&queue, &Outgoing::new(body.clone()))
+            .await
+            .unwrap();
+        bodies.push(body);
+    }
+    bodies
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_consume_every_message_sent() {
+    init_tracing();
+    let cluster = TestCluster::start().unwrap();
+    cluster.create_topic("ConsumeAll", 4).await.unwrap();
+    let seen = Seen::default();
+    let a = member(&cluster, "CG", "ConsumeAll", "a", &seen, BTreeSet::new()).await;
+    let b = member(&cluster, "CG", "ConsumeAll", "b", &seen, BTreeSet::new()).await;
+    wait_for_partition(&[&a, &b], "ConsumeAll", 4).await;
+    let sent = send_all(&cluster, "ConsumeAll", 4, 80).await;
+    let consumed = eventually(
+        "every message consumed",
+        Duration::from_secs(60),
+        || async {
+            let seen = seen.lock().unwrap();
+            let bodies: BTreeSet<&String> = seen.iter().map(|(_, body, _)| body).collect();
+            sent.iter()
+                .all(|s| bodies.contains(s))
+                .then(|| seen.clone())
+        },
+    )
+    .await;
+    let mut per_member: BTreeMap<&str, usize> = BTreeMap::new();
+    for (client, _, _) in &consumed {
+        *per_member.entry(client.as_str()).or_default() += 1;
+    }
+    // Each holds two of the four queues: 40 messages each, duplicates aside.
+    assert_eq!(per_member.len(), 2, "{per_member:?}");
+    assert!(per_member.values().all(|&n| n >= 40), "{per_member:?}");
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_delivery_comes_again_through_the_retry_topic() {
+    init_tracing();
+    let cluster = TestCluster::start().unwrap();
+    cluster.create_topic("ConsumeRetry", 2).await.unwrap();
+    let seen = Seen::default();
+    let failing: BTreeSet<String> = ["m-3", "m-8"].iter().map(|s| s.to_string()).collect();
+    let a = member(&cluster, "RG", "ConsumeRetry", "a", &seen, failing.clone()).await;
+    wait_for_partition(&[&a], "ConsumeRetry", 2).await;
+    let sent = send_all(&cluster, "ConsumeRetry", 2, 10).await;
+    // The first redelivery is after delay level 3: 10 s.
+    let consumed = eventually(
+        "every message consumed",
+        Duration::from_secs(90),
+        || async {
+            let seen = seen.lock().unwrap();
+            let bodies: BTreeSet<&String> = seen.iter().map(|(_, body, _)| body).collect();
+            sent.iter()
+                .all(|s| bodies.contains(s))
+                .then(|| seen.clone())
+        },
+    )
+    .await;
+    for (_, body, reconsume_times) in &consumed {
+        let expected = if failing.contains(body) { 1 } else { 0 };
+        assert_eq!(*reconsume_times, expected, "{body}");
+    }
+    a.shutdown().await;
+}

@@ -1,0 +1,191 @@
+//! Pulls and send-backs against scripted servers: the answers a real broker gives rarely
+//! ("subscription not latest", a failed send-back) and what the client does about them.
+
+mod scripted;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rebalance_core::MessageQueue;
+use rebalance_rocketmq::message::properties;
+use rebalance_rocketmq::{BrokerClient, NameServerClient, RemotingCommand, request_code};
+use rebalance_runtime::consume::{Message, MessageSource, PullError, PullRequest, SendBack};
+use rebalance_runtime::subscription::TagExpression;
+use rebalance_runtime::{GroupDirectory, RemoteError};
+use scripted::scripted;
+
+type Log = Arc<Mutex<Vec<RemotingCommand>>>;
+
+fn ok() -> RemotingCommand {
+    RemotingCommand::response(0, 0, None)
+}
+
+/// A name server routing `topics` to broker-a at `broker`.
+async fn name_server(broker: String, topics: &'static [&'static str]) -> String {
+    let (addr, _) = scripted(move |req| {
+        let topic = req.ext("topic").unwrap_or_default();
+        if !topics.contains(&topic) {
+            return Some(RemotingCommand::response(17, 0, Some("no route".into())));
+        }
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":1,"topicSysFlag":0,"writeQueueNums":1}}]}}"#
+        );
+        Some(ok().with_body(route.into_bytes()))
+    })
+    .await;
+    addr
+}
+
+/// A broker answering each request with `answer`, keeping every request.
+async fn broker(
+    answer: impl Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
+) -> (String, Log) {
+    let log = Log::default();
+    let kept = log.clone();
+    let (addr, _) = scripted(move |req| {
+        kept.lock().unwrap().push(req.clone());
+        Some(answer(req))
+    })
+    .await;
+    (addr, log)
+}
+
+fn count(log: &Log, code: i32) -> usize {
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.code == code)
+        .count()
+}
+
+fn registration() -> rebalance_runtime::Registration {
+    rebalance_runtime::Registration {
+        client_id: "c1".into(),
+        group: "G".into(),
+        message_model: Default::default(),
+        consume_order: Default::default(),
+        consume_from: Default::default(),
+        subscriptions: vec![rebalance_runtime::subscription::Subscription::all("T")],
+    }
+}
+
+/// "Subscription not latest" (24 from the Rust broker, 25 from Java's) fails the pull for the
+/// consume layer to retry, after this client heartbeats the broker again, once however many
+/// pulls get it at once.
+#[tokio::test]
+async fn subscription_not_latest_heartbeats_again_once_and_fails_the_pull() {
+    for code in [24, 25] {
+        let (addr, log) = broker(move |req| match req.code {
+            request_code::PULL_MESSAGE => RemotingCommand::response(
+                code,
+                0,
+                Some("the consumer's subscription not latest".into()),
+            ),
+            _ => ok(),
+        })
+        .await;
+        let namesrv = name_server(addr, &["T"]).await;
+        let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+        brokers.register(&registration()).await.unwrap();
+        assert_eq!(count(&log, request_code::HEART_BEAT), 1);
+
+        let request = PullRequest::new(
+            "G",
+            MessageQueue::new("T", "broker-a", 0),
+            0,
+            TagExpression::all(),
+        );
+        for _ in 0..5 {
+            let err = brokers.pull(&request).await.unwrap_err();
+            assert!(
+                matches!(&err, PullError::Remote(RemoteError::Refused { code: c, .. }) if *c == code),
+                "{err:?}"
+            );
+        }
+        let heartbeats = rebalance_rocketmq::testkit::wait_until(
+            Duration::from_secs(5),
+            Duration::from_millis(10),
+            || async {
+                let n = count(&log, request_code::HEART_BEAT);
+                (n >= 2).then_some(n)
+            },
+        )
+        .await;
+        assert_eq!(heartbeats, Some(2), "code {code}: one heartbeat again");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(count(&log, request_code::HEART_BEAT), 2, "code {code}");
+    }
+}
+
+fn failed_message() -> Message {
+    Message::new(MessageQueue::new("T", "broker-a", 0), 3, "payload")
+        .with_msg_id("UNIQ1")
+        .with_commit_log_offset(99)
+        .with_reconsume_times(1)
+}
+
+/// A refused CONSUMER_SEND_MSG_BACK is followed by a SEND_MESSAGE to the retry topic.
+#[tokio::test]
+async fn a_refused_send_back_is_sent_to_the_retry_topic() {
+    let (addr, log) = broker(|req| match req.code {
+        request_code::CONSUMER_SEND_MSG_BACK => {
+            RemotingCommand::response(1, 0, Some("look message by offset failed".into()))
+        }
+        request_code::SEND_MESSAGE => ok()
+            .with_ext("msgId", "X")
+            .with_ext("queueId", 0)
+            .with_ext("queueOffset", 0),
+        _ => ok(),
+    })
+    .await;
+    let namesrv = name_server(addr, &["T", "%RETRY%G"]).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let message = failed_message();
+    brokers
+        .send_back(SendBack::new("G", &message).with_max_reconsume_times(4))
+        .await
+        .unwrap();
+    let requests = log.lock().unwrap().clone();
+    let codes: Vec<i32> = requests.iter().map(|r| r.code).collect();
+    assert_eq!(codes, [36, 10]);
+    let back = &requests[0];
+    assert_eq!(back.ext("offset"), Some("99"));
+    assert_eq!(back.ext("originMsgId"), Some("UNIQ1"));
+    let send = &requests[1];
+    assert_eq!(send.ext("topic"), Some("%RETRY%G"));
+    assert_eq!(send.ext("reconsumeTimes"), Some("2"));
+    assert_eq!(send.ext("maxReconsumeTimes"), Some("4"));
+    let props = properties::parse(send.ext("properties").unwrap());
+    assert_eq!(props["ORIGIN_MESSAGE_ID"], "UNIQ1");
+    assert_eq!(props["RETRY_TOPIC"], "T");
+    assert_eq!(props["DELAY"], "4");
+    assert_eq!(&send.body[..], b"payload");
+}
+
+/// When both fail, the error says so, with both reasons.
+#[tokio::test]
+async fn a_send_back_fails_only_when_the_fallback_fails_too() {
+    let (addr, _log) = broker(|req| match req.code {
+        request_code::CONSUMER_SEND_MSG_BACK => {
+            RemotingCommand::response(1, 0, Some("first reason".into()))
+        }
+        _ => RemotingCommand::response(14, 0, Some("second reason".into())),
+    })
+    .await;
+    let namesrv = name_server(addr, &["T", "%RETRY%G"]).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let message = failed_message();
+    let err = brokers
+        .send_back(SendBack::new("G", &message))
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, RemoteError::Refused { code: 14, .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("first reason") && text.contains("second reason"),
+        "{text}"
+    );
+}
