@@ -13,7 +13,7 @@ use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::config::Intervals;
+use rebalance_runtime::config::{ConsumeFrom, Intervals};
 use rebalance_runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
 };
@@ -64,7 +64,11 @@ async fn member(
     let source = Arc::new(brokers.clone());
     PushConsumer::builder(group)
         .configure(|b| {
+            // A fresh topic read from its first offset: with the default `LastOffset`, a
+            // message sent between the assignment and the pull loop's start-offset lookup
+            // would be skipped (the lookup runs in the loop, after the assignment is published).
             b.client_id(id)
+                .consume_from(ConsumeFrom::FirstOffset)
                 .intervals(Intervals {
                     rebalance_wait: Duration::from_secs(2),
                     ..Intervals::default()
