@@ -140,22 +140,34 @@ fn the_readme_examples_build_with_exactly_the_readme_dependencies() {
     else {
         panic!("the README has one dependency block for the in-memory cluster");
     };
+    // TLS examples need the transport's `tls` feature, which the plain RocketMQ lines leave off.
+    let tls = |code: &str| code.contains("\"tls\"") || code.contains("rebalance_rocketmq::tls");
     let [rocketmq_deps] = manifests
         .iter()
-        .filter(|b| rocketmq(&b.code))
+        .filter(|b| rocketmq(&b.code) && !tls(&b.code))
         .collect::<Vec<_>>()[..]
     else {
         panic!("the README has one dependency block for RocketMQ");
+    };
+    let [tls_deps] = manifests
+        .iter()
+        .filter(|b| tls(&b.code))
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!("the README has one dependency block for RocketMQ with TLS");
     };
     let (with_rocketmq, in_memory): (Vec<&Block>, Vec<&Block>) = blocks
         .iter()
         .filter(|b| is(b, "rust"))
         .partition(|b| rocketmq(&b.code));
+    let (with_tls, with_rocketmq): (Vec<&Block>, Vec<&Block>) =
+        with_rocketmq.into_iter().partition(|b| tls(&b.code));
     assert!(
-        in_memory.len() >= 3 && !with_rocketmq.is_empty(),
-        "the README's examples were not found: {} in memory, {} with RocketMQ",
+        in_memory.len() >= 3 && !with_rocketmq.is_empty() && !with_tls.is_empty(),
+        "the README's examples were not found: {} in memory, {} with RocketMQ, {} with TLS",
         in_memory.len(),
-        with_rocketmq.len()
+        with_rocketmq.len(),
+        with_tls.len()
     );
     assert!(
         in_memory_deps.code.contains("test-util"),
@@ -163,6 +175,7 @@ fn the_readme_examples_build_with_exactly_the_readme_dependencies() {
     );
     build("in-memory", &in_memory_deps.code, &in_memory);
     build("rocketmq", &rocketmq_deps.code, &with_rocketmq);
+    build("tls", &tls_deps.code, &with_tls);
 }
 
 #[test]
