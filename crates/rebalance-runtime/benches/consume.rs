@@ -4,9 +4,10 @@
 //!
 //! `cargo bench -p rebalance-runtime --bench consume`
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod counting;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -63,31 +64,7 @@ fn thread_cpu() -> Duration {
     Duration::from_nanos(ns)
 }
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use counting::Counting;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -211,14 +188,14 @@ fn buffered(runtime: &tokio::runtime::Runtime, count: usize) -> isize {
         options.queue_max_messages = count * 2;
         options.max_span = count as i64 * 2;
         let source = counting(&cluster);
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = counting::live();
         let consumer = start(&cluster, listener, options, source.clone()).await;
         while source.delivered.load(Ordering::Relaxed) < count as u64 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         // Let the loop buffer the last pull.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let held = LIVE.load(Ordering::Relaxed) - before;
+        let held = counting::live() - before;
         consumer.abort();
         drop(consumer);
         // Let the aborted tasks go, so that their memory is not freed during the next run.
@@ -231,9 +208,9 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
     // What one message costs by itself, as a pull copies it out of the cluster's log.
     let (small, large) = (20_000usize, 100_000usize);
     let sample = cluster(1, small);
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting::live();
     let copies = sample.messages(&MessageQueue::new("T", "broker-0", 0));
-    let message = (LIVE.load(Ordering::Relaxed) - before) as f64 / copies.len() as f64;
+    let message = (counting::live() - before) as f64 / copies.len() as f64;
     drop(copies);
     // The slope between two buffer sizes leaves the consumer's fixed costs out.
     let held_small = buffered(runtime, small);
