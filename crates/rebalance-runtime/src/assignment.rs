@@ -51,9 +51,16 @@ impl Assignment {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Unbalanced {
-    /// No route is known for the topic yet.
+    /// No route is known for the topic yet: the name server has not answered a poll of it.
     #[error("no route is known for the topic yet")]
     RouteUnknown,
+    /// The name server says the topic does not exist (misspelled, or not created yet), and no
+    /// route was known before.
+    #[error("the name server does not know the topic (misspelled, or not created yet)")]
+    TopicNotFound,
+    /// The name server failed (unreachable, timed out, refused) and no route was known before.
+    #[error("the name server failed, and no route is known for the topic")]
+    NameServerFailed(#[source] RemoteError),
     /// The directory failed to list the group's consumers.
     #[error("the directory could not list the group's consumers")]
     DirectoryFailed(#[source] RemoteError),

@@ -17,8 +17,9 @@ use crate::{NameServer, RemoteError, RouteError};
 /// What the runtime knows of one topic.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TopicState {
-    /// No route has been fetched yet (the name server failed, or never knew the topic).
-    Unknown,
+    /// No route has been fetched yet: why the last poll gave none (the name server failed, or
+    /// does not know the topic), or `None` before the first answer.
+    Unknown(Option<RouteError>),
     /// The last good route, the queues consumers may subscribe to (sorted the Java way) and
     /// the queues producers may send to.
     Known {
@@ -34,6 +35,9 @@ pub enum TopicState {
     Gone,
 }
 
+/// The state of a topic not polled (yet).
+static NOT_POLLED: TopicState = TopicState::Unknown(None);
+
 /// Every subscribed topic's state, as RouteSync last published it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteTable {
@@ -43,7 +47,7 @@ pub struct RouteTable {
 impl RouteTable {
     /// The state of `topic` (`Unknown` when it is not polled).
     pub fn topic(&self, topic: &str) -> &TopicState {
-        self.topics.get(topic).unwrap_or(&TopicState::Unknown)
+        self.topics.get(topic).unwrap_or(&NOT_POLLED)
     }
 
     /// The subscribable queues of `topic`, when its route is known.
@@ -400,7 +404,8 @@ impl RouteSync {
                             queues: known.queues.clone(),
                             publish: known.publish.clone(),
                         },
-                        _ => TopicState::Unknown,
+                        Some(r) => TopicState::Unknown(r.last_error.clone()),
+                        None => TopicState::Unknown(None),
                     };
                     (t.clone(), state)
                 })

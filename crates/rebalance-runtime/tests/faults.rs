@@ -73,7 +73,11 @@ async fn a_consumer_started_during_an_outage_joins_when_the_name_server_is_back(
     settle(Duration::from_secs(10)).await;
     assert!(a.handle.assignment().is_empty());
     let report = a.handle.rounds().borrow().clone();
-    assert_eq!(report.topics[0].unbalanced, Some(Unbalanced::RouteUnknown));
+    assert!(
+        matches!(report.topics[0].unbalanced, Some(Unbalanced::NameServerFailed(_))),
+        "{:?}",
+        report.topics[0].unbalanced
+    );
     cluster.set_name_server_down(false);
     // The next poll (30 s) finds the route and wakes a round.
     settle(Duration::from_secs(31)).await;

@@ -36,7 +36,7 @@ async fn a_healthy_consumer_is_ready_after_its_first_round() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_misspelled_topic_is_named_with_its_route_unknown() {
+async fn a_misspelled_topic_is_named_as_not_found() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("Orders", 1, 4);
     let a = start(&cluster, 0, &["Orders", "Ordres"]).await;
@@ -45,8 +45,27 @@ async fn a_misspelled_topic_is_named_with_its_route_unknown() {
     // Orders is ready; only the misspelled topic is named.
     assert_eq!(
         err.topics.into_iter().collect::<Vec<_>>(),
-        [("Ordres".to_string(), TopicNotReady::RouteUnknown)]
+        [("Ordres".to_string(), TopicNotReady::TopicNotFound)]
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unreachable_name_server_is_told_apart_from_an_unknown_topic() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("Orders", 1, 4);
+    cluster.set_name_server_down(true);
+    let a = start(&cluster, 0, &["Orders"]).await;
+    let err = not_ready(a.handle.ready(WAIT).await);
+    let topics: Vec<_> = err.topics.into_iter().collect();
+    assert_eq!(topics.len(), 1, "{topics:?}");
+    assert_eq!(topics[0].0, "Orders");
+    assert!(
+        matches!(topics[0].1, TopicNotReady::NameServerUnreachable(_)),
+        "{topics:?}"
+    );
+    // Once it answers, the same consumer becomes ready.
+    cluster.set_name_server_down(false);
+    a.handle.ready(Duration::from_secs(60)).await.expect("ready once the name server answers");
 }
 
 #[tokio::test(start_paused = true)]

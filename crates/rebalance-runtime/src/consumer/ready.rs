@@ -22,12 +22,15 @@ pub enum TopicNotReady {
     /// [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
     #[error("no round has reported the topic yet")]
     NoRoundYet,
-    /// No route is known: the name server cannot be reached, or it does not know the topic
-    /// (misspelled, or not created yet).
-    #[error(
-        "no route for the topic: the name server is unreachable, or does not know the topic (misspelled, or not created)"
-    )]
+    /// No route is known and the name server has not answered a poll of the topic yet.
+    #[error("no route for the topic: the name server has not answered yet")]
     RouteUnknown,
+    /// The name server says the topic does not exist: misspelled, or not created yet.
+    #[error("the name server does not know the topic: misspelled, or not created yet")]
+    TopicNotFound,
+    /// The name server cannot be reached (or fails), and no route for the topic is known.
+    #[error("no route for the topic: the name server fails")]
+    NameServerUnreachable(#[source] RemoteError),
     /// The directory could not list the group's consumers.
     #[error("the directory (broker) could not list the group's consumers")]
     DirectoryUnreachable(#[source] RemoteError),
@@ -88,6 +91,8 @@ fn not_ready(topic: &TopicReport, report: &RoundReport, locks: bool) -> Option<T
     }
     Some(match topic.unbalanced.clone()? {
         Unbalanced::RouteUnknown => TopicNotReady::RouteUnknown,
+        Unbalanced::TopicNotFound => TopicNotReady::TopicNotFound,
+        Unbalanced::NameServerFailed(e) => TopicNotReady::NameServerUnreachable(e),
         Unbalanced::DirectoryFailed(e) => TopicNotReady::DirectoryUnreachable(e),
         Unbalanced::NotInConsumerList => TopicNotReady::NotListed,
         Unbalanced::Pending { not_added, .. } if locks && not_added > 0 => {

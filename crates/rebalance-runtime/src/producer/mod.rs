@@ -468,7 +468,7 @@ impl ProducerHandle {
                 error: error.clone(),
             }),
             TopicState::Gone => Err(SelectError::TopicGone(topic.to_string())),
-            TopicState::Unknown => Err(SelectError::RouteUnknown(topic.to_string())),
+            TopicState::Unknown(_) => Err(SelectError::RouteUnknown(topic.to_string())),
         }
     }
 

@@ -12,6 +12,7 @@ use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
+use crate::error::RouteError;
 use crate::config::MessageModel;
 use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
@@ -141,13 +142,20 @@ impl Service {
     async fn view(&self, topic: &str, routes: &RouteTable) -> Sight {
         let ctx = &self.ctx;
         let queues = match routes.topic(topic) {
-            TopicState::Unknown
+            TopicState::Unknown(_)
                 if is_retry_topic(topic) && self.table.entries_of(topic).next().is_none() =>
             {
                 tracing::debug!(topic, "no route for the retry topic yet");
                 return Sight::Decided(Target::NotYet);
             }
-            TopicState::Unknown => return Sight::Decided(Target::Keep(Unbalanced::RouteUnknown)),
+            TopicState::Unknown(why) => {
+                let why = match why {
+                    None => Unbalanced::RouteUnknown,
+                    Some(RouteError::TopicNotFound(_)) => Unbalanced::TopicNotFound,
+                    Some(RouteError::NameServer(e)) => Unbalanced::NameServerFailed(e.clone()),
+                };
+                return Sight::Decided(Target::Keep(why));
+            }
             TopicState::Gone => {
                 return Sight::Decided(Target::release_all(RemovalReason::TopicGone));
             }
