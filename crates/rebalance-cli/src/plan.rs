@@ -7,13 +7,12 @@ use std::time::Duration;
 
 use rebalance_core::strategy::{Params, StrategyConfigError, StrategyRef, build_strategy};
 use rebalance_core::{AllocateError, ClientId, MessageQueue};
-use rebalance_rocketmq::{
-    AddressError, BrokerClient, ClientConfig, NameServerClient, RemotingClient,
-};
+use rebalance_rocketmq::{AddressError, BrokerClient, ClientConfig};
 use rebalance_runtime::{GroupDirectory, RemoteError, RouteError};
 use serde_json::{Map, Value};
 
 use crate::args::{parse_duration, parse_param};
+use crate::connect::{ConnectArgs, ConnectError};
 use crate::table;
 
 /// The command's arguments.
@@ -43,6 +42,9 @@ pub struct PlanArgs {
     /// How long each request to a server may take.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Credentials, namespace and TLS.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 /// Why the plan could not be made.
@@ -63,6 +65,9 @@ pub enum PlanError {
     /// The strategy refused the inputs.
     #[error("allocation: {}", .0.java_message())]
     Allocate(#[from] AllocateError),
+    /// The credentials, namespace or TLS flags are unusable.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
 }
 
 /// The group's plan for one topic.
@@ -87,12 +92,12 @@ pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
     // network call.
     let params: Params = args.params.iter().cloned().collect();
     let strategy = build_strategy(&args.strategy, &params)?;
-    let remoting = RemotingClient::new(ClientConfig {
+    let config = ClientConfig {
         request_timeout: args.timeout,
         connect_timeout: args.timeout,
         ..ClientConfig::default()
-    });
-    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    };
+    let name_server = args.connect.name_server(&args.namesrv, config)?;
     let route = name_server.route(&args.topic).await?;
     let queues = route.subscribable_queues(&args.topic);
     let members = BrokerClient::new(name_server)
@@ -282,7 +287,7 @@ impl RunError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            RunError::Plan(PlanError::Address(_) | PlanError::Strategy(_))
+            RunError::Plan(PlanError::Address(_) | PlanError::Strategy(_) | PlanError::Connect(_))
         )
     }
 }

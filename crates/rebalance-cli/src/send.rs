@@ -13,7 +13,7 @@ use std::time::Duration;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::producer::{Message, MessageSender, SendResult};
-use rebalance_rocketmq::{AddressError, ClientConfig, NameServerClient, RemotingClient};
+use rebalance_rocketmq::{AddressError, ClientConfig};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::consume::property;
 use rebalance_runtime::producer::{
@@ -23,6 +23,7 @@ use serde::Serialize;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::args::parse_duration;
+use crate::connect::{ConnectArgs, ConnectError};
 
 /// The most messages one run sends.
 pub const MAX_COUNT: u64 = 100_000_000;
@@ -70,6 +71,9 @@ pub struct SendArgs {
     /// How long each request to a server may take.
     #[arg(long, default_value = "3s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Credentials, namespace and TLS.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 /// Why the run failed.
@@ -98,12 +102,18 @@ pub enum SendError {
     /// Writing (or starting the runtime) failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// The credentials, namespace or TLS flags are unusable.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
 }
 
 impl SendError {
     /// Whether the arguments are at fault (exit status 2) rather than the run (1).
     pub fn is_usage(&self) -> bool {
-        matches!(self, SendError::Arguments(_) | SendError::Address(_))
+        matches!(
+            self,
+            SendError::Arguments(_) | SendError::Address(_) | SendError::Connect(_)
+        )
     }
 }
 
@@ -166,12 +176,12 @@ async fn send_all(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> Result<(), SendError> {
-    let remoting = RemotingClient::new(ClientConfig {
+    let config = ClientConfig {
         request_timeout: args.timeout,
         connect_timeout: args.timeout,
         ..ClientConfig::default()
-    });
-    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    };
+    let name_server = args.connect.name_server(&args.namesrv, config)?;
     let producer = Producer::builder(args.group.clone())
         .name_server(Arc::new(name_server.clone()))
         .topic(args.topic.clone())

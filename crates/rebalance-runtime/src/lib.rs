@@ -87,6 +87,7 @@ mod heartbeat;
 mod listener;
 mod locker;
 pub mod memory;
+pub mod metrics;
 mod name_server;
 mod offset_store;
 pub mod producer;

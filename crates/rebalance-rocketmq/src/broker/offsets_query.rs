@@ -7,10 +7,11 @@ use rebalance_runtime::RemoteError;
 use super::BrokerClient;
 use crate::command::{RemotingCommand, request_code};
 
-/// The request for `code` about `queue`, naming its broker (`bname`) as the Java client does.
-fn queue_request(code: i32, queue: &MessageQueue) -> RemotingCommand {
+/// The request for `code` about `queue` (its topic as the broker knows it: `topic`), naming
+/// its broker (`bname`) as the Java client does.
+fn queue_request(code: i32, queue: &MessageQueue, topic: &str) -> RemotingCommand {
     RemotingCommand::request(code)
-        .with_ext("topic", &*queue.topic)
+        .with_ext("topic", topic)
         .with_ext("queueId", queue.queue_id)
         .with_ext("bname", &*queue.broker_name)
 }
@@ -41,13 +42,21 @@ impl BrokerClient {
 
     /// GET_MAX_OFFSET: one past the queue's last message.
     pub(super) async fn query_max_offset(&self, queue: &MessageQueue) -> Result<i64, RemoteError> {
-        let request = queue_request(request_code::GET_MAX_OFFSET, queue);
+        let request = queue_request(
+            request_code::GET_MAX_OFFSET,
+            queue,
+            &self.wire(&queue.topic),
+        );
         self.queue_offset("max offset", queue, request).await
     }
 
     /// GET_MIN_OFFSET: the queue's first message still stored.
     pub(super) async fn query_min_offset(&self, queue: &MessageQueue) -> Result<i64, RemoteError> {
-        let request = queue_request(request_code::GET_MIN_OFFSET, queue);
+        let request = queue_request(
+            request_code::GET_MIN_OFFSET,
+            queue,
+            &self.wire(&queue.topic),
+        );
         self.queue_offset("min offset", queue, request).await
     }
 
@@ -57,8 +66,12 @@ impl BrokerClient {
         queue: &MessageQueue,
         timestamp_ms: i64,
     ) -> Result<i64, RemoteError> {
-        let request = queue_request(request_code::SEARCH_OFFSET_BY_TIMESTAMP, queue)
-            .with_ext("timestamp", timestamp_ms);
+        let request = queue_request(
+            request_code::SEARCH_OFFSET_BY_TIMESTAMP,
+            queue,
+            &self.wire(&queue.topic),
+        )
+        .with_ext("timestamp", timestamp_ms);
         self.queue_offset("offset by timestamp", queue, request)
             .await
     }
@@ -71,8 +84,8 @@ mod tests {
     #[test]
     fn requests_name_the_queue_and_answers_carry_the_offset() {
         let queue = MessageQueue::new("T", "broker-a", 3);
-        let request = queue_request(31, &queue).with_ext("timestamp", 5);
-        assert_eq!(request.ext("topic"), Some("T"));
+        let request = queue_request(31, &queue, "NS%T").with_ext("timestamp", 5);
+        assert_eq!(request.ext("topic"), Some("NS%T"), "the topic as given");
         assert_eq!(request.ext("queueId"), Some("3"));
         assert_eq!(request.ext("bname"), Some("broker-a"));
         let ok = RemotingCommand::response(0, 1, None).with_ext("offset", "17");

@@ -25,6 +25,7 @@ use super::BrokerClient;
 use super::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::message::{DecodeLimits, decode_batch};
+use crate::namespace::{self, Namespace};
 
 /// Pull sysFlag: the request carries this client's offset for the broker to store.
 pub const FLAG_COMMIT_OFFSET: i32 = 0x1;
@@ -45,6 +46,16 @@ const RESUBSCRIBE_INTERVAL: Duration = Duration::from_secs(1);
 /// offset is sent (and its flag set) only when `commit_allowed` (pulling from a master) and
 /// the offset is positive, as the Java client does.
 pub fn pull_message_request(request: &PullRequest, commit_allowed: bool) -> RemotingCommand {
+    namespaced_pull_request(request, commit_allowed, None)
+}
+
+/// [`pull_message_request`] in `namespace`: the group and the topic as the broker knows them
+/// (`{ns}%{group}`, `{ns}%{topic}`, `%RETRY%{ns}%{group}`).
+pub fn namespaced_pull_request(
+    request: &PullRequest,
+    commit_allowed: bool,
+    namespace: Option<&Namespace>,
+) -> RemotingCommand {
     let commit_offset = request
         .commit_offset
         .filter(|offset| commit_allowed && *offset > 0);
@@ -59,8 +70,8 @@ pub fn pull_message_request(request: &PullRequest, commit_allowed: bool) -> Remo
         .unwrap_or(u64::MAX)
         .min(i64::MAX as u64);
     RemotingCommand::request(request_code::PULL_MESSAGE)
-        .with_ext("consumerGroup", &*request.group)
-        .with_ext("topic", &*request.queue.topic)
+        .with_ext("consumerGroup", namespace::wrap(namespace, &request.group))
+        .with_ext("topic", namespace::wrap(namespace, &request.queue.topic))
         .with_ext("queueId", request.queue.queue_id)
         .with_ext("queueOffset", request.offset)
         .with_ext("maxMsgNums", request.max_messages.min(i32::MAX as u32))
@@ -192,6 +203,41 @@ fn read_result(
     })
 }
 
+/// The messages of `result` as the application knows them: the topic a message of a retry
+/// topic came from ([`RETRY_TOPIC`](property::RETRY_TOPIC)) without the namespace (the
+/// messages' queues are the plain ones pulled).
+pub(crate) fn plain_names(result: PullResult, ns: &Namespace) -> PullResult {
+    let PullResult::Found {
+        messages,
+        next_offset,
+        min_offset,
+        max_offset,
+    } = result
+    else {
+        return result;
+    };
+    let messages = messages
+        .into_iter()
+        .map(|message| {
+            let plain = message
+                .property(property::RETRY_TOPIC)
+                .map(|wire| (wire, ns.unwrap(wire)))
+                .filter(|(wire, plain)| wire != plain)
+                .map(|(_, plain)| plain.into_owned());
+            match plain {
+                Some(plain) => message.with_property(property::RETRY_TOPIC, plain),
+                None => message,
+            }
+        })
+        .collect();
+    PullResult::Found {
+        messages,
+        next_offset,
+        min_offset,
+        max_offset,
+    }
+}
+
 impl BrokerClient {
     /// PULL_MESSAGE at the queue's broker (its master, else a slave, to which no commit offset
     /// is sent), waiting up to the suspend time plus 15 s. See the [module documentation](self).
@@ -205,7 +251,8 @@ impl BrokerClient {
             .master_addr(&request.queue.broker_name)
             .as_deref()
             == Some(&addr);
-        let command = pull_message_request(request, is_master);
+        let ns = self.name_server().namespace();
+        let command = namespaced_pull_request(request, is_master, ns);
         let timeout = pull_timeout(request.suspend, self.remoting().config().request_timeout);
         let response = self
             .remoting()
@@ -214,6 +261,10 @@ impl BrokerClient {
             .map_err(RemoteError::from)?;
         match read_answer(&response, request, &DecodeLimits::default()) {
             PullAnswer::Done(result) => {
+                let result = match ns {
+                    Some(ns) => plain_names(result, ns),
+                    None => result,
+                };
                 tracing::trace!(broker = %addr, queue = ?request.queue, offset = request.offset, ?result, "pulled");
                 Ok(result)
             }
@@ -258,6 +309,7 @@ impl BrokerClient {
 #[cfg(test)]
 mod tests {
     use rebalance_core::MessageQueue;
+    use rebalance_runtime::consume::Message;
 
     use super::*;
 
@@ -383,6 +435,50 @@ mod tests {
             read_answer(&garbage, &request(), &DecodeLimits::default()),
             PullAnswer::Failed(PullError::Remote(RemoteError::BadResponse(text))) if text.contains("pull of T@broker-a:2")
         ));
+    }
+
+    /// In a namespace the group and the topic go out wrapped (the retry topic too), and the
+    /// origin topic of a redelivered message comes back plain; another namespace's is left.
+    #[test]
+    fn namespaced_pulls_wrap_the_names_out_and_unwrap_the_origin_topic_in() {
+        let ns = Namespace::new("NS").unwrap();
+        let command = namespaced_pull_request(&request(), true, Some(&ns));
+        assert_eq!(command.ext("consumerGroup"), Some("NS%G"));
+        assert_eq!(command.ext("topic"), Some("NS%T"));
+        assert_eq!(command.ext("bname"), Some("broker-a"));
+        let retry = PullRequest::new(
+            "G",
+            MessageQueue::new("%RETRY%G", "broker-a", 0),
+            0,
+            TagExpression::all(),
+        );
+        let command = namespaced_pull_request(&retry, true, Some(&ns));
+        assert_eq!(command.ext("topic"), Some("%RETRY%NS%G"));
+        assert_eq!(
+            pull_message_request(&retry, true).ext("topic"),
+            Some("%RETRY%G"),
+            "no namespace: unchanged"
+        );
+        let queue = MessageQueue::new("%RETRY%G", "broker-a", 0);
+        let found = PullResult::Found {
+            messages: vec![
+                Message::new(queue.clone(), 0, "a").with_property(property::RETRY_TOPIC, "NS%T"),
+                Message::new(queue.clone(), 1, "b").with_property(property::RETRY_TOPIC, "OTHER%T"),
+                Message::new(queue.clone(), 2, "c"),
+            ],
+            next_offset: 3,
+            min_offset: 0,
+            max_offset: 3,
+        };
+        let PullResult::Found { messages, .. } = plain_names(found, &ns) else {
+            panic!("not found");
+        };
+        let origins: Vec<Option<&str>> = messages
+            .iter()
+            .map(|m| m.property(property::RETRY_TOPIC))
+            .collect();
+        assert_eq!(origins, [Some("T"), Some("OTHER%T"), None]);
+        assert!(messages.iter().all(|m| m.queue() == &queue));
     }
 
     /// The body is decoded, re-filtered by tag (the broker filters by hash code only), the

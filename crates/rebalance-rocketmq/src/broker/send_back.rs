@@ -23,6 +23,7 @@ use rebalance_runtime::subscription::retry_topic;
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::namespace::{self, Namespace};
 use crate::producer::{self, send_message_request};
 
 /// How long a send-back may take (the Java client's 5 s).
@@ -40,13 +41,22 @@ const TRANSACTION_PREPARED: &str = "TRAN_MSG";
 
 /// The CONSUMER_SEND_MSG_BACK request for `request`.
 pub fn send_back_request(request: &SendBack<'_>) -> RemotingCommand {
+    namespaced_send_back_request(request, None)
+}
+
+/// [`send_back_request`] in `namespace`: the group and the origin topic as the broker knows
+/// them.
+pub fn namespaced_send_back_request(
+    request: &SendBack<'_>,
+    namespace: Option<&Namespace>,
+) -> RemotingCommand {
     let message = request.message;
     RemotingCommand::request(request_code::CONSUMER_SEND_MSG_BACK)
         .with_ext("offset", message.commit_log_offset())
-        .with_ext("group", request.group)
+        .with_ext("group", namespace::wrap(namespace, request.group))
         .with_ext("delayLevel", request.delay_level)
         .with_ext("originMsgId", message.msg_id())
-        .with_ext("originTopic", message.topic())
+        .with_ext("originTopic", namespace::wrap(namespace, message.topic()))
         .with_ext("unitMode", false)
         .with_ext("maxReconsumeTimes", request.max_reconsume_times)
         .with_ext("bname", &*message.queue().broker_name)
@@ -54,7 +64,10 @@ pub fn send_back_request(request: &SendBack<'_>) -> RemotingCommand {
 
 /// The message sent to the retry topic when CONSUMER_SEND_MSG_BACK failed (see the
 /// [module documentation](self)), with the reconsume count and maximum for the request.
-fn fallback_message(request: &SendBack<'_>) -> (producer::Message, i32, i32) {
+fn fallback_message(
+    request: &SendBack<'_>,
+    namespace: Option<&Namespace>,
+) -> (producer::Message, i32, i32) {
     let message = request.message;
     let mut properties: BTreeMap<String, String> = message
         .properties()
@@ -77,7 +90,7 @@ fn fallback_message(request: &SendBack<'_>) -> (producer::Message, i32, i32) {
         .or_insert_with(|| message.msg_id().to_string());
     properties.insert(
         property::RETRY_TOPIC.to_string(),
-        message.topic().to_string(),
+        namespace::wrap(namespace, message.topic()).into_owned(),
     );
     let delay = FIRST_RETRY_DELAY_LEVEL.saturating_add(message.reconsume_times());
     properties.insert(property::DELAY_TIME_LEVEL.to_string(), delay.to_string());
@@ -94,7 +107,27 @@ fn fallback_message(request: &SendBack<'_>) -> (producer::Message, i32, i32) {
 
 /// The SEND_MESSAGE request of the fallback to `queue` (a queue of the retry topic).
 pub fn fallback_request(request: &SendBack<'_>, queue: &MessageQueue) -> RemotingCommand {
-    let (message, reconsume_times, max_reconsume_times) = fallback_message(request);
+    namespaced_fallback_request(request, queue, None)
+}
+
+/// [`fallback_request`] in `namespace`: `queue` (plain) is sent as the broker knows it, and so
+/// is the origin topic in [`RETRY_TOPIC`](property::RETRY_TOPIC). The producer group is the
+/// client's inner one, never namespaced (as in Java).
+pub fn namespaced_fallback_request(
+    request: &SendBack<'_>,
+    queue: &MessageQueue,
+    namespace: Option<&Namespace>,
+) -> RemotingCommand {
+    let (message, reconsume_times, max_reconsume_times) = fallback_message(request, namespace);
+    let wire_queue;
+    let queue = match namespace {
+        Some(ns) => {
+            let topic = ns.wrap(&queue.topic);
+            wire_queue = MessageQueue::new(&*topic, queue.broker_name.clone(), queue.queue_id);
+            &wire_queue
+        }
+        None => queue,
+    };
     // The copy keeps the message's birth time, as the Java client's does.
     let born = request.message.born_timestamp();
     send_message_request(INNER_PRODUCER_GROUP, queue, &message, born)
@@ -122,7 +155,11 @@ impl BrokerClient {
             let addr = self.broker_addr(queue, true).await?;
             let response = self
                 .remoting()
-                .invoke_with_timeout(&addr, send_back_request(&request), SEND_BACK_TIMEOUT)
+                .invoke_with_timeout(
+                    &addr,
+                    namespaced_send_back_request(&request, self.name_server().namespace()),
+                    SEND_BACK_TIMEOUT,
+                )
                 .await
                 .map_err(RemoteError::from)?;
             if response.code == response_code::SUCCESS {
@@ -168,9 +205,14 @@ impl BrokerClient {
             .or_else(|| queues.first())
             .ok_or_else(|| RemoteError::Unreachable(format!("no queue in `{topic}`")))?;
         let addr = self.broker_addr(queue, true).await?;
+        let ns = self.name_server().namespace();
         let response = self
             .remoting()
-            .invoke_with_timeout(&addr, fallback_request(request, queue), SEND_BACK_TIMEOUT)
+            .invoke_with_timeout(
+                &addr,
+                namespaced_fallback_request(request, queue, ns),
+                SEND_BACK_TIMEOUT,
+            )
             .await
             .map_err(RemoteError::from)?;
         if !stored(&response) {
@@ -221,6 +263,28 @@ mod tests {
         ] {
             assert_eq!(command.ext(name), Some(value), "{name}");
         }
+    }
+
+    /// In a namespace, the group and origin topic of the send-back, and the retry topic and
+    /// origin topic of the fallback, are the broker's names; the inner producer group is not
+    /// namespaced.
+    #[test]
+    fn namespaced_send_backs_name_the_group_and_topics_in_the_namespace() {
+        let ns = Namespace::new("NS").unwrap();
+        let message = failed();
+        let request = SendBack::new("G", &message);
+        let command = namespaced_send_back_request(&request, Some(&ns));
+        assert_eq!(command.ext("group"), Some("NS%G"));
+        assert_eq!(command.ext("originTopic"), Some("NS%Orders"));
+        let queue = MessageQueue::new("%RETRY%G", "broker-a", 0);
+        let command = namespaced_fallback_request(&request, &queue, Some(&ns));
+        assert_eq!(command.ext("topic"), Some("%RETRY%NS%G"));
+        assert_eq!(command.ext("producerGroup"), Some(INNER_PRODUCER_GROUP));
+        let sent = properties::parse(command.ext("properties").unwrap());
+        assert_eq!(
+            sent.get("RETRY_TOPIC").map(String::as_str),
+            Some("NS%Orders")
+        );
     }
 
     #[test]

@@ -40,14 +40,19 @@ pub(crate) async fn send_back(
     request: SendBack<'_>,
 ) -> Result<(), RemoteError> {
     let offset = request.message.queue_offset();
-    caught(source.send_back(request))
+    let (group, topic) = (request.group, request.message.queue().topic.clone());
+    let result = caught(source.send_back(request))
         .await
         .unwrap_or_else(|panic| {
             tracing::error!(offset, panic = %panic, "the message source panicked in send_back; counting it as a failed send-back");
             Err(RemoteError::BadResponse(format!(
                 "the message source panicked in send_back: {panic}"
             )))
-        })
+        });
+    if result.is_ok() {
+        crate::metrics::sent_back(group, &topic, 1);
+    }
+    result
 }
 
 #[cfg(test)]

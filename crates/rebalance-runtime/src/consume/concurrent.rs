@@ -14,6 +14,7 @@ use super::shared::Shared;
 use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use crate::callbacks::caught;
+use crate::metrics;
 use crate::subscription::is_retry_topic;
 
 /// One worker: consumes batches until `stop` is cancelled (finishing the batch in hand).
@@ -70,6 +71,7 @@ pub(crate) async fn consume(
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let in_flight = shared.in_flight.enter(link.queue(), first, last);
+    let started = tokio::time::Instant::now();
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
     let (consumed, expired) = {
@@ -91,6 +93,8 @@ pub(crate) async fn consume(
                 (0, sent_back)
             }
             Outcome::Expired => {
+                let took = started.elapsed();
+                metrics::consumed(&shared.group, &link.queue().topic, 0, messages.len(), took);
                 link.report(Ack {
                     epoch,
                     first,
@@ -104,6 +108,9 @@ pub(crate) async fn consume(
         }
     };
     drop(in_flight);
+    let topic = &link.queue().topic;
+    let failed = messages.len() - consumed;
+    metrics::consumed(&shared.group, topic, consumed, failed, started.elapsed());
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {

@@ -22,6 +22,7 @@ use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
 use super::{Message, PullError, PullRequest, PullResult};
+use crate::metrics::{self, QueueGauges};
 use crate::{QueueLease, RemoteError, StartPosition};
 
 type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
@@ -48,6 +49,10 @@ pub(crate) struct PullLoop {
     flow: FlowWarning,
     /// Whether the loop waits for its buffer to drain (flow control).
     held: bool,
+    /// The queue's largest offset in the last pull's answer (for the lag).
+    max_offset: Option<i64>,
+    /// This queue's share of its topic's buffer and lag gauges.
+    gauges: QueueGauges,
 }
 
 /// Awaits the future in `slot`, or never when there is none.
@@ -70,6 +75,7 @@ impl PullLoop {
             link = link.guarded_by(lease.clone());
         }
         let link = Arc::new(link);
+        let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
         let pull_loop = Self {
             shared,
             lease,
@@ -84,6 +90,8 @@ impl PullLoop {
             errors: ErrorLog::default(),
             flow: FlowWarning::default(),
             held: false,
+            max_offset: None,
+            gauges,
         };
         (pull_loop, link)
     }
@@ -102,6 +110,7 @@ impl PullLoop {
         let mut pull_at = Instant::now();
         let mut consuming: Option<OrderlyFuture> = None;
         loop {
+            self.update_gauges();
             let now = Instant::now();
             if pull.is_none() && now >= pull_at {
                 self.activity.touch();
@@ -238,7 +247,28 @@ impl PullLoop {
         .with_suspend(options.pull_suspend)
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
-        Box::pin(async move { calls::pull(&*source, &request).await })
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = calls::pull(&*source, &request).await;
+            let kind = match &result {
+                Ok(PullResult::Found { .. }) => "found",
+                Ok(PullResult::NoNewMessage { .. }) => "no_new_message",
+                Ok(PullResult::OffsetMoved { .. }) => "offset_moved",
+                Err(PullError::Throttled(_)) => "throttled",
+                Err(_) => "error",
+            };
+            let (group, topic) = (&request.group, &request.queue.topic);
+            metrics::pull(group, topic, kind, started.elapsed());
+            result
+        })
+    }
+
+    /// Sets this queue's share of the buffer and lag gauges.
+    fn update_gauges(&mut self) {
+        let lag = self
+            .max_offset
+            .map_or(0, |max| max.saturating_sub(self.pq.commit_offset()));
+        self.gauges.set(self.pq.len(), self.pq.bytes(), lag);
     }
 
     /// Takes a pull's answer; returns when to pull next.
@@ -249,9 +279,11 @@ impl PullLoop {
             Ok(PullResult::Found {
                 mut messages,
                 next_offset,
+                max_offset,
                 ..
             }) => {
                 self.errors.recovered(&queue);
+                self.max_offset = Some(max_offset);
                 let mut floor = self.pq.next_offset();
                 messages.retain(|m| {
                     let fresh = m.queue_offset() >= floor;
@@ -270,6 +302,8 @@ impl PullLoop {
             }
             Ok(PullResult::NoNewMessage { next_offset }) => {
                 self.errors.recovered(&queue);
+                // Nothing new: the next offset is the end of the queue.
+                self.max_offset = Some(self.max_offset.map_or(next_offset, |m| m.max(next_offset)));
                 self.pq.advance(next_offset);
                 self.commit();
                 now

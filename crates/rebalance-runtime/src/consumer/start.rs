@@ -132,6 +132,7 @@ impl ConsumerBuilder {
                 .abort_handle(),
         ];
         let last_words = LastWords {
+            group: ctx.group.clone(),
             client_id: ctx.client_id.clone(),
             assignment: assignment_tx.clone(),
             rounds: rounds_tx.clone(),
@@ -212,6 +213,7 @@ const SERVICE_TASK: &str = "rebalance service";
 /// What the service's task says when the service died (aborted, or panicked): that nothing is
 /// held any more, and why, as the consumer's last report.
 struct LastWords {
+    group: String,
     client_id: rebalance_core::ClientId,
     assignment: watch::Sender<Arc<Assignment>>,
     rounds: watch::Sender<Arc<RoundReport>>,
@@ -220,6 +222,8 @@ struct LastWords {
 impl LastWords {
     fn say(self, kind: ReportKind) {
         let round = self.rounds.borrow().round;
+        let held = self.assignment.borrow().clone();
+        crate::metrics::forget_owned(&self.group, &held);
         self.assignment.send_replace(Arc::new(Assignment {
             round,
             balanced: false,

@@ -56,6 +56,7 @@ impl Service {
             if let Some(pq) = self.table.get(q) {
                 pq.set_lock_valid_until(now);
             }
+            crate::metrics::lock_refusals(&self.ctx.group, &q.topic, 1);
         }
         let Renewal {
             refused,

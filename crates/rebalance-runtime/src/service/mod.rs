@@ -229,6 +229,7 @@ impl Service {
         let report = self.round_inner(reasons).instrument(span).await;
         let retry_locks = self.locks.take_retry();
         self.schedule.end_round(report.balanced, retry_locks);
+        crate::metrics::record_report(&self.ctx.group, &report);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
@@ -390,6 +391,7 @@ impl Service {
         };
         let removed = report.removed().count();
         tracing::info!(removed, duration = ?report.duration, "shutdown report");
+        crate::metrics::record_report(&self.ctx.group, &report);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 

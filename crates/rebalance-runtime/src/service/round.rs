@@ -418,6 +418,7 @@ impl Service {
                     tracing::warn!(topic, queue = ?q, offset, "dropping a final offset the store refused: the queue's lock belongs to another client now");
                 }
             }
+            crate::metrics::lock_refusals(&group, topic, outcome.refused.len());
             let before = queues.len();
             queues = self.locks.record_request(queues, &outcome);
             if queues.len() < before {

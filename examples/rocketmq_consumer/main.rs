@@ -7,8 +7,20 @@
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
 //!     [--rebalance-interval 2s] [--no-retry-topic] [--json] \
 //!     [--consume [--orderly] [--fail-every N] [--max-reconsume-times N] \
-//!      [--exclusive-hand-off] [--consume-time 10ms]]
+//!      [--exclusive-hand-off] [--consume-time 10ms]] \
+//!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
+//!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898]
 //! ```
+//!
+//! **Production clusters.** `--access-key` and `--secret-key` sign every request (ACL); the
+//! secret may come from the environment variable `ROCKETMQ_SECRET_KEY` instead of the command
+//! line, and is never printed. `--namespace NS` joins the group in the namespace `NS` (topics
+//! and groups are `NS%name` on the servers; everything printed shows plain names). `--tls`
+//! connects over TLS (the platform's roots), `--tls-ca FILE` trusts that PEM file's
+//! certificates instead, `--tls-server-name NAME` checks the servers' certificates against
+//! `NAME`, and `--tls-insecure` trusts any certificate (test clusters only); each implies
+//! `--tls`. `--metrics ADDR` serves the runtime's metrics in the Prometheus text format at
+//! `http://ADDR/metrics` (see `metrics_endpoint.rs` and the README's table).
 //!
 //! `--consume` consumes the messages with the runtime's push consumer, pulling them from the
 //! brokers: concurrently, or each queue in order with `--orderly`. `--fail-every N` fails the
@@ -36,7 +48,11 @@
 //! (`topic` is the message's: a redelivered one shows the topic it came from, while `broker`,
 //! `queue` and `offset` say where it was pulled, the retry topic's queue).
 
+mod metrics_endpoint;
+
 use std::collections::{BTreeSet, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,7 +69,8 @@ use rebalance::runtime::consume::{
 };
 use rebalance::runtime::{ConsumerBuilder, ListenerError, default_client_id};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
-use rebalance_rocketmq::{BrokerClient, NameServerClient};
+use rebalance_rocketmq::tls::TlsConfig;
+use rebalance_rocketmq::{BrokerClient, Credentials, NameServerClient, Namespace};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -109,6 +126,82 @@ struct Args {
     /// With `--consume`: how long consuming each message takes (e.g. 10ms).
     #[arg(long, requires = "consume", value_parser = parse_duration, default_value = "0s")]
     consume_time: Duration,
+    /// The ACL access key: every request is signed with it and the secret key.
+    #[arg(long, value_name = "KEY", requires = "secret_key")]
+    access_key: Option<String>,
+    /// The ACL secret key (or from the ROCKETMQ_SECRET_KEY environment variable).
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "ROCKETMQ_SECRET_KEY",
+        hide_env_values = true
+    )]
+    secret_key: Option<Secret>,
+    /// Joins the group in this namespace (`NS%topic`, `NS%group` on the servers).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// Connects over TLS (trusting the platform's root certificates).
+    #[arg(long)]
+    tls: bool,
+    /// Trusts the PEM certificates of this file (implies --tls).
+    #[arg(long, value_name = "PEM_FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Checks the servers' certificates against this name (implies --tls).
+    #[arg(long, value_name = "NAME")]
+    tls_server_name: Option<String>,
+    /// Trusts any certificate: test clusters only (implies --tls).
+    #[arg(long)]
+    tls_insecure: bool,
+    /// Serves the metrics in the Prometheus text format at this address (`host:port`).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
+}
+
+/// A secret whose `Debug` does not show it.
+#[derive(Clone)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Ok(Self(text.to_string()))
+    }
+}
+
+impl Args {
+    /// The name server client: credentials, namespace and TLS as asked.
+    fn name_server(&self) -> Result<NameServerClient, Box<dyn std::error::Error>> {
+        let mut builder = NameServerClient::builder(&self.namesrv);
+        if let Some(access_key) = &self.access_key {
+            // `requires` makes clap check that a secret key is given (flag or environment).
+            let secret = self.secret_key.as_ref().map_or("", |s| s.0.as_str());
+            builder = builder.credentials(Credentials::new(access_key.clone(), secret)?);
+        }
+        if let Some(namespace) = &self.namespace {
+            builder = builder.namespace(Namespace::new(namespace.clone())?);
+        }
+        if self.tls || self.tls_ca.is_some() || self.tls_server_name.is_some() || self.tls_insecure
+        {
+            let mut tls = TlsConfig::builder();
+            if let Some(ca) = &self.tls_ca {
+                tls = tls.ca_pem_file(ca.clone());
+            }
+            if let Some(name) = &self.tls_server_name {
+                tls = tls.server_name(name.clone());
+            }
+            if self.tls_insecure {
+                tls = tls.insecure_trust_any_certificate();
+            }
+            builder = builder.tls(tls.build()?);
+        }
+        Ok(builder.build()?)
+    }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -237,7 +330,22 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let params: Params = args.params.iter().cloned().collect();
     let strategy = build_strategy(&args.strategy, &params)?;
-    let name_server = NameServerClient::from_addresses(&args.namesrv)?;
+    let name_server = args.name_server()?;
+    // The endpoint is up before the consumer starts, so the first round is already seen.
+    let _metrics = match args.metrics {
+        Some(addr) => {
+            let handle = metrics_endpoint::install()?;
+            let listener = metrics_endpoint::bind(addr).await?;
+            eprintln!(
+                "rocketmq_consumer: metrics at http://{}/metrics",
+                listener.local_addr()?
+            );
+            Some(AbortOnDrop(tokio::spawn(metrics_endpoint::serve(
+                listener, handle,
+            ))))
+        }
+        None => None,
+    };
     let brokers = BrokerClient::new(name_server.clone());
     let client_id = args
         .client_id
@@ -340,6 +448,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None => consumer.shutdown().await,
     }
     Ok(())
+}
+
+/// Stops the metrics endpoint when the consumer is done.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Ctrl-C, or SIGTERM on Unix.

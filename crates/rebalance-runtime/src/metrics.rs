@@ -1,0 +1,259 @@
+//! Metrics, through the [`metrics`](::metrics) facade: the runtime records them, and the
+//! application chooses where they go by installing a recorder (an exporter such as
+//! `metrics-exporter-prometheus`). The library installs none; without one, every call is a
+//! no-op.
+//!
+//! Names follow the Prometheus conventions: a `rebalance_` prefix, `_total` on counters, base
+//! units (`_seconds`, `_bytes`). Every metric carries the consumer `group`; the per-topic ones
+//! the (plain, un-namespaced) `topic` too. Gauges go up and down by each consumer's own
+//! contribution, so two consumers of one group in a process add up instead of overwriting each
+//! other.
+//!
+//! | name | kind | labels | what |
+//! |---|---|---|---|
+//! | `rebalance_rounds_total` | counter | group, topic, reason | rebalance rounds, per topic they covered; `reason` is why the round ran (`start`, `interval`, `retry`, `membership_changed`, `route_changed`, `manual`, `subscription_changed`, `lock_retry`, `lock_lost`, joined by `+` when several) |
+//! | `rebalance_round_duration_seconds` | histogram | group | how long each round took |
+//! | `rebalance_queues_added_total` | counter | group, topic, reason | queues this client took, by the reason of the round that took them |
+//! | `rebalance_queues_removed_total` | counter | group, topic, reason | queues this client gave up: `reassigned`, `topic_gone`, `unsubscribed`, `shutdown`, `lost` |
+//! | `rebalance_queues_owned` | gauge | group, topic | queues held now |
+//! | `rebalance_callback_failures_total` | counter | group, topic, callback | listener callbacks that returned an error, panicked or timed out (`queues_added`, `queues_removed`, `message_queue_changed`) |
+//! | `rebalance_lock_refusals_total` | counter | group, topic | queue locks a broker refused (ordered or exclusive consumption), at a round or a renewal |
+//! | `rebalance_pulls_total` | counter | group, topic, result | pulls (push consumer): `found`, `no_new_message`, `offset_moved`, `throttled`, `error` |
+//! | `rebalance_pull_duration_seconds` | histogram | group, topic | how long each pull took (long polling included) |
+//! | `rebalance_messages_consumed_total` | counter | group, topic | messages the listener consumed successfully |
+//! | `rebalance_messages_failed_total` | counter | group, topic | messages the listener failed (or that its batch's panic or timeout failed) |
+//! | `rebalance_messages_sent_back_total` | counter | group, topic | failed messages sent back to the broker for redelivery |
+//! | `rebalance_consume_duration_seconds` | histogram | group, topic | how long each listener call took |
+//! | `rebalance_buffered_messages` | gauge | group, topic | messages pulled and not consumed yet |
+//! | `rebalance_buffered_bytes` | gauge | group, topic | their body bytes |
+//! | `rebalance_lag_messages` | gauge | group, topic | messages not consumed yet in the queues held: per queue, its largest offset (from the last pull's answer) minus its commit offset |
+//!
+//! The consume-layer metrics (pulls, messages, buffers, lag) are recorded by the
+//! [`PushConsumer`](crate::consume::PushConsumer); the others by every consumer. The topic of a
+//! message redelivered through the retry topic is the retry topic (`%RETRY%{group}`), where it
+//! was pulled from.
+//!
+//! [`describe`] gives an exporter each metric's help text and unit; call it once after
+//! installing the recorder.
+
+use std::time::Duration;
+
+use ::metrics::{Gauge, Label, Unit, counter, gauge, histogram};
+use ::metrics::{describe_counter, describe_gauge, describe_histogram};
+
+use crate::assignment::{Assignment, ReportKind, RoundReport};
+
+/// Rebalance rounds, per topic covered (`group`, `topic`, `reason`).
+pub const ROUNDS: &str = "rebalance_rounds_total";
+/// How long each round took, in seconds (`group`).
+pub const ROUND_DURATION: &str = "rebalance_round_duration_seconds";
+/// Queues taken (`group`, `topic`, `reason`: the round's).
+pub const QUEUES_ADDED: &str = "rebalance_queues_added_total";
+/// Queues given up (`group`, `topic`, `reason`: the removal's).
+pub const QUEUES_REMOVED: &str = "rebalance_queues_removed_total";
+/// Queues held now (`group`, `topic`).
+pub const QUEUES_OWNED: &str = "rebalance_queues_owned";
+/// Listener callbacks that failed (`group`, `topic`, `callback`).
+pub const CALLBACK_FAILURES: &str = "rebalance_callback_failures_total";
+/// Queue locks refused (`group`, `topic`).
+pub const LOCK_REFUSALS: &str = "rebalance_lock_refusals_total";
+/// Pulls (`group`, `topic`, `result`).
+pub const PULLS: &str = "rebalance_pulls_total";
+/// How long each pull took, in seconds (`group`, `topic`).
+pub const PULL_DURATION: &str = "rebalance_pull_duration_seconds";
+/// Messages consumed successfully (`group`, `topic`).
+pub const MESSAGES_CONSUMED: &str = "rebalance_messages_consumed_total";
+/// Messages the listener failed (`group`, `topic`).
+pub const MESSAGES_FAILED: &str = "rebalance_messages_failed_total";
+/// Failed messages sent back for redelivery (`group`, `topic`).
+pub const MESSAGES_SENT_BACK: &str = "rebalance_messages_sent_back_total";
+/// How long each listener call took, in seconds (`group`, `topic`).
+pub const CONSUME_DURATION: &str = "rebalance_consume_duration_seconds";
+/// Messages pulled and not consumed yet (`group`, `topic`).
+pub const BUFFERED_MESSAGES: &str = "rebalance_buffered_messages";
+/// Body bytes of the messages pulled and not consumed yet (`group`, `topic`).
+pub const BUFFERED_BYTES: &str = "rebalance_buffered_bytes";
+/// Messages not consumed yet in the queues held (`group`, `topic`).
+pub const LAG: &str = "rebalance_lag_messages";
+
+/// Gives the installed recorder each metric's help text and unit (see the
+/// [module documentation](self)).
+pub fn describe() {
+    describe_counter!(ROUNDS, Unit::Count, "Rebalance rounds, per topic covered");
+    describe_histogram!(ROUND_DURATION, Unit::Seconds, "Rebalance round duration");
+    describe_counter!(QUEUES_ADDED, Unit::Count, "Queues taken by this client");
+    describe_counter!(
+        QUEUES_REMOVED,
+        Unit::Count,
+        "Queues given up by this client"
+    );
+    describe_gauge!(QUEUES_OWNED, Unit::Count, "Queues held by this client");
+    describe_counter!(
+        CALLBACK_FAILURES,
+        Unit::Count,
+        "Listener callbacks that failed, panicked or timed out"
+    );
+    describe_counter!(
+        LOCK_REFUSALS,
+        Unit::Count,
+        "Queue locks refused by a broker"
+    );
+    describe_counter!(PULLS, Unit::Count, "Pulls, by result");
+    describe_histogram!(PULL_DURATION, Unit::Seconds, "Pull duration");
+    describe_counter!(MESSAGES_CONSUMED, Unit::Count, "Messages consumed");
+    describe_counter!(MESSAGES_FAILED, Unit::Count, "Messages the listener failed");
+    describe_counter!(MESSAGES_SENT_BACK, Unit::Count, "Messages sent back");
+    describe_histogram!(CONSUME_DURATION, Unit::Seconds, "Listener call duration");
+    describe_gauge!(BUFFERED_MESSAGES, Unit::Count, "Messages buffered");
+    describe_gauge!(BUFFERED_BYTES, Unit::Bytes, "Message bytes buffered");
+    describe_gauge!(LAG, Unit::Count, "Messages not consumed yet");
+}
+
+fn labels(group: &str, topic: &str) -> Vec<Label> {
+    vec![
+        Label::new("group", group.to_owned()),
+        Label::new("topic", topic.to_owned()),
+    ]
+}
+
+fn labels_with(group: &str, topic: &str, key: &'static str, value: String) -> Vec<Label> {
+    let mut labels = labels(group, topic);
+    labels.push(Label::new(key, value));
+    labels
+}
+
+/// Records a round's or the shutdown's report: rounds, queues added and removed, queues held,
+/// callback failures, and (rounds) the duration.
+pub(crate) fn record_report(group: &str, report: &RoundReport) {
+    let round = report.kind == ReportKind::Round;
+    let reason = if report.reasons.names().next().is_none() {
+        "none".to_owned()
+    } else {
+        report.reasons.to_string()
+    };
+    for topic in &report.topics {
+        let t = topic.topic.as_str();
+        if round {
+            counter!(ROUNDS, labels_with(group, t, "reason", reason.clone())).increment(1);
+        }
+        if !topic.added.is_empty() {
+            let added = topic.added.len() as u64;
+            counter!(
+                QUEUES_ADDED,
+                labels_with(group, t, "reason", reason.clone())
+            )
+            .increment(added);
+            gauge!(QUEUES_OWNED, labels(group, t)).increment(added as f64);
+        }
+        for removed in &topic.removed {
+            let why = removed.reason.as_str().to_owned();
+            counter!(QUEUES_REMOVED, labels_with(group, t, "reason", why)).increment(1);
+        }
+        if !topic.removed.is_empty() {
+            gauge!(QUEUES_OWNED, labels(group, t)).decrement(topic.removed.len() as f64);
+        }
+    }
+    for failure in &report.callback_errors {
+        let callback = failure.callback.name().to_owned();
+        counter!(
+            CALLBACK_FAILURES,
+            labels_with(group, &failure.topic, "callback", callback)
+        )
+        .increment(1);
+    }
+    if round {
+        histogram!(ROUND_DURATION, vec![Label::new("group", group.to_owned())])
+            .record(report.duration);
+    }
+}
+
+/// Takes the queues of `held` out of the queues-held gauge: the consumer died without
+/// reporting their release.
+pub(crate) fn forget_owned(group: &str, held: &Assignment) {
+    for (topic, queues) in &held.queues {
+        if !queues.is_empty() {
+            gauge!(QUEUES_OWNED, labels(group, topic)).decrement(queues.len() as f64);
+        }
+    }
+}
+
+/// Counts `count` queue locks of `topic` refused.
+pub(crate) fn lock_refusals(group: &str, topic: &str, count: usize) {
+    if count > 0 {
+        counter!(LOCK_REFUSALS, labels(group, topic)).increment(count as u64);
+    }
+}
+
+/// Records a pull of `topic` that ended with `result` after `took`.
+pub(crate) fn pull(group: &str, topic: &str, result: &'static str, took: Duration) {
+    counter!(
+        PULLS,
+        labels_with(group, topic, "result", result.to_owned())
+    )
+    .increment(1);
+    histogram!(PULL_DURATION, labels(group, topic)).record(took);
+}
+
+/// Records a listener call on `topic` that took `took`, consumed `consumed` messages and
+/// failed `failed`.
+pub(crate) fn consumed(group: &str, topic: &str, consumed: usize, failed: usize, took: Duration) {
+    histogram!(CONSUME_DURATION, labels(group, topic)).record(took);
+    if consumed > 0 {
+        counter!(MESSAGES_CONSUMED, labels(group, topic)).increment(consumed as u64);
+    }
+    if failed > 0 {
+        counter!(MESSAGES_FAILED, labels(group, topic)).increment(failed as u64);
+    }
+}
+
+/// Counts `count` messages of `topic` sent back.
+pub(crate) fn sent_back(group: &str, topic: &str, count: usize) {
+    if count > 0 {
+        counter!(MESSAGES_SENT_BACK, labels(group, topic)).increment(count as u64);
+    }
+}
+
+/// One queue's share of its topic's gauges (buffered messages and bytes, lag): what it added
+/// is replaced at each [`set`](Self::set) and taken back when dropped, so the gauges always
+/// hold the sum over the queues consumed now.
+pub(crate) struct QueueGauges {
+    messages: Gauge,
+    bytes: Gauge,
+    lag: Gauge,
+    /// What this queue added to each: messages, bytes, lag.
+    added: (f64, f64, f64),
+}
+
+impl QueueGauges {
+    /// The share of a queue of `topic`, zero to begin with.
+    pub(crate) fn new(group: &str, topic: &str) -> Self {
+        Self {
+            messages: gauge!(BUFFERED_MESSAGES, labels(group, topic)),
+            bytes: gauge!(BUFFERED_BYTES, labels(group, topic)),
+            lag: gauge!(LAG, labels(group, topic)),
+            added: (0.0, 0.0, 0.0),
+        }
+    }
+
+    /// Sets this queue's share: `messages` buffered, of `bytes`, and `lag` messages behind.
+    pub(crate) fn set(&mut self, messages: usize, bytes: u64, lag: i64) {
+        let now = (messages as f64, bytes as f64, lag.max(0) as f64);
+        let (m, b, l) = self.added;
+        if now.0 != m {
+            self.messages.increment(now.0 - m);
+        }
+        if now.1 != b {
+            self.bytes.increment(now.1 - b);
+        }
+        if now.2 != l {
+            self.lag.increment(now.2 - l);
+        }
+        self.added = now;
+    }
+}
+
+impl Drop for QueueGauges {
+    fn drop(&mut self) {
+        self.set(0, 0, 0);
+    }
+}
