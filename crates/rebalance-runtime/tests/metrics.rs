@@ -10,12 +10,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::registry::{AtomicStorage, Registry};
+use rebalance_runtime::config::ConsumeOrder;
 use rebalance_runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer,
 };
 use rebalance_runtime::memory::{InMemoryCluster, OutgoingMessage};
 use rebalance_runtime::metrics as names;
-use rebalance_runtime::{Consumer, ListenerError, QueueLease, QueueListener, RemovedQueue};
+use rebalance_runtime::{
+    Consumer, ListenerError, QueueLease, QueueListener, QueueLocker, RemovedQueue,
+};
 use tokio::sync::watch;
 use tokio::time::sleep;
 
@@ -279,5 +282,51 @@ fn callback_failures_are_counted_and_a_dead_consumer_holds_nothing() {
         consumer.abort();
         sleep(Duration::from_secs(1)).await;
         assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 0.0);
+    });
+}
+
+struct Quiet;
+
+#[async_trait]
+impl QueueListener for Quiet {
+    async fn queues_added(&self, _: &str, _: &[QueueLease]) -> Result<(), ListenerError> {
+        Ok(())
+    }
+    async fn queues_removed(&self, _: &str, _: &[RemovedQueue]) -> Result<(), ListenerError> {
+        Ok(())
+    }
+}
+
+/// A queue whose lock another client holds is refused at every round (retried every 500 ms):
+/// one refusal per round.
+#[test]
+fn lock_refusals_are_counted_per_refused_queue() {
+    let recorder = TestRecorder::new();
+    with_recorder(&recorder, || async {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 2);
+        let intruder = cluster.client("intruder@1");
+        let queue = rebalance_core::MessageQueue::new("T", "broker-0", 0);
+        let answer = intruder
+            .lock("G", intruder.client_id(), std::slice::from_ref(&queue))
+            .await
+            .unwrap();
+        assert_eq!(answer.granted, [queue]);
+        let consumer = Consumer::builder("G")
+            .subscribe("T")
+            .consume_retry_topic(false)
+            .consume_order(ConsumeOrder::Orderly)
+            .cluster(cluster.client("a@1"))
+            .listener(Arc::new(Quiet))
+            .start()
+            .await
+            .unwrap();
+        sleep(Duration::from_millis(2_100)).await;
+        let rounds = recorder.counter(names::ROUNDS, &T);
+        let refusals = recorder.counter(names::LOCK_REFUSALS, &T);
+        assert!(rounds >= 4, "retried every 500 ms: {rounds}");
+        assert_eq!(refusals, rounds, "one refused queue per round");
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 1.0);
+        consumer.shutdown().await;
     });
 }
