@@ -397,7 +397,7 @@ async fn a_failed_send_back_falls_back_to_a_send_to_the_retry_topic() {
         .lock("FallbackGroup", &client, std::slice::from_ref(&mq))
         .await
         .unwrap();
-    assert_eq!(outcome.granted, [mq.clone()]);
+    assert_eq!(outcome.granted, std::slice::from_ref(&mq));
     s.brokers
         .send_back(SendBack::new("FallbackGroup", &bogus(&messages[1])).with_max_reconsume_times(5))
         .await
