@@ -5,9 +5,9 @@
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
-//!     [--rebalance-interval 2s] [--no-retry-topic] [--json] \
-//!     [--consume [--orderly] [--fail-every N] [--max-reconsume-times N] \
-//!      [--exclusive-hand-off] [--consume-time 10ms]] \
+//!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
+//!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
+//!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
 //!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898]
 //! ```
@@ -25,10 +25,19 @@
 //! `--consume` consumes the messages with the runtime's push consumer, pulling them from the
 //! brokers: concurrently, or each queue in order with `--orderly`. `--fail-every N` fails the
 //! first delivery of every N-th message (it comes again through the retry topic; in order, the
-//! queue is suspended and the batch tried again), `--max-reconsume-times` is how many
-//! redeliveries a message gets before the dead-letter topic (16), `--consume-time` how long
-//! each message takes, and `--exclusive-hand-off` makes a queue's next owner wait until this
-//! client has stopped consuming it and committed.
+//! queue is suspended and the batch tried again), `--fail-always` fails every delivery (each
+//! message ends in the dead-letter topic `%DLQ%G`), `--max-reconsume-times` is how many
+//! redeliveries a message gets before the dead-letter topic (16), `--delay-level` the delay
+//! level of a redelivery (0, the default, lets the broker choose: 10 s for the first, then 30 s,
+//! 1 min, ...; 1 is 1 s), `--consume-time` how long each message takes, and
+//! `--exclusive-hand-off` makes a queue's next owner wait until this client has stopped
+//! consuming it and committed. `--consume-from` says where a queue nobody has consumed yet
+//! starts: at its end (`last`, the default, as the Java client), or at its oldest message
+//! (`first`).
+//!
+//! `--heartbeat-interval` must stay well below the brokers' `channelExpiredTimeout` (120 s by
+//! default): a client silent for longer is dropped from the group until its next heartbeat,
+//! and the others take its queues meanwhile.
 //!
 //! The client also takes its share of the group's retry topic `%RETRY%G`, as the Java client
 //! does, unless `--no-retry-topic` is given (decide it for the whole group). `--tags` is the
@@ -62,7 +71,7 @@ use async_trait::async_trait;
 use clap::Parser;
 use rebalance::core::strategy::{Params, build_strategy};
 use rebalance::runtime::assignment::Assignment;
-use rebalance::runtime::config::Intervals;
+use rebalance::runtime::config::{ConsumeFrom, Intervals};
 use rebalance::runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
     OrderlyListener, OrderlyResult, PushConsumer,
@@ -105,6 +114,9 @@ struct Args {
     /// The wait between balanced rounds (the Java client's 20 s by default).
     #[arg(long, value_parser = parse_duration, default_value = "20s")]
     rebalance_interval: Duration,
+    /// The wait between heartbeats to the brokers (the Java client's 30 s by default).
+    #[arg(long, value_parser = parse_duration, default_value = "30s")]
+    heartbeat_interval: Duration,
     /// One JSON line per callback (and per message consumed).
     #[arg(long)]
     json: bool,
@@ -117,9 +129,20 @@ struct Args {
     /// With `--consume`: fail the first delivery of every N-th message.
     #[arg(long, requires = "consume", value_parser = clap::value_parser!(u64).range(1..))]
     fail_every: Option<u64>,
+    /// With `--consume`: fail every delivery (the messages end in the dead-letter topic).
+    #[arg(long, requires = "consume", conflicts_with = "fail_every")]
+    fail_always: bool,
     /// With `--consume`: redeliveries before the dead-letter topic.
     #[arg(long, requires = "consume", default_value_t = 16)]
     max_reconsume_times: i32,
+    /// With `--consume`: the delay level of a failed message's redelivery (0: the broker's
+    /// choice, 10 s for the first; 1: 1 s; 2: 5 s; 3: 10 s; ...).
+    #[arg(long, requires = "consume", default_value_t = 0,
+          value_parser = clap::value_parser!(i32).range(0..=18))]
+    delay_level: i32,
+    /// With `--consume`: where a queue without a committed offset starts.
+    #[arg(long, requires = "consume", value_enum, default_value_t = StartAt::Last)]
+    consume_from: StartAt,
     /// With `--consume`: a removed queue's next owner waits for this client's hand-off.
     #[arg(long, requires = "consume")]
     exclusive_hand_off: bool,
@@ -202,6 +225,15 @@ impl Args {
         }
         Ok(builder.build()?)
     }
+}
+
+/// Where a queue without a committed offset starts.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum StartAt {
+    /// At its end: only messages sent from now on (the Java client's default).
+    Last,
+    /// At its oldest message still stored.
+    First,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -360,6 +392,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let member = {
         let brokers = brokers.clone();
         let rebalance_wait = args.rebalance_interval;
+        let heartbeat = args.heartbeat_interval;
+        let consume_from = match args.consume_from {
+            StartAt::Last => ConsumeFrom::LastOffset,
+            StartAt::First => ConsumeFrom::FirstOffset,
+        };
         let retry = !args.no_retry_topic;
         let exclusive = args.exclusive_hand_off;
         let client_id = client_id.clone();
@@ -368,8 +405,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 .consume_retry_topic(retry)
                 .exclusive_hand_off(exclusive)
                 .strategy(strategy)
+                .consume_from(consume_from)
                 .intervals(Intervals {
                     rebalance_wait,
+                    heartbeat,
                     ..Intervals::default()
                 })
                 .name_server(Arc::new(name_server))
@@ -385,6 +424,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let handler = Arc::new(Handler {
             printer: printer.clone(),
             fail_every: args.fail_every,
+            fail_always: args.fail_always,
+            delay_level: args.delay_level,
             consume_time: args.consume_time,
             first_deliveries: AtomicU64::new(0),
             failed: Mutex::new(HashSet::new()),
@@ -508,6 +549,10 @@ async fn print_changes(mut assignments: watch::Receiver<Arc<Assignment>>, printe
 struct Handler {
     printer: Arc<Printer>,
     fail_every: Option<u64>,
+    /// Every delivery fails.
+    fail_always: bool,
+    /// The delay level of the redeliveries (concurrent consumption).
+    delay_level: i32,
     consume_time: Duration,
     /// First deliveries seen.
     first_deliveries: AtomicU64,
@@ -516,8 +561,12 @@ struct Handler {
 }
 
 impl Handler {
-    /// Whether this delivery of `message` fails: the first delivery of every N-th message.
+    /// Whether this delivery of `message` fails: every one with `--fail-always`, else the first
+    /// delivery of every N-th message.
     fn fails(&self, message: &Message) -> bool {
+        if self.fail_always {
+            return true;
+        }
         let Some(every) = self.fail_every else {
             return false;
         };
@@ -555,6 +604,7 @@ impl ConcurrentListener for Handler {
         messages: &[Message],
         context: &mut ConcurrentContext,
     ) -> ConsumeResult {
+        context.delay_level = self.delay_level;
         let consumed = self.consume_until_failure(messages).await;
         if consumed == messages.len() {
             ConsumeResult::Success

@@ -1,0 +1,182 @@
+//! A consumer process: the `rocketmq_consumer` example with `--consume --json`, its standard
+//! output read line by line into the [`Log`], its standard error (logs) into a file in the
+//! cluster's directory (kept when a test fails). Killed when dropped.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rebalance_rocketmq::testkit::TestCluster;
+
+use super::{HEARTBEAT_INTERVAL, Log, REBALANCE_INTERVAL};
+
+/// Where the example binary is: `$REBALANCE_E2E_CONSUMER`, else beside this test's binary
+/// (`target/<profile>/examples/`), where `cargo test` builds it (`cargo test --test NAME` alone
+/// does not: build it with `cargo build --example rocketmq_consumer`).
+fn binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("REBALANCE_E2E_CONSUMER") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    // target/<profile>/deps/<test> -> target/<profile>/examples/rocketmq_consumer
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary is in target/<profile>/deps");
+    let binary = profile_dir
+        .join("examples")
+        .join(format!("rocketmq_consumer{}", std::env::consts::EXE_SUFFIX));
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/rocketmq_consumer.rs");
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified());
+    let written = std::fs::metadata(&source).and_then(|m| m.modified());
+    match (built, written) {
+        (Err(_), _) => panic!(
+            "{} is missing: build it with `cargo build --example rocketmq_consumer` \
+             (`cargo test --workspace` and `cargo test -p rebalance` build it), or name another \
+             binary in REBALANCE_E2E_CONSUMER",
+            binary.display()
+        ),
+        (Ok(built), Ok(written)) if written > built => panic!(
+            "{} is older than {}: rebuild it with `cargo build --example rocketmq_consumer`",
+            binary.display(),
+            source.display()
+        ),
+        _ => binary,
+    }
+}
+
+/// A running consumer process.
+pub struct ConsumerProcess {
+    /// Its label, the end of its client id (`127.0.0.1@{label}`), as the log names it.
+    pub label: String,
+    child: Child,
+    reader: Option<JoinHandle<()>>,
+    stderr: PathBuf,
+}
+
+impl ConsumerProcess {
+    /// Starts a consumer of `topic` in `group` with the suite's intervals, from the first offset
+    /// of a queue nobody consumed, and `extra` arguments.
+    pub fn spawn(
+        cluster: &TestCluster,
+        log: &Log,
+        label: &str,
+        group: &str,
+        topic: &str,
+        extra: &[&str],
+    ) -> Self {
+        let stderr = cluster.dir().join(format!("consumer-{label}.log"));
+        let stderr_file = std::fs::File::create(&stderr).expect("create the consumer's log file");
+        let secs = |d: Duration| format!("{}ms", d.as_millis());
+        let mut child = Command::new(binary())
+            .args(["--namesrv", &cluster.namesrv_addr()])
+            .args(["--group", group, "--topic", topic])
+            .args(["--client-id", &format!("127.0.0.1@{label}")])
+            .args(["--rebalance-interval", &secs(REBALANCE_INTERVAL)])
+            .args(["--heartbeat-interval", &secs(HEARTBEAT_INTERVAL)])
+            .args(["--json", "--consume", "--consume-from", "first"])
+            .args(extra)
+            .env(
+                "RUST_LOG",
+                std::env::var("E2E_CONSUMER_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr_file)
+            .spawn()
+            .expect("start the rocketmq_consumer example");
+        let stdout = child.stdout.take().expect("the consumer's standard output");
+        let reader = {
+            let log = log.clone();
+            let label = label.to_string();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else { return };
+                    log.record(&label, Instant::now(), &line);
+                }
+            })
+        };
+        Self {
+            label: label.to_string(),
+            child,
+            reader: Some(reader),
+            stderr,
+        }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it with SIGKILL (no goodbye to anyone); returns the instant of the kill.
+    pub fn sigkill(&mut self) -> Instant {
+        let at = Instant::now();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.join_reader();
+        at
+    }
+
+    /// Asks it to leave with SIGTERM and fails unless it exits successfully within `within`
+    /// (a clean shutdown: batches finished, offsets persisted, unregistered).
+    pub async fn sigterm(&mut self, within: Duration) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill -TERM");
+        assert!(sent.success(), "kill -TERM {} failed", self.child.id());
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => {
+                    assert!(
+                        status.success(),
+                        "{} left with {status}; its log: {}",
+                        self.label,
+                        self.stderr.display()
+                    );
+                    self.join_reader();
+                    return;
+                }
+                Ok(None) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                other => panic!(
+                    "{} did not leave within {within:?} of SIGTERM ({other:?}); its log: {}",
+                    self.label,
+                    self.stderr.display()
+                ),
+            }
+        }
+    }
+
+    /// Fails if the process has exited (it should be consuming).
+    pub fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!(
+                "{} exited ({status}); its log: {}",
+                self.label,
+                self.stderr.display()
+            );
+        }
+    }
+
+    fn join_reader(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for ConsumerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        self.join_reader();
+    }
+}
