@@ -28,9 +28,16 @@ fn binary() -> PathBuf {
     let binary = profile_dir
         .join("examples")
         .join(format!("rocketmq_consumer{}", std::env::consts::EXE_SUFFIX));
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/rocketmq_consumer.rs");
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/rocketmq_consumer");
     let built = std::fs::metadata(&binary).and_then(|m| m.modified());
-    let written = std::fs::metadata(&source).and_then(|m| m.modified());
+    // The example's newest source file.
+    let written = std::fs::read_dir(&source).and_then(|files| {
+        files
+            .map(|f| f.and_then(|f| f.metadata()).and_then(|m| m.modified()))
+            .try_fold(std::time::SystemTime::UNIX_EPOCH, |newest, t| {
+                t.map(|t| newest.max(t))
+            })
+    });
     match (built, written) {
         (Err(_), _) => panic!(
             "{} is missing: build it with `cargo build --example rocketmq_consumer` \

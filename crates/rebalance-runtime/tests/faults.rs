@@ -74,7 +74,10 @@ async fn a_consumer_started_during_an_outage_joins_when_the_name_server_is_back(
     assert!(a.handle.assignment().is_empty());
     let report = a.handle.rounds().borrow().clone();
     assert!(
-        matches!(report.topics[0].unbalanced, Some(Unbalanced::NameServerFailed(_))),
+        matches!(
+            report.topics[0].unbalanced,
+            Some(Unbalanced::NameServerFailed(_))
+        ),
         "{:?}",
         report.topics[0].unbalanced
     );

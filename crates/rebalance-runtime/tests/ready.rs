@@ -65,7 +65,10 @@ async fn an_unreachable_name_server_is_told_apart_from_an_unknown_topic() {
     );
     // Once it answers, the same consumer becomes ready.
     cluster.set_name_server_down(false);
-    a.handle.ready(Duration::from_secs(60)).await.expect("ready once the name server answers");
+    a.handle
+        .ready(Duration::from_secs(60))
+        .await
+        .expect("ready once the name server answers");
 }
 
 #[tokio::test(start_paused = true)]
