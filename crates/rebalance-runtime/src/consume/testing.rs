@@ -268,7 +268,7 @@ impl OrderlyListener for OrderlyRecorder {
     async fn consume(&self, messages: &[Message], _context: &mut OrderlyContext) -> OrderlyResult {
         let state = self.state.lock().unwrap().clone();
         if let Some(state) = state {
-            if state.consume_lock.try_lock().is_ok() {
+            if state.consume_lock_is_free() {
                 *self.unguarded.lock().unwrap() += 1;
             }
         }
