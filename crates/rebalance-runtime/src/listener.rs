@@ -230,8 +230,9 @@ impl LeaseState {
 pub struct QueueLease {
     queue: MessageQueue,
     start: StartPosition,
-    /// The consumer's token: the lease's own is its child, made on first use.
-    parent: CancellationToken,
+    /// The consumer's token (shared by every lease, so that a clone costs one reference count):
+    /// the lease's own is its child, made on first use.
+    parent: Arc<CancellationToken>,
     state: Arc<LeaseState>,
 }
 
@@ -240,7 +241,7 @@ impl QueueLease {
     pub(crate) fn new(
         queue: MessageQueue,
         start: StartPosition,
-        parent: CancellationToken,
+        parent: Arc<CancellationToken>,
         state: Arc<LeaseState>,
     ) -> Self {
         Self {

@@ -7,7 +7,7 @@
 //! [`remove_all`](ProcessQueueTable::remove_all)), each one merge of the topic's vector.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
@@ -111,7 +111,7 @@ impl ProcessQueueTable {
         &mut self,
         queue: MessageQueue,
         start: StartPosition,
-        parent: &CancellationToken,
+        parent: &Arc<CancellationToken>,
         lock_valid_until: Option<Instant>,
         unsaved: bool,
     ) -> QueueLease {
@@ -136,11 +136,12 @@ impl ProcessQueueTable {
     pub(crate) fn insert_all(
         &mut self,
         queues: Vec<NewQueue>,
-        parent: &CancellationToken,
+        parent: &Arc<CancellationToken>,
         lock_valid_until: Option<Instant>,
     ) -> Vec<QueueLease> {
         let mut leases = Vec::with_capacity(queues.len());
-        let mut by_topic: HashMap<Arc<str>, Vec<ProcessQueue>> = HashMap::new();
+        // Usually one topic: a short list, not a map.
+        let mut by_topic: Vec<(Arc<str>, Vec<ProcessQueue>)> = Vec::new();
         for NewQueue {
             queue,
             start,
@@ -161,11 +162,17 @@ impl ProcessQueueTable {
                 parent.clone(),
                 state.clone(),
             ));
-            self.releasing.remove(&queue);
-            by_topic
-                .entry(queue.topic.clone())
-                .or_default()
-                .push(ProcessQueue { queue, state });
+            if !self.releasing.is_empty() {
+                self.releasing.remove(&queue);
+            }
+            let at = match by_topic.iter().rposition(|(t, _)| *t == queue.topic) {
+                Some(at) => at,
+                None => {
+                    by_topic.push((queue.topic.clone(), Vec::new()));
+                    by_topic.len() - 1
+                }
+            };
+            by_topic[at].1.push(ProcessQueue { queue, state });
         }
         for (topic, mut new) in by_topic {
             // Stable: of two entries of one queue, the later one given is kept.
@@ -216,26 +223,46 @@ impl ProcessQueueTable {
         self.remove_all(std::slice::from_ref(queue)) == 1
     }
 
-    /// Removes the entries of `queues`; returns how many there were.
+    /// Removes the entries of `queues`; returns how many there were. One walk over each topic's
+    /// entries (the queues are sorted first, unless they are already).
     pub(crate) fn remove_all(&mut self, queues: &[MessageQueue]) -> usize {
-        let mut by_topic: HashMap<&str, HashSet<&MessageQueue>> = HashMap::new();
+        let mut by_topic: Vec<(&str, Vec<&MessageQueue>)> = Vec::new();
         for q in queues {
-            by_topic.entry(&*q.topic).or_default().insert(q);
+            match by_topic.iter_mut().rev().find(|(t, _)| *t == &*q.topic) {
+                Some((_, list)) => list.push(q),
+                None => by_topic.push((&*q.topic, vec![q])),
+            }
         }
         let mut removed = 0;
-        for (topic, gone) in by_topic {
+        for (topic, mut gone) in by_topic {
             let Some(entries) = self.topics.get_mut(topic) else {
                 continue;
             };
+            if !gone.is_sorted_by(|a, b| within_topic(a, b).is_le()) {
+                gone.sort_by(|a, b| within_topic(a, b));
+            }
             let before = entries.len();
-            entries.retain(|e| !gone.contains(&e.queue));
+            let mut next = gone.iter().peekable();
+            entries.retain(|e| {
+                while next
+                    .peek()
+                    .is_some_and(|q| within_topic(q, &e.queue).is_lt())
+                {
+                    next.next();
+                }
+                !next
+                    .peek()
+                    .is_some_and(|q| within_topic(q, &e.queue).is_eq())
+            });
             let count = before - entries.len();
             if count == 0 {
                 continue;
             }
             removed += count;
-            for q in gone {
-                self.releasing.remove(q);
+            if !self.releasing.is_empty() {
+                for q in gone {
+                    self.releasing.remove(q);
+                }
             }
             if entries.is_empty() {
                 self.topics.remove(topic);
@@ -297,11 +324,14 @@ impl ProcessQueueTable {
         self.topics
             .iter()
             .filter_map(|(topic, entries)| {
-                let queues: Vec<MessageQueue> = entries
-                    .iter()
-                    .filter(|e| e.is_held())
-                    .map(|e| e.queue.clone())
-                    .collect();
+                let mut queues = Vec::with_capacity(entries.len());
+                queues.extend(
+                    entries
+                        .iter()
+                        .filter(|e| e.is_held())
+                        .map(|e| e.queue.clone()),
+                );
+                queues.shrink_to_fit();
                 (!queues.is_empty()).then(|| (topic.to_string(), queues))
             })
             .collect()
@@ -357,7 +387,7 @@ mod tests {
     #[tokio::test]
     async fn release_cancels_the_lease_once() {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         let q = MessageQueue::new("T", "b", 0);
         let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
         assert!(!lease.is_cancelled());
@@ -375,7 +405,7 @@ mod tests {
     #[test]
     fn a_lease_is_the_same_as_its_clones_only() {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         let q = MessageQueue::new("T", "b", 0);
         let first = table.insert(q.clone(), StartPosition::Latest, &root, None, false);
         assert!(first.is_same_lease(&first.clone()));
@@ -387,7 +417,7 @@ mod tests {
     #[test]
     fn unpersisted_offset_tracks_commits() {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         let q = MessageQueue::new("T", "b", 0);
         let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), None);
@@ -403,7 +433,7 @@ mod tests {
     #[test]
     fn an_unsaved_start_is_persisted_like_a_commit() {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         let q = MessageQueue::new("T", "b", 0);
         let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, true);
         assert_eq!(lease.start_position(), StartPosition::Offset(5));

@@ -241,7 +241,7 @@ mod tests {
         releasing: &[(MessageQueue, RemovalReason)],
     ) -> ProcessQueueTable {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         for queue in held.iter().chain(releasing.iter().map(|(q, _)| q)) {
             let _lease = table.insert(queue.clone(), StartPosition::Latest, &root, None, false);
         }

@@ -56,7 +56,7 @@ pub(crate) struct Service {
     ctx: Arc<Context>,
     table: crate::table::ProcessQueueTable,
     /// Parent of every queue's lease token.
-    queues_token: CancellationToken,
+    queues_token: Arc<CancellationToken>,
     /// What the application subscribed to.
     requested: Subscriptions,
     /// What the consumer subscribes to: `requested` and the group's retry topic
@@ -106,7 +106,7 @@ impl Service {
         Self {
             ctx,
             table: Default::default(),
-            queues_token,
+            queues_token: Arc::new(queues_token),
             requested,
             subscriptions,
             routes,

@@ -18,7 +18,7 @@ use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
 use crate::subscription::is_retry_topic;
-use crate::table::NewQueue;
+use crate::table::{NewQueue, within_topic};
 
 /// What a round sees of a topic.
 enum Sight {
@@ -43,6 +43,13 @@ pub(super) enum ReleaseMode {
 /// strategy may name a queue twice, or queues of other topics (`by_config` answers its list
 /// as configured), and a custom assignor may repeat a partition.
 fn own_queues_once(topic: &str, answer: Arc<[MessageQueue]>) -> Arc<[MessageQueue]> {
+    // Most strategies answer in queue order: then one walk proves it.
+    let ascending = answer
+        .windows(2)
+        .all(|w| within_topic(&w[0], &w[1]).is_lt());
+    if ascending && answer.iter().all(|q| &*q.topic == topic) {
+        return answer;
+    }
     let mut seen: HashSet<&MessageQueue> = HashSet::with_capacity(answer.len());
     let kept: Vec<&MessageQueue> = answer
         .iter()
@@ -265,29 +272,35 @@ impl Service {
     /// Makes `diff`'s changes: releases first (so that a queue retaken finishes its release
     /// before it is added again), then additions; reports what was done.
     pub(super) async fn apply(&mut self, diff: TopicDiff) -> TopicReport {
-        let topic = diff.topic.as_str();
+        let releases = diff.releases();
+        let TopicDiff {
+            topic,
+            target,
+            changes,
+        } = diff;
+        let topic = topic.as_str();
         let mut report = topic_report(topic);
-        report.fingerprint = diff.target.fingerprint();
-        let target = &diff.target;
+        report.fingerprint = target.fingerprint();
+        let gives_up = &target;
         self.unlock_unanswered(|q, table| {
-            &*q.topic == topic && target.gives_up(q, |q| table.get(q).is_some())
+            &*q.topic == topic && gives_up.gives_up(q, |q| table.get(q).is_some())
         })
         .await;
         let not_released = self
-            .release(topic, diff.releases(), ReleaseMode::Try, &mut report)
+            .release(topic, releases, ReleaseMode::Try, &mut report)
             .await;
         let mut to_add = Vec::new();
         let mut still_releasing = 0;
-        for change in &diff.changes {
+        for change in changes {
             match change {
-                Change::Add(q) => to_add.push(q.clone()),
-                Change::Retake(q, _) if self.table.get(q).is_none() => to_add.push(q.clone()),
+                Change::Add(q) => to_add.push(q),
+                Change::Retake(q, _) if self.table.get(&q).is_none() => to_add.push(q),
                 Change::Retake(..) => still_releasing += 1,
                 Change::Release(..) | Change::Keep(_) => {}
             }
         }
         let not_added = self.add(topic, to_add, &mut report).await + still_releasing;
-        match diff.target {
+        match target {
             Target::Keep(why) => report.unbalanced = Some(why),
             Target::ReleaseAll { unbalanced, .. } => {
                 report.unbalanced =
@@ -495,7 +508,12 @@ impl Service {
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress. It stays
             // pending until the queue is inserted, so that a shutdown now still settles it.
-            let pending = match self.final_offsets.take_back(&queue, Instant::now()) {
+            let pending = if self.final_offsets.is_empty() {
+                TakeBack::Nothing
+            } else {
+                self.final_offsets.take_back(&queue, Instant::now())
+            };
+            let pending = match pending {
                 TakeBack::Resume(offset) => Some(offset),
                 TakeBack::Expired(offset) => {
                     tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");

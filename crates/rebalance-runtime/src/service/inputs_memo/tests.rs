@@ -55,7 +55,7 @@ struct Outcome {
 struct Consumer {
     table: ProcessQueueTable,
     memo: Option<InputsMemo>,
-    root: CancellationToken,
+    root: Arc<CancellationToken>,
 }
 
 impl Consumer {
@@ -63,7 +63,7 @@ impl Consumer {
         Self {
             table: ProcessQueueTable::default(),
             memo: memo.then(InputsMemo::default),
-            root: CancellationToken::new(),
+            root: Arc::new(CancellationToken::new()),
         }
     }
 
