@@ -410,3 +410,91 @@ pub trait QueueListener: Send + Sync + 'static {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(parent: &Arc<CancellationToken>) -> (QueueLease, Arc<LeaseState>) {
+        let state = Arc::new(LeaseState::new(None));
+        let queue = MessageQueue::new("T", "b", 0);
+        let lease = QueueLease::new(queue, StartPosition::Latest, parent.clone(), state.clone());
+        (lease, state)
+    }
+
+    #[test]
+    fn a_lease_makes_nothing_until_asked_and_a_token_made_after_the_release_is_cancelled() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        assert!(!lease.is_cancelled());
+        assert!(
+            state.parts.get().is_none(),
+            "no token, lock or lock time yet"
+        );
+        state.drop_lease();
+        assert!(lease.is_cancelled());
+        assert!(state.parts.get().is_none());
+        assert!(lease.token().is_cancelled(), "born cancelled");
+    }
+
+    #[test]
+    fn a_token_made_before_the_release_is_cancelled_by_it_and_shared_by_clones() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        let token = lease.clone().token().clone();
+        assert!(!token.is_cancelled());
+        state.drop_lease();
+        assert!(token.is_cancelled());
+        assert!(lease.is_cancelled());
+    }
+
+    #[test]
+    fn the_consumers_token_cancels_every_lease_made_or_not() {
+        let parent = Arc::new(CancellationToken::new());
+        let (made, _) = lease(&parent);
+        let token = made.token().clone();
+        let (lazy, _) = lease(&parent);
+        parent.cancel();
+        assert!(token.is_cancelled() && made.is_cancelled());
+        assert!(lazy.is_cancelled());
+        assert!(lazy.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_consume_lock_never_made_is_free_and_gives_no_guard_after_the_release() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        assert!(state.consume_lock_is_free());
+        let guard = lease.consume_guard().await.expect("held");
+        assert!(!state.consume_lock_is_free());
+        drop(guard);
+        assert!(state.consume_lock_is_free());
+        state.drop_lease();
+        assert!(lease.consume_guard().await.is_none());
+        assert_eq!(state.lock_valid_until(), None);
+        let locked = LeaseState::new(Some(Instant::now()));
+        assert!(locked.lock_valid_until().is_some());
+    }
+
+    /// The token made on one thread while the queue is released on another is cancelled,
+    /// whichever comes first.
+    #[test]
+    fn a_token_made_during_the_release_is_never_left_uncancelled() {
+        for _ in 0..2_000 {
+            let parent = Arc::new(CancellationToken::new());
+            let (lease, state) = lease(&parent);
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let releasing = {
+                let (state, barrier) = (state.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    state.drop_lease();
+                })
+            };
+            barrier.wait();
+            let token = lease.token().clone();
+            releasing.join().expect("released");
+            assert!(token.is_cancelled());
+        }
+    }
+}

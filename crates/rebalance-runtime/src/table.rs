@@ -444,4 +444,75 @@ mod tests {
         lease.commit(8);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(8));
     }
+
+    fn new(queue: &MessageQueue) -> NewQueue {
+        NewQueue {
+            queue: queue.clone(),
+            start: StartPosition::Latest,
+            unsaved: false,
+        }
+    }
+
+    #[test]
+    fn batches_keep_each_topic_sorted_and_change_its_stamp_only() {
+        let mut table = ProcessQueueTable::default();
+        let root = Arc::new(CancellationToken::new());
+        let q = |t: &str, b: &str, i| MessageQueue::new(t, b, i);
+        let first = [
+            q("T", "b", 5),
+            q("T", "a", 9),
+            q("U", "a", 0),
+            q("T", "b", 1),
+        ];
+        let leases = table.insert_all(first.iter().map(new).collect(), &root, None);
+        let order: Vec<&MessageQueue> = leases.iter().map(|l| l.queue()).collect();
+        assert_eq!(
+            order,
+            first.iter().collect::<Vec<_>>(),
+            "leases in the order given"
+        );
+        let (t, u) = (table.stamp("T"), table.stamp("U"));
+        assert!(t > 0 && u > 0 && table.stamp("V") == 0);
+        // Merged into the sorted entries; a queue given again replaces its entry.
+        let again = table.insert_all(
+            vec![new(&q("T", "a", 2)), new(&q("T", "b", 1))],
+            &root,
+            None,
+        );
+        assert_eq!(
+            table.queues_of("T"),
+            [
+                q("T", "a", 2),
+                q("T", "a", 9),
+                q("T", "b", 1),
+                q("T", "b", 5)
+            ]
+        );
+        assert_eq!(table.len(), 5);
+        assert!(table.stamp("T") > t && table.stamp("U") == u);
+        assert!(!again[1].is_same_lease(&leases[3]));
+        // The entry is the new lease's: its commit is what the table sees.
+        again[1].commit(7);
+        assert_eq!(
+            table
+                .get(&q("T", "b", 1))
+                .and_then(|pq| pq.unpersisted_offset()),
+            Some(7)
+        );
+        // Removed in any order; absent queues are ignored.
+        let t = table.stamp("T");
+        assert_eq!(
+            table.remove_all(&[q("T", "b", 5), q("T", "a", 2), q("T", "c", 0)]),
+            2
+        );
+        assert_eq!(table.queues_of("T"), [q("T", "a", 9), q("T", "b", 1)]);
+        assert!(table.stamp("T") > t);
+        assert_eq!(table.remove_all(&[q("U", "a", 0)]), 1);
+        assert!(table.topics().iter().eq(["T"]));
+        // A topic emptied and filled again never gets an old stamp back.
+        let u = table.stamp("U");
+        let _lease = table.insert(q("U", "a", 0), StartPosition::Latest, &root, None, false);
+        assert!(table.stamp("U") > u);
+        assert_eq!(table.held()["T"], [q("T", "a", 9), q("T", "b", 1)]);
+    }
 }
