@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::subscription::Subscription;
 use rebalance_runtime::{
-    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovedQueue,
+    Consumer, ConsumerHandle, GroupDirectory, ListenerError, QueueLease, QueueListener,
+    Registration, RemovedQueue,
 };
 
 pub struct Quiet;
@@ -36,9 +38,33 @@ pub fn cluster(brokers: usize, per_broker: i32) -> InMemoryCluster {
     cluster
 }
 
+/// The id of member `i`.
+fn id(i: usize) -> String {
+    format!("10.0.0.{}@{}", i + 1, 9000 + i)
+}
+
+/// Registers member `i` of group `G` on `T` at the directory, without running a consumer.
+#[allow(dead_code)]
+pub async fn register(cluster: &InMemoryCluster, i: usize) {
+    let id = id(i);
+    let registration = Registration {
+        client_id: id.as_str().into(),
+        group: "G".into(),
+        message_model: Default::default(),
+        consume_order: Default::default(),
+        consume_from: Default::default(),
+        subscriptions: vec![Subscription::all("T")],
+    };
+    cluster
+        .client(id.as_str())
+        .register(&registration)
+        .await
+        .expect("registered");
+}
+
 /// Starts consumer `i` of group `G` on `T` and waits for its first round.
 pub async fn start(cluster: &InMemoryCluster, i: usize) -> ConsumerHandle {
-    let id = format!("10.0.0.{}@{}", i + 1, 9000 + i);
+    let id = id(i);
     let handle = Consumer::builder("G")
         .client_id(id.as_str())
         .subscribe("T")

@@ -56,7 +56,6 @@ pub(crate) struct TopicView {
     pub(crate) queues: Arc<[MessageQueue]>,
     /// Sorted the Java way.
     pub(crate) ids: Vec<ClientId>,
-    pub(crate) fingerprint: u64,
 }
 
 /// Runs a group assignor over the views of every topic and returns this client's queues per
@@ -111,7 +110,6 @@ mod tests {
                 .map(|i| MessageQueue::new(topic, "b", i))
                 .collect(),
             ids: ids.iter().copied().map(ClientId::from).collect(),
-            fingerprint: 0,
         }
     }
 

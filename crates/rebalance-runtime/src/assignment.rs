@@ -268,28 +268,37 @@ impl RoundReport {
 
 /// A stable 64-bit FNV-1a hash of a topic's inputs: the sorted queues and the sorted ids.
 pub(crate) fn fingerprint(queues: &[MessageQueue], ids: &[ClientId]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
-    let mut feed = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(PRIME);
-        }
-        // A separator that cannot occur in UTF-8, so ["ab","c"] and ["a","bc"] differ.
-        h ^= 0xff;
-        h = h.wrapping_mul(PRIME);
-    };
-    for q in queues {
-        feed(q.topic.as_bytes());
-        feed(q.broker_name.as_bytes());
-        feed(&q.queue_id.to_be_bytes());
+    fingerprint_ids(fingerprint_queues(queues), ids)
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// Feeds one field to an FNV-1a state, followed by a separator that cannot occur in UTF-8, so
+/// that ["ab","c"] and ["a","bc"] differ.
+fn feed(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(FNV_PRIME);
     }
-    feed(b"|ids");
-    for id in ids {
-        feed(id.as_bytes());
-    }
-    h
+    h ^= 0xff;
+    h.wrapping_mul(FNV_PRIME)
+}
+
+/// The first part of [`fingerprint`]: the state after the queues, which a round remembers
+/// while the queue list stays the same.
+pub(crate) fn fingerprint_queues(queues: &[MessageQueue]) -> u64 {
+    queues.iter().fold(FNV_OFFSET, |h, q| {
+        let h = feed(h, q.topic.as_bytes());
+        let h = feed(h, q.broker_name.as_bytes());
+        feed(h, &q.queue_id.to_be_bytes())
+    })
+}
+
+/// The rest of [`fingerprint`], from the state [`fingerprint_queues`] left.
+pub(crate) fn fingerprint_ids(after_queues: u64, ids: &[ClientId]) -> u64 {
+    let h = feed(after_queues, b"|ids");
+    ids.iter().fold(h, |h, id| feed(h, id.as_bytes()))
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! [`QueueListener`]: the application's callbacks, and the lease it gets for each queue.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering, fence};
+use std::sync::{Arc, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
@@ -68,12 +68,30 @@ impl fmt::Display for RemovalReason {
 }
 
 /// State a queue's lease shares with the runtime's ProcessQueue table.
+///
+/// Small on purpose (one per held queue): what only some queues need (the lease's own
+/// cancellation token, the consume lock, the broker lock's validity) is in [`Parts`], made the
+/// first time something asks for it. A consumer that never looks at its leases' tokens and
+/// locks no queue holds none of it.
 #[derive(Debug)]
 pub(crate) struct LeaseState {
-    pub(crate) dropped: AtomicBool,
+    /// Set (once) when the runtime takes the queue away.
+    dropped: AtomicBool,
     /// The next offset to consume as the application reported it; -1 when it reported nothing.
     pub(crate) committed: AtomicI64,
-    pub(crate) consume_lock: Arc<Mutex<()>>,
+    /// The last offset the store accepted; -1 when none. Written by the service task only.
+    persisted: AtomicI64,
+    parts: OnceLock<Box<Parts>>,
+}
+
+/// The parts of a [`LeaseState`] made on first use.
+#[derive(Debug, Default)]
+struct Parts {
+    /// The lease's token, a child of the consumer's: made when the application (or the consume
+    /// layer) first asks for it, cancelled when the queue is taken away.
+    token: OnceLock<CancellationToken>,
+    /// Held while a batch is processed (ordered consumption, exclusive hand-off).
+    consume_lock: OnceLock<Arc<Mutex<()>>>,
     /// Ordered consumption and exclusive hand-off: until when the broker lock is trusted (its
     /// last grant plus `lock_lifetime`); `None` when the queue is not locked.
     lock_valid_until: std::sync::Mutex<Option<Instant>>,
@@ -81,17 +99,91 @@ pub(crate) struct LeaseState {
 
 impl LeaseState {
     pub(crate) fn new(lock_valid_until: Option<Instant>) -> Self {
-        Self {
+        let state = Self {
             dropped: AtomicBool::new(false),
             committed: AtomicI64::new(-1),
-            consume_lock: Arc::new(Mutex::new(())),
-            lock_valid_until: std::sync::Mutex::new(lock_valid_until),
+            persisted: AtomicI64::new(-1),
+            parts: OnceLock::new(),
+        };
+        if lock_valid_until.is_some() {
+            *state.locked_until() = lock_valid_until;
+        }
+        state
+    }
+
+    fn parts(&self) -> &Parts {
+        self.parts.get_or_init(Box::default)
+    }
+
+    fn locked_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.parts()
+            .lock_valid_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lease's token, made (a child of `parent`) on first use. A token made after the
+    /// queue was taken away is cancelled at once.
+    fn token(&self, parent: &CancellationToken) -> &CancellationToken {
+        let token = self.parts().token.get_or_init(|| parent.child_token());
+        // Pairs with the fence in `drop_lease`: either the service sees this token and cancels
+        // it, or this sees `dropped` (store buffering, ruled out by the two SeqCst fences).
+        fence(Ordering::SeqCst);
+        if self.dropped.load(Ordering::SeqCst) {
+            token.cancel();
+        }
+        token
+    }
+
+    /// The token, if it was made.
+    fn made_token(&self) -> Option<&CancellationToken> {
+        self.parts.get().and_then(|p| p.token.get())
+    }
+
+    /// Takes the queue away: marks it dropped and cancels its token if it was made (one made
+    /// later is born cancelled).
+    pub(crate) fn drop_lease(&self) {
+        self.dropped.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if let Some(token) = self.made_token() {
+            token.cancel();
+        }
+    }
+
+    /// Whether the runtime took the queue away.
+    pub(crate) fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// The consume lock, made on first use.
+    pub(crate) fn consume_lock(&self) -> &Arc<Mutex<()>> {
+        self.parts().consume_lock.get_or_init(Default::default)
+    }
+
+    /// Whether nobody holds the consume lock now. A lock never made is free, and a batch
+    /// that makes it after the queue was dropped finds the queue dropped (see
+    /// [`QueueLease::consume_guard`]).
+    pub(crate) fn consume_lock_is_free(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.parts
+            .get()
+            .and_then(|p| p.consume_lock.get())
+            .is_none_or(|lock| lock.try_lock().is_ok())
+    }
+
+    /// Waits until nobody holds the consume lock.
+    pub(crate) async fn consume_lock_freed(&self) {
+        fence(Ordering::SeqCst);
+        let lock = self.parts.get().and_then(|p| p.consume_lock.get()).cloned();
+        if let Some(lock) = lock {
+            drop(lock.lock().await);
         }
     }
 
     /// Until when the broker lock is trusted (`None`: the queue is not locked).
     pub(crate) fn lock_valid_until(&self) -> Option<Instant> {
-        *self
+        let parts = self.parts.get()?;
+        *parts
             .lock_valid_until
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -99,10 +191,7 @@ impl LeaseState {
 
     /// Records a granted lock, trusted until `until`.
     pub(crate) fn set_lock_valid_until(&self, until: Instant) {
-        *self
-            .lock_valid_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(until);
+        *self.locked_until() = Some(until);
     }
 
     /// Whether the queue is locked and its lock is no longer trusted: it may belong to someone
@@ -114,6 +203,17 @@ impl LeaseState {
     pub(crate) fn committed(&self) -> Option<i64> {
         let offset = self.committed.load(Ordering::Acquire);
         (offset >= 0).then_some(offset)
+    }
+
+    /// The last offset the store accepted.
+    pub(crate) fn persisted(&self) -> Option<i64> {
+        let offset = self.persisted.load(Ordering::Relaxed);
+        (offset >= 0).then_some(offset)
+    }
+
+    /// Records that the store accepted `offset`.
+    pub(crate) fn set_persisted(&self, offset: i64) {
+        self.persisted.store(offset, Ordering::Relaxed);
     }
 }
 
@@ -130,21 +230,24 @@ impl LeaseState {
 pub struct QueueLease {
     queue: MessageQueue,
     start: StartPosition,
-    token: CancellationToken,
+    /// The consumer's token (shared by every lease, so that a clone costs one reference count):
+    /// the lease's own is its child, made on first use.
+    parent: Arc<CancellationToken>,
     state: Arc<LeaseState>,
 }
 
 impl QueueLease {
+    /// A lease of `queue`, cancelled when `state` is dropped or `parent` cancelled.
     pub(crate) fn new(
         queue: MessageQueue,
         start: StartPosition,
-        token: CancellationToken,
+        parent: Arc<CancellationToken>,
         state: Arc<LeaseState>,
     ) -> Self {
         Self {
             queue,
             start,
-            token,
+            parent,
             state,
         }
     }
@@ -166,19 +269,23 @@ impl QueueLease {
         self.start
     }
 
-    /// Cancelled when the queue is taken away (a child of the consumer's token).
+    /// Cancelled when the queue is taken away (a child of the consumer's token). Made on the
+    /// first call (every clone of the lease shares it), so that a consumer that never asks
+    /// holds no token per queue.
     pub fn token(&self) -> &CancellationToken {
-        &self.token
+        self.state.token(&self.parent)
     }
 
     /// Completes when the queue is taken away.
     pub async fn cancelled(&self) {
-        self.token.cancelled().await
+        self.token().cancelled().await
     }
 
     /// Whether the queue has been taken away.
     pub fn is_cancelled(&self) -> bool {
-        self.token.is_cancelled()
+        self.state.is_dropped()
+            || self.parent.is_cancelled()
+            || self.state.made_token().is_some_and(|t| t.is_cancelled())
     }
 
     /// Reports that every message before `next_offset` is consumed. Offsets only move forward:
@@ -216,12 +323,15 @@ impl QueueLease {
     /// the broker refuses, or when renewal has failed for `lock_lifetime`; this check covers the
     /// time until that renewal, or a renewal held up by a slow callback.
     pub async fn consume_guard(&self) -> Option<OwnedMutexGuard<()>> {
-        if self.state.dropped.load(Ordering::Acquire) {
+        if self.state.is_dropped() {
             return None;
         }
-        let guard = self.state.consume_lock.clone().lock_owned().await;
+        let guard = self.state.consume_lock().clone().lock_owned().await;
+        // Pairs with the fence of a release that found no consume lock made yet: either it saw
+        // this lock, or this sees the queue dropped.
+        fence(Ordering::SeqCst);
         let usable =
-            !self.state.dropped.load(Ordering::Acquire) && !self.state.lock_expired(Instant::now());
+            !self.state.dropped.load(Ordering::SeqCst) && !self.state.lock_expired(Instant::now());
         if !usable {
             tracing::debug!(queue = ?self.queue, "no consume guard: the queue is released or its lock expired");
         }
@@ -234,7 +344,7 @@ impl fmt::Debug for QueueLease {
         f.debug_struct("QueueLease")
             .field("queue", &self.queue)
             .field("start", &self.start)
-            .field("cancelled", &self.token.is_cancelled())
+            .field("cancelled", &self.is_cancelled())
             .finish()
     }
 }
@@ -298,5 +408,93 @@ pub trait QueueListener: Send + Sync + 'static {
         _mine: &[MessageQueue],
     ) -> Result<(), ListenerError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(parent: &Arc<CancellationToken>) -> (QueueLease, Arc<LeaseState>) {
+        let state = Arc::new(LeaseState::new(None));
+        let queue = MessageQueue::new("T", "b", 0);
+        let lease = QueueLease::new(queue, StartPosition::Latest, parent.clone(), state.clone());
+        (lease, state)
+    }
+
+    #[test]
+    fn a_lease_makes_nothing_until_asked_and_a_token_made_after_the_release_is_cancelled() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        assert!(!lease.is_cancelled());
+        assert!(
+            state.parts.get().is_none(),
+            "no token, lock or lock time yet"
+        );
+        state.drop_lease();
+        assert!(lease.is_cancelled());
+        assert!(state.parts.get().is_none());
+        assert!(lease.token().is_cancelled(), "born cancelled");
+    }
+
+    #[test]
+    fn a_token_made_before_the_release_is_cancelled_by_it_and_shared_by_clones() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        let token = lease.clone().token().clone();
+        assert!(!token.is_cancelled());
+        state.drop_lease();
+        assert!(token.is_cancelled());
+        assert!(lease.is_cancelled());
+    }
+
+    #[test]
+    fn the_consumers_token_cancels_every_lease_made_or_not() {
+        let parent = Arc::new(CancellationToken::new());
+        let (made, _) = lease(&parent);
+        let token = made.token().clone();
+        let (lazy, _) = lease(&parent);
+        parent.cancel();
+        assert!(token.is_cancelled() && made.is_cancelled());
+        assert!(lazy.is_cancelled());
+        assert!(lazy.token().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_consume_lock_never_made_is_free_and_gives_no_guard_after_the_release() {
+        let parent = Arc::new(CancellationToken::new());
+        let (lease, state) = lease(&parent);
+        assert!(state.consume_lock_is_free());
+        let guard = lease.consume_guard().await.expect("held");
+        assert!(!state.consume_lock_is_free());
+        drop(guard);
+        assert!(state.consume_lock_is_free());
+        state.drop_lease();
+        assert!(lease.consume_guard().await.is_none());
+        assert_eq!(state.lock_valid_until(), None);
+        let locked = LeaseState::new(Some(Instant::now()));
+        assert!(locked.lock_valid_until().is_some());
+    }
+
+    /// The token made on one thread while the queue is released on another is cancelled,
+    /// whichever comes first.
+    #[test]
+    fn a_token_made_during_the_release_is_never_left_uncancelled() {
+        for _ in 0..2_000 {
+            let parent = Arc::new(CancellationToken::new());
+            let (lease, state) = lease(&parent);
+            let barrier = Arc::new(std::sync::Barrier::new(2));
+            let releasing = {
+                let (state, barrier) = (state.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    state.drop_lease();
+                })
+            };
+            barrier.wait();
+            let token = lease.token().clone();
+            releasing.join().expect("released");
+            assert!(token.is_cancelled());
+        }
     }
 }

@@ -310,8 +310,9 @@ async fn a_refusing_strategy_keeps_the_share_and_reports_its_own_error() {
     .await;
     settle(Duration::from_millis(10)).await;
     assert_eq!(a.handle.assignment().len(), 4);
-    // The next round runs once `rebalance_min` (1 s) has passed since the first.
-    a.handle.rebalance_now();
+    // A member joins: the next round (once `rebalance_min`, 1 s, has passed since the first)
+    // asks the strategy again. A round with unchanged inputs would not ask it at all.
+    let b = start_with(&cluster, 1, &["T"], |b| b).await;
     settle(Duration::from_millis(1010)).await;
     assert_eq!(
         strategy_failure(&a),
@@ -323,8 +324,10 @@ async fn a_refusing_strategy_keeps_the_share_and_reports_its_own_error() {
     let assignment = a.handle.assignment();
     assert_eq!(assignment.len(), 4, "the last good share is kept");
     assert!(!assignment.balanced);
-    a.handle.shutdown().await;
-    assert!(a.handle.join().await.is_ok());
+    for m in [a, b] {
+        m.handle.shutdown().await;
+        assert!(m.handle.join().await.is_ok());
+    }
 }
 
 #[tokio::test(start_paused = true)]

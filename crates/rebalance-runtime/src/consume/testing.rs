@@ -268,7 +268,7 @@ impl OrderlyListener for OrderlyRecorder {
     async fn consume(&self, messages: &[Message], _context: &mut OrderlyContext) -> OrderlyResult {
         let state = self.state.lock().unwrap().clone();
         if let Some(state) = state {
-            if state.consume_lock.try_lock().is_ok() {
+            if state.consume_lock_is_free() {
                 *self.unguarded.lock().unwrap() += 1;
             }
         }
@@ -317,7 +317,7 @@ pub(crate) fn lease_with_state(
 ) -> (QueueLease, CancellationToken) {
     let token = CancellationToken::new();
     (
-        QueueLease::new(queue.clone(), start, token.clone(), state),
+        QueueLease::new(queue.clone(), start, Arc::new(token.clone()), state),
         token,
     )
 }
@@ -328,7 +328,7 @@ pub(crate) fn lease(queue: &MessageQueue, start: StartPosition) -> (QueueLease, 
     let lease = QueueLease::new(
         queue.clone(),
         start,
-        token.clone(),
+        Arc::new(token.clone()),
         Arc::new(LeaseState::new(None)),
     );
     (lease, token)

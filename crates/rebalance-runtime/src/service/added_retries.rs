@@ -118,7 +118,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retries_are_due_after_their_backoff_without_released_queues() {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = std::sync::Arc::new(CancellationToken::new());
         let mut lease = |t: &str, i| {
             let q = MessageQueue::new(t, "b", i);
             table.insert(q, StartPosition::Latest, &root, None, false)

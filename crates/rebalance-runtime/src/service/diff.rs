@@ -1,14 +1,14 @@
 //! The pure step of a round: from the ProcessQueue table and each topic's target, the change
 //! to make to every queue. The round ([`super::round`]) then drives the I/O from that list.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
 
 use crate::assignment::Unbalanced;
 use crate::listener::RemovalReason;
-use crate::table::ProcessQueueTable;
+use crate::table::{ProcessQueueTable, within_topic};
 
 /// Where a topic should go this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +28,10 @@ pub(super) enum Target {
     },
     /// Change nothing: the view is incomplete.
     Keep(Unbalanced),
+    /// The inputs are those of the topic's last balanced round and its entries have not
+    /// changed since ([`InputsMemo`](super::inputs_memo::InputsMemo)): the table holds the
+    /// share, and nothing changes. Not allocated, not diffed.
+    Unchanged { fingerprint: u64 },
     /// Nothing to do and nothing to report: a retry topic whose route has not been seen yet
     /// (the broker creates it at the group's first heartbeat and then registers it), of which
     /// nothing is held. It is not a problem, so it neither unbalances the round (which would
@@ -47,12 +51,27 @@ impl Target {
 
     /// Whether the target gives `queue` (of its topic) up: a lock of it that this client may
     /// hold without holding the queue can then be unlocked. An incomplete view gives up
-    /// nothing.
-    pub(super) fn gives_up(&self, queue: &MessageQueue) -> bool {
+    /// nothing; an unchanged one gives up what the table does not hold (`in_table`).
+    pub(super) fn gives_up(
+        &self,
+        queue: &MessageQueue,
+        in_table: impl Fn(&MessageQueue) -> bool,
+    ) -> bool {
         match self {
             Target::Share { mine, .. } => !mine.contains(queue),
+            Target::Unchanged { .. } => !in_table(queue),
             Target::ReleaseAll { .. } => true,
             Target::Keep(_) | Target::NotYet => false,
+        }
+    }
+
+    /// The fingerprint of the inputs the target was decided from, when it was.
+    pub(super) fn fingerprint(&self) -> Option<u64> {
+        match self {
+            Target::Share { fingerprint, .. } | Target::Unchanged { fingerprint } => {
+                Some(*fingerprint)
+            }
+            Target::ReleaseAll { .. } | Target::Keep(_) | Target::NotYet => None,
         }
     }
 }
@@ -79,8 +98,8 @@ pub(super) struct TopicDiff {
     /// Never [`Target::NotYet`].
     pub(super) target: Target,
     /// One change per queue: with a share, the queues of the share in its order (the order
-    /// `queues_added` gets them in), then the other queues of the table, sorted; else the
-    /// table's queues, sorted.
+    /// `queues_added` gets them in), then the other queues of the table, sorted; unchanged,
+    /// none; else the table's queues, sorted.
     pub(super) changes: Vec<Change>,
 }
 
@@ -121,48 +140,32 @@ pub(super) fn diff(table: &ProcessQueueTable, targets: BTreeMap<String, Target>)
         .collect()
 }
 
-/// One topic's changes.
+/// One topic's changes, in time linear in the share and the topic's entries (a share not in
+/// queue order is sorted first).
 fn topic_diff(table: &ProcessQueueTable, topic: String, target: Target) -> TopicDiff {
-    let mut entries: Vec<(&MessageQueue, Option<RemovalReason>)> = table
-        .entries_of(&topic)
-        .map(|(q, pq)| (q, pq.release.map(|r| r.reason)))
-        .collect();
-    entries.sort_by(|a, b| a.0.cmp(b.0));
-    let mut changes = Vec::with_capacity(entries.len());
-    match &target {
-        Target::NotYet => {}
-        Target::Keep(_) => {
-            changes.extend(entries.into_iter().map(|(q, releasing)| match releasing {
+    let entries = || {
+        table.entries_of(&topic).map(|(q, pq)| {
+            let releasing = if pq.is_held() {
+                None
+            } else {
+                table.release_of(q).map(|r| r.reason)
+            };
+            (q, releasing)
+        })
+    };
+    let changes = match &target {
+        Target::NotYet | Target::Unchanged { .. } => Vec::new(),
+        Target::Keep(_) => entries()
+            .map(|(q, releasing)| match releasing {
                 Some(reason) => Change::Release(q.clone(), reason),
                 None => Change::Keep(q.clone()),
-            }));
-        }
-        Target::ReleaseAll { reason, .. } => {
-            changes.extend(
-                entries
-                    .into_iter()
-                    .map(|(q, releasing)| Change::Release(q.clone(), releasing.unwrap_or(*reason))),
-            );
-        }
-        Target::Share { mine, .. } => {
-            let in_table: BTreeMap<&MessageQueue, Option<RemovalReason>> =
-                entries.iter().copied().collect();
-            let wanted: HashSet<&MessageQueue> = mine.iter().collect();
-            changes.extend(mine.iter().map(|q| match in_table.get(q) {
-                None => Change::Add(q.clone()),
-                Some(None) => Change::Keep(q.clone()),
-                Some(Some(reason)) => Change::Retake(q.clone(), *reason),
-            }));
-            changes.extend(
-                entries
-                    .into_iter()
-                    .filter(|(q, _)| !wanted.contains(q))
-                    .map(|(q, releasing)| {
-                        Change::Release(q.clone(), releasing.unwrap_or(RemovalReason::Reassigned))
-                    }),
-            );
-        }
-    }
+            })
+            .collect(),
+        Target::ReleaseAll { reason, .. } => entries()
+            .map(|(q, releasing)| Change::Release(q.clone(), releasing.unwrap_or(*reason)))
+            .collect(),
+        Target::Share { mine, .. } => share_changes(mine, entries().collect()),
+    };
     TopicDiff {
         topic,
         target,
@@ -170,8 +173,58 @@ fn topic_diff(table: &ProcessQueueTable, topic: String, target: Target) -> Topic
     }
 }
 
+/// The changes that take a topic's `entries` (sorted, with the reason each one being released
+/// was announced for) to `mine` (the share, each queue once): one walk over both in queue
+/// order.
+fn share_changes(
+    mine: &[MessageQueue],
+    entries: Vec<(&MessageQueue, Option<RemovalReason>)>,
+) -> Vec<Change> {
+    // The share's positions in queue order: the share itself for the strategies that answer
+    // in queue order (most do), else sorted.
+    let mut order: Vec<usize> = (0..mine.len()).collect();
+    if !mine.is_sorted_by(|a, b| within_topic(a, b).is_le()) {
+        order.sort_by(|&a, &b| within_topic(&mine[a], &mine[b]));
+    }
+    // Per position of the share: where it is in `entries`, if it is there.
+    let mut found: Vec<Option<usize>> = vec![None; mine.len()];
+    let mut wanted = vec![false; entries.len()];
+    let mut at = 0;
+    for &i in &order {
+        while at < entries.len() && within_topic(entries[at].0, &mine[i]).is_lt() {
+            at += 1;
+        }
+        if at < entries.len() && within_topic(entries[at].0, &mine[i]).is_eq() {
+            found[i] = Some(at);
+            wanted[at] = true;
+        }
+    }
+    let mut changes = Vec::with_capacity(mine.len() + entries.len());
+    changes.extend(
+        mine.iter()
+            .zip(&found)
+            .map(|(q, found)| match found.map(|e| entries[e].1) {
+                None => Change::Add(q.clone()),
+                Some(None) => Change::Keep(q.clone()),
+                Some(Some(reason)) => Change::Retake(q.clone(), reason),
+            }),
+    );
+    changes.extend(
+        entries
+            .iter()
+            .zip(&wanted)
+            .filter(|(_, wanted)| !**wanted)
+            .map(|((q, releasing), _)| {
+                Change::Release((*q).clone(), releasing.unwrap_or(RemovalReason::Reassigned))
+            }),
+    );
+    changes
+}
+
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use tokio::time::Instant;
     use tokio_util::sync::CancellationToken;
 
@@ -188,7 +241,7 @@ mod tests {
         releasing: &[(MessageQueue, RemovalReason)],
     ) -> ProcessQueueTable {
         let mut table = ProcessQueueTable::default();
-        let root = CancellationToken::new();
+        let root = Arc::new(CancellationToken::new());
         for queue in held.iter().chain(releasing.iter().map(|(q, _)| q)) {
             let _lease = table.insert(queue.clone(), StartPosition::Latest, &root, None, false);
         }
@@ -315,10 +368,14 @@ mod tests {
     #[test]
     fn only_a_decision_gives_queues_up() {
         let mine = share(&[q("T", 0)]);
-        assert!(!mine.gives_up(&q("T", 0)));
-        assert!(mine.gives_up(&q("T", 1)));
-        assert!(Target::release_all(RemovalReason::TopicGone).gives_up(&q("T", 0)));
-        assert!(!Target::Keep(Unbalanced::NoConsumers).gives_up(&q("T", 0)));
+        let nowhere = |_: &MessageQueue| false;
+        assert!(!mine.gives_up(&q("T", 0), nowhere));
+        assert!(mine.gives_up(&q("T", 1), nowhere));
+        assert!(Target::release_all(RemovalReason::TopicGone).gives_up(&q("T", 0), nowhere));
+        assert!(!Target::Keep(Unbalanced::NoConsumers).gives_up(&q("T", 0), nowhere));
+        let unchanged = Target::Unchanged { fingerprint: 7 };
+        assert!(!unchanged.gives_up(&q("T", 0), |q| q.queue_id == 0));
+        assert!(unchanged.gives_up(&q("T", 1), |q| q.queue_id == 0));
     }
 
     mod prop {

@@ -9,6 +9,7 @@ mod added_retries;
 mod diff;
 mod directory_trouble;
 mod final_offsets;
+mod inputs_memo;
 mod lock_book;
 mod locks;
 mod offsets;
@@ -27,6 +28,7 @@ use tracing::Instrument;
 use self::added_retries::AddedRetries;
 use self::diff::{Target, diff};
 use self::final_offsets::FinalOffsets;
+use self::inputs_memo::{AllocationId, InputsMemo};
 use self::lock_book::LockBook;
 use self::round::ReleaseMode;
 use self::schedule::{Due, Schedule};
@@ -54,7 +56,7 @@ pub(crate) struct Service {
     ctx: Arc<Context>,
     table: crate::table::ProcessQueueTable,
     /// Parent of every queue's lease token.
-    queues_token: CancellationToken,
+    queues_token: Arc<CancellationToken>,
     /// What the application subscribed to.
     requested: Subscriptions,
     /// What the consumer subscribes to: `requested` and the group's retry topic
@@ -83,6 +85,10 @@ pub(crate) struct Service {
     /// renewal), by topic: the next report lists them.
     released_between: Vec<TopicReport>,
     callback_errors: Vec<ListenerCallbackError>,
+    /// Per topic, its queue list's hash and the inputs of its last balanced round.
+    memo: InputsMemo,
+    /// The consumer's allocation, as the memo names it.
+    allocation_id: AllocationId,
 }
 
 impl Service {
@@ -96,10 +102,11 @@ impl Service {
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
         let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some());
+        let allocation_id = AllocationId::of(&ctx.allocation);
         Self {
             ctx,
             table: Default::default(),
-            queues_token,
+            queues_token: Arc::new(queues_token),
             requested,
             subscriptions,
             routes,
@@ -115,6 +122,8 @@ impl Service {
             stop_requested: false,
             released_between: Vec::new(),
             callback_errors: Vec::new(),
+            memo: InputsMemo::default(),
+            allocation_id,
         }
     }
 
@@ -241,6 +250,7 @@ impl Service {
         let subscriptions = &self.subscriptions;
         self.missing_since
             .retain(|t, _| subscriptions.contains_key(t));
+        self.memo.retain(|t| subscriptions.contains_key(t));
         let mut targets = self.targets(&subscribed, &routes).await;
         for (topic, target) in &mut targets {
             if !matches!(target, Target::NotYet) {
@@ -249,7 +259,11 @@ impl Service {
             }
         }
         for topic_diff in diff(&self.table, targets) {
-            topics.push(self.apply(topic_diff).await);
+            let report = self.apply(topic_diff).await;
+            let reached = report.unbalanced.is_none();
+            let stamp = self.table.stamp(&report.topic);
+            self.memo.conclude(&report.topic, reached, stamp);
+            topics.push(report);
         }
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
         self.report_released_between(&mut topics);
@@ -353,7 +367,7 @@ impl Service {
                 }
             }
             self.persist_offsets().await;
-            self.unlock_unanswered(|_| true).await;
+            self.unlock_unanswered(|_, _| true).await;
             if !self.final_offsets.is_empty() {
                 let given_up = self.final_offsets.drain();
                 tracing::error!(offsets = ?given_up, "shutting down with final offsets the store refused; their next owners resume from the last stored offsets");

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::Service;
 use super::final_offsets::Retry;
+use crate::table::ProcessQueueTable;
 
 impl Service {
     /// Persists the offsets the application committed since the last time, and retries final
@@ -25,8 +26,8 @@ impl Service {
                 .await
             {
                 Ok(()) => {
-                    if let Some(pq) = self.table.get_mut(&queue) {
-                        pq.persisted = Some(offset);
+                    if let Some(pq) = self.table.get(&queue) {
+                        pq.set_persisted(offset);
                     }
                 }
                 Err(e) => {
@@ -81,9 +82,15 @@ impl Service {
     /// Unlocks the queues whose lock request went unanswered (the broker may have granted
     /// it) that `leaving` selects and that are not held, except those whose refused final
     /// offset is still pending (their own path unlocks them once it is settled).
-    pub(super) async fn unlock_unanswered(&mut self, leaving: impl Fn(&MessageQueue) -> bool) {
+    pub(super) async fn unlock_unanswered(
+        &mut self,
+        leaving: impl Fn(&MessageQueue, &ProcessQueueTable) -> bool,
+    ) {
         let pending = &self.final_offsets;
-        let queues = self.locks.take_unanswered(leaving, |q| pending.contains(q));
+        let table = &self.table;
+        let queues = self
+            .locks
+            .take_unanswered(|q| leaving(q, table), |q| pending.contains(q));
         if queues.is_empty() {
             return;
         }

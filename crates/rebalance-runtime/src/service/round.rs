@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::diff::{Change, Target, TopicDiff};
 use super::final_offsets::TakeBack;
+use super::inputs_memo::Inputs;
 use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
@@ -18,11 +19,14 @@ use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
 use crate::subscription::is_retry_topic;
+use crate::table::{NewQueue, within_topic};
 
 /// What a round sees of a topic.
 enum Sight {
     /// Its queues and members: the allocation decides.
     Allocate(TopicView),
+    /// Broadcasting: every queue of the topic, whoever the members are.
+    Everything(Arc<[MessageQueue]>),
     /// The target follows without allocating.
     Decided(Target),
 }
@@ -40,6 +44,13 @@ pub(super) enum ReleaseMode {
 /// strategy may name a queue twice, or queues of other topics (`by_config` answers its list
 /// as configured), and a custom assignor may repeat a partition.
 fn own_queues_once(topic: &str, answer: Arc<[MessageQueue]>) -> Arc<[MessageQueue]> {
+    // Most strategies answer in queue order: then one walk proves it.
+    let ascending = answer
+        .windows(2)
+        .all(|w| within_topic(&w[0], &w[1]).is_lt());
+    if ascending && answer.iter().all(|q| &*q.topic == topic) {
+        return answer;
+    }
     let mut seen: HashSet<&MessageQueue> = HashSet::with_capacity(answer.len());
     let kept: Vec<&MessageQueue> = answer
         .iter()
@@ -58,9 +69,11 @@ fn own_queues_once(topic: &str, answer: Arc<[MessageQueue]>) -> Arc<[MessageQueu
 }
 
 impl Service {
-    /// Every subscribed topic's target for this round.
+    /// Every subscribed topic's target for this round. A topic whose inputs are those of its
+    /// last balanced round, with its entries unchanged since, is [`Target::Unchanged`]: neither
+    /// allocated nor diffed (with a group assignor, only when every topic is).
     pub(super) async fn targets(
-        &self,
+        &mut self,
         topics: &[String],
         routes: &RouteTable,
     ) -> BTreeMap<String, Target> {
@@ -71,44 +84,98 @@ impl Service {
                 Sight::Allocate(view) => {
                     views.insert(topic.clone(), view);
                 }
+                Sight::Everything(queues) => {
+                    let fingerprint = self.memo.observe(topic, &queues, &[]);
+                    let inputs = self.inputs(Vec::new(), Arc::new([]));
+                    let target = if self.memo.unchanged(topic, &inputs, self.table.stamp(topic)) {
+                        Target::Unchanged { fingerprint }
+                    } else {
+                        Target::Share {
+                            mine: queues.clone(),
+                            all: queues,
+                            fingerprint,
+                        }
+                    };
+                    self.memo.begin(topic, inputs);
+                    targets.insert(topic.clone(), target);
+                }
                 Sight::Decided(target) => {
+                    self.memo.forget(topic);
                     targets.insert(topic.clone(), target);
                 }
             }
         }
         match &self.ctx.allocation {
             Allocation::Strategy(strategy) => {
+                let strategy = strategy.clone();
                 for (topic, view) in views {
+                    let fingerprint = self.memo.observe(&topic, &view.queues, &view.ids);
+                    let inputs = self.inputs(view.ids, Arc::new([]));
+                    if self
+                        .memo
+                        .unchanged(&topic, &inputs, self.table.stamp(&topic))
+                    {
+                        tracing::debug!(
+                            topic,
+                            "inputs unchanged since the last balanced round; not allocating"
+                        );
+                        targets.insert(topic.clone(), Target::Unchanged { fingerprint });
+                        self.memo.begin(&topic, inputs);
+                        continue;
+                    }
                     let target = match allocation_contained(strategy.name(), || {
                         strategy.allocate_shared(
                             &self.ctx.group,
                             &self.ctx.client_id,
                             &view.queues,
-                            &view.ids,
+                            &inputs.ids,
                         )
                     }) {
                         Ok(mine) => Target::Share {
                             all: view.queues,
                             mine: own_queues_once(&topic, mine),
-                            fingerprint: view.fingerprint,
+                            fingerprint,
                         },
                         Err(e) => {
                             tracing::warn!(topic, strategy = strategy.name(), error = %e, "the strategy refused; keeping the current share");
                             Target::Keep(Unbalanced::StrategyFailed(e))
                         }
                     };
+                    self.memo.begin(&topic, inputs);
                     targets.insert(topic, target);
                 }
             }
             Allocation::Assignor(assignor) => {
+                let assignor = assignor.clone();
                 // The assignment of one topic may depend on the others (round robin's cursor):
-                // decide only from a complete view.
+                // decide only from a complete view, and skip only when no topic changed.
                 let incomplete = targets.values().any(|t| matches!(t, Target::Keep(_)));
+                let peers: Arc<[String]> = views.keys().cloned().collect();
+                let mut fingerprints = BTreeMap::new();
+                let mut unchanged = !incomplete && !views.is_empty();
+                for (topic, view) in &views {
+                    let fingerprint = self.memo.observe(topic, &view.queues, &view.ids);
+                    let inputs = self.inputs(view.ids.clone(), peers.clone());
+                    unchanged &= self.memo.unchanged(topic, &inputs, self.table.stamp(topic));
+                    self.memo.begin(topic, inputs);
+                    fingerprints.insert(topic.clone(), fingerprint);
+                }
+                if unchanged {
+                    tracing::debug!(
+                        "no topic's inputs changed since the last balanced round; not assigning"
+                    );
+                    targets.extend(
+                        fingerprints
+                            .into_iter()
+                            .map(|(topic, fingerprint)| (topic, Target::Unchanged { fingerprint })),
+                    );
+                    return targets;
+                }
                 let result = if incomplete {
                     Err(Unbalanced::GroupViewIncomplete)
                 } else {
                     allocation_contained(assignor.name(), || {
-                        assign_leaderless(assignor, &self.ctx.client_id, &views)
+                        assign_leaderless(&assignor, &self.ctx.client_id, &views)
                     })
                     .map_err(|e| {
                         tracing::warn!(assignor = assignor.name(), error = %e, "the assignor refused; keeping the current share");
@@ -123,7 +190,7 @@ impl Service {
                             let target = Target::Share {
                                 all: view.queues,
                                 mine: share,
-                                fingerprint: view.fingerprint,
+                                fingerprint: fingerprints.get(&topic).copied().unwrap_or_default(),
                             };
                             targets.insert(topic, target);
                         }
@@ -135,6 +202,16 @@ impl Service {
             }
         }
         targets
+    }
+
+    /// The inputs of a topic's share besides its queues: `ids`, this consumer's allocation, and
+    /// the topics allocated with it (`peers`, for a group assignor).
+    fn inputs(&self, ids: Vec<ClientId>, peers: Arc<[String]>) -> Inputs {
+        Inputs {
+            ids,
+            allocation: self.allocation_id,
+            peers,
+        }
     }
 
     /// What this client sees of `topic`: its queues and members to allocate from, or the target
@@ -162,12 +239,7 @@ impl Service {
             TopicState::Known { queues, .. } => queues.clone(),
         };
         if ctx.message_model == MessageModel::Broadcasting {
-            let fingerprint = fingerprint(&queues, &[]);
-            return Sight::Decided(Target::Share {
-                mine: queues.clone(),
-                all: queues,
-                fingerprint,
-            });
+            return Sight::Everything(queues);
         }
         let mut ids: Vec<ClientId> = match ctx.directory.consumer_ids(&ctx.group, topic).await {
             Ok(ids) => ids,
@@ -191,7 +263,6 @@ impl Service {
             );
             return Sight::Decided(Target::Keep(Unbalanced::NotInConsumerList));
         }
-        let fingerprint = fingerprint(&queues, &ids);
         if queues.is_empty() {
             tracing::warn!(
                 topic,
@@ -200,42 +271,44 @@ impl Service {
             return Sight::Decided(Target::Share {
                 all: queues,
                 mine: Arc::new([]),
-                fingerprint,
+                fingerprint: fingerprint(&[], &ids),
             });
         }
-        Sight::Allocate(TopicView {
-            queues,
-            ids,
-            fingerprint,
-        })
+        Sight::Allocate(TopicView { queues, ids })
     }
 
     /// Makes `diff`'s changes: releases first (so that a queue retaken finishes its release
     /// before it is added again), then additions; reports what was done.
     pub(super) async fn apply(&mut self, diff: TopicDiff) -> TopicReport {
-        let topic = diff.topic.as_str();
+        let releases = diff.releases();
+        let TopicDiff {
+            topic,
+            target,
+            changes,
+        } = diff;
+        let topic = topic.as_str();
         let mut report = topic_report(topic);
-        if let Target::Share { fingerprint, .. } = &diff.target {
-            report.fingerprint = Some(*fingerprint);
-        }
-        let target = &diff.target;
-        self.unlock_unanswered(|q| &*q.topic == topic && target.gives_up(q))
-            .await;
+        report.fingerprint = target.fingerprint();
+        let gives_up = &target;
+        self.unlock_unanswered(|q, table| {
+            &*q.topic == topic && gives_up.gives_up(q, |q| table.get(q).is_some())
+        })
+        .await;
         let not_released = self
-            .release(topic, diff.releases(), ReleaseMode::Try, &mut report)
+            .release(topic, releases, ReleaseMode::Try, &mut report)
             .await;
         let mut to_add = Vec::new();
         let mut still_releasing = 0;
-        for change in &diff.changes {
+        for change in changes {
             match change {
-                Change::Add(q) => to_add.push(q.clone()),
-                Change::Retake(q, _) if self.table.get(q).is_none() => to_add.push(q.clone()),
+                Change::Add(q) => to_add.push(q),
+                Change::Retake(q, _) if self.table.get(&q).is_none() => to_add.push(q),
                 Change::Retake(..) => still_releasing += 1,
                 Change::Release(..) | Change::Keep(_) => {}
             }
         }
         let not_added = self.add(topic, to_add, &mut report).await + still_releasing;
-        match diff.target {
+        match target {
             Target::Keep(why) => report.unbalanced = Some(why),
             Target::ReleaseAll { unbalanced, .. } => {
                 report.unbalanced =
@@ -263,7 +336,7 @@ impl Service {
                     self.note_callback(changed);
                 }
             }
-            Target::NotYet => {}
+            Target::Unchanged { .. } | Target::NotYet => {}
         }
         report
     }
@@ -310,21 +383,24 @@ impl Service {
         let locks = self.ctx.locks().cloned();
         let group = self.ctx.group.clone();
         let mut to_unlock = Vec::new();
+        let mut removed = Vec::new();
         let mut busy = 0;
         for queue in queues {
             let Some(pq) = self.table.get(&queue) else {
                 continue;
             };
-            let Some(release) = pq.release else {
+            let Some(release) = self.table.release_of(&queue) else {
                 continue;
             };
             if locks.is_some() {
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
-                let lock = pq.state.consume_lock.clone();
+                let state = pq.state.clone();
                 let free = match mode {
-                    ReleaseMode::Try => lock.try_lock().is_ok(),
+                    ReleaseMode::Try => state.consume_lock_is_free(),
                     ReleaseMode::Wait => {
-                        tokio::time::timeout_at(deadline, lock.lock()).await.is_ok()
+                        tokio::time::timeout_at(deadline, state.consume_lock_freed())
+                            .await
+                            .is_ok()
                     }
                 };
                 if !free {
@@ -369,8 +445,9 @@ impl Service {
             if locks.is_some() && settled {
                 to_unlock.push(queue.clone());
             }
-            self.table.remove(&queue);
+            removed.push(queue);
         }
+        self.table.remove_all(&removed);
         if let (Some(locker), false) = (locks, to_unlock.is_empty()) {
             if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &to_unlock).await {
                 tracing::warn!(topic, count = to_unlock.len(), error = %e, "unlock failed; the broker lock will expire");
@@ -440,7 +517,12 @@ impl Service {
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress. It stays
             // pending until the queue is inserted, so that a shutdown now still settles it.
-            let pending = match self.final_offsets.take_back(&queue, Instant::now()) {
+            let pending = if self.final_offsets.is_empty() {
+                TakeBack::Nothing
+            } else {
+                self.final_offsets.take_back(&queue, Instant::now())
+            };
+            let pending = match pending {
                 TakeBack::Resume(offset) => Some(offset),
                 TakeBack::Expired(offset) => {
                     tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
@@ -489,19 +571,22 @@ impl Service {
                 tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
             }
         }
-        let mut leases = Vec::with_capacity(starts.len());
-        for (queue, start, unsaved) in starts {
-            if unsaved {
-                self.final_offsets.forget(&queue);
-            }
-            leases.push(self.table.insert(
-                queue,
-                start,
-                &self.queues_token,
-                lock_valid_until,
-                unsaved,
-            ));
-        }
+        let new: Vec<NewQueue> = starts
+            .into_iter()
+            .map(|(queue, start, unsaved)| {
+                if unsaved {
+                    self.final_offsets.forget(&queue);
+                }
+                NewQueue {
+                    queue,
+                    start,
+                    unsaved,
+                }
+            })
+            .collect();
+        let leases = self
+            .table
+            .insert_all(new, &self.queues_token, lock_valid_until);
         if !leases.is_empty() {
             tracing::info!(topic, count = leases.len(), queues = ?leases.iter().map(|l| l.queue()).collect::<Vec<_>>(), "adding queues");
             let listener = self.ctx.listener.clone();
