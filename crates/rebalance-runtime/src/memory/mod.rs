@@ -64,6 +64,7 @@ pub use self::messages::{
 use crate::directory::Registration;
 use crate::{
     GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
+    RouteShare,
 };
 
 /// Timings of the in-memory cluster, with RocketMQ's defaults.
@@ -163,6 +164,8 @@ struct State {
     offsets: DashMap<(String, MessageQueue), i64>,
     /// Taken after `inner` when both are needed, never before.
     messages: Mutex<messages::Messages>,
+    /// The route data every client of the cluster shares (one process, many clients).
+    routes_derived: RouteShare,
 }
 
 /// The cluster. Cheap to clone; every clone is the same cluster.
@@ -191,6 +194,7 @@ impl InMemoryCluster {
                 inner: Mutex::new(Inner::default()),
                 offsets: DashMap::new(),
                 messages: Mutex::new(messages::Messages::new()),
+                routes_derived: RouteShare::new(),
             }),
         }
     }
@@ -214,6 +218,12 @@ impl InMemoryCluster {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.state.lock()
+    }
+
+    /// The route data its clients share ([`NameServer::route_share`]): a route's queue list is
+    /// held once for the whole cluster.
+    pub fn route_share(&self) -> RouteShare {
+        self.state.routes_derived.clone()
     }
 
     /// Creates (or replaces) `topic` on `brokers` brokers named `broker-0`, `broker-1`, … with
@@ -449,6 +459,12 @@ impl NameServer for ClusterClient {
             })
             .await?;
         answer.ok_or_else(|| RouteError::TopicNotFound(topic.to_string()))
+    }
+
+    /// One share for every client of the cluster: its many clients live in one process, and a
+    /// route's queue list is held once, not once per client.
+    fn route_share(&self) -> Option<RouteShare> {
+        Some(self.state.routes_derived.clone())
     }
 }
 
