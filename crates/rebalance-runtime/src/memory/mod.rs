@@ -44,7 +44,7 @@ mod faults;
 mod log;
 mod messages;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -108,7 +108,10 @@ struct Member {
 
 #[derive(Debug)]
 struct Group {
-    members: HashMap<ClientId, Member>,
+    /// In the Java order of the ids, so that a member list comes out sorted, as the runtime
+    /// sorts it (a broker's comes in any order; sorting a sorted list is quick, which a
+    /// simulation of thousands of clients notices).
+    members: BTreeMap<ClientId, Member>,
     /// One channel per listener, notified in subscription order: a single shared watch would
     /// wake its receivers in a random order, and simulations must be reproducible.
     listeners: Vec<watch::Sender<u64>>,
@@ -118,7 +121,7 @@ struct Group {
 impl Group {
     fn new() -> Self {
         Self {
-            members: HashMap::new(),
+            members: BTreeMap::new(),
             listeners: Vec::new(),
             changes: 0,
         }
