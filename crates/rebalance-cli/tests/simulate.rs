@@ -82,8 +82,9 @@ fn churn_converges_with_several_strategies() {
     }
 }
 
-/// Ten members starting together, then ten joining 500 ms apart: with `--settle 1s` every
-/// client waits for the group to settle, so queues move far less and are never held twice.
+/// Ten members starting together, then ten joining 500 ms apart: with `--settle 1s`, and by
+/// default (adaptive), every client waits for the group to settle, so queues move far less and
+/// are never held twice.
 #[test]
 fn settling_damps_a_burst_of_joins() {
     let burst: Vec<String> = (0..10)
@@ -91,7 +92,7 @@ fn settling_damps_a_burst_of_joins() {
         .collect();
     let burst = burst.join(",");
     let summary = |settle: &str| {
-        let (ok, lines) = simulate(&[
+        let mut args = vec![
             "--strategy",
             "balanced_sticky",
             "--queues",
@@ -102,10 +103,13 @@ fn settling_damps_a_burst_of_joins() {
             "10",
             "--events",
             &burst,
-            "--settle",
-            settle,
             "--json",
-        ]);
+        ];
+        // `default`: no `--settle`, the consumers' default (adaptive).
+        if settle != "default" {
+            args.extend(["--settle", settle]);
+        }
+        let (ok, lines) = simulate(&args);
         assert!(ok, "--settle {settle}");
         let summary = lines.last().expect("summary")["summary"].clone();
         assert_eq!(summary["converged"], true, "--settle {settle}: {summary}");
@@ -113,6 +117,8 @@ fn settling_damps_a_burst_of_joins() {
     };
     let eager = summary("0s");
     let settled = summary("1s");
+    let adaptive = summary("default");
+    assert_eq!(adaptive, summary("adaptive"));
     let moves = |s: &Value| s["moves"].as_u64().unwrap();
     let double = |s: &Value| s["double_owned_queue_ms"].as_u64().unwrap();
     assert!(
@@ -127,6 +133,14 @@ fn settling_damps_a_burst_of_joins() {
         0,
         "every hand-off happens in one settled round"
     );
+    // The default adapts to the joins' pace (500 ms): as calm as the fixed window.
+    assert!(
+        moves(&adaptive) * 3 < moves(&eager),
+        "moves: {} adaptive, {} eager",
+        moves(&adaptive),
+        moves(&eager)
+    );
+    assert_eq!(double(&adaptive), 0, "{adaptive}");
 }
 
 #[test]

@@ -152,7 +152,9 @@ pub struct Intervals {
     /// awaiting) cannot be cut short this way.
     pub callback_timeout: Duration,
     /// How long the group's membership must stay unchanged before the round a membership
-    /// change asks for runs (0: at once, as the Java client). While members come and go in a
+    /// change asks for runs: a fixed settle window (0: none; then
+    /// [`adaptive_settle`](Self::adaptive_settle) decides, and without it every round runs at
+    /// once, as in the Java client). While members come and go in a
     /// burst (a deployment, a restart of many pods), every notification pushes the round back,
     /// so each member computes one plan from the settled group instead of one per intermediate
     /// group, which moves queues back and forth. A starting member's first round waits the
@@ -163,8 +165,67 @@ pub struct Intervals {
     /// after the change that began the burst, so endless churn cannot stop the rounds. A round
     /// asked for another reason (`rebalance_now`, a subscription or route change, a lost lock)
     /// runs as usual. When set, it must be shorter than `rebalance_wait`
-    /// ([`validate`](Self::validate)).
+    /// ([`validate`](Self::validate)), and it replaces `adaptive_settle`.
     pub membership_settle: Duration,
+    /// The settle window that adapts to the group (on by default; used when
+    /// `membership_settle` is 0; `None`: every round at once, as in the Java client). A
+    /// starting member's first round waits until the group has been quiet for a while: up to
+    /// [`AdaptiveSettle::max`] (1 s) when nobody else arrives, down to
+    /// [`AdaptiveSettle::min`] (20 ms) when others arrive quickly, so that a group starting
+    /// together plans once from the whole group instead of once per arrival. A member already
+    /// running reacts at once to a change of a stable group (a member leaving, restarting or
+    /// joining, an expiry), and settles only when changes keep coming: from the third change
+    /// less than `max` after the previous one. See [`AdaptiveSettle`].
+    pub adaptive_settle: Option<AdaptiveSettle>,
+}
+
+/// How the adaptive settle window ([`Intervals::adaptive_settle`]) follows the group's pace.
+///
+/// Membership changes less than `max` apart form a *burst*; a starting member's own start opens
+/// one. While a member settles, its round waits until the group has been quiet for `gap_factor`
+/// times the burst's mean gap between changes, at least `min` and at most `max` (and, as with a
+/// fixed window, never longer than `rebalance_wait` after the burst began). A starting member
+/// that has seen no other change yet waits `max`: it cannot know the pace, and a shorter wait
+/// could take its share while the members already running, settling, still hold it.
+///
+/// So 500 members starting within half a second (a change every millisecond) all plan once,
+/// `min` after the last arrival, and members joining a running group half a second apart are
+/// given their shares once, `max` after the last one; a single join, leave or restart is acted
+/// upon at once by the members already running, and the newcomer takes its share `max` later.
+///
+/// ```
+/// use std::time::Duration;
+/// use rebalance_runtime::config::{AdaptiveSettle, Intervals};
+///
+/// let patient = Intervals {
+///     adaptive_settle: Some(AdaptiveSettle { min: Duration::from_millis(100), ..AdaptiveSettle::default() }),
+///     ..Intervals::default()
+/// };
+/// assert_eq!(patient.validate(), Ok(()));
+/// let java = Intervals { adaptive_settle: None, ..Intervals::default() };
+/// assert_eq!(java.validate(), Ok(()));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdaptiveSettle {
+    /// The shortest quiet time (20 ms): what a settling round waits after the last change
+    /// when changes come quickly.
+    pub min: Duration,
+    /// The longest quiet time (1 s), what a starting member waits when nobody else arrives,
+    /// and how far apart two changes may be to belong to one burst: a change after a longer
+    /// quiet time finds the group stable.
+    pub max: Duration,
+    /// How many mean gaps between the burst's changes the group must stay quiet (10).
+    pub gap_factor: u32,
+}
+
+impl Default for AdaptiveSettle {
+    fn default() -> Self {
+        Self {
+            min: Duration::from_millis(20),
+            max: Duration::from_secs(1),
+            gap_factor: 10,
+        }
+    }
 }
 
 /// The longest interval [`Intervals::validate`] accepts (a year): anything longer is a mistake,
@@ -186,6 +247,10 @@ pub enum IntervalsError {
         /// Its value.
         value: Duration,
     },
+    /// [`AdaptiveSettle::gap_factor`] is zero: every settling wait would be `min`, whatever
+    /// the group's pace.
+    #[error("`adaptive_settle.gap_factor` is zero; it must be at least 1 (10 by default)")]
+    ZeroGapFactor,
     /// Two intervals that cannot work together, such as a `lock_renew` longer than the
     /// `lock_lifetime` it is meant to keep alive.
     #[error(
@@ -228,7 +293,9 @@ impl Intervals {
     ///   which must not be longer than the wait after a balanced one;
     /// - a nonzero `membership_settle` shorter than `rebalance_wait`, which caps every settling
     ///   wait: otherwise the group is never seen settled and every membership change waits the
-    ///   whole `rebalance_wait`.
+    ///   whole `rebalance_wait`;
+    /// - an [`AdaptiveSettle`] whose `max` is longer than zero, whose `min` is at most `max`,
+    ///   and whose `gap_factor` is at least 1.
     ///
     /// [`ConsumerBuilder::start`](crate::ConsumerBuilder::start) calls it.
     ///
@@ -261,6 +328,7 @@ impl Intervals {
             topic_gone_after,
             callback_timeout,
             membership_settle,
+            adaptive_settle,
         } = *self;
         let fields = [
             ("poll_name_server", poll_name_server),
@@ -284,6 +352,9 @@ impl Intervals {
                 field: "membership_settle",
                 value: membership_settle,
             });
+        }
+        if let Some(adaptive) = adaptive_settle {
+            check_adaptive_settle(adaptive)?;
         }
         if lock_renew >= lock_lifetime {
             return Err(IntervalsError::Conflict {
@@ -319,6 +390,32 @@ impl Intervals {
     }
 }
 
+/// Checks an [`AdaptiveSettle`]: `max` longer than zero, `min` at most `max`, `gap_factor` at
+/// least 1. (A `max` longer than `rebalance_wait` is no contradiction: every settling wait ends
+/// `rebalance_wait` after the burst began anyway.)
+fn check_adaptive_settle(adaptive: AdaptiveSettle) -> Result<(), IntervalsError> {
+    let AdaptiveSettle {
+        min,
+        max,
+        gap_factor,
+    } = adaptive;
+    check_interval("adaptive_settle.max", max)?;
+    if gap_factor == 0 {
+        return Err(IntervalsError::ZeroGapFactor);
+    }
+    if min > max {
+        return Err(IntervalsError::Conflict {
+            field: "adaptive_settle.min",
+            value: min,
+            requirement: "at most",
+            other: "adaptive_settle.max",
+            other_value: max,
+            why: "the quiet time a settling round waits lies between the two",
+        });
+    }
+    Ok(())
+}
+
 impl Default for Intervals {
     fn default() -> Self {
         Self {
@@ -334,6 +431,7 @@ impl Default for Intervals {
             topic_gone_after: Duration::from_secs(90),
             callback_timeout: Duration::from_secs(10),
             membership_settle: Duration::ZERO,
+            adaptive_settle: Some(AdaptiveSettle::default()),
         }
     }
 }
@@ -396,6 +494,62 @@ mod tests {
             *slot = Duration::from_secs(secs);
         }
         intervals
+    }
+
+    #[test]
+    fn adaptive_settle_is_on_by_default_and_checked() {
+        let with = |a: AdaptiveSettle| Intervals {
+            adaptive_settle: Some(a),
+            ..Intervals::default()
+        };
+        assert_eq!(
+            Intervals::default().adaptive_settle,
+            Some(AdaptiveSettle::default())
+        );
+        let d = AdaptiveSettle::default();
+        let secs = Duration::from_secs;
+        assert_eq!(
+            with(AdaptiveSettle { gap_factor: 0, ..d }).validate(),
+            Err(IntervalsError::ZeroGapFactor)
+        );
+        assert_eq!(
+            with(AdaptiveSettle {
+                max: Duration::ZERO,
+                min: Duration::ZERO,
+                ..d
+            })
+            .validate(),
+            Err(IntervalsError::Zero("adaptive_settle.max"))
+        );
+        let conflict = |a: AdaptiveSettle| match with(a).validate() {
+            Err(IntervalsError::Conflict { field, other, .. }) => (field, other),
+            other => panic!("{a:?}: {other:?}"),
+        };
+        assert_eq!(
+            conflict(AdaptiveSettle { min: secs(3), ..d }),
+            ("adaptive_settle.min", "adaptive_settle.max")
+        );
+        // A `max` longer than `rebalance_wait` is capped by it, not refused: the default
+        // works with any `rebalance_wait`.
+        assert_eq!(
+            with(AdaptiveSettle { max: secs(60), ..d }).validate(),
+            Ok(())
+        );
+        let quick = Intervals {
+            rebalance_wait: Duration::from_millis(500),
+            rebalance_min: Duration::from_millis(100),
+            ..Intervals::default()
+        };
+        assert_eq!(quick.validate(), Ok(()));
+        // A zero `min` is allowed: a starting member then waits only while others arrive.
+        assert_eq!(
+            with(AdaptiveSettle {
+                min: Duration::ZERO,
+                ..d
+            })
+            .validate(),
+            Ok(())
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use rebalance_core::TopicRoute;
 
-use crate::RouteError;
+use crate::{RouteError, RouteShare};
 
 /// A source of topic routes (a RocketMQ name server, or the in-memory cluster).
 ///
@@ -18,4 +18,11 @@ use crate::RouteError;
 pub trait NameServer: Send + Sync + 'static {
     /// The current route of `topic`.
     async fn topic_route(&self, topic: &str) -> Result<TopicRoute, RouteError>;
+
+    /// Route data to share with the other consumers reading routes from this source in this
+    /// process (see [`RouteShare`]); `None` (the default): every consumer derives and holds its
+    /// own, as one consumer per process does.
+    fn route_share(&self) -> Option<RouteShare> {
+        None
+    }
 }

@@ -10,6 +10,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use crate::route_share::RouteShare;
 use crate::subscription::is_retry_topic;
 use crate::wake::{Trigger, WakeReasons};
 use crate::{NameServer, RemoteError, RouteError};
@@ -74,11 +75,12 @@ impl RouteTable {
     }
 }
 
-/// What RouteSync derived from a topic's last good route, shared with every table it publishes.
+/// What RouteSync derived from a topic's last good route, shared with every table it publishes
+/// (and with the other consumers of a [`RouteShare`]).
 #[derive(Debug, Clone)]
-struct Known {
-    route: Arc<TopicRoute>,
-    queues: Arc<[MessageQueue]>,
+pub(crate) struct Known {
+    pub(crate) route: Arc<TopicRoute>,
+    pub(crate) queues: Arc<[MessageQueue]>,
     publish: Result<Arc<PublishInfo>, PublishError>,
 }
 
@@ -98,7 +100,7 @@ impl TopicRecord {
 }
 
 impl Known {
-    fn new(topic: &str, route: TopicRoute) -> Self {
+    pub(crate) fn new(topic: &str, route: TopicRoute) -> Self {
         Self {
             queues: route.subscribable_queues(topic).into(),
             publish: route.publish_info(topic).map(Arc::new),
@@ -141,6 +143,9 @@ pub(crate) struct Fetch {
 /// the [`RouteTable`].
 pub(crate) struct RouteSync {
     name_server: Arc<dyn NameServer>,
+    /// Where the data derived from a route comes from when the name server offers to share
+    /// it ([`NameServer::route_share`]).
+    share: Option<RouteShare>,
     interval: Duration,
     topic_gone_after: Duration,
     /// A consumer's subscriptions: every change polls every topic.
@@ -164,6 +169,7 @@ impl RouteSync {
         trigger: Arc<Trigger>,
     ) -> Self {
         Self {
+            share: name_server.route_share(),
             name_server,
             interval,
             topic_gone_after,
@@ -187,6 +193,7 @@ impl RouteSync {
         table: watch::Sender<Arc<RouteTable>>,
     ) -> Self {
         Self {
+            share: name_server.route_share(),
             name_server,
             interval,
             topic_gone_after,
@@ -333,7 +340,10 @@ impl RouteSync {
                 {
                     return false;
                 }
-                let new = Known::new(topic, route);
+                let new = match &self.share {
+                    Some(share) => share.known(topic, route),
+                    None => Known::new(topic, route),
+                };
                 let old = record.known.replace(new.clone());
                 let queues_changed =
                     was_gone || old.as_ref().map(|o| &o.queues) != Some(&new.queues);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
+use rebalance_runtime::config::Intervals;
 use rebalance_runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
     OrderlyListener, OrderlyResult, PushConsumer, PushConsumerHandle,
@@ -193,7 +194,15 @@ impl Group {
         let exclusive = self.exclusive;
         let builder = PushConsumer::builder(GROUP)
             .subscribe("T")
-            .configure(|c| c.cluster(client.clone()).exclusive_hand_off(exclusive))
+            .configure(|c| {
+                // The first round at once, as these tests' timings assume.
+                c.intervals(Intervals {
+                    adaptive_settle: None,
+                    ..Intervals::default()
+                })
+                .cluster(client.clone())
+                .exclusive_hand_off(exclusive)
+            })
             .options(self.options)
             .source(Arc::new(client));
         let builder = if self.orderly {

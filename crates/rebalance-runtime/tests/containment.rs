@@ -81,7 +81,7 @@ async fn a_hung_added_callback_is_cut_short_and_the_consumer_goes_on() {
     let a = start_recording(&cluster, 0, &["T"], recorder, |b| {
         b.listener(listener).intervals(Intervals {
             callback_timeout: Duration::from_secs(3),
-            ..Intervals::default()
+            ..java_intervals()
         })
     })
     .await;
@@ -418,6 +418,7 @@ fn panicky_consumer(
     });
     let recorder = Recorder::new();
     let builder = rebalance_runtime::Consumer::builder(GROUP)
+        .intervals(java_intervals())
         .client_id(id)
         .subscribe("T")
         .name_server(panicky.clone())

@@ -76,6 +76,7 @@ async fn removed_callback_then_persist_then_unlock_then_next_owner() {
     let exclusive = |b: ConsumerBuilder| b.exclusive_hand_off(true);
     let a = exclusive(
         rebalance_runtime::Consumer::builder(GROUP)
+            .intervals(java_intervals())
             .client_id(a_id.clone())
             .cluster(cluster.client(a_id.clone()))
             .listener(committer.clone())

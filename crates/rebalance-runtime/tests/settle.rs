@@ -1,5 +1,6 @@
-//! `Intervals::membership_settle`: a burst of membership changes is rebalanced once, when the
-//! group has settled, instead of once per intermediate group; on tokio's paused clock.
+//! `Intervals::membership_settle` and `Intervals::adaptive_settle`: a burst of membership
+//! changes is rebalanced once, when the group has settled, instead of once per intermediate
+//! group; a stable group acts at once; on tokio's paused clock.
 
 mod common;
 
@@ -9,7 +10,7 @@ use common::*;
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::{
     ConsumerBuilder,
-    config::{ConsumeOrder, Intervals},
+    config::{AdaptiveSettle, ConsumeOrder, Intervals},
     wake::WakeReasons,
 };
 use tokio::time::Instant;
@@ -184,4 +185,177 @@ async fn a_round_asked_for_another_reason_runs_while_the_group_settles() {
     let report = a.handle.rounds().borrow().clone();
     assert_eq!(report.round, before + 1, "rebalance_now ran while settling");
     assert!(report.reasons.contains(WakeReasons::MANUAL), "{report:?}");
+}
+
+// The adaptive settle window, on by default (`Intervals::adaptive_settle`).
+
+fn adaptive(b: ConsumerBuilder) -> ConsumerBuilder {
+    b.intervals(Intervals::default())
+}
+
+async fn default_member(cluster: &InMemoryCluster, i: usize) -> Member {
+    start_with(cluster, i, &["T"], adaptive).await
+}
+
+fn round_of(m: &Member) -> u64 {
+    m.handle.rounds().borrow().round
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_start_waits_the_longest_quiet_time_then_takes_everything() {
+    let max = AdaptiveSettle::default().max;
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let a = default_member(&cluster, 0).await;
+    settle(max - EPSILON).await;
+    assert_eq!(round_of(&a), 0, "nobody else arrived: the pace is unknown");
+    settle(2 * EPSILON).await;
+    assert_eq!(a.recorder.held(), all);
+    assert!(
+        a.handle
+            .rounds()
+            .borrow()
+            .reasons
+            .contains(WakeReasons::START)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_group_starting_together_plans_once_from_the_whole_group() {
+    let config = AdaptiveSettle::default();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 4, 10);
+    let all = all_queues(&cluster, &["T"]);
+    // 20 members, one every 5 ms: a quick pace, so they wait 10 x 5 ms after the last one.
+    let gap = Duration::from_millis(5);
+    let mut members = Vec::new();
+    for i in 0..20 {
+        if i > 0 {
+            settle(gap).await;
+        }
+        members.push(default_member(&cluster, i).await);
+    }
+    let quiet = (gap * config.gap_factor).clamp(config.min, config.max);
+    assert!(quiet < config.max);
+    settle(quiet - EPSILON / 5).await;
+    assert!(
+        members.iter().all(|m| round_of(m) == 0),
+        "no round while members keep arriving"
+    );
+    settle(EPSILON).await;
+    // All but the last one, which saw nobody arrive after it, plan now, from the whole group.
+    let (last, others) = members.split_last().unwrap();
+    assert!(others.iter().all(|m| round_of(m) == 1));
+    assert_eq!(round_of(last), 0);
+    let held: usize = others.iter().map(|m| m.recorder.held().len()).sum();
+    assert_eq!(held, all.len() - all.len() / members.len());
+    // The last one waits for the pace it could not see, then takes the rest.
+    settle(config.max - quiet).await;
+    let refs: Vec<&Member> = members.iter().collect();
+    assert_partition(&refs, &all);
+    for m in &members {
+        assert_eq!(round_of(m), 1, "one round each");
+        let events = m.recorder.events.lock().unwrap().clone();
+        assert!(
+            events.iter().all(|(_, e)| matches!(e, Event::Added(..))),
+            "nothing moved: {events:?}"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stable_group_acts_at_once_when_a_member_restarts() {
+    let max = AdaptiveSettle::default().max;
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 6);
+    let all = all_queues(&cluster, &["T"]);
+    let a = default_member(&cluster, 0).await;
+    let b = default_member(&cluster, 1).await;
+    let c = default_member(&cluster, 2).await;
+    settle(3 * max).await;
+    assert_partition(&[&a, &b, &c], &all);
+    let (a0, b0) = (round_of(&a), round_of(&b));
+
+    // `c` restarts: it leaves, and its new process (a new client id) starts 1.5 s later.
+    c.handle.shutdown().await;
+    settle(EPSILON).await;
+    assert_eq!(
+        (round_of(&a), round_of(&b)),
+        (a0 + 1, b0 + 1),
+        "the leave is acted upon at once"
+    );
+    assert_partition(&[&a, &b], &all);
+    settle(Duration::from_millis(1500)).await;
+    let d = default_member(&cluster, 3).await;
+    settle(EPSILON).await;
+    assert_eq!(
+        (round_of(&a), round_of(&b)),
+        (a0 + 2, b0 + 2),
+        "the join is acted upon at once: a stable group does not settle"
+    );
+    // `a` and `b` gave up `d`'s share at once; `d` takes it once it has waited for the pace.
+    let given_up = all.len() - a.recorder.held().len() - b.recorder.held().len();
+    assert!(given_up > 0);
+    assert!(d.recorder.held().is_empty());
+    settle(max).await;
+    assert_partition(&[&a, &b, &d], &all);
+    assert_eq!(d.recorder.held().len(), given_up);
+    // Never held twice: `d` took its share after the others had released it.
+    let released_at = |m: &Member| {
+        m.recorder
+            .events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, e)| matches!(e, Event::Removed(..)))
+            .map(|(t, _)| *t)
+            .max()
+    };
+    let taken_at = d.recorder.events.lock().unwrap().first().map(|(t, _)| *t);
+    assert!(taken_at >= released_at(&a).max(released_at(&b)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_churning_group_settles_and_no_wake_up_is_lost() {
+    let config = AdaptiveSettle::default();
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 12);
+    let all = all_queues(&cluster, &["T"]);
+    let a = default_member(&cluster, 0).await;
+    // A wake-up asked for while the start settles is kept for the first round.
+    settle(Duration::from_millis(100)).await;
+    a.handle.rebalance_now();
+    settle(config.max).await;
+    let first = a.handle.rounds().borrow().clone();
+    assert_eq!(first.round, 1);
+    assert!(
+        first
+            .reasons
+            .contains(WakeReasons::START | WakeReasons::MANUAL)
+    );
+    assert_eq!(a.recorder.held(), all);
+    settle(3 * config.max).await;
+    let before = round_of(&a);
+
+    // Five members join 200 ms apart: the first two joins are acted upon at once (at most
+    // one round per `rebalance_min`), from the third on `a` waits for the group to be quiet
+    // for 10 x 200 ms, capped at `max`.
+    let mut joined = Vec::new();
+    let mut last_join = Instant::now();
+    for i in 1..=5 {
+        joined.push(default_member(&cluster, i).await);
+        last_join = Instant::now();
+        settle(Duration::from_millis(200)).await;
+    }
+    let during = round_of(&a) - before;
+    assert!(during <= 2, "{during} rounds during the burst");
+    settle(last_join + config.max - Instant::now() - EPSILON).await;
+    let settled_before = round_of(&a);
+    settle(2 * EPSILON).await;
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.round, settled_before + 1, "one round once quiet");
+    assert!(report.reasons.contains(WakeReasons::MEMBERSHIP_CHANGED));
+    let members: Vec<&Member> = std::iter::once(&a).chain(&joined).collect();
+    assert_partition(&members, &all);
 }

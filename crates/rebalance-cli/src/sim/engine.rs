@@ -18,6 +18,7 @@ use rebalance_runtime::{
 use tokio::time::Instant;
 
 use super::scenario::{Action, Event};
+use super::shared_plans::SharedPlans;
 use super::traffic::{self, MessageOutcome, Traffic};
 
 /// The consumer group of every simulated client.
@@ -42,8 +43,10 @@ pub struct Config {
     pub duration: Duration,
     /// Seeds the start-up jitter of the initial clients (up to 500 ms each).
     pub seed: u64,
-    /// Every client's `Intervals::membership_settle`.
-    pub settle: Duration,
+    /// Every client's settle window: `None` for the consumers' default (adaptive,
+    /// `Intervals::adaptive_settle`), else a fixed `Intervals::membership_settle` (0: none, as
+    /// the Java client).
+    pub settle: Option<Duration>,
     /// Messages: produced until `duration`, consumed by push consumers until `duration` plus
     /// the drain time. `None`: clients only rebalance.
     pub traffic: Option<Traffic>,
@@ -325,6 +328,9 @@ pub fn simulate(config: &Config) -> Result<Outcome, SimError> {
 /// What every client of a run shares.
 struct Run<'a> {
     config: &'a Config,
+    /// The configuration's allocation; a strategy answers from one plan per distinct input
+    /// ([`SharedPlans`]).
+    allocation: Allocation,
     cluster: InMemoryCluster,
     topics: Vec<String>,
     epoch: Instant,
@@ -337,10 +343,14 @@ impl Run<'_> {
     fn configure(&self, id: &ClientId, builder: ConsumerBuilder) -> ConsumerBuilder {
         builder
             .client_id(id.clone())
-            .allocation(self.config.allocation.clone())
-            .intervals(Intervals {
-                membership_settle: self.config.settle,
-                ..Intervals::default()
+            .allocation(self.allocation.clone())
+            .intervals(match self.config.settle {
+                None => Intervals::default(),
+                Some(fixed) => Intervals {
+                    membership_settle: fixed,
+                    adaptive_settle: None,
+                    ..Intervals::default()
+                },
             })
             .cluster(self.cluster.client(id.clone()))
     }
@@ -488,8 +498,16 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
         cluster.set_route(&retry, route);
     }
     let epoch = Instant::now();
+    let allocation = match &config.allocation {
+        Allocation::Strategy(strategy) => Allocation::Strategy(Arc::new(SharedPlans::new(
+            strategy.clone(),
+            cluster.route_share(),
+        ))),
+        assignor => assignor.clone(),
+    };
     let run = Run {
         config,
+        allocation,
         cluster: cluster.clone(),
         topics: topics.clone(),
         epoch,
@@ -616,7 +634,7 @@ mod tests {
             events: parse_events(events).unwrap(),
             duration,
             seed: 7,
-            settle: Duration::ZERO,
+            settle: Some(Duration::ZERO),
             traffic: None,
         }
     }

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod message_report;
 pub mod report;
 pub mod scenario;
+pub mod shared_plans;
 pub mod traffic;
 
 use std::io::{self, Write};
@@ -74,9 +75,11 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// How long the group's membership must stay unchanged before a client runs the round a
-    /// membership change asks for (`Intervals::membership_settle`; 0s: at once).
-    #[arg(long, default_value = "0s", value_parser = limits::duration_up_to(limits::MAX_SIM_DURATION))]
-    pub settle: Duration,
+    /// membership change asks for: `adaptive` (the consumers' default,
+    /// `Intervals::adaptive_settle`), a fixed window (`Intervals::membership_settle`, e.g.
+    /// `1s`), or `0s` (at once, as the Java client).
+    #[arg(long, default_value = "adaptive", value_parser = parse_settle)]
+    pub settle: SettleArg,
     /// JSON lines instead of a timeline.
     #[arg(long)]
     pub json: bool,
@@ -108,6 +111,35 @@ pub struct SimulateArgs {
     /// "queue", "offset", "msg_id", "reconsume_times"}`, after the callback lines.
     #[arg(long)]
     pub messages_log: bool,
+}
+
+/// `simulate --settle`: the consumers' adaptive default, or a fixed window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleArg {
+    /// `adaptive`: `Intervals::adaptive_settle`, the consumers' default.
+    Adaptive,
+    /// A fixed `Intervals::membership_settle` (0: none, as the Java client).
+    Fixed(Duration),
+}
+
+impl SettleArg {
+    /// The fixed window, or `None` for the adaptive default.
+    pub fn fixed(self) -> Option<Duration> {
+        match self {
+            SettleArg::Adaptive => None,
+            SettleArg::Fixed(window) => Some(window),
+        }
+    }
+}
+
+/// Parses `--settle`: `adaptive` or a duration up to the longest simulation.
+fn parse_settle(text: &str) -> Result<SettleArg, String> {
+    if text.trim() == "adaptive" {
+        return Ok(SettleArg::Adaptive);
+    }
+    limits::duration_up_to(limits::MAX_SIM_DURATION)(text)
+        .map(SettleArg::Fixed)
+        .map_err(|e| format!("{e} (or `adaptive`)"))
 }
 
 /// Parses `--produce`: a positive number of messages per second, at most 1,000,000.
@@ -280,7 +312,7 @@ pub fn config(args: &SimulateArgs) -> Result<Config, SimulateError> {
         events,
         duration: args.duration,
         seed: args.seed,
-        settle: args.settle,
+        settle: args.settle.fixed(),
         traffic,
     })
 }

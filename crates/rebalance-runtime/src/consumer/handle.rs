@@ -182,7 +182,8 @@ impl ConsumerHandle {
     }
 
     /// Asks for a round now (it runs as soon as `rebalance_min` allows; a starting consumer's
-    /// first round still waits for [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
+    /// first round still waits for the group to settle: [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle)
+    /// or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle)).
     pub fn rebalance_now(&self) {
         self.inner.trigger.wake(WakeReasons::MANUAL);
     }

@@ -18,8 +18,9 @@ use crate::error::RemoteError;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TopicNotReady {
-    /// No round has reported the topic yet (the first round waits for
-    /// [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
+    /// No round has reported the topic yet (the first round waits for the group to settle:
+    /// [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle), up to 1 s by
+    /// default, or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
     #[error("no round has reported the topic yet")]
     NoRoundYet,
     /// No route is known and the name server has not answered a poll of the topic yet.

@@ -44,7 +44,7 @@ mod faults;
 mod log;
 mod messages;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -64,6 +64,7 @@ pub use self::messages::{
 use crate::directory::Registration;
 use crate::{
     GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
+    RouteShare,
 };
 
 /// Timings of the in-memory cluster, with RocketMQ's defaults.
@@ -107,7 +108,10 @@ struct Member {
 
 #[derive(Debug)]
 struct Group {
-    members: HashMap<ClientId, Member>,
+    /// In the Java order of the ids, so that a member list comes out sorted, as the runtime
+    /// sorts it (a broker's comes in any order; sorting a sorted list is quick, which a
+    /// simulation of thousands of clients notices).
+    members: BTreeMap<ClientId, Member>,
     /// One channel per listener, notified in subscription order: a single shared watch would
     /// wake its receivers in a random order, and simulations must be reproducible.
     listeners: Vec<watch::Sender<u64>>,
@@ -117,7 +121,7 @@ struct Group {
 impl Group {
     fn new() -> Self {
         Self {
-            members: HashMap::new(),
+            members: BTreeMap::new(),
             listeners: Vec::new(),
             changes: 0,
         }
@@ -163,6 +167,8 @@ struct State {
     offsets: DashMap<(String, MessageQueue), i64>,
     /// Taken after `inner` when both are needed, never before.
     messages: Mutex<messages::Messages>,
+    /// The route data every client of the cluster shares (one process, many clients).
+    routes_derived: RouteShare,
 }
 
 /// The cluster. Cheap to clone; every clone is the same cluster.
@@ -191,6 +197,7 @@ impl InMemoryCluster {
                 inner: Mutex::new(Inner::default()),
                 offsets: DashMap::new(),
                 messages: Mutex::new(messages::Messages::new()),
+                routes_derived: RouteShare::new(),
             }),
         }
     }
@@ -214,6 +221,12 @@ impl InMemoryCluster {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.state.lock()
+    }
+
+    /// The route data its clients share ([`NameServer::route_share`]): a route's queue list is
+    /// held once for the whole cluster.
+    pub fn route_share(&self) -> RouteShare {
+        self.state.routes_derived.clone()
     }
 
     /// Creates (or replaces) `topic` on `brokers` brokers named `broker-0`, `broker-1`, … with
@@ -449,6 +462,12 @@ impl NameServer for ClusterClient {
             })
             .await?;
         answer.ok_or_else(|| RouteError::TopicNotFound(topic.to_string()))
+    }
+
+    /// One share for every client of the cluster: its many clients live in one process, and a
+    /// route's queue list is held once, not once per client.
+    fn route_share(&self) -> Option<RouteShare> {
+        Some(self.state.routes_derived.clone())
     }
 }
 

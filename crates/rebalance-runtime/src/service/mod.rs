@@ -15,6 +15,7 @@ mod locks;
 mod offsets;
 mod round;
 mod schedule;
+mod settle;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -156,8 +157,7 @@ impl Service {
                 _ = self.trigger.notified() => {}
                 changed = changed(&mut membership) => {
                     if changed {
-                        let settle = self.ctx.intervals.membership_settle;
-                        tracing::debug!(?settle, "directory says the group's membership changed");
+                        tracing::debug!("directory says the group's membership changed");
                         self.schedule.membership_changed();
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {

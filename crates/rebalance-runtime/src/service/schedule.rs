@@ -3,6 +3,7 @@
 
 use tokio::time::{Instant, Interval, MissedTickBehavior};
 
+use super::settle::Settle;
 use crate::config::Intervals;
 use crate::wake::WakeReasons;
 
@@ -35,8 +36,10 @@ pub(super) struct Schedule {
     /// When the locks a round could not get (refused or not answered) are tried again:
     /// `lock_retry` after that round.
     lock_retry_at: Option<Instant>,
-    /// When the group will have been quiet for `membership_settle` since the last membership
-    /// change notified (cleared when a round starts).
+    /// How long the group must be quiet before a round, after which change.
+    settle: Settle,
+    /// When the group will have been quiet long enough since the last membership change
+    /// notified, while it settles (cleared when a round starts).
     membership_quiet_at: Option<Instant>,
     /// When the first membership change not yet acted upon was notified: settling lasts at most
     /// `rebalance_wait` from there (cleared when a round starts).
@@ -52,6 +55,10 @@ impl Schedule {
             timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
             timer
         };
+        let mut settle = Settle::new(&intervals);
+        // A starting member is a membership change too: its first round waits for the
+        // group to settle, like the rounds its arrival causes in the others.
+        let quiet = settle.start(now);
         Self {
             intervals,
             renew: renewing.then(|| every(intervals.lock_renew)),
@@ -60,19 +67,22 @@ impl Schedule {
             next_due: now,
             last_balanced: false,
             lock_retry_at: None,
-            // A starting member is a membership change too: its first round waits for the
-            // group to settle, like the rounds its arrival causes in the others.
-            membership_quiet_at: Some(now + intervals.membership_settle),
-            settle_started: Some(now),
+            settle,
+            membership_quiet_at: quiet.map(|window| now + window),
+            settle_started: quiet.map(|_| now),
         }
     }
 
-    /// The directory said the group's membership changed: while the group settles, the round
-    /// waits until it has been quiet for `membership_settle`.
+    /// The directory said the group's membership changed: while the group settles (a fixed
+    /// window, or an adaptive one that finds the group changing), the round waits until it has
+    /// been quiet long enough.
     pub(super) fn membership_changed(&mut self) {
         let now = Instant::now();
-        self.membership_quiet_at = Some(now + self.intervals.membership_settle);
-        self.settle_started.get_or_insert(now);
+        let starting = self.last_round_start.is_none();
+        if let Some(window) = self.settle.change(now, starting) {
+            self.membership_quiet_at = Some(now + window);
+            self.settle_started.get_or_insert(now);
+        }
     }
 
     /// When the next round may run, with `pending` wake-ups: as soon as allowed if there are
@@ -80,10 +90,10 @@ impl Schedule {
     /// started, except for the retry of a refused lock, which runs `lock_retry` (500 ms) after
     /// the round that asked for it, as the Java client's `rebalanceLater(500)` does.
     ///
-    /// While the group settles (`membership_settle` is set, and only membership changes, or
-    /// this member's start, are pending), nothing runs until the group has been unchanged for
-    /// `membership_settle`, or `rebalance_wait` after the change that began the burst: not the
-    /// timers, not lock retries, which would plan from a group still changing.
+    /// While the group settles (a settle window applies, and only membership changes, or this
+    /// member's start, are pending), nothing runs until the group has been unchanged for the
+    /// window, or `rebalance_wait` after the change that began the burst: not the timers, not
+    /// lock retries, which would plan from a group still changing.
     pub(super) fn next_round_at(&self, pending: WakeReasons) -> Instant {
         let intervals = &self.intervals;
         let earliest = self
@@ -92,7 +102,7 @@ impl Schedule {
         let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
         if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
             let only_changes = self.last_round_start.is_none() || settling.contains(pending);
-            if !intervals.membership_settle.is_zero() && !pending.is_empty() && only_changes {
+            if !pending.is_empty() && only_changes {
                 return quiet.min(started + intervals.rebalance_wait).max(earliest);
             }
         }
@@ -185,9 +195,11 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// Without settling, as the Java client.
     fn intervals() -> Intervals {
         Intervals {
             membership_settle: Duration::ZERO,
+            adaptive_settle: None,
             ..Intervals::default()
         }
     }

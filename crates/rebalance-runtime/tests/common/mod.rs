@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::config::Intervals;
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
     Consumer, ConsumerBuilder, ConsumerHandle, GroupDirectory, ListenerError, QueueLease,
@@ -177,7 +178,18 @@ pub fn client_id(i: usize) -> ClientId {
     ClientId::from(format!("10.0.0.{}@{}", i + 1, 9000 + i))
 }
 
-/// A builder for member `i` subscribed to `topics`, wired to `cluster`.
+/// The default intervals without settling: the first round runs at once and every change is
+/// acted upon at once, as in the Java client. The tests of other features assume that timing;
+/// settling (on by default, `Intervals::adaptive_settle`) has its own tests (`settle.rs`).
+pub fn java_intervals() -> Intervals {
+    Intervals {
+        adaptive_settle: None,
+        ..Intervals::default()
+    }
+}
+
+/// A builder for member `i` subscribed to `topics`, wired to `cluster`, with
+/// [`java_intervals`].
 pub fn builder(
     cluster: &InMemoryCluster,
     i: usize,
@@ -186,6 +198,7 @@ pub fn builder(
 ) -> ConsumerBuilder {
     let id = client_id(i);
     let mut b = Consumer::builder(GROUP)
+        .intervals(java_intervals())
         .client_id(id.clone())
         .cluster(cluster.client(id))
         .listener(recorder);
