@@ -91,6 +91,7 @@ mod name_server;
 mod offset_store;
 pub mod producer;
 mod route_sync;
+pub mod running;
 mod service;
 pub mod subscription;
 mod table;

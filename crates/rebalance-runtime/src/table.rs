@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::listener::{LeaseState, QueueLease, RemovalReason, StartPosition};
+use crate::running::ConsumerActivity;
 
 /// A queue being released: announced to the listener, waiting for its consumer to finish the
 /// current batch (ordered consumption) or for its offset to be persisted.
@@ -28,6 +29,9 @@ pub(crate) struct ProcessQueue {
     pub(crate) persisted: Option<i64>,
     /// Set once the queue is being released.
     pub(crate) release: Option<Release>,
+    /// An operator's offset reset being applied: the queue is released with this offset as its
+    /// final one, whatever its lease committed (an in-flight batch must not write over it).
+    pub(crate) reset_to: Option<i64>,
 }
 
 impl ProcessQueue {
@@ -53,6 +57,17 @@ impl ProcessQueue {
             .committed()
             .filter(|&o| Some(o) != self.persisted)
     }
+
+    /// The final offset to persist when the queue is released: an operator's reset whatever the
+    /// store holds, else what the lease committed that the store does not have yet.
+    pub(crate) fn final_offset(&self) -> Option<i64> {
+        self.reset_to.or_else(|| self.unpersisted_offset())
+    }
+
+    /// The lease's shared state.
+    pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
 }
 
 /// The table, by topic. Owned by the consumer's service task; nobody else mutates it.
@@ -61,9 +76,19 @@ pub(crate) struct ProcessQueueTable {
     topics: HashMap<Arc<str>, HashMap<MessageQueue, ProcessQueue>>,
     /// Whether the held set changed since [`take_changed`](Self::take_changed).
     changed: bool,
+    /// Shared by every lease of the consumer.
+    activity: Arc<ConsumerActivity>,
 }
 
 impl ProcessQueueTable {
+    /// An empty table whose leases share `activity`.
+    pub(crate) fn new(activity: Arc<ConsumerActivity>) -> Self {
+        Self {
+            activity,
+            ..Self::default()
+        }
+    }
+
     /// Inserts a newly added queue and returns its lease. `lock_valid_until`: until when its
     /// broker lock is trusted without renewal, if it is locked.
     ///
@@ -79,7 +104,10 @@ impl ProcessQueueTable {
         lock_valid_until: Option<Instant>,
         unsaved: bool,
     ) -> QueueLease {
-        let state = Arc::new(LeaseState::new(lock_valid_until));
+        let state = Arc::new(LeaseState::with_activity(
+            lock_valid_until,
+            self.activity.clone(),
+        ));
         let persisted = match start {
             StartPosition::Offset(o) if unsaved => {
                 state.committed.store(o, Ordering::Release);
@@ -98,6 +126,7 @@ impl ProcessQueueTable {
                 token,
                 persisted,
                 release: None,
+                reset_to: None,
             },
         );
         lease
@@ -167,6 +196,21 @@ impl ProcessQueueTable {
     }
 
     /// Held queues by topic, sorted: what the application sees as the assignment.
+    pub(crate) fn held_leases(&self) -> Vec<crate::running::HeldLease> {
+        let mut held: Vec<crate::running::HeldLease> = self
+            .iter()
+            .filter(|(_, pq)| pq.is_held())
+            .map(|(q, pq)| crate::running::HeldLease {
+                queue: q.clone(),
+                state: pq.state.clone(),
+                persisted: pq.persisted,
+            })
+            .collect();
+        held.sort_by(|a, b| a.queue.cmp(&b.queue));
+        held
+    }
+
+    /// The held queues, by topic, sorted.
     pub(crate) fn held(&self) -> BTreeMap<String, Vec<MessageQueue>> {
         self.topics
             .iter()

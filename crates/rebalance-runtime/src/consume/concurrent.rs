@@ -70,6 +70,8 @@ pub(crate) async fn consume(
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
     let in_flight = shared.in_flight.enter(link.queue(), first, last);
+    let started = tokio::time::Instant::now();
+    let batch = messages.len();
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
     let (consumed, expired) = {
@@ -91,6 +93,7 @@ pub(crate) async fn consume(
                 (0, sent_back)
             }
             Outcome::Expired => {
+                link.record_consumed(0, batch, started.elapsed());
                 link.report(Ack {
                     epoch,
                     first,
@@ -104,6 +107,7 @@ pub(crate) async fn consume(
         }
     };
     drop(in_flight);
+    link.record_consumed(consumed, batch.saturating_sub(consumed), started.elapsed());
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {

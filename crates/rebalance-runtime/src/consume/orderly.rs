@@ -61,6 +61,7 @@ pub(crate) async fn consume(
     restore_topics(&mut messages);
     let mut context = OrderlyContext::new(lease.queue().clone());
     let in_flight = shared.in_flight.enter(lease.queue(), first, last);
+    let started = tokio::time::Instant::now();
     let result = match caught(listener.consume(&messages, &mut context)).await {
         Ok(result) => result,
         Err(panic) => {
@@ -69,6 +70,11 @@ pub(crate) async fn consume(
         }
     };
     drop(in_flight);
+    let (ok, failed) = match result {
+        OrderlyResult::Success => (messages.len(), 0),
+        OrderlyResult::Suspend => (0, messages.len()),
+    };
+    lease.record_consumed(ok as u64, failed as u64, started.elapsed());
     let retry = match result {
         OrderlyResult::Success => Vec::new(),
         OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,

@@ -65,7 +65,8 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let (mut link, acks) = LeaseLink::new(lease.queue().clone());
+        let (link, acks) = LeaseLink::new(lease.queue().clone());
+        let mut link = link.recorded_on(lease.clone());
         if shared.guarded.is_some() && !shared.orderly() {
             link = link.guarded_by(lease.clone());
         }
@@ -238,7 +239,13 @@ impl PullLoop {
         .with_suspend(options.pull_suspend)
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
-        Box::pin(async move { calls::pull(&*source, &request).await })
+        let lease = self.lease.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = calls::pull(&*source, &request).await;
+            lease.record_pull(Instant::now().saturating_duration_since(started));
+            result
+        })
     }
 
     /// Takes a pull's answer; returns when to pull next.
@@ -280,7 +287,10 @@ impl PullLoop {
                 self.pq.reset(next_offset);
                 self.pending.clear();
                 self.retries.clear();
-                self.lease.commit_exact(next_offset.max(0));
+                // Persisted at once, not at the next tick: a crash before it would resume from
+                // the old offset, which the source no longer serves (or an operator reset).
+                self.lease.persist_now(next_offset.max(0));
+                self.lease.set_buffer(self.pq.buffer());
                 now
             }
             Err(PullError::Throttled(e)) => {
@@ -405,6 +415,7 @@ impl PullLoop {
     /// orderly.
     fn commit(&self) {
         self.commit_at(self.pq.commit_offset());
+        self.lease.set_buffer(self.pq.buffer());
     }
 
     fn commit_at(&self, offset: i64) {

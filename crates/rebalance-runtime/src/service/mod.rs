@@ -12,8 +12,11 @@ mod final_offsets;
 mod lock_book;
 mod locks;
 mod offsets;
+mod reset;
 mod round;
 mod schedule;
+
+pub(crate) use self::reset::{OffsetReset, PENDING_RESETS};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -48,6 +51,8 @@ pub(crate) struct Outputs {
     pub(crate) rounds: watch::Sender<Arc<RoundReport>>,
     /// Asks the heartbeat task for a heartbeat now.
     pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
+    /// The held queues' leases, for the running info.
+    pub(crate) leases: watch::Sender<Arc<Vec<crate::running::HeldLease>>>,
 }
 
 pub(crate) struct Service {
@@ -83,6 +88,8 @@ pub(crate) struct Service {
     /// renewal), by topic: the next report lists them.
     released_between: Vec<TopicReport>,
     callback_errors: Vec<ListenerCallbackError>,
+    /// Operators' offset resets, taken by [`run`](Self::run).
+    resets: Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
 }
 
 impl Service {
@@ -93,12 +100,14 @@ impl Service {
         trigger: Arc<Trigger>,
         outputs: Outputs,
         queues_token: CancellationToken,
+        resets: tokio::sync::mpsc::Receiver<OffsetReset>,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
         let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some());
+        let table = crate::table::ProcessQueueTable::new(ctx.activity.clone());
         Self {
             ctx,
-            table: Default::default(),
+            table,
             queues_token,
             requested,
             subscriptions,
@@ -115,6 +124,7 @@ impl Service {
             stop_requested: false,
             released_between: Vec::new(),
             callback_errors: Vec::new(),
+            resets: Some(resets),
         }
     }
 
@@ -128,6 +138,8 @@ impl Service {
         helpers: TaskTracker,
     ) {
         let mut membership = self.ctx.directory.membership_changes(&self.ctx.group);
+        let mut resets = self.resets.take();
+        let activity = self.ctx.activity.clone();
         loop {
             let pending = self.trigger.pending();
             tokio::select! {
@@ -145,6 +157,8 @@ impl Service {
                     }
                 },
                 _ = self.trigger.notified() => {}
+                Some(reset) = next_reset(&mut resets) => self.reset_offsets(reset).await,
+                _ = activity.persist_wake.notified() => self.persist_requested().await,
                 changed = changed(&mut membership) => {
                     if changed {
                         let settle = self.ctx.intervals.membership_settle;
@@ -314,6 +328,9 @@ impl Service {
             return;
         }
         let queues = if changed {
+            self.outputs
+                .leases
+                .send_replace(Arc::new(self.table.held_leases()));
             self.table.held()
         } else {
             self.outputs.assignment.borrow().queues.clone()
@@ -418,6 +435,22 @@ fn topic_report(topic: &str) -> TopicReport {
         unbalanced: None,
         added: Vec::new(),
         removed: Vec::new(),
+    }
+}
+
+/// The next operator's reset; never completes once every handle is gone.
+async fn next_reset(
+    resets: &mut Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
+) -> Option<OffsetReset> {
+    match resets {
+        Some(rx) => match rx.recv().await {
+            Some(reset) => Some(reset),
+            None => {
+                *resets = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

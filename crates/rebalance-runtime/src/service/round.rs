@@ -332,7 +332,7 @@ impl Service {
                 continue;
             };
             let mut settled = true;
-            if let Some(offset) = pq.unpersisted_offset() {
+            if let Some(offset) = pq.final_offset() {
                 // Retrying is safe only while our lock keeps the next owner off the queue.
                 let retry_until = pq
                     .lock_valid_until()
