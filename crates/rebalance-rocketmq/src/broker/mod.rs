@@ -9,7 +9,7 @@ pub mod pull;
 mod registrations;
 pub mod send_back;
 mod source;
-mod wire;
+pub(crate) mod wire;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
