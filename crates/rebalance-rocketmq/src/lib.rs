@@ -78,7 +78,9 @@ pub mod tls;
 
 pub use acl::{Credentials, CredentialsError};
 pub use admin::{Admin, TopicConfig};
-pub use broker::{BrokerClient, ConsumerConnection, DuplicateClientId};
+pub use broker::{
+    BrokerClient, ConsumerConnection, DuplicateClientId, MemberRunningInfo, QueueProgress,
+};
 pub use client::{ClientConfig, RemotingClient};
 pub use codec::{CodecError, RemotingCodec};
 pub use command::{RemotingCommand, request_code, response_code};

@@ -144,3 +144,66 @@ async fn a_reset_after_shutdown_is_refused() {
         Err(rebalance_runtime::ConsumerError::ShutDown)
     ));
 }
+
+/// An offset store that ignores a commit below the stored offset, as a Rust broker 1.0 does.
+struct ForwardOnly(rebalance_runtime::memory::ClusterClient);
+
+#[async_trait]
+impl rebalance_runtime::OffsetStore for ForwardOnly {
+    async fn read(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+    ) -> Result<Option<i64>, rebalance_runtime::RemoteError> {
+        self.0.read(group, queue).await
+    }
+
+    async fn persist(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+        offset: i64,
+    ) -> Result<(), rebalance_runtime::RemoteError> {
+        match self.0.read(group, queue).await? {
+            Some(stored) if offset < stored => Ok(()),
+            _ => self.0.persist(group, queue, offset).await,
+        }
+    }
+
+    async fn remove(
+        &self,
+        group: &str,
+        queue: &MessageQueue,
+    ) -> Result<(), rebalance_runtime::RemoteError> {
+        self.0.remove(group, queue).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reset_the_store_ignores_still_restarts_the_queue_from_the_new_offset() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let recorder = Recorder::new();
+    *recorder.commit_on_add.lock().unwrap() = Some(30);
+    let store = Arc::new(ForwardOnly(cluster.client(common::client_id(0))));
+    let member = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+        b.consume_retry_topic(false).offset_store(store)
+    })
+    .await;
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(30));
+    *recorder.commit_on_add.lock().unwrap() = None;
+    member.handle.reset_offsets([(queue(0), 4)]).unwrap();
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(
+        cluster.offset(GROUP, &queue(0)),
+        Some(30),
+        "the store kept its offset"
+    );
+    assert_eq!(
+        recorder.added().last(),
+        Some(&(queue(0), StartPosition::Offset(4))),
+        "restarted from the reset, not from the store"
+    );
+    member.handle.shutdown().await;
+}

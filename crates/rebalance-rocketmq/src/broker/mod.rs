@@ -2,6 +2,7 @@
 
 mod connections;
 mod directory;
+mod group_view;
 mod locks;
 mod offsets;
 mod offsets_query;
@@ -27,6 +28,7 @@ use crate::name_server::NameServerClient;
 use crate::route::RouteCache;
 use connections::ConnectionChecks;
 pub use connections::{ConsumerConnection, DuplicateClientId};
+pub use group_view::{MemberRunningInfo, QueueProgress};
 use registrations::Registrations;
 
 struct Inner {

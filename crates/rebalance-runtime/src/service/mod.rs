@@ -90,6 +90,10 @@ pub(crate) struct Service {
     callback_errors: Vec<ListenerCallbackError>,
     /// Operators' offset resets, taken by [`run`](Self::run).
     resets: Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
+    /// Queues released for an offset reset, and the offset each starts from when the next
+    /// round takes it again: the store may not have it (a Rust broker 1.0 ignores a commit
+    /// below its stored offset), so it is not read back from there.
+    reset_starts: HashMap<rebalance_core::MessageQueue, i64>,
 }
 
 impl Service {
@@ -125,6 +129,7 @@ impl Service {
             released_between: Vec::new(),
             callback_errors: Vec::new(),
             resets: Some(resets),
+            reset_starts: HashMap::new(),
         }
     }
 
@@ -264,6 +269,11 @@ impl Service {
         for topic_diff in diff(&self.table, targets) {
             topics.push(self.apply(topic_diff).await);
         }
+        // A reset queue not taken again in the round after its release is someone else's now:
+        // its next owner reads the store. Kept while its release is still under way.
+        let table = &self.table;
+        self.reset_starts
+            .retain(|q, _| table.get(q).is_some_and(|pq| !pq.is_held()));
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
         self.report_released_between(&mut topics);
         let directory_trouble = topics.iter().any(|t| {

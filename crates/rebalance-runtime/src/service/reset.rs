@@ -36,6 +36,7 @@ impl Service {
                 Some(pq) if pq.is_held() && offset >= 0 => {
                     tracing::info!(queue = ?queue, offset, "offset reset: releasing the queue to restart it from the new offset");
                     pq.reset_to = Some(offset);
+                    self.reset_starts.insert(queue.clone(), offset);
                     by_topic
                         .entry(queue.topic.to_string())
                         .or_default()
