@@ -6,6 +6,7 @@ pub mod args;
 pub mod assign;
 pub mod bench;
 pub mod compare;
+pub mod describe;
 pub mod jsonl;
 pub mod limits;
 pub mod plan;
