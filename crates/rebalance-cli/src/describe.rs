@@ -42,7 +42,9 @@ pub struct DescribeArgs {
     /// except the group's retry topic.
     #[arg(long = "topic")]
     pub topics: Vec<String>,
-    /// The strategy whose prediction is shown (the group's own: `averagely` by default).
+    /// The strategy whose prediction is shown (give the group's own): `averagely`,
+    /// `averagely_by_circle`, `by_config`, `by_machine_room`, `consistent_hash`,
+    /// `machine_room_nearby`, `designated`, `balanced_sticky` (with their `--param`s).
     #[arg(long, default_value = "averagely")]
     pub strategy: String,
     /// A strategy parameter, `key=value` (repeatable).
