@@ -7,6 +7,7 @@ pub mod assign;
 pub mod bench;
 pub mod compare;
 pub mod connect;
+pub mod describe;
 pub mod jsonl;
 pub mod limits;
 pub mod plan;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use rebalance_cli::{allocate, assign, jsonl, plan, produce_sim, send, sim};
+use rebalance_cli::{allocate, assign, describe, jsonl, plan, produce_sim, send, sim};
 use rebalance_cli::{bench, compare};
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;
@@ -67,6 +67,12 @@ enum Command {
     /// The strategy is built before any server is asked, so a bad name or parameter fails at
     /// once.
     Plan(plan::PlanArgs),
+    /// Describe a consumer group's real state from a RocketMQ cluster: one row per queue with
+    /// the owner the strategy predicts, the member(s) that claim it (their running info, asked
+    /// through a broker), the committed offset, the broker's max offset and the lag; queues
+    /// claimed twice or by nobody and members whose fingerprints differ are flagged. A column
+    /// the servers cannot fill is reported with the reason.
+    Describe(describe::DescribeArgs),
     /// Run Kafka-style group assignment cases (JSON Lines, one case per line) and print every
     /// member's partitions.
     ///
@@ -144,6 +150,9 @@ fn main() -> ExitCode {
             warn("plan", plan::warnings(&args));
             to_stdout("plan", |out| plan::run(&args, out))
         }
+        Command::Describe(args) => to_stdout("describe", |out| {
+            describe::run(&args, out, &mut io::stderr())
+        }),
         Command::Send(args) => to_stdout("send", |out| send::run(&args, out, &mut io::stderr())),
         Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
     };
@@ -287,6 +296,7 @@ command_error! {
     bench::BenchError => bench::BenchError::Io,
     compare::CompareError => compare::CompareError::Io,
     send::SendError => send::SendError::Io,
+    describe::DescribeError => describe::DescribeError::Io,
 }
 
 /// Runs a command writing to (buffered) standard output.

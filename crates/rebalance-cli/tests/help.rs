@@ -87,7 +87,7 @@ fn the_scenario_names_in_the_help_are_accepted() {
 
 #[test]
 fn strategy_options_name_the_strategies() {
-    for command in ["bench", "simulate", "plan"] {
+    for command in ["bench", "simulate", "plan", "describe"] {
         let page = help(command);
         let strategy = entry(&page, "--strategy");
         // The Java client's names (`AVG`, `CONSISTENT_HASH`, ...) are aliases.

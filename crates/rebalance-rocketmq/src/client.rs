@@ -16,6 +16,7 @@ use crate::connection::{Connection, ConnectionConfig, panic_message};
 use crate::denial::{Denials, Op};
 use crate::error::TransportError;
 use crate::notify::MembershipNotifier;
+use crate::questions::ServerQuestions;
 
 /// Timeouts and backoff of a [`RemotingClient`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,7 +129,7 @@ struct Inner {
     epoch: Instant,
     /// When the next look for idle addresses is due, in milliseconds after `epoch`.
     next_forget: AtomicU64,
-    membership: Arc<MembershipNotifier>,
+    questions: Arc<ServerQuestions>,
     reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
     /// Signs every request sent, when set.
     credentials: Option<Credentials>,
@@ -193,7 +194,7 @@ impl RemotingClient {
                 slots: DashMap::new(),
                 epoch: Instant::now(),
                 next_forget: AtomicU64::new(0),
-                membership: Arc::new(MembershipNotifier::default()),
+                questions: Arc::new(ServerQuestions::default()),
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
                 credentials,
                 denials: Denials::default(),
@@ -242,7 +243,7 @@ impl RemotingClient {
     /// Opens a connection to `addr`, over TLS when the client has a TLS configuration.
     async fn open(&self, addr: &str) -> Result<Connection, TransportError> {
         let config = &self.inner.config;
-        let handler = self.inner.membership.clone();
+        let handler = self.inner.questions.clone();
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.inner.tls {
             let timeout = config.connect_timeout;
@@ -306,7 +307,13 @@ impl RemotingClient {
 
     /// Where the brokers' membership-change notifications arrive.
     pub fn membership(&self) -> &Arc<MembershipNotifier> {
-        &self.inner.membership
+        self.inner.questions.membership()
+    }
+
+    /// What answers the servers' requests on this client's connections (membership changes,
+    /// running info, consumer status, offset resets).
+    pub fn questions(&self) -> &Arc<ServerQuestions> {
+        &self.inner.questions
     }
 
     /// The open connection to `addr`, connecting (or reconnecting) when needed.

@@ -43,6 +43,21 @@ pub mod request_code {
     /// A consumer group's connections and subscriptions as the broker knows them (broker;
     /// extField `consumerGroup`, answer body `{"connectionSet", "subscriptionTable", ...}`).
     pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
+    /// Consumption statistics of a group per queue: committed and max offsets (broker;
+    /// extFields `consumerGroup`, optional `topic`; answer `ConsumeStats`).
+    pub const GET_CONSUME_STATS: i32 = 208;
+    /// Broker to client, one-way: reset the group's offsets of a topic (body `offsetTable`).
+    pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
+    /// Broker to client: the client's committed offsets of a topic.
+    pub const GET_CONSUMER_STATUS_FROM_CLIENT: i32 = 221;
+    /// Admin to broker: reset a group's offsets of a topic to a time (extFields `topic`,
+    /// `group`, `timestamp`, `isForce`).
+    pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
+    /// Admin to broker: ask every client of a group for its offsets (221).
+    pub const INVOKE_BROKER_TO_GET_CONSUMER_STATUS: i32 = 223;
+    /// A consumer's running state: broker to client, or admin to broker, which forwards it
+    /// (extFields `consumerGroup`, `clientId`, `jstackEnable`).
+    pub const GET_CONSUMER_RUNNING_INFO: i32 = 307;
 }
 
 /// Response codes (`ResponseCode` in the Java client) this crate interprets.

@@ -14,6 +14,8 @@
 //!   ([`broker::send_back`]), and the queues' min, max and by-time offsets.
 //! - [`message`]: the stored-message records of a pull's answer, decoded (compressed bodies,
 //!   properties, message ids) without panicking on any input.
+//! - [`ServerQuestions`]: the brokers' requests to the client (membership changes, running
+//!   info, consumer status, offset resets), answered from the consumers this process runs.
 //! - [`Admin`]: topic creation and max offsets, for tests and tools.
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
@@ -67,6 +69,7 @@ pub mod name_server;
 pub mod namespace;
 mod notify;
 pub mod producer;
+pub mod questions;
 pub mod route;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -75,7 +78,9 @@ pub mod tls;
 
 pub use acl::{Credentials, CredentialsError};
 pub use admin::{Admin, TopicConfig};
-pub use broker::{BrokerClient, ConsumerConnection, DuplicateClientId};
+pub use broker::{
+    BrokerClient, ConsumerConnection, DuplicateClientId, MemberRunningInfo, QueueProgress,
+};
 pub use client::{ClientConfig, RemotingClient};
 pub use codec::{CodecError, RemotingCodec};
 pub use command::{RemotingCommand, request_code, response_code};
@@ -85,4 +90,5 @@ pub use name_server::{NameServerClient, NameServerClientBuilder};
 pub use namespace::{Namespace, NamespaceError};
 pub use notify::MembershipNotifier;
 pub use producer::{Message, MessageSender, SendResult, SendStatus};
+pub use questions::ServerQuestions;
 pub use route::RouteCache;

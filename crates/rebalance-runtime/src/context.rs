@@ -31,6 +31,9 @@ pub(crate) struct Context {
     /// The group's retry topic, when this consumer subscribes to it besides the requested
     /// topics (clustering, not opted out).
     pub(crate) retry_topic: Option<String>,
+    /// Shared by the leases and the service: consume figures, persist-now wake-ups, the start
+    /// time.
+    pub(crate) activity: Arc<crate::running::ConsumerActivity>,
 }
 
 /// Each subscribed topic's tag expression.

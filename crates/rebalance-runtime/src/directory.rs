@@ -70,4 +70,11 @@ pub trait GroupDirectory: Send + Sync + 'static {
     fn bound_client_id(&self) -> Option<ClientId> {
         None
     }
+
+    /// Called once a consumer registering through this directory has started, with a handle
+    /// that does not keep it running. A transport whose servers ask clients questions (RocketMQ
+    /// brokers ask for a consumer's running info and push offset resets) keeps it to answer
+    /// them through [`ConsumerHandle::running_info`](crate::ConsumerHandle::running_info) and
+    /// [`ConsumerHandle::reset_offsets`](crate::ConsumerHandle::reset_offsets). Must not block.
+    fn consumer_started(&self, _consumer: &crate::WeakConsumerHandle) {}
 }

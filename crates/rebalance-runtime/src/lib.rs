@@ -93,6 +93,7 @@ mod offset_store;
 pub mod producer;
 mod route_share;
 mod route_sync;
+pub mod running;
 mod service;
 pub mod subscription;
 mod table;

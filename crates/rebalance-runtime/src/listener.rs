@@ -3,12 +3,15 @@
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering, fence};
 use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
 use tokio::sync::{Mutex, OwnedMutexGuard};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::running::{ConsumerActivity, Figures, QueueBuffer, QueueFigures};
 
 /// An error returned by a listener callback.
 pub type ListenerError = Box<dyn std::error::Error + Send + Sync>;
@@ -46,6 +49,9 @@ pub enum RemovalReason {
     /// The client lost the queue's lock (ordered consumption): it will be added again once the
     /// lock is back.
     Lost,
+    /// An operator reset the queue's offset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`): the
+    /// new offset is persisted and the queue added again at once, starting there.
+    OffsetReset,
 }
 
 impl RemovalReason {
@@ -57,6 +63,7 @@ impl RemovalReason {
             RemovalReason::Unsubscribed => "unsubscribed",
             RemovalReason::Shutdown => "shutdown",
             RemovalReason::Lost => "lost",
+            RemovalReason::OffsetReset => "offset_reset",
         }
     }
 }
@@ -81,7 +88,11 @@ pub(crate) struct LeaseState {
     pub(crate) committed: AtomicI64,
     /// The last offset the store accepted; -1 when none. Written by the service task only.
     persisted: AtomicI64,
+    /// Set by [`QueueLease::persist_now`]: the service persists the committed offset at once.
+    pub(crate) persist_now: AtomicBool,
     parts: OnceLock<Box<Parts>>,
+    /// Shared by the consumer's leases and its service.
+    pub(crate) activity: Arc<ConsumerActivity>,
 }
 
 /// The parts of a [`LeaseState`] made on first use.
@@ -95,15 +106,28 @@ struct Parts {
     /// Ordered consumption and exclusive hand-off: until when the broker lock is trusted (its
     /// last grant plus `lock_lifetime`); `None` when the queue is not locked.
     lock_valid_until: std::sync::Mutex<Option<Instant>>,
+    /// What the consumer reported about the queue, for the running info (made at its first
+    /// report).
+    figures: QueueFigures,
 }
 
 impl LeaseState {
+    #[cfg(test)]
     pub(crate) fn new(lock_valid_until: Option<Instant>) -> Self {
+        Self::with_activity(lock_valid_until, Arc::default())
+    }
+
+    pub(crate) fn with_activity(
+        lock_valid_until: Option<Instant>,
+        activity: Arc<ConsumerActivity>,
+    ) -> Self {
         let state = Self {
             dropped: AtomicBool::new(false),
             committed: AtomicI64::new(-1),
             persisted: AtomicI64::new(-1),
+            persist_now: AtomicBool::new(false),
             parts: OnceLock::new(),
+            activity,
         };
         if lock_valid_until.is_some() {
             *state.locked_until() = lock_valid_until;
@@ -113,6 +137,19 @@ impl LeaseState {
 
     fn parts(&self) -> &Parts {
         self.parts.get_or_init(Box::default)
+    }
+
+    /// What the consumer reported about the queue (made at its first report).
+    pub(crate) fn figures(&self) -> &QueueFigures {
+        &self.parts().figures
+    }
+
+    /// The figures reported so far (none when nothing was reported).
+    pub(crate) fn reported_figures(&self) -> Figures {
+        self.parts
+            .get()
+            .map(|p| p.figures.get())
+            .unwrap_or_default()
     }
 
     fn locked_until(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
@@ -303,6 +340,50 @@ impl QueueLease {
         if next_offset >= 0 {
             self.state.committed.store(next_offset, Ordering::Release);
         }
+    }
+
+    /// Reports `next_offset` exactly, as [`commit_exact`](Self::commit_exact) does, and asks
+    /// the runtime to persist it now instead of at the next persistence tick (every
+    /// `persist_offsets`, 5 s): for a position the source imposed (its offset moved, or it
+    /// answered a reset), which a crash before the tick would otherwise lose. The runtime
+    /// persists whatever is committed when it gets to it, so later commits are not held back.
+    /// A negative value is ignored.
+    pub fn persist_now(&self, next_offset: i64) {
+        if next_offset < 0 {
+            return;
+        }
+        self.commit_exact(next_offset);
+        self.state.persist_now.store(true, Ordering::Release);
+        self.state.activity.persist_wake.notify_one();
+    }
+
+    /// Records a pull of this queue that took `latency`, for the consumer's
+    /// [running info](crate::running): the queue's last pull time and the topic's pull rate
+    /// and latency. The push consumer records its pulls; an application's own consumer may.
+    pub fn record_pull(&self, latency: Duration) {
+        let now = Instant::now();
+        self.state.figures().edit(|f| f.last_pull = Some(now));
+        self.state
+            .activity
+            .meter
+            .pulled(&self.queue.topic, latency, now);
+    }
+
+    /// Records a batch of this queue leaving the listener: `ok` messages consumed, `failed`
+    /// not, after `spent` in the listener (the queue's last consume time, the topic's rates).
+    pub fn record_consumed(&self, ok: u64, failed: u64, spent: Duration) {
+        let now = Instant::now();
+        self.state.figures().edit(|f| f.last_consume = Some(now));
+        self.state
+            .activity
+            .meter
+            .consumed(&self.queue.topic, ok, failed, spent, now);
+    }
+
+    /// Reports the messages of this queue pulled and not yet consumed (the running info's
+    /// cached count, size and offsets).
+    pub fn set_buffer(&self, buffer: QueueBuffer) {
+        self.state.figures().edit(|f| f.buffer = buffer);
     }
 
     /// The last offset reported with [`commit`](Self::commit). A queue this client takes back

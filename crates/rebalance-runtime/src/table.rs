@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::listener::{LeaseState, QueueLease, RemovalReason, StartPosition};
+use crate::running::ConsumerActivity;
 
 /// A queue being released: announced to the listener, waiting for its consumer to finish the
 /// current batch (ordered consumption) or for its offset to be persisted.
@@ -67,6 +68,11 @@ impl ProcessQueue {
             .committed()
             .filter(|&o| Some(o) != self.persisted())
     }
+
+    /// The lease's shared state.
+    pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
+        &self.state
+    }
 }
 
 /// A queue to insert: where its consumption starts, and whether that start is progress the
@@ -102,9 +108,37 @@ pub(crate) struct ProcessQueueTable {
     clock: u64,
     /// Per topic ever held, the value of `clock` at its last change.
     stamps: HashMap<Arc<str>, u64>,
+    /// Operators' offset resets being applied: each queue is released with its reset offset
+    /// as its final one, whatever its lease committed (an in-flight batch must not write over
+    /// it). Kept beside the entries since resets are rare.
+    resets: HashMap<MessageQueue, i64>,
+    /// Shared by every lease of the consumer.
+    activity: Arc<ConsumerActivity>,
 }
 
 impl ProcessQueueTable {
+    /// An empty table whose leases share `activity`.
+    pub(crate) fn new(activity: Arc<ConsumerActivity>) -> Self {
+        Self {
+            activity,
+            ..Self::default()
+        }
+    }
+
+    /// Makes `offset` the final offset of `queue` when it is released (an operator's reset).
+    pub(crate) fn set_reset(&mut self, queue: &MessageQueue, offset: i64) {
+        self.resets.insert(queue.clone(), offset);
+    }
+
+    /// The final offset to persist when `queue` is released: an operator's reset whatever the
+    /// store holds, else what its lease committed that the store does not have yet.
+    pub(crate) fn final_offset(&self, queue: &MessageQueue) -> Option<i64> {
+        if let Some(&offset) = self.resets.get(queue) {
+            return Some(offset);
+        }
+        self.get(queue).and_then(ProcessQueue::unpersisted_offset)
+    }
+
     /// Inserts a newly added queue and returns its lease (see [`insert_all`](Self::insert_all)).
     #[cfg(test)]
     pub(crate) fn insert(
@@ -148,7 +182,10 @@ impl ProcessQueueTable {
             unsaved,
         } in queues
         {
-            let state = Arc::new(LeaseState::new(lock_valid_until));
+            let state = Arc::new(LeaseState::with_activity(
+                lock_valid_until,
+                self.activity.clone(),
+            ));
             match start {
                 StartPosition::Offset(o) if unsaved => {
                     state.committed.store(o, AtomicOrdering::Release);
@@ -164,6 +201,9 @@ impl ProcessQueueTable {
             ));
             if !self.releasing.is_empty() {
                 self.releasing.remove(&queue);
+            }
+            if !self.resets.is_empty() {
+                self.resets.remove(&queue);
             }
             let at = match by_topic.iter().rposition(|(t, _)| *t == queue.topic) {
                 Some(at) => at,
@@ -260,8 +300,13 @@ impl ProcessQueueTable {
             }
             removed += count;
             if !self.releasing.is_empty() {
-                for q in gone {
-                    self.releasing.remove(q);
+                for q in &gone {
+                    self.releasing.remove(*q);
+                }
+            }
+            if !self.resets.is_empty() {
+                for q in &gone {
+                    self.resets.remove(*q);
                 }
             }
             if entries.is_empty() {
@@ -335,6 +380,20 @@ impl ProcessQueueTable {
                 (!queues.is_empty()).then(|| (topic.to_string(), queues))
             })
             .collect()
+    }
+
+    /// The held queues with their leases' shared state, sorted, for the running info.
+    pub(crate) fn held_leases(&self) -> Vec<crate::running::HeldLease> {
+        let mut held: Vec<crate::running::HeldLease> = self
+            .iter()
+            .filter(|(_, pq)| pq.is_held())
+            .map(|(q, pq)| crate::running::HeldLease {
+                queue: q.clone(),
+                state: pq.state.clone(),
+            })
+            .collect();
+        held.sort_by(|a, b| a.queue.cmp(&b.queue));
+        held
     }
 
     /// Whether the held set changed since the last call.

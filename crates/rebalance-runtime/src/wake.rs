@@ -30,8 +30,10 @@ impl WakeReasons {
     pub const LOCK_RETRY: Self = Self(1 << 7);
     /// An ordered queue lost its lock.
     pub const LOCK_LOST: Self = Self(1 << 8);
+    /// An operator reset offsets of held queues: they were released and are taken again.
+    pub const OFFSET_RESET: Self = Self(1 << 9);
 
-    const NAMES: [(Self, &'static str); 9] = [
+    const NAMES: [(Self, &'static str); 10] = [
         (Self::START, "start"),
         (Self::INTERVAL, "interval"),
         (Self::RETRY, "retry"),
@@ -41,6 +43,7 @@ impl WakeReasons {
         (Self::SUBSCRIPTION_CHANGED, "subscription_changed"),
         (Self::LOCK_RETRY, "lock_retry"),
         (Self::LOCK_LOST, "lock_lost"),
+        (Self::OFFSET_RESET, "offset_reset"),
     ];
 
     /// Whether every reason of `other` is present.

@@ -333,6 +333,21 @@ impl GroupDirectory for BrokerClient {
     fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
         Some(self.remoting().membership().subscribe(&self.wire(group)))
     }
+
+    /// The brokers' questions about the consumer (running info, status, offset resets) are
+    /// answered from it from now on.
+    fn consumer_started(&self, consumer: &rebalance_runtime::WeakConsumerHandle) {
+        let Some(handle) = consumer.upgrade() else {
+            return;
+        };
+        let name_server = &self.inner.name_server;
+        self.remoting().questions().attach(
+            &self.wire(handle.group()),
+            consumer.clone(),
+            name_server.namespace().cloned(),
+            name_server.addresses(),
+        );
+    }
 }
 
 /// The ids in an answer to GET_CONSUMER_LIST_BY_GROUP.

@@ -2,6 +2,7 @@
 
 mod connections;
 mod directory;
+mod group_view;
 mod locks;
 mod offsets;
 mod offsets_query;
@@ -9,7 +10,7 @@ pub mod pull;
 mod registrations;
 pub mod send_back;
 mod source;
-mod wire;
+pub(crate) mod wire;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use crate::name_server::NameServerClient;
 use crate::route::RouteCache;
 use connections::ConnectionChecks;
 pub use connections::{ConsumerConnection, DuplicateClientId};
+pub use group_view::{MemberRunningInfo, QueueProgress};
 use registrations::Registrations;
 
 struct Inner {

@@ -181,6 +181,10 @@ pub struct ClusterOptions {
     /// clients are then sent to, instead of `127.0.0.1`, where they still listen: a test can put
     /// a proxy on this address and the broker's port (a TLS terminator, say). `None`: 127.0.0.1.
     pub broker_advertised_ip: Option<std::net::Ipv4Addr>,
+    /// The brokers' `useServerSideResetOffset` (true by default, as in the Rust broker 1.0 and
+    /// Java 5.2+): an operator's reset is stored by the broker and handed to the next pull.
+    /// False: the broker pushes RESET_CONSUMER_CLIENT_OFFSET to the group's clients instead.
+    pub server_side_reset: bool,
 }
 
 impl Default for ClusterOptions {
@@ -193,6 +197,7 @@ impl Default for ClusterOptions {
             authentication: None,
             namesrv_tls_test_mode: false,
             broker_advertised_ip: None,
+            server_side_reset: true,
         }
     }
 }
@@ -424,6 +429,7 @@ storePathRootDir = {store_str}
 autoCreateTopicEnable = true
 autoCreateSubscriptionGroup = true
 channelExpiredTimeout = {expiry}
+useServerSideResetOffset = {server_side_reset}
 
 [broker.brokerServerConfig]
 bindAddress = "127.0.0.1"
@@ -448,6 +454,7 @@ diskSpaceCleanForciblyRatio = 98
 "#,
             namesrv = toml_str(&self.namesrv_addr()),
             expiry = self.options.channel_expired_timeout.as_millis(),
+            server_side_reset = self.options.server_side_reset,
             name_str = toml_str(name),
             advertised = toml_str(
                 &self

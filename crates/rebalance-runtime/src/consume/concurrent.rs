@@ -72,6 +72,7 @@ pub(crate) async fn consume(
     let mut context = ConcurrentContext::new(link.queue().clone());
     let in_flight = shared.in_flight.enter(link.queue(), first, last);
     let started = tokio::time::Instant::now();
+    let batch = messages.len();
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
     let (consumed, expired) = {
@@ -94,7 +95,8 @@ pub(crate) async fn consume(
             }
             Outcome::Expired => {
                 let took = started.elapsed();
-                metrics::consumed(&shared.group, &link.queue().topic, 0, messages.len(), took);
+                metrics::consumed(&shared.group, &link.queue().topic, 0, batch, took);
+                link.record_consumed(0, batch, took);
                 link.report(Ack {
                     epoch,
                     first,
@@ -109,8 +111,10 @@ pub(crate) async fn consume(
     };
     drop(in_flight);
     let topic = &link.queue().topic;
-    let failed = messages.len() - consumed;
-    metrics::consumed(&shared.group, topic, consumed, failed, started.elapsed());
+    let failed = batch.saturating_sub(consumed);
+    let took = started.elapsed();
+    metrics::consumed(&shared.group, topic, consumed, failed, took);
+    link.record_consumed(consumed, failed, took);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {

@@ -50,6 +50,8 @@ pub(crate) struct LeaseLink {
     finished: AtomicU64,
     /// The lease whose consume guard each batch holds, when the consumer locks its queues.
     guarded: Option<QueueLease>,
+    /// The lease consumption is recorded on, for the running info.
+    recorded: Option<QueueLease>,
 }
 
 /// Whether a batch may run, for [`LeaseLink::consume_guard`].
@@ -72,11 +74,25 @@ impl LeaseLink {
             state: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             guarded: None,
+            recorded: None,
         };
         (link, receiver)
     }
 
     /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
+    /// Records each batch's outcome on `lease` (see [`QueueLease::record_consumed`]).
+    pub(crate) fn recorded_on(mut self, lease: QueueLease) -> Self {
+        self.recorded = Some(lease);
+        self
+    }
+
+    /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`.
+    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
+        if let Some(lease) = &self.recorded {
+            lease.record_consumed(ok as u64, failed as u64, spent);
+        }
+    }
+
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
         self.guarded = Some(lease);
         self

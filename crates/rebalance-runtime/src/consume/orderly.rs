@@ -76,6 +76,7 @@ pub(crate) async fn consume(
     };
     let took = started.elapsed();
     crate::metrics::consumed(&shared.group, &lease.queue().topic, consumed, failed, took);
+    lease.record_consumed(consumed as u64, failed as u64, took);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),
         OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,

@@ -143,6 +143,17 @@ impl ProcessQueue {
         self.live_bytes
     }
 
+    /// What the running info shows of the buffer: the unconsumed messages, their bytes, and the
+    /// first and last offsets kept (0 when empty).
+    pub(crate) fn buffer(&self) -> crate::running::QueueBuffer {
+        crate::running::QueueBuffer {
+            count: self.live as u64,
+            bytes: self.live_bytes,
+            min_offset: self.entries.front().map_or(0, |e| e.offset),
+            max_offset: self.entries.back().map_or(0, |e| e.offset),
+        }
+    }
+
     /// The offsets between the first unconsumed message and the last buffered one.
     pub(crate) fn span(&self) -> i64 {
         match (self.entries.front(), self.entries.back()) {

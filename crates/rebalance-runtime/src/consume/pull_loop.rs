@@ -70,7 +70,8 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let (mut link, acks) = LeaseLink::new(lease.queue().clone());
+        let (link, acks) = LeaseLink::new(lease.queue().clone());
+        let mut link = link.recorded_on(lease.clone());
         if shared.guarded.is_some() && !shared.orderly() {
             link = link.guarded_by(lease.clone());
         }
@@ -247,9 +248,12 @@ impl PullLoop {
         .with_suspend(options.pull_suspend)
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
+        let lease = self.lease.clone();
         Box::pin(async move {
             let started = Instant::now();
             let result = calls::pull(&*source, &request).await;
+            let took = Instant::now().saturating_duration_since(started);
+            lease.record_pull(took);
             let kind = match &result {
                 Ok(PullResult::Found { .. }) => "found",
                 Ok(PullResult::NoNewMessage { .. }) => "no_new_message",
@@ -258,7 +262,7 @@ impl PullLoop {
                 Err(_) => "error",
             };
             let (group, topic) = (&request.group, &request.queue.topic);
-            metrics::pull(group, topic, kind, started.elapsed());
+            metrics::pull(group, topic, kind, took);
             result
         })
     }
@@ -314,7 +318,10 @@ impl PullLoop {
                 self.pq.reset(next_offset);
                 self.pending.clear();
                 self.retries.clear();
-                self.lease.commit_exact(next_offset.max(0));
+                // Persisted at once, not at the next tick: a crash before it would resume from
+                // the old offset, which the source no longer serves (or an operator reset).
+                self.lease.persist_now(next_offset.max(0));
+                self.lease.set_buffer(self.pq.buffer());
                 now
             }
             Err(PullError::Throttled(e)) => {
@@ -439,6 +446,7 @@ impl PullLoop {
     /// orderly.
     fn commit(&self) {
         self.commit_at(self.pq.commit_offset());
+        self.lease.set_buffer(self.pq.buffer());
     }
 
     fn commit_at(&self, offset: i64) {

@@ -91,6 +91,7 @@ impl ConsumerBuilder {
             locker,
             listener,
             retry_topic,
+            activity: Arc::new(crate::running::ConsumerActivity::new()),
         });
         Ok(Checked {
             ctx,

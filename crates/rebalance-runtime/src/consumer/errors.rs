@@ -125,4 +125,14 @@ pub enum ConsumerError {
         /// The assignment when it gave up.
         last: Arc<Assignment>,
     },
+    /// [`ConsumerHandle::reset_offsets`](super::ConsumerHandle::reset_offsets) found too many
+    /// resets still waiting for the consumer's task (it is stuck in a long round or callback):
+    /// try again later.
+    #[error(
+        "{pending} offset resets are already waiting for the consumer's task; try again once it has applied them"
+    )]
+    ResetsPending {
+        /// How many wait.
+        pending: usize,
+    },
 }

@@ -13,6 +13,8 @@ use tokio_util::task::TaskTracker;
 use super::ConsumerError;
 use crate::assignment::{Assignment, RoundReport};
 use crate::context::{Context, Subscriptions};
+use crate::running::{HeldLease, QueueRunningInfo, RunningInfo};
+use crate::service::{OffsetReset, PENDING_RESETS};
 use crate::subscription::{Subscription, TagExpression};
 use crate::wake::{Trigger, WakeReasons};
 
@@ -50,6 +52,10 @@ pub(super) struct HandleInner {
     pub(super) failure: Arc<OnceLock<TaskFailure>>,
     /// Which consumer of the process this is (see [`SERVICE_OF`]).
     pub(super) serial: u64,
+    /// The held queues' leases as the service last published them.
+    pub(super) leases: watch::Receiver<Arc<Vec<HeldLease>>>,
+    /// Operators' offset resets, to the service.
+    pub(super) resets: tokio::sync::mpsc::Sender<OffsetReset>,
 }
 
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
@@ -347,5 +353,107 @@ impl ConsumerHandle {
             task.abort();
         }
         self.inner.killed.cancel();
+    }
+
+    /// A snapshot of what this consumer is doing: its identity and configuration, its
+    /// subscriptions, each held queue's committed offset, lock and (when a consume layer
+    /// reports them through the leases) buffer and last pull and consume times, and each
+    /// topic's consume rates. What a RocketMQ transport answers when a broker asks for the
+    /// consumer's running info (`mqadmin consumerStatus`, the dashboard); see
+    /// [`running`](crate::running).
+    pub fn running_info(&self) -> RunningInfo {
+        let ctx = &self.inner.ctx;
+        let activity = &ctx.activity;
+        let now = tokio::time::Instant::now();
+        let clocks = activity.clocks;
+        let lock_lifetime = ctx.intervals.lock_lifetime;
+        let leases = self.inner.leases.borrow().clone();
+        let queues = leases
+            .iter()
+            .map(|held| {
+                let figures = held.state.reported_figures();
+                let lock_until = held.state.lock_valid_until();
+                QueueRunningInfo {
+                    queue: held.queue.clone(),
+                    commit_offset: held
+                        .state
+                        .committed()
+                        .or(held.state.persisted())
+                        .unwrap_or(-1),
+                    buffer: figures.buffer,
+                    locked: lock_until.is_some_and(|until| now < until),
+                    last_lock: lock_until.map(|until| {
+                        clocks.wall(until.checked_sub(lock_lifetime).unwrap_or(until))
+                    }),
+                    last_pull: figures.last_pull.map(|at| clocks.wall(at)),
+                    last_consume: figures.last_consume.map(|at| clocks.wall(at)),
+                }
+            })
+            .collect();
+        let requested = self.inner.requested.borrow().clone();
+        let subscriptions: Vec<crate::subscription::Subscription> = ctx
+            .effective(&requested)
+            .into_iter()
+            .map(|(topic, expression)| crate::subscription::Subscription::new(topic, expression))
+            .collect();
+        let status = subscriptions
+            .iter()
+            .map(|s| (s.topic.clone(), activity.meter.status(&s.topic, now)))
+            .collect();
+        let report = self.inner.rounds.borrow().clone();
+        let mut diagnostics = std::collections::BTreeMap::new();
+        diagnostics.insert("allocation".to_string(), ctx.allocation.name().to_string());
+        diagnostics.insert("round".to_string(), report.round.to_string());
+        diagnostics.insert("balanced".to_string(), report.balanced.to_string());
+        for topic in &report.topics {
+            if let Some(fingerprint) = topic.fingerprint {
+                diagnostics.insert(
+                    format!("fingerprint:{}", topic.topic),
+                    format!("{fingerprint:016x}"),
+                );
+            }
+        }
+        RunningInfo {
+            group: ctx.group.clone(),
+            client_id: ctx.client_id.clone(),
+            started_at: clocks.wall,
+            message_model: ctx.message_model,
+            consume_order: ctx.consume_order,
+            consume_from: ctx.consume_from,
+            consuming: activity.meter.is_used(),
+            subscriptions,
+            queues,
+            status,
+            diagnostics,
+        }
+    }
+
+    /// Applies an operator's offset reset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`, pushed by
+    /// the broker after `mqadmin resetOffsetByTime`): each named queue this client holds is
+    /// released (reason [`OffsetReset`](crate::RemovalReason::OffsetReset): its lease is
+    /// cancelled, so its consumer drops what it buffered), its new offset is persisted as its
+    /// final offset whatever the lease still commits, and a round takes it again at once,
+    /// starting from that offset. Queues this client does not hold are ignored: their owners
+    /// get the same reset.
+    ///
+    /// Returns at once; the consumer's task applies the reset. Fails with
+    /// [`ConsumerError::ShutDown`] once the consumer is shutting down, and with
+    /// [`ConsumerError::ResetsPending`] while too many resets wait already.
+    pub fn reset_offsets(
+        &self,
+        offsets: impl IntoIterator<Item = (rebalance_core::MessageQueue, i64)>,
+    ) -> Result<(), ConsumerError> {
+        if self.inner.token.is_cancelled() {
+            return Err(ConsumerError::ShutDown);
+        }
+        let reset = OffsetReset {
+            offsets: offsets.into_iter().collect(),
+        };
+        self.inner.resets.try_send(reset).map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => ConsumerError::ResetsPending {
+                pending: PENDING_RESETS,
+            },
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => ConsumerError::ShutDown,
+        })
     }
 }

@@ -18,7 +18,7 @@ use crate::callbacks::caught;
 use crate::context::Context;
 use crate::directory::Registration;
 use crate::route_sync::{RouteSync, RouteTable};
-use crate::service::{Outputs, Service};
+use crate::service::{Outputs, PENDING_RESETS, Service};
 use crate::wake::{Trigger, WakeReasons};
 use crate::{RemoteError, heartbeat};
 
@@ -53,6 +53,8 @@ impl ConsumerBuilder {
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
+        let (leases_tx, leases_rx) = watch::channel(Arc::new(Vec::new()));
+        let (resets_tx, resets_rx) = tokio::sync::mpsc::channel(PENDING_RESETS);
         // What the application subscribes to: its handles edit it, the service follows.
         let (requested_tx, requested_rx) = watch::channel(requested.clone());
 
@@ -137,6 +139,7 @@ impl ConsumerBuilder {
             client_id: ctx.client_id.clone(),
             assignment: assignment_tx.clone(),
             rounds: rounds_tx.clone(),
+            leases: leases_tx.clone(),
         };
         let service = Service::new(
             ctx.clone(),
@@ -149,8 +152,10 @@ impl ConsumerBuilder {
                 assignment: assignment_tx,
                 rounds: rounds_tx,
                 heartbeat_now,
+                leases: leases_tx,
             },
             token.child_token(),
+            resets_rx,
         );
         let killed = CancellationToken::new();
         let service = {
@@ -190,7 +195,7 @@ impl ConsumerBuilder {
         let service = SERVICE_OF.scope(serial, service.instrument(span.clone()));
         tasks.spawn(service);
         tasks.close();
-        Ok(ConsumerHandle {
+        let handle = ConsumerHandle {
             inner: Arc::new(HandleInner {
                 ctx,
                 token,
@@ -203,8 +208,16 @@ impl ConsumerBuilder {
                 killed,
                 failure,
                 serial,
+                leases: leases_rx,
+                resets: resets_tx,
             }),
-        })
+        };
+        handle
+            .inner
+            .ctx
+            .directory
+            .consumer_started(&handle.downgrade());
+        Ok(handle)
     }
 }
 
@@ -218,10 +231,12 @@ struct LastWords {
     client_id: rebalance_core::ClientId,
     assignment: watch::Sender<Arc<Assignment>>,
     rounds: watch::Sender<Arc<RoundReport>>,
+    leases: watch::Sender<Arc<Vec<crate::running::HeldLease>>>,
 }
 
 impl LastWords {
     fn say(self, kind: ReportKind) {
+        self.leases.send_replace(Arc::new(Vec::new()));
         let round = self.rounds.borrow().round;
         let held = self.assignment.borrow().clone();
         crate::metrics::forget_owned(&self.group, &held);

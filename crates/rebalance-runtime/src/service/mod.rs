@@ -13,9 +13,12 @@ mod inputs_memo;
 mod lock_book;
 mod locks;
 mod offsets;
+mod reset;
 mod round;
 mod schedule;
 mod settle;
+
+pub(crate) use self::reset::{OffsetReset, PENDING_RESETS};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -51,6 +54,8 @@ pub(crate) struct Outputs {
     pub(crate) rounds: watch::Sender<Arc<RoundReport>>,
     /// Asks the heartbeat task for a heartbeat now.
     pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
+    /// The held queues' leases, for the running info.
+    pub(crate) leases: watch::Sender<Arc<Vec<crate::running::HeldLease>>>,
 }
 
 pub(crate) struct Service {
@@ -90,6 +95,12 @@ pub(crate) struct Service {
     memo: InputsMemo,
     /// The consumer's allocation, as the memo names it.
     allocation_id: AllocationId,
+    /// Operators' offset resets, taken by [`run`](Self::run).
+    resets: Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
+    /// Queues released for an offset reset, and the offset each starts from when the next
+    /// round takes it again: the store may not have it (a Rust broker 1.0 ignores a commit
+    /// below its stored offset), so it is not read back from there.
+    reset_starts: HashMap<rebalance_core::MessageQueue, i64>,
 }
 
 impl Service {
@@ -100,13 +111,15 @@ impl Service {
         trigger: Arc<Trigger>,
         outputs: Outputs,
         queues_token: CancellationToken,
+        resets: tokio::sync::mpsc::Receiver<OffsetReset>,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
         let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some());
         let allocation_id = AllocationId::of(&ctx.allocation);
+        let table = crate::table::ProcessQueueTable::new(ctx.activity.clone());
         Self {
             ctx,
-            table: Default::default(),
+            table,
             queues_token: Arc::new(queues_token),
             requested,
             subscriptions,
@@ -125,6 +138,8 @@ impl Service {
             callback_errors: Vec::new(),
             memo: InputsMemo::default(),
             allocation_id,
+            resets: Some(resets),
+            reset_starts: HashMap::new(),
         }
     }
 
@@ -138,6 +153,8 @@ impl Service {
         helpers: TaskTracker,
     ) {
         let mut membership = self.ctx.directory.membership_changes(&self.ctx.group);
+        let mut resets = self.resets.take();
+        let activity = self.ctx.activity.clone();
         loop {
             let pending = self.trigger.pending();
             tokio::select! {
@@ -155,6 +172,8 @@ impl Service {
                     }
                 },
                 _ = self.trigger.notified() => {}
+                Some(reset) = next_reset(&mut resets) => self.reset_offsets(reset).await,
+                _ = activity.persist_wake.notified() => self.persist_requested().await,
                 changed = changed(&mut membership) => {
                     if changed {
                         tracing::debug!("directory says the group's membership changed");
@@ -265,6 +284,11 @@ impl Service {
             self.memo.conclude(&report.topic, reached, stamp);
             topics.push(report);
         }
+        // A reset queue not taken again in the round after its release is someone else's now:
+        // its next owner reads the store. Kept while its release is still under way.
+        let table = &self.table;
+        self.reset_starts
+            .retain(|q, _| table.get(q).is_some_and(|pq| !pq.is_held()));
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
         self.report_released_between(&mut topics);
         let directory_trouble = topics.iter().any(|t| {
@@ -329,6 +353,9 @@ impl Service {
             return;
         }
         let queues = if changed {
+            self.outputs
+                .leases
+                .send_replace(Arc::new(self.table.held_leases()));
             self.table.held()
         } else {
             self.outputs.assignment.borrow().queues.clone()
@@ -434,6 +461,22 @@ fn topic_report(topic: &str) -> TopicReport {
         unbalanced: None,
         added: Vec::new(),
         removed: Vec::new(),
+    }
+}
+
+/// The next operator's reset; never completes once every handle is gone.
+async fn next_reset(
+    resets: &mut Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
+) -> Option<OffsetReset> {
+    match resets {
+        Some(rx) => match rx.recv().await {
+            Some(reset) => Some(reset),
+            None => {
+                *resets = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

@@ -416,7 +416,7 @@ impl Service {
                 continue;
             };
             let mut settled = true;
-            if let Some(offset) = pq.unpersisted_offset() {
+            if let Some(offset) = self.table.final_offset(&queue) {
                 // Retrying is safe only while our lock keeps the next owner off the queue.
                 let retry_until = pq
                     .lock_valid_until()
@@ -514,6 +514,13 @@ impl Service {
         let mut starts = Vec::with_capacity(queues.len());
         let mut unread = Vec::new();
         for queue in queues {
+            // Released for an operator's reset: it starts from the reset offset, persisted like
+            // a commit, whatever the store says.
+            if let Some(offset) = self.reset_starts.remove(&queue) {
+                tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
+                starts.push((queue, StartPosition::Offset(offset), true));
+                continue;
+            }
             // Our lock was granted again before the refused final offset's window closed: nobody
             // else held the queue meanwhile, so the value is still its latest progress. It stays
             // pending until the queue is inserted, so that a shutdown now still settles it.

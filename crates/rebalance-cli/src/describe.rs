@@ -1,0 +1,625 @@
+//! `rebalance describe`: a consumer group's real state, like `kafka-consumer-groups
+//! --describe`. One row per queue: the owner the strategy predicts, the member(s) that claim
+//! it (from each member's running info, GET_CONSUMER_RUNNING_INFO asked through a broker), the
+//! committed offset, the broker's max offset and the lag. Flags queues claimed twice or by
+//! nobody, and members whose allocation fingerprints (the inputs they saw) differ.
+//!
+//! What the servers cannot tell is said, never left blank silently: a member that does not
+//! answer its running info (a client that does not implement it, or a broker that does not
+//! forward it) makes the owners column incomplete, with a warning naming the member and why;
+//! a broker that does not answer GET_CONSUME_STATS is asked per queue instead
+//! (QUERY_CONSUMER_OFFSET and GET_MAX_OFFSET), and a queue neither can fill has `null`
+//! offsets, with a warning.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+use std::time::Duration;
+
+use rebalance_core::strategy::{Params, StrategyConfigError, build_strategy};
+use rebalance_core::{ClientId, MessageQueue};
+use rebalance_rocketmq::{
+    AddressError, BrokerClient, ClientConfig, MemberRunningInfo, NameServerClient, RemotingClient,
+};
+use rebalance_runtime::consume::MessageSource;
+use rebalance_runtime::subscription::is_retry_topic;
+use rebalance_runtime::{OffsetStore, RemoteError, RouteError};
+use serde_json::{Value, json};
+
+use crate::args::{parse_duration, parse_param};
+use crate::plan::{PlanError, compute_with};
+use crate::table;
+
+/// The command's arguments.
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// The name server addresses, `host:port;host:port`.
+    #[arg(long)]
+    pub namesrv: String,
+    /// The consumer group.
+    #[arg(long)]
+    pub group: String,
+    /// A topic to describe (repeatable). Default: every topic the members subscribe to,
+    /// except the group's retry topic.
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// The strategy whose prediction is shown (give the group's own): `averagely`,
+    /// `averagely_by_circle`, `by_config`, `by_machine_room`, `consistent_hash`,
+    /// `machine_room_nearby`, `designated`, `balanced_sticky` (with their `--param`s).
+    #[arg(long, default_value = "averagely")]
+    pub strategy: String,
+    /// A strategy parameter, `key=value` (repeatable).
+    #[arg(long = "param", value_parser = parse_param)]
+    pub params: Vec<(String, Value)>,
+    /// JSON lines instead of a table: one per queue, then a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// How long each request to a server may take (a broker waits up to 5 s for a member's
+    /// running info).
+    #[arg(long, default_value = "8s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// Why the group could not be described at all.
+#[derive(Debug, thiserror::Error)]
+pub enum DescribeError {
+    /// The name server list is unusable.
+    #[error("--namesrv: {0}")]
+    Address(#[from] AddressError),
+    /// The strategy could not be built.
+    #[error(transparent)]
+    Strategy(#[from] StrategyConfigError),
+    /// A route could not be fetched.
+    #[error("route of `{topic}`: {source}")]
+    Route {
+        /// The topic.
+        topic: String,
+        /// Why.
+        source: RouteError,
+    },
+    /// No broker could list the group's members.
+    #[error("members of the group: {0}")]
+    Members(RemoteError),
+    /// The prediction failed.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// Nothing to describe: no topic given and no member told its subscriptions.
+    #[error(
+        "no topic to describe: give --topic (no member of `{0}` answered its running info, which names its subscriptions)"
+    )]
+    NoTopic(String),
+    /// Writing (or starting the runtime) failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+impl DescribeError {
+    /// Whether the arguments are at fault (exit status 2).
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            DescribeError::Address(_) | DescribeError::Strategy(_) | DescribeError::NoTopic(_)
+        )
+    }
+}
+
+/// One queue's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRow {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// The member the strategy gives it to (`None`: nobody, or no member).
+    pub predicted: Option<String>,
+    /// The members that claim it in their running info.
+    pub owners: Vec<String>,
+    /// The group's committed offset (`None`: unknown).
+    pub committed: Option<i64>,
+    /// The broker's max offset (`None`: unknown).
+    pub max: Option<i64>,
+}
+
+impl QueueRow {
+    /// Max minus committed, when both are known (never negative). A queue with no committed
+    /// offset counts as not started: its lag is its max offset.
+    pub fn lag(&self) -> Option<i64> {
+        Some((self.max? - self.committed.unwrap_or(0)).max(0))
+    }
+}
+
+/// The group as described.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupDescription {
+    /// The group.
+    pub group: String,
+    /// Its members (client ids), sorted.
+    pub members: Vec<String>,
+    /// One row per queue, sorted.
+    pub rows: Vec<QueueRow>,
+    /// Members whose fingerprint of a topic differs from the most common one.
+    pub diverging_members: Vec<String>,
+    /// What could not be filled, and why.
+    pub warnings: Vec<String>,
+}
+
+impl GroupDescription {
+    /// Queues claimed by more than one member.
+    pub fn double_owned(&self) -> usize {
+        self.rows.iter().filter(|r| r.owners.len() > 1).count()
+    }
+
+    /// Queues claimed by no member.
+    pub fn unowned(&self) -> usize {
+        self.rows.iter().filter(|r| r.owners.is_empty()).count()
+    }
+
+    /// The total lag of the queues whose lag is known.
+    pub fn lag(&self) -> i64 {
+        self.rows.iter().filter_map(QueueRow::lag).sum()
+    }
+
+    /// The JSON lines: one per queue, then the summary.
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        for row in &self.rows {
+            let line = json!({
+                "topic": &*row.queue.topic,
+                "broker": &*row.queue.broker_name,
+                "queue": row.queue.queue_id,
+                "predicted": row.predicted,
+                "owners": row.owners,
+                "committed": row.committed,
+                "max": row.max,
+                "lag": row.lag(),
+            });
+            writeln!(out, "{}", ordered(&line, ROW_KEYS))?;
+        }
+        let summary = json!({
+            "members": self.members.len(),
+            "queues": self.rows.len(),
+            "double_owned": self.double_owned(),
+            "unowned": self.unowned(),
+            "lag": self.lag(),
+            "diverging_members": self.diverging_members,
+        });
+        writeln!(out, "{}", ordered(&summary, SUMMARY_KEYS))
+    }
+
+    /// A table, the flags, the summary and the warnings.
+    pub fn write_table(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "group {}: {} members, {} queues",
+            self.group,
+            self.members.len(),
+            self.rows.len()
+        )?;
+        let opt = |v: Option<i64>| v.map_or("?".to_string(), |v| v.to_string());
+        let rows = self.rows.iter().map(|r| {
+            let flag = match r.owners.len() {
+                0 => "UNOWNED",
+                1 if r.predicted.as_deref() != Some(r.owners[0].as_str()) => "not as predicted",
+                1 => "",
+                _ => "DOUBLE",
+            };
+            vec![
+                r.queue.topic.to_string(),
+                r.queue.broker_name.to_string(),
+                r.queue.queue_id.to_string(),
+                r.predicted.clone().unwrap_or_else(|| "-".into()),
+                if r.owners.is_empty() {
+                    "-".into()
+                } else {
+                    r.owners.join(",")
+                },
+                opt(r.committed),
+                opt(r.max),
+                opt(r.lag()),
+                flag.to_string(),
+            ]
+        });
+        table::write(
+            out,
+            &[
+                "topic",
+                "broker",
+                "queue",
+                "predicted",
+                "owners",
+                "committed",
+                "max",
+                "lag",
+                "flag",
+            ],
+            rows,
+        )?;
+        writeln!(
+            out,
+            "double owned: {}, unowned: {}, lag: {}, diverging members: {}",
+            self.double_owned(),
+            self.unowned(),
+            self.lag(),
+            if self.diverging_members.is_empty() {
+                "none".to_string()
+            } else {
+                self.diverging_members.join(", ")
+            }
+        )?;
+        for w in &self.warnings {
+            writeln!(out, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+const ROW_KEYS: &[&str] = &[
+    "topic",
+    "broker",
+    "queue",
+    "predicted",
+    "owners",
+    "committed",
+    "max",
+    "lag",
+];
+const SUMMARY_KEYS: &[&str] = &[
+    "members",
+    "queues",
+    "double_owned",
+    "unowned",
+    "lag",
+    "diverging_members",
+];
+
+/// `value`'s keys in `keys`' order (serde_json sorts them otherwise).
+fn ordered(value: &Value, keys: &[&str]) -> String {
+    let fields: Vec<String> = keys
+        .iter()
+        .map(|k| format!("{}:{}", Value::from(*k), value[*k]))
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
+/// The members whose fingerprint of some topic differs from the most common one among the
+/// members that report one (ties: the smallest fingerprint is the reference).
+pub fn diverging(fingerprints: &BTreeMap<String, BTreeMap<String, String>>) -> Vec<String> {
+    // topic -> fingerprint -> members
+    let mut by_topic: BTreeMap<&str, BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
+    for (member, topics) in fingerprints {
+        for (topic, fingerprint) in topics {
+            by_topic
+                .entry(topic)
+                .or_default()
+                .entry(fingerprint)
+                .or_default()
+                .push(member);
+        }
+    }
+    let mut out = BTreeSet::new();
+    for seen in by_topic.values() {
+        let reference = seen
+            .iter()
+            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)))
+            .map(|(f, _)| *f);
+        for (fingerprint, members) in seen {
+            if Some(*fingerprint) != reference {
+                out.extend(members.iter().map(|m| m.to_string()));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Asks the servers and describes the group.
+pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeError> {
+    let params: Params = args.params.iter().cloned().collect();
+    let strategy = build_strategy(&args.strategy, &params)?;
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: args.timeout,
+        connect_timeout: args.timeout,
+        ..ClientConfig::default()
+    });
+    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    let brokers = BrokerClient::new(name_server.clone());
+    let group = args.group.as_str();
+    let mut warnings = Vec::new();
+
+    // The masters to ask: those of the given topics, or of the group's retry topic.
+    let probe: Vec<String> = if args.topics.is_empty() {
+        vec![rebalance_runtime::subscription::retry_topic(group)]
+    } else {
+        args.topics.clone()
+    };
+    let mut masters = BTreeSet::new();
+    for topic in &probe {
+        match name_server.route(topic).await {
+            Ok(route) => masters.extend(
+                route
+                    .broker_datas
+                    .iter()
+                    .filter_map(|b| b.master_addr().map(str::to_string)),
+            ),
+            Err(source) if !args.topics.is_empty() => {
+                return Err(DescribeError::Route {
+                    topic: topic.clone(),
+                    source,
+                });
+            }
+            Err(e) => warnings.push(format!("route of `{topic}`: {e}")),
+        }
+    }
+
+    // The members, as the brokers see their connections.
+    let mut connections: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut member_error = None;
+    for addr in &masters {
+        match brokers.consumer_connections_at(addr, group).await {
+            Ok(list) => {
+                for c in list {
+                    connections
+                        .entry(c.client_id)
+                        .or_default()
+                        .push(addr.clone());
+                }
+            }
+            Err(e) => member_error = Some(e),
+        }
+    }
+    if connections.is_empty() {
+        if let Some(e) = member_error {
+            return Err(DescribeError::Members(e));
+        }
+    }
+    let members: Vec<String> = connections.keys().cloned().collect();
+
+    // Each member's running info, through a broker it is connected to.
+    let mut infos: BTreeMap<String, MemberRunningInfo> = BTreeMap::new();
+    for (member, addrs) in &connections {
+        let mut last = None;
+        for addr in addrs {
+            match brokers.running_info_at(addr, group, member).await {
+                Ok(info) => {
+                    infos.insert(member.clone(), info);
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            warnings.push(format!(
+                "owners column incomplete: member {member} did not answer its running info (GET_CONSUMER_RUNNING_INFO through the broker): {e}"
+            ));
+        }
+    }
+
+    // The topics.
+    let topics: Vec<String> = if args.topics.is_empty() {
+        let subscribed: BTreeSet<String> = infos
+            .values()
+            .flat_map(|i| i.subscriptions.iter().cloned())
+            .filter(|t| !is_retry_topic(t))
+            .collect();
+        if subscribed.is_empty() {
+            return Err(DescribeError::NoTopic(group.to_string()));
+        }
+        subscribed.into_iter().collect()
+    } else {
+        args.topics.clone()
+    };
+
+    let mut rows = Vec::new();
+    let ids: Vec<ClientId> = members.iter().map(|m| ClientId::from(m.as_str())).collect();
+    for topic in &topics {
+        let route = name_server
+            .route(topic)
+            .await
+            .map_err(|source| DescribeError::Route {
+                topic: topic.clone(),
+                source,
+            })?;
+        let queues = route.subscribable_queues(topic);
+        let plan = compute_with(
+            group,
+            topic,
+            &args.strategy,
+            &strategy,
+            queues.clone(),
+            ids.clone(),
+        )?;
+        let predicted: BTreeMap<&MessageQueue, &ClientId> = plan
+            .shares
+            .iter()
+            .flat_map(|(m, share)| share.iter().map(move |q| (q, m)))
+            .collect();
+        // Committed and max offsets: GET_CONSUME_STATS from every master of the topic.
+        let mut offsets: BTreeMap<MessageQueue, (Option<i64>, Option<i64>)> = BTreeMap::new();
+        for b in &route.broker_datas {
+            let Some(addr) = b.master_addr() else {
+                warnings.push(format!(
+                    "broker {} of `{topic}` has no master: its offsets are unknown",
+                    b.broker_name
+                ));
+                continue;
+            };
+            match brokers.consume_stats_at(addr, group, Some(topic)).await {
+                Ok(stats) => {
+                    for s in stats {
+                        let known = (Some(s.consumer_offset), Some(s.broker_offset));
+                        offsets.insert(s.queue.clone(), known);
+                    }
+                }
+                Err(e) => warnings.push(format!(
+                    "broker {} did not answer GET_CONSUME_STATS ({e}); its queues' offsets were asked one by one",
+                    b.broker_name
+                )),
+            }
+        }
+        for queue in &queues {
+            if offsets.contains_key(queue) {
+                continue;
+            }
+            let committed = match brokers.read(group, queue).await {
+                Ok(c) => c,
+                Err(e) => {
+                    warnings.push(format!("committed offset of {queue:?} unknown: {e}"));
+                    None
+                }
+            };
+            let max = match brokers.max_offset(queue).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    warnings.push(format!("max offset of {queue:?} unknown: {e}"));
+                    None
+                }
+            };
+            offsets.insert(queue.clone(), (committed, max));
+        }
+        for queue in queues {
+            let owners: Vec<String> = infos
+                .iter()
+                .filter(|(_, info)| info.queues.iter().any(|(q, _)| *q == queue))
+                .map(|(m, _)| m.clone())
+                .collect();
+            let (committed, max) = offsets.get(&queue).copied().unwrap_or((None, None));
+            rows.push(QueueRow {
+                predicted: predicted.get(&queue).map(|m| m.to_string()),
+                owners,
+                committed,
+                max,
+                queue,
+            });
+        }
+    }
+
+    let fingerprints: BTreeMap<String, BTreeMap<String, String>> = infos
+        .iter()
+        .map(|(member, info)| {
+            let per_topic = topics
+                .iter()
+                .filter_map(|t| Some((t.clone(), info.fingerprint(t)?.to_string())))
+                .collect();
+            (member.clone(), per_topic)
+        })
+        .collect();
+    let without: Vec<&String> = infos
+        .iter()
+        .filter(|(_, i)| topics.iter().all(|t| i.fingerprint(t).is_none()))
+        .map(|(m, _)| m)
+        .collect();
+    if !without.is_empty() {
+        warnings.push(format!(
+            "diverging members: {} report no allocation fingerprint (not clients of this library), so they are not compared",
+            without.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(GroupDescription {
+        group: group.to_string(),
+        members,
+        rows,
+        diverging_members: diverging(&fingerprints),
+        warnings,
+    })
+}
+
+/// Runs the command and prints the description; the warnings also go to `err`.
+pub fn run(
+    args: &DescribeArgs,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<(), DescribeError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let description = runtime.block_on(fetch(args))?;
+    if args.json {
+        description.write_json(out)?;
+        for w in &description.warnings {
+            writeln!(err, "rebalance describe: warning: {w}")?;
+        }
+    } else {
+        description.write_table(out)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(
+        id: i32,
+        predicted: &str,
+        owners: &[&str],
+        committed: Option<i64>,
+        max: Option<i64>,
+    ) -> QueueRow {
+        QueueRow {
+            queue: MessageQueue::new("T", "broker-a", id),
+            predicted: Some(predicted.to_string()),
+            owners: owners.iter().map(|s| s.to_string()).collect(),
+            committed,
+            max,
+        }
+    }
+
+    #[test]
+    fn json_lines_have_the_contracts_keys_in_order() {
+        let description = GroupDescription {
+            group: "G".into(),
+            members: vec!["a".into(), "b".into()],
+            rows: vec![
+                row(0, "a", &["a"], Some(3), Some(10)),
+                row(1, "b", &["a", "b"], Some(10), Some(10)),
+                row(2, "b", &[], None, Some(4)),
+                row(3, "b", &["b"], Some(1), None),
+            ],
+            diverging_members: vec!["b".into()],
+            warnings: vec!["x".into()],
+        };
+        let mut out = Vec::new();
+        description.write_json(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5);
+        assert_eq!(
+            lines[0],
+            r#"{"topic":"T","broker":"broker-a","queue":0,"predicted":"a","owners":["a"],"committed":3,"max":10,"lag":7}"#
+        );
+        assert_eq!(
+            lines[2],
+            r#"{"topic":"T","broker":"broker-a","queue":2,"predicted":"b","owners":[],"committed":null,"max":4,"lag":4}"#
+        );
+        assert_eq!(
+            lines[3],
+            r#"{"topic":"T","broker":"broker-a","queue":3,"predicted":"b","owners":["b"],"committed":1,"max":null,"lag":null}"#
+        );
+        assert_eq!(
+            lines[4],
+            r#"{"members":2,"queues":4,"double_owned":1,"unowned":1,"lag":11,"diverging_members":["b"]}"#
+        );
+        let mut table = Vec::new();
+        description.write_table(&mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains("DOUBLE") && table.contains("UNOWNED"),
+            "{table}"
+        );
+        assert!(table.contains("warning: x"));
+    }
+
+    #[test]
+    fn the_odd_fingerprint_out_diverges() {
+        let fp = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(t, f)| (t.to_string(), f.to_string()))
+                .collect()
+        };
+        let mut members = BTreeMap::new();
+        members.insert("a".to_string(), fp(&[("T", "1"), ("U", "9")]));
+        members.insert("b".to_string(), fp(&[("T", "1"), ("U", "9")]));
+        members.insert("c".to_string(), fp(&[("T", "2"), ("U", "9")]));
+        members.insert("d".to_string(), fp(&[]));
+        assert_eq!(diverging(&members), vec!["c".to_string()]);
+        members.remove("c");
+        assert!(diverging(&members).is_empty());
+    }
+}

@@ -1,0 +1,232 @@
+//! What the brokers know and can ask about a consumer group, for tools (`rebalance describe`)
+//! and tests: the group's committed and max offsets per queue (GET_CONSUME_STATS, 208), a
+//! member's running info asked through a broker (GET_CONSUMER_RUNNING_INFO, 307, forwarded),
+//! every member's offsets (INVOKE_BROKER_TO_GET_CONSUMER_STATUS, 223 → 221), and an operator's
+//! offset reset (INVOKE_BROKER_TO_RESET_OFFSET, 222). Names are plain: the namespace is applied
+//! on the way out and removed on the way back.
+
+use std::collections::BTreeMap;
+
+use rebalance_core::MessageQueue;
+use rebalance_runtime::RemoteError;
+use serde_json::Value;
+
+use super::{BrokerClient, refused};
+use crate::command::{RemotingCommand, request_code, response_code};
+use crate::questions::{parse_queue_key, stringify_object_keys};
+
+/// One queue in a broker's GET_CONSUME_STATS answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueProgress {
+    /// The queue.
+    pub queue: MessageQueue,
+    /// Its max offset (the offset the next message gets).
+    pub broker_offset: i64,
+    /// The group's committed offset.
+    pub consumer_offset: i64,
+    /// Store time of the last consumed message, ms since the epoch (0 if none).
+    pub last_timestamp: i64,
+}
+
+impl QueueProgress {
+    /// Messages not consumed yet: max offset minus committed offset (never negative).
+    pub fn lag(&self) -> i64 {
+        (self.broker_offset - self.consumer_offset).max(0)
+    }
+}
+
+/// A member's running info, as it answered GET_CONSUMER_RUNNING_INFO through a broker (any
+/// client's answer in the Java shape: the Java client's, this crate's).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct MemberRunningInfo {
+    /// The queues the member holds, with the commit offset it reports for each.
+    pub queues: Vec<(MessageQueue, i64)>,
+    /// Its `properties` (string values only).
+    pub properties: BTreeMap<String, String>,
+    /// Its `userConsumerInfo` (this crate puts each topic's allocation fingerprint there,
+    /// `fingerprint:{topic}`).
+    pub user_info: BTreeMap<String, String>,
+    /// The topics of its `subscriptionSet`.
+    pub subscriptions: Vec<String>,
+}
+
+impl MemberRunningInfo {
+    /// The allocation fingerprint the member reports for `topic` (members of this crate only).
+    pub fn fingerprint(&self, topic: &str) -> Option<&str> {
+        self.user_info
+            .get(&format!("fingerprint:{topic}"))
+            .map(String::as_str)
+    }
+}
+
+/// The body of an answer as JSON, fastjson's queue-object keys made strings.
+fn json_body(response: &RemotingCommand, what: &str) -> Result<Value, RemoteError> {
+    let text = std::str::from_utf8(&response.body)
+        .map_err(|e| RemoteError::BadResponse(format!("{what}: {e}")))?;
+    serde_json::from_str(&stringify_object_keys(text))
+        .map_err(|e| RemoteError::BadResponse(format!("{what}: {e}")))
+}
+
+/// The queue-keyed map at `value`, each key parsed (entries that are not queues are skipped).
+fn queue_map(value: &Value) -> impl Iterator<Item = (MessageQueue, &Value)> {
+    value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((parse_queue_key(k)?, v)))
+}
+
+fn strings(value: &Value) -> BTreeMap<String, String> {
+    value
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect()
+}
+
+impl BrokerClient {
+    /// `queue` with its topic as the application names it.
+    fn plain_queue(&self, mut queue: MessageQueue) -> MessageQueue {
+        let plain = self.inner.name_server.plain_name(&queue.topic).into_owned();
+        queue.topic = plain.into();
+        queue
+    }
+
+    /// GET_CONSUME_STATS at the broker at `addr`: for each queue of `topic` (every topic the
+    /// group committed offsets for, when `None`) on that broker, the max and committed offsets.
+    pub async fn consume_stats_at(
+        &self,
+        addr: &str,
+        group: &str,
+        topic: Option<&str>,
+    ) -> Result<Vec<QueueProgress>, RemoteError> {
+        let mut request = RemotingCommand::request(request_code::GET_CONSUME_STATS)
+            .with_ext("consumerGroup", self.wire(group));
+        if let Some(topic) = topic {
+            request = request.with_ext("topic", self.wire(topic));
+        }
+        let op = self.group_op("consume stats", group);
+        let response = self.call_ok(addr, &op, request).await?;
+        let body = json_body(&response, "consume stats")?;
+        let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
+        let mut queues: Vec<QueueProgress> = queue_map(&body["offsetTable"])
+            .map(|(queue, v)| QueueProgress {
+                queue: self.plain_queue(queue),
+                broker_offset: int(v, "brokerOffset"),
+                consumer_offset: int(v, "consumerOffset").max(0),
+                last_timestamp: int(v, "lastTimestamp"),
+            })
+            .collect();
+        queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+        Ok(queues)
+    }
+
+    /// GET_CONSUMER_RUNNING_INFO for the member `client_id` of `group`, asked of the broker at
+    /// `addr`, which forwards it to the member (5 s on a Rust broker, 10 s on a Java one).
+    /// A member that does not answer it (an older client of this crate answers "request code
+    /// not supported") is a [`RemoteError::Refused`] with the code and remark relayed.
+    pub async fn running_info_at(
+        &self,
+        addr: &str,
+        group: &str,
+        client_id: &str,
+    ) -> Result<MemberRunningInfo, RemoteError> {
+        let request = RemotingCommand::request(request_code::GET_CONSUMER_RUNNING_INFO)
+            .with_ext("consumerGroup", self.wire(group))
+            .with_ext("clientId", client_id)
+            .with_ext("jstackEnable", "false");
+        let op = self.group_op("consumer running info", group);
+        let response = self.call_ok(addr, &op, request).await?;
+        let body = json_body(&response, "consumer running info")?;
+        let mut queues: Vec<(MessageQueue, i64)> = queue_map(&body["mqTable"])
+            .map(|(q, v)| {
+                let offset = v.get("commitOffset").and_then(Value::as_i64).unwrap_or(-1);
+                (self.plain_queue(q), offset)
+            })
+            .collect();
+        queues.sort();
+        let subscriptions = body["subscriptionSet"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.get("topic")?.as_str())
+            .map(|t| self.inner.name_server.plain_name(t).into_owned())
+            .collect();
+        Ok(MemberRunningInfo {
+            queues,
+            properties: strings(&body["properties"]),
+            user_info: strings(&body["userConsumerInfo"]),
+            subscriptions,
+        })
+    }
+
+    /// INVOKE_BROKER_TO_GET_CONSUMER_STATUS at the broker at `addr`: the broker asks each
+    /// member of `group` for its offsets of `topic` (GET_CONSUMER_STATUS_FROM_CLIENT) and
+    /// answers them by client id.
+    pub async fn consumer_status_at(
+        &self,
+        addr: &str,
+        group: &str,
+        topic: &str,
+    ) -> Result<BTreeMap<String, Vec<(MessageQueue, i64)>>, RemoteError> {
+        let request = RemotingCommand::request(request_code::INVOKE_BROKER_TO_GET_CONSUMER_STATUS)
+            .with_ext("group", self.wire(group))
+            .with_ext("topic", self.wire(topic));
+        let op = self.group_op("consumer status", group);
+        let response = self.call_ok(addr, &op, request).await?;
+        let body = json_body(&response, "consumer status")?;
+        let table = body["consumerTable"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        Ok(table
+            .iter()
+            .map(|(client, offsets)| {
+                let mut offsets: Vec<(MessageQueue, i64)> = queue_map(offsets)
+                    .filter_map(|(q, o)| Some((self.plain_queue(q), o.as_i64()?)))
+                    .collect();
+                offsets.sort();
+                (client.clone(), offsets)
+            })
+            .collect())
+    }
+
+    /// INVOKE_BROKER_TO_RESET_OFFSET at the broker at `addr` (what `mqadmin
+    /// resetOffsetByTime` sends to each master): resets `group`'s offsets of `topic` on that
+    /// broker to the first message stored at or after `timestamp_ms` (`-1`: the max offset).
+    /// Brokers with server-side reset store the new offsets and hand them to the next pull;
+    /// the others push RESET_CONSUMER_CLIENT_OFFSET to the group's clients. Returns the new
+    /// offset of each queue, as the broker answers them.
+    pub async fn reset_offsets_at(
+        &self,
+        addr: &str,
+        group: &str,
+        topic: &str,
+        timestamp_ms: i64,
+        force: bool,
+    ) -> Result<Vec<(MessageQueue, i64)>, RemoteError> {
+        let request = RemotingCommand::request(request_code::INVOKE_BROKER_TO_RESET_OFFSET)
+            .with_ext("topic", self.wire(topic))
+            .with_ext("group", self.wire(group))
+            .with_ext("timestamp", timestamp_ms)
+            .with_ext("isForce", force)
+            .with_ext("queueId", -1);
+        let op = self.group_op("reset offsets", group);
+        let response = self.call(addr, &op, request).await?;
+        if response.code != response_code::SUCCESS {
+            return Err(refused(&response));
+        }
+        if response.body.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body = json_body(&response, "reset offsets")?;
+        let mut offsets: Vec<(MessageQueue, i64)> = queue_map(&body["offsetTable"])
+            .filter_map(|(q, o)| Some((self.plain_queue(q), o.as_i64()?)))
+            .collect();
+        offsets.sort();
+        Ok(offsets)
+    }
+}

@@ -1,0 +1,99 @@
+//! Offsets set from outside: an operator's reset (RocketMQ `RESET_CONSUMER_CLIENT_OFFSET`),
+//! and the offsets a lease asked to persist at once ([`QueueLease::persist_now`]).
+//!
+//! [`QueueLease::persist_now`]: crate::QueueLease::persist_now
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use rebalance_core::MessageQueue;
+
+use super::round::ReleaseMode;
+use super::{Service, topic_report};
+use crate::listener::RemovalReason;
+use crate::wake::WakeReasons;
+
+/// How many resets may wait for the service at once (each names the queues of one topic on one
+/// broker, so this is a burst of operators' resets, not a steady state).
+pub(crate) const PENDING_RESETS: usize = 32;
+
+/// An operator's reset: each queue's new next offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OffsetReset {
+    pub(crate) offsets: Vec<(MessageQueue, i64)>,
+}
+
+impl Service {
+    /// Applies a reset to the queues this client holds (the others are someone else's, or
+    /// nobody's: ignored, as the Java client does). Each is released with the new offset as its
+    /// final one, so its consumer stops and drops what it buffered and nothing it still
+    /// commits is persisted; then a round takes it again at once, from the new offset.
+    pub(super) async fn reset_offsets(&mut self, reset: OffsetReset) {
+        let mut by_topic: BTreeMap<String, Vec<(MessageQueue, RemovalReason)>> = BTreeMap::new();
+        let mut ignored = 0usize;
+        for (queue, offset) in reset.offsets {
+            match self.table.get(&queue) {
+                Some(pq) if pq.is_held() && offset >= 0 => {
+                    tracing::info!(queue = ?queue, offset, "offset reset: releasing the queue to restart it from the new offset");
+                    self.table.set_reset(&queue, offset);
+                    self.reset_starts.insert(queue.clone(), offset);
+                    by_topic
+                        .entry(queue.topic.to_string())
+                        .or_default()
+                        .push((queue, RemovalReason::OffsetReset));
+                }
+                _ => ignored += 1,
+            }
+        }
+        if ignored > 0 {
+            tracing::debug!(
+                ignored,
+                "offset reset names queues this client does not hold; ignored"
+            );
+        }
+        if by_topic.is_empty() {
+            return;
+        }
+        let mut topics = Vec::with_capacity(by_topic.len());
+        for (topic, queues) in by_topic {
+            let mut report = topic_report(&topic);
+            self.release(&topic, queues, ReleaseMode::Try, &mut report)
+                .await;
+            topics.push(report);
+        }
+        let balanced = self.outputs.assignment.borrow().balanced;
+        self.publish_assignment(balanced);
+        self.released_between.extend(topics);
+        self.trigger.wake(WakeReasons::OFFSET_RESET);
+    }
+
+    /// Persists the committed offsets of the held queues whose lease asked for it
+    /// ([`QueueLease::persist_now`](crate::QueueLease::persist_now)).
+    pub(super) async fn persist_requested(&mut self) {
+        let due: Vec<(MessageQueue, i64)> = self
+            .table
+            .iter()
+            .filter(|(_, pq)| pq.is_held())
+            .filter(|(_, pq)| pq.lease_state().persist_now.swap(false, Ordering::AcqRel))
+            .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
+            .collect();
+        for (queue, offset) in due {
+            match self
+                .ctx
+                .offsets
+                .persist(&self.ctx.group, &queue, offset)
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(queue = ?queue, offset, "persisted an offset at once, as its consumer asked");
+                    if let Some(pq) = self.table.get(&queue) {
+                        pq.set_persisted(offset);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(queue = ?queue, offset, error = %e, "could not persist the offset at once; the persistence tick retries")
+                }
+            }
+        }
+    }
+}
