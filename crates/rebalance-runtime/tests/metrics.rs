@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use metrics_util::registry::{AtomicStorage, Registry};
-use rebalance_runtime::config::ConsumeOrder;
+use rebalance_runtime::config::{ConsumeOrder, Intervals};
 use rebalance_runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer,
 };
@@ -243,6 +243,14 @@ fn a_push_consumer_records_what_it_buffers_consumes_and_holds() {
     });
 }
 
+/// The Java timing: the first round at once (no start-up settle window).
+fn java_intervals() -> Intervals {
+    Intervals {
+        adaptive_settle: None,
+        ..Intervals::default()
+    }
+}
+
 struct Failing;
 
 #[async_trait]
@@ -265,6 +273,7 @@ fn callback_failures_are_counted_and_a_dead_consumer_holds_nothing() {
         let consumer = Consumer::builder("G")
             .subscribe("T")
             .consume_retry_topic(false)
+            .intervals(java_intervals())
             .cluster(cluster.client("a@1"))
             .listener(Arc::new(Failing))
             .start()
@@ -315,6 +324,7 @@ fn lock_refusals_are_counted_per_refused_queue() {
         let consumer = Consumer::builder("G")
             .subscribe("T")
             .consume_retry_topic(false)
+            .intervals(java_intervals())
             .consume_order(ConsumeOrder::Orderly)
             .cluster(cluster.client("a@1"))
             .listener(Arc::new(Quiet))

@@ -133,7 +133,11 @@ async fn an_offset_moved_is_persisted_at_once() {
     }
     let consumer = PushConsumer::builder(GROUP)
         .subscribe("T")
-        .configure(|c| c.cluster(client.clone()).consume_retry_topic(false))
+        .configure(|c| {
+            c.cluster(client.clone())
+                .consume_retry_topic(false)
+                .intervals(common::java_intervals())
+        })
         .source(Arc::new(client))
         .concurrently(Arc::new(Stuck))
         .start()

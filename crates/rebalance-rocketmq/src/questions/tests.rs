@@ -31,7 +31,8 @@ async fn consumer(cluster: &InMemoryCluster, id: &str) -> ConsumerHandle {
         .start()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Its first round (after the start-up settle window) took every queue.
+    handle.ready(Duration::from_secs(10)).await.unwrap();
     handle
 }
 

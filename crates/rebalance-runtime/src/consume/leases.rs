@@ -162,6 +162,7 @@ impl Leases {
 #[async_trait]
 impl QueueListener for Leases {
     async fn queues_added(&self, _topic: &str, queues: &[QueueLease]) -> Result<(), ListenerError> {
+        super::start_positions::resolve(&self.shared, queues).await;
         for lease in queues {
             self.shared.count_queue(lease.queue(), true);
             let running = self.start(lease.clone());

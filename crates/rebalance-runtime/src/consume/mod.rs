@@ -33,6 +33,7 @@ mod pull_loop;
 mod push;
 mod shared;
 mod source;
+mod start_positions;
 #[cfg(test)]
 mod testing;
 mod work;
