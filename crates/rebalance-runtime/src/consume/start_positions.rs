@@ -28,6 +28,7 @@ pub(crate) async fn resolve(shared: &Shared, leases: &[QueueLease]) {
         .iter()
         .filter(|lease| lease.committed().is_none())
         .filter(|lease| !matches!(lease.start_position(), StartPosition::Offset(_)))
+        .filter(|lease| !lease.is_cancelled())
         .map(|lease| resolve_one(shared, lease, deadline));
     join_all(lookups).await;
 }
@@ -36,11 +37,26 @@ async fn resolve_one(shared: &Shared, lease: &QueueLease, deadline: Instant) {
     let queue = lease.queue();
     let source = &shared.source;
     loop {
-        let lookup = match lease.start_position() {
-            StartPosition::Offset(_) => return,
-            StartPosition::Latest => source.max_offset(queue).await,
-            StartPosition::Earliest => source.min_offset(queue).await,
-            StartPosition::Timestamp(t) => source.offset_at(queue, t).await,
+        let lookup = async {
+            match lease.start_position() {
+                StartPosition::Offset(offset) => Ok(offset),
+                StartPosition::Latest => source.max_offset(queue).await,
+                StartPosition::Earliest => source.min_offset(queue).await,
+                StartPosition::Timestamp(t) => source.offset_at(queue, t).await,
+            }
+        };
+        // A lookup that does not answer in time, or a lease cancelled meanwhile, is left to
+        // the pull loop.
+        let lookup = tokio::select! {
+            biased;
+            _ = lease.cancelled() => return,
+            answer = tokio::time::timeout_at(deadline, lookup) => match answer {
+                Ok(answer) => answer,
+                Err(_) => {
+                    tracing::warn!(queue = ?queue, "the start position lookup did not answer in time; the pull loop keeps trying");
+                    return;
+                }
+            },
         };
         match lookup {
             Ok(offset) => {
