@@ -21,12 +21,12 @@ use super::link::{Ack, LeaseLink};
 use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
+use super::start_positions::{self, Lookup};
 use super::{Message, PullError, PullRequest, PullResult};
+use crate::QueueLease;
 use crate::metrics::{self, QueueGauges};
-use crate::{QueueLease, RemoteError, StartPosition};
 
 type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
-type LookupFuture<'a> = Pin<Box<dyn Future<Output = Result<i64, RemoteError>> + Send + 'a>>;
 type OrderlyFuture = Pin<Box<dyn Future<Output = orderly::Done> + Send>>;
 
 /// The pull loop of one lease.
@@ -187,14 +187,11 @@ impl PullLoop {
         loop {
             self.activity.touch();
             let source = self.shared.source.clone();
-            let (kind, lookup): (_, LookupFuture<'_>) = match self.lease.start_position() {
-                StartPosition::Offset(offset) => return Some(offset),
-                StartPosition::Latest => ("max offset", Box::pin(source.max_offset(&queue))),
-                StartPosition::Earliest => ("min offset", Box::pin(source.min_offset(&queue))),
-                StartPosition::Timestamp(t) => {
-                    ("offset at time", Box::pin(source.offset_at(&queue, t)))
-                }
-            };
+            let (kind, lookup) =
+                match start_positions::lookup(&*source, &queue, self.lease.start_position()) {
+                    Lookup::Known(offset) => return Some(offset),
+                    Lookup::Ask(kind, lookup) => (kind, lookup),
+                };
             // A lookup that never answers is given up when the loop retires.
             let lookup = tokio::select! {
                 biased;
@@ -450,11 +447,7 @@ impl PullLoop {
     }
 
     fn commit_at(&self, offset: i64) {
-        if self.shared.orderly() {
-            self.lease.commit_exact(offset);
-        } else {
-            self.lease.commit(offset);
-        }
+        start_positions::commit(&self.shared, &self.lease, offset);
     }
 
     /// The lease is cancelled: no new batch starts, the batches in the listener finish

@@ -4,13 +4,55 @@
 //! The Java client does the same in its rebalance (`computePullFromWhere`) before it dispatches
 //! the first pull.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use rebalance_core::MessageQueue;
 use tokio::time::{Instant, sleep};
 
+use super::MessageSource;
 use super::shared::Shared;
-use crate::{QueueLease, StartPosition};
+use crate::{QueueLease, RemoteError, StartPosition};
+
+/// A start position's lookup at the source.
+pub(super) type LookupFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<i64, RemoteError>> + Send + 'a>>;
+
+/// Where a start position is: known, or to be asked of the source.
+pub(super) enum Lookup<'a> {
+    /// An offset: nothing to ask.
+    Known(i64),
+    /// The lookup to make, with its name for the logs.
+    Ask(&'static str, LookupFuture<'a>),
+}
+
+/// What resolves `start` for `queue` at `source`.
+pub(super) fn lookup<'a>(
+    source: &'a dyn MessageSource,
+    queue: &'a MessageQueue,
+    start: StartPosition,
+) -> Lookup<'a> {
+    match start {
+        StartPosition::Offset(offset) => Lookup::Known(offset),
+        StartPosition::Latest => Lookup::Ask("max offset", Box::pin(source.max_offset(queue))),
+        StartPosition::Earliest => Lookup::Ask("min offset", Box::pin(source.min_offset(queue))),
+        StartPosition::Timestamp(t) => {
+            Lookup::Ask("offset at time", Box::pin(source.offset_at(queue, t)))
+        }
+    }
+}
+
+/// Commits `offset` on `lease` as the consume mode commits: exactly when orderly (the offset
+/// may go back), else never backwards.
+pub(super) fn commit(shared: &Shared, lease: &QueueLease, offset: i64) {
+    if shared.orderly() {
+        lease.commit_exact(offset);
+    } else {
+        lease.commit(offset);
+    }
+}
 
 /// How long `queues_added` spends on the lookups at most; a queue still unresolved then is
 /// resolved by its pull loop, which retries every 3 s.
@@ -35,15 +77,9 @@ pub(crate) async fn resolve(shared: &Shared, leases: &[QueueLease]) {
 
 async fn resolve_one(shared: &Shared, lease: &QueueLease, deadline: Instant) {
     let queue = lease.queue();
-    let source = &shared.source;
     loop {
-        let lookup = async {
-            match lease.start_position() {
-                StartPosition::Offset(offset) => Ok(offset),
-                StartPosition::Latest => source.max_offset(queue).await,
-                StartPosition::Earliest => source.min_offset(queue).await,
-                StartPosition::Timestamp(t) => source.offset_at(queue, t).await,
-            }
+        let Lookup::Ask(_, lookup) = lookup(&*shared.source, queue, lease.start_position()) else {
+            return;
         };
         // A lookup that does not answer in time, or a lease cancelled meanwhile, is left to
         // the pull loop.
@@ -62,11 +98,7 @@ async fn resolve_one(shared: &Shared, lease: &QueueLease, deadline: Instant) {
             Ok(offset) => {
                 let offset = offset.max(0);
                 tracing::debug!(queue = ?queue, start = ?lease.start_position(), offset, "resolved the start position before announcing the queue");
-                if shared.orderly() {
-                    lease.commit_exact(offset);
-                } else {
-                    lease.commit(offset);
-                }
+                commit(shared, lease, offset);
                 return;
             }
             Err(e) if Instant::now() + RETRY_AFTER < deadline && !lease.is_cancelled() => {

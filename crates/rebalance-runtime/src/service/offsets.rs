@@ -6,16 +6,36 @@ use tokio::time::Instant;
 
 use super::Service;
 use super::final_offsets::Retry;
-use crate::table::ProcessQueueTable;
+use crate::table::{ProcessQueue, ProcessQueueTable};
+
+/// Why committed offsets are persisted (for the logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Persisting {
+    /// The periodic tick (`persist_offsets`).
+    Tick,
+    /// A lease asked for it ([`QueueLease::persist_now`](crate::QueueLease::persist_now)).
+    AtOnce,
+}
 
 impl Service {
     /// Persists the offsets the application committed since the last time, and retries final
     /// offsets the store refused earlier.
     pub(super) async fn persist_offsets(&mut self) {
+        self.persist_committed(|_| true, Persisting::Tick).await;
+        self.retry_final_offsets().await;
+    }
+
+    /// Persists the offsets committed and not stored yet of the held queues that `pick` picks
+    /// (asked only of those), and records what the store accepted.
+    pub(super) async fn persist_committed(
+        &mut self,
+        mut pick: impl FnMut(&ProcessQueue) -> bool,
+        why: Persisting,
+    ) {
         let due: Vec<(MessageQueue, i64)> = self
             .table
             .iter()
-            .filter(|(_, pq)| pq.is_held())
+            .filter(|(_, pq)| pq.is_held() && pick(pq))
             .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
             .collect();
         for (queue, offset) in due {
@@ -26,16 +46,23 @@ impl Service {
                 .await
             {
                 Ok(()) => {
+                    if why == Persisting::AtOnce {
+                        tracing::info!(queue = ?queue, offset, "persisted an offset at once, as its consumer asked");
+                    }
                     if let Some(pq) = self.table.get(&queue) {
                         pq.set_persisted(offset);
                     }
                 }
-                Err(e) => {
-                    tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
-                }
+                Err(e) => match why {
+                    Persisting::Tick => {
+                        tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
+                    }
+                    Persisting::AtOnce => {
+                        tracing::warn!(queue = ?queue, offset, error = %e, "could not persist the offset at once; the persistence tick retries")
+                    }
+                },
             }
         }
-        self.retry_final_offsets().await;
     }
 
     /// Retries the final offsets of released queues that the store refused. A value is retried

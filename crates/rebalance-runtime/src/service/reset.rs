@@ -8,9 +8,11 @@ use std::sync::atomic::Ordering;
 
 use rebalance_core::MessageQueue;
 
+use super::offsets::Persisting;
 use super::round::ReleaseMode;
 use super::{Service, topic_report};
 use crate::listener::RemovalReason;
+use crate::table::ProcessQueue;
 use crate::wake::WakeReasons;
 
 /// How many resets may wait for the service at once (each names the queues of one topic on one
@@ -70,30 +72,7 @@ impl Service {
     /// Persists the committed offsets of the held queues whose lease asked for it
     /// ([`QueueLease::persist_now`](crate::QueueLease::persist_now)).
     pub(super) async fn persist_requested(&mut self) {
-        let due: Vec<(MessageQueue, i64)> = self
-            .table
-            .iter()
-            .filter(|(_, pq)| pq.is_held())
-            .filter(|(_, pq)| pq.lease_state().persist_now.swap(false, Ordering::AcqRel))
-            .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
-            .collect();
-        for (queue, offset) in due {
-            match self
-                .ctx
-                .offsets
-                .persist(&self.ctx.group, &queue, offset)
-                .await
-            {
-                Ok(()) => {
-                    tracing::info!(queue = ?queue, offset, "persisted an offset at once, as its consumer asked");
-                    if let Some(pq) = self.table.get(&queue) {
-                        pq.set_persisted(offset);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(queue = ?queue, offset, error = %e, "could not persist the offset at once; the persistence tick retries")
-                }
-            }
-        }
+        let asked = |pq: &ProcessQueue| pq.lease_state().persist_now.swap(false, Ordering::AcqRel);
+        self.persist_committed(asked, Persisting::AtOnce).await;
     }
 }
