@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+mod disk;
 mod ports;
 mod process;
 
@@ -97,6 +98,21 @@ pub enum TestkitError {
     /// No such broker in the cluster.
     #[error("no broker `{0}` in the test cluster")]
     UnknownBroker(String),
+    /// The disk holding a broker's store is too full for broker 1.0 to start: it refuses above
+    /// 90 % used (its `diskSpaceWarningLevelRatio`, which it caps at 90), and exits with status
+    /// 70 and no word of the reason.
+    #[error(
+        "the disk holding {path} is {used_percent:.1} % used (total minus available, as the broker \
+         computes it); broker 1.0 refuses to start above 90 %: free at least {to_free_mib} MiB"
+    )]
+    DiskTooFull {
+        /// The store directory.
+        path: String,
+        /// How full its file system is, in percent.
+        used_percent: f64,
+        /// How much must be freed for the broker to start, in MiB.
+        to_free_mib: u64,
+    },
 }
 
 impl std::fmt::Debug for TestkitError {
@@ -212,7 +228,11 @@ struct Broker {
 
 /// A running name server and its brokers. Dropping it stops every server (SIGTERM, then SIGKILL
 /// after [`ClusterOptions::stop_grace`]) and deletes the directory, unless the thread is
-/// panicking: then the directory, with the servers' logs, is kept and its path printed.
+/// panicking: then the directory is kept with the servers' configs and logs and each broker's
+/// `store/config` (its message data is deleted), and its path printed.
+///
+/// A broker is not started on a disk more than 90 % used, which broker 1.0 refuses without saying
+/// why: [`TestkitError::DiskTooFull`] says how much to free.
 ///
 /// A test process that dies without dropping it (SIGKILL, an abort) does not leave its servers
 /// behind: each has a watchdog that kills it with SIGKILL when the process is gone. The
@@ -270,7 +290,10 @@ impl TestCluster {
         let mut attempt = 1;
         loop {
             match Self::try_start(options.clone()) {
-                Err(e) if attempt < START_ATTEMPTS => {
+                Err(e)
+                    if attempt < START_ATTEMPTS
+                        && !matches!(e, TestkitError::DiskTooFull { .. }) =>
+                {
                     tracing::warn!(attempt, error = %e, "test cluster did not start; trying other ports");
                     attempt += 1;
                 }
@@ -401,7 +424,10 @@ impl TestCluster {
         let mut attempt = 1;
         loop {
             match self.try_add_broker(name) {
-                Err(e) if attempt < START_ATTEMPTS => {
+                Err(e)
+                    if attempt < START_ATTEMPTS
+                        && !matches!(e, TestkitError::DiskTooFull { .. }) =>
+                {
                     tracing::warn!(broker = name, attempt, error = %e, "test broker did not start; trying other ports");
                     attempt += 1;
                 }
@@ -419,6 +445,7 @@ impl TestCluster {
         let store = home.join("store");
         std::fs::create_dir_all(&store)
             .map_err(io(format!("cannot create the store of {name}")))?;
+        disk::check_room(&store)?;
         let store_str = toml_str(&store.display().to_string());
         let config = format!(
             r#"[broker]
@@ -450,8 +477,8 @@ storePathRootDir = {store_str}
 haListenAddress = "127.0.0.1"
 haListenPort = {ha_port}
 mappedFileSizeCommitLog = 67108864
-# With the default disk limits (85 % and 90 % used) the broker refuses to start on a fuller disk;
-# the tests write a few kilobytes, so only a nearly full disk should stop them.
+# Disk limits as high as broker 1.0 takes them (it caps the warning level at 90 % used and refuses
+# to start above it, which `disk::check_room` reports before starting): the tests write little.
 diskMaxUsedSpaceRatio = 95
 diskSpaceWarningLevelRatio = 99
 diskSpaceCleanForciblyRatio = 98
@@ -503,6 +530,8 @@ diskSpaceCleanForciblyRatio = 98
         let last = self.brokers.len() - 1;
         if let Err(e) = self.brokers[last].process.start(timeout) {
             self.brokers.pop();
+            // The disk may have filled up while it started (parallel tests write too).
+            disk::check_room(&store)?;
             return Err(e);
         }
         Ok(format!("127.0.0.1:{port}"))
@@ -527,6 +556,7 @@ diskSpaceCleanForciblyRatio = 98
     /// Starts a stopped broker again, with the same ports and store.
     pub fn start_broker(&mut self, name: &str) -> Result<(), TestkitError> {
         let i = self.broker_index(name)?;
+        disk::check_room(&self.dir_path().join(name).join("store"))?;
         let timeout = self.options.start_timeout;
         self.brokers[i].process.start(timeout)
     }
@@ -684,9 +714,15 @@ impl Drop for TestCluster {
         if std::thread::panicking() {
             if let Some(dir) = self.dir.take() {
                 let kept = dir.keep();
+                // Message data runs to hundreds of megabytes per broker, and a failing CI run
+                // would leave it behind on each retry: keep what a developer reads.
+                for broker in &self.brokers {
+                    disk::drop_message_data(&kept.join(&broker.name).join("store"));
+                }
                 // A failing test's output is where a developer looks first.
                 eprintln!(
-                    "testkit: the test failed; server configs, stores and logs kept in {}",
+                    "testkit: the test failed; server configs, logs and the brokers' store/config \
+                     (offsets, subscriptions) kept in {}",
                     kept.display()
                 );
             }
