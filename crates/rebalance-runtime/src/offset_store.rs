@@ -9,6 +9,9 @@ use rebalance_core::MessageQueue;
 
 use crate::RemoteError;
 
+/// How many [`OffsetStore::read`] calls the default [`OffsetStore::read_many`] has in flight.
+const READ_MANY_CONCURRENCY: usize = 16;
+
 /// Whose progress an [`OffsetStore`] keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum OffsetScope {
@@ -38,6 +41,35 @@ pub enum OffsetScope {
 pub trait OffsetStore: Send + Sync + 'static {
     /// The stored offset of `queue`, or `None` when nothing is stored yet.
     async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError>;
+
+    /// The stored offsets of `queues`, in their order: for each, what [`read`](Self::read)
+    /// answers. The runtime reads the start offsets of a round's new queues with one call.
+    ///
+    /// The default calls `read` for up to 16 queues at a time, so that
+    /// a consumer taking thousands of queues from a broker waits for a few hundred round trips,
+    /// not thousands (the Java client reads them one by one). Override it where the store can
+    /// answer many at once; the answer must have one entry per queue.
+    async fn read_many(
+        &self,
+        group: &str,
+        queues: &[MessageQueue],
+    ) -> Vec<Result<Option<i64>, RemoteError>> {
+        use futures_util::StreamExt;
+        use futures_util::stream::FuturesOrdered;
+        let mut answers = Vec::with_capacity(queues.len());
+        let mut in_flight = FuturesOrdered::new();
+        let mut next = queues.iter();
+        loop {
+            while in_flight.len() < READ_MANY_CONCURRENCY {
+                let Some(queue) = next.next() else { break };
+                in_flight.push_back(self.read(group, queue));
+            }
+            match in_flight.next().await {
+                Some(answer) => answers.push(answer),
+                None => return answers,
+            }
+        }
+    }
 
     /// Stores the next offset to consume for `queue`.
     async fn persist(
@@ -128,6 +160,22 @@ impl OffsetStore for LocalOffsetStore {
         Ok(self.offset(group, queue))
     }
 
+    /// One look at the map for all of them.
+    async fn read_many(
+        &self,
+        group: &str,
+        queues: &[MessageQueue],
+    ) -> Vec<Result<Option<i64>, RemoteError>> {
+        let offsets = self
+            .offsets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        queues
+            .iter()
+            .map(|queue| Ok(offsets.get(&(group.to_string(), queue.clone())).copied()))
+            .collect()
+    }
+
     async fn persist(
         &self,
         group: &str,
@@ -167,5 +215,67 @@ mod tests {
             Ok(None)
         );
         assert_eq!(store.scope(), OffsetScope::Client);
+    }
+
+    #[tokio::test]
+    async fn local_read_many_answers_each_queue_in_order() {
+        let store = LocalOffsetStore::new();
+        let queues: Vec<_> = (0..3).map(|i| MessageQueue::new("T", "b", i)).collect();
+        store.persist("G", &queues[2], 9).await.unwrap();
+        store.persist("H", &queues[0], 4).await.unwrap();
+        assert_eq!(
+            store.read_many("G", &queues).await,
+            vec![Ok(None), Ok(None), Ok(Some(9))]
+        );
+    }
+
+    /// Answers each read after a delay that shrinks with the queue id, so later queues answer
+    /// first, and records how many reads were in flight at most.
+    #[derive(Default)]
+    struct SlowStore {
+        in_flight: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait]
+    impl OffsetStore for SlowStore {
+        async fn read(&self, _: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            let id = u64::try_from(queue.queue_id).unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(100 - id % 100)).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            if queue.queue_id == 7 {
+                return Err(RemoteError::Unreachable("broker down".into()));
+            }
+            Ok(Some(i64::from(queue.queue_id) * 10))
+        }
+
+        async fn persist(&self, _: &str, _: &MessageQueue, _: i64) -> Result<(), RemoteError> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_read_many_reads_sixteen_at_a_time_and_answers_in_order() {
+        let store = SlowStore::default();
+        let queues: Vec<_> = (0..50).map(|i| MessageQueue::new("T", "b", i)).collect();
+        let started = tokio::time::Instant::now();
+        let answers = store.read_many("G", &queues).await;
+        assert_eq!(answers.len(), 50);
+        for (i, answer) in (0..50).zip(&answers) {
+            if i == 7 {
+                assert!(answer.is_err(), "queue 7's failure is its own");
+            } else {
+                assert_eq!(answer, &Ok(Some(i64::from(i) * 10)));
+            }
+        }
+        assert_eq!(
+            store.most.load(std::sync::atomic::Ordering::SeqCst),
+            READ_MANY_CONCURRENCY
+        );
+        // 50 reads of 51 to 100 ms each, one by one, would take about 3.8 s.
+        assert!(started.elapsed() < std::time::Duration::from_millis(500));
     }
 }

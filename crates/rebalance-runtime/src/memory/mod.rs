@@ -581,6 +581,49 @@ impl OffsetStore for ClusterClient {
         .await
     }
 
+    /// All of them under one lock, each with its own injected fault as if read one by one (a
+    /// delayed answer delays the whole answer).
+    async fn read_many(
+        &self,
+        group: &str,
+        queues: &[MessageQueue],
+    ) -> Vec<Result<Option<i64>, RemoteError>> {
+        let offsets = &self.state.offsets;
+        let mut delay = None;
+        let answers = {
+            let mut inner = self.state.lock();
+            if inner.partitioned.contains(&self.client_id) {
+                let error = RemoteError::Unreachable(format!(
+                    "{} is partitioned from the cluster",
+                    self.client_id
+                ));
+                return queues.iter().map(|_| Err(error.clone())).collect();
+            }
+            let failed = || {
+                Err(RemoteError::Unreachable(format!(
+                    "injected failure of {:?}",
+                    ClusterCall::ReadOffset
+                )))
+            };
+            queues
+                .iter()
+                .map(|queue| match inner.faults.take(ClusterCall::ReadOffset) {
+                    Some(Fault::Fail | Fault::LoseReply) => failed(),
+                    fault => {
+                        if let Some(Fault::Delay(d)) = fault {
+                            delay = delay.max(Some(d));
+                        }
+                        Ok(offsets.get(&(group.to_string(), queue.clone())).map(|o| *o))
+                    }
+                })
+                .collect()
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        answers
+    }
+
     async fn persist(
         &self,
         group: &str,

@@ -510,49 +510,46 @@ impl Service {
             lock_valid_until = Some(asked_at + self.ctx.intervals.lock_lifetime);
         }
         // Start positions first, then the inserts: the shutdown may begin during the lock
-        // request or the offset reads, and then nothing is inserted (see below).
+        // request or the offset reads, and then nothing is inserted (see below). A queue's start
+        // is known without the store (a reset, a refused final offset taken back) or read from
+        // it: all the reads in one call, answered in order.
+        let mut known: Vec<Option<(StartPosition, bool)>> = Vec::with_capacity(queues.len());
+        let mut to_read = Vec::new();
+        for queue in &queues {
+            let start = self.start_without_store(topic, queue);
+            if start.is_none() {
+                to_read.push(queue.clone());
+            }
+            known.push(start);
+        }
+        let mut read = if to_read.is_empty() {
+            Vec::new()
+        } else {
+            self.ctx.offsets.read_many(&group, &to_read).await
+        }
+        .into_iter();
         let mut starts = Vec::with_capacity(queues.len());
         let mut unread = Vec::new();
-        for queue in queues {
-            // Released for an operator's reset: it starts from the reset offset, persisted like
-            // a commit, whatever the store says.
-            if let Some(offset) = self.reset_starts.remove(&queue) {
-                tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
-                starts.push((queue, StartPosition::Offset(offset), true));
+        for (queue, known) in queues.into_iter().zip(known) {
+            if let Some((start, unsaved)) = known {
+                starts.push((queue, start, unsaved));
                 continue;
             }
-            // Our lock was granted again before the refused final offset's window closed: nobody
-            // else held the queue meanwhile, so the value is still its latest progress. It stays
-            // pending until the queue is inserted, so that a shutdown now still settles it.
-            let pending = if self.final_offsets.is_empty() {
-                TakeBack::Nothing
-            } else {
-                self.final_offsets.take_back(&queue, Instant::now())
-            };
-            let pending = match pending {
-                TakeBack::Resume(offset) => Some(offset),
-                TakeBack::Expired(offset) => {
-                    tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
-                    None
+            let answer = read.next().unwrap_or_else(|| {
+                Err(crate::RemoteError::BadResponse(
+                    "the offset store answered fewer queues than it was asked".into(),
+                ))
+            });
+            let start = match answer {
+                Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
+                Ok(_) => self.ctx.consume_from.start_without_offset(topic),
+                Err(e) => {
+                    tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
+                    unread.push(queue);
+                    continue;
                 }
-                TakeBack::Nothing => None,
             };
-            let start = match pending {
-                Some(offset) => {
-                    tracing::info!(topic, queue = ?queue, offset, "taking the queue back: resuming from the final offset the store refused");
-                    StartPosition::Offset(offset)
-                }
-                None => match self.ctx.offsets.read(&group, &queue).await {
-                    Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
-                    Ok(_) => self.ctx.consume_from.start_without_offset(topic),
-                    Err(e) => {
-                        tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
-                        unread.push(queue);
-                        continue;
-                    }
-                },
-            };
-            starts.push((queue, start, pending.is_some()));
+            starts.push((queue, start, false));
         }
         // Not taken, so not locked either: a lock kept would hold the queue's next owner off
         // until it expired at the broker (the next round locks it again if it is still ours).
@@ -612,6 +609,39 @@ impl Service {
                 .extend(leases.iter().map(|l| l.queue().clone()));
         }
         wanted - leases.len()
+    }
+
+    /// Where `queue` starts when the offset store need not be asked: from an operator's reset
+    /// offset, or from a final offset the store refused that is still ours to take back.
+    /// Returns the start and whether it is unsaved (still to be persisted).
+    fn start_without_store(
+        &mut self,
+        topic: &str,
+        queue: &MessageQueue,
+    ) -> Option<(StartPosition, bool)> {
+        // Released for an operator's reset: it starts from the reset offset, persisted like
+        // a commit, whatever the store says.
+        if let Some(offset) = self.reset_starts.remove(queue) {
+            tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
+            return Some((StartPosition::Offset(offset), true));
+        }
+        // Our lock was granted again before the refused final offset's window closed: nobody
+        // else held the queue meanwhile, so the value is still its latest progress. It stays
+        // pending until the queue is inserted, so that a shutdown now still settles it.
+        if self.final_offsets.is_empty() {
+            return None;
+        }
+        match self.final_offsets.take_back(queue, Instant::now()) {
+            TakeBack::Resume(offset) => {
+                tracing::info!(topic, queue = ?queue, offset, "taking the queue back: resuming from the final offset the store refused");
+                Some((StartPosition::Offset(offset), true))
+            }
+            TakeBack::Expired(offset) => {
+                tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
+                None
+            }
+            TakeBack::Nothing => None,
+        }
     }
 }
 
