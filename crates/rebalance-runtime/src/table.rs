@@ -382,18 +382,24 @@ impl ProcessQueueTable {
             .collect()
     }
 
-    /// The held queues with their leases' shared state, sorted, for the running info.
-    pub(crate) fn held_leases(&self) -> Vec<crate::running::HeldLease> {
-        let mut held: Vec<crate::running::HeldLease> = self
-            .iter()
-            .filter(|(_, pq)| pq.is_held())
-            .map(|(q, pq)| crate::running::HeldLease {
-                queue: q.clone(),
-                state: pq.state.clone(),
-            })
-            .collect();
-        held.sort_by(|a, b| a.queue.cmp(&b.queue));
-        held
+    /// The lease states of the queues of `held` (what [`held`](Self::held) returned since the
+    /// last change), in its order, for the running info.
+    pub(crate) fn held_states(
+        &self,
+        held: &BTreeMap<String, Vec<MessageQueue>>,
+    ) -> Vec<Arc<LeaseState>> {
+        let mut states = Vec::with_capacity(held.values().map(Vec::len).sum());
+        for topic in held.keys() {
+            if let Some(entries) = self.topics.get(topic.as_str()) {
+                states.extend(
+                    entries
+                        .iter()
+                        .filter(|e| e.is_held())
+                        .map(|e| e.state.clone()),
+                );
+            }
+        }
+        states
     }
 
     /// Whether the held set changed since the last call.

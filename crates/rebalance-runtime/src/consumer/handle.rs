@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 use super::ConsumerError;
 use crate::assignment::{Assignment, RoundReport};
 use crate::context::{Context, Subscriptions};
-use crate::running::{HeldLease, QueueRunningInfo, RunningInfo};
+use crate::running::{HeldLeases, QueueRunningInfo, RunningInfo};
 use crate::service::{OffsetReset, PENDING_RESETS};
 use crate::subscription::{Subscription, TagExpression};
 use crate::wake::{Trigger, WakeReasons};
@@ -53,7 +53,7 @@ pub(super) struct HandleInner {
     /// Which consumer of the process this is (see [`SERVICE_OF`]).
     pub(super) serial: u64,
     /// The held queues' leases as the service last published them.
-    pub(super) leases: watch::Receiver<Arc<Vec<HeldLease>>>,
+    pub(super) leases: watch::Receiver<Arc<HeldLeases>>,
     /// Operators' offset resets, to the service.
     pub(super) resets: tokio::sync::mpsc::Sender<OffsetReset>,
 }
@@ -368,18 +368,14 @@ impl ConsumerHandle {
         let clocks = activity.clocks;
         let lock_lifetime = ctx.intervals.lock_lifetime;
         let leases = self.inner.leases.borrow().clone();
-        let queues = leases
+        let mut queues: Vec<QueueRunningInfo> = leases
             .iter()
-            .map(|held| {
-                let figures = held.state.reported_figures();
-                let lock_until = held.state.lock_valid_until();
+            .map(|(queue, state)| {
+                let figures = state.reported_figures();
+                let lock_until = state.lock_valid_until();
                 QueueRunningInfo {
-                    queue: held.queue.clone(),
-                    commit_offset: held
-                        .state
-                        .committed()
-                        .or(held.state.persisted())
-                        .unwrap_or(-1),
+                    queue: queue.clone(),
+                    commit_offset: state.committed().or(state.persisted()).unwrap_or(-1),
                     buffer: figures.buffer,
                     locked: lock_until.is_some_and(|until| now < until),
                     last_lock: lock_until.map(|until| {
@@ -390,6 +386,9 @@ impl ConsumerHandle {
                 }
             })
             .collect();
+        // The published order is the assignment's (per topic, the table's); operators' tools
+        // and the documentation promise queue order.
+        queues.sort_by(|a, b| a.queue.cmp(&b.queue));
         let requested = self.inner.requested.borrow().clone();
         let subscriptions: Vec<crate::subscription::Subscription> = ctx
             .effective(&requested)

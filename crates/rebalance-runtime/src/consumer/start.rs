@@ -53,7 +53,7 @@ impl ConsumerBuilder {
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
-        let (leases_tx, leases_rx) = watch::channel(Arc::new(Vec::new()));
+        let (leases_tx, leases_rx) = watch::channel(Arc::<crate::running::HeldLeases>::default());
         let (resets_tx, resets_rx) = tokio::sync::mpsc::channel(PENDING_RESETS);
         // What the application subscribes to: its handles edit it, the service follows.
         let (requested_tx, requested_rx) = watch::channel(requested.clone());
@@ -231,12 +231,12 @@ struct LastWords {
     client_id: rebalance_core::ClientId,
     assignment: watch::Sender<Arc<Assignment>>,
     rounds: watch::Sender<Arc<RoundReport>>,
-    leases: watch::Sender<Arc<Vec<crate::running::HeldLease>>>,
+    leases: watch::Sender<Arc<crate::running::HeldLeases>>,
 }
 
 impl LastWords {
     fn say(self, kind: ReportKind) {
-        self.leases.send_replace(Arc::new(Vec::new()));
+        self.leases.send_replace(Arc::default());
         let round = self.rounds.borrow().round;
         let held = self.assignment.borrow().clone();
         crate::metrics::forget_owned(&self.group, &held);

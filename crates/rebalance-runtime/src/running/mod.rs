@@ -204,10 +204,23 @@ impl Default for ConsumerActivity {
     }
 }
 
-/// A held queue as the service last published it, for the running info.
-#[derive(Debug, Clone)]
-pub(crate) struct HeldLease {
-    pub(crate) queue: MessageQueue,
-    /// Shared with the lease: its commits, the last offset the store accepted, its figures.
-    pub(crate) state: std::sync::Arc<crate::listener::LeaseState>,
+/// The held queues as the service last published them, for the running info: the published
+/// assignment itself (shared, not copied) and each held queue's lease state in the
+/// assignment's order ([`Assignment::iter`](crate::assignment::Assignment::iter)), one pointer
+/// per queue.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeldLeases {
+    pub(crate) assignment: std::sync::Arc<crate::assignment::Assignment>,
+    /// Shared with the leases: their commits, the last offsets the store accepted, their
+    /// figures.
+    pub(crate) states: Vec<std::sync::Arc<crate::listener::LeaseState>>,
+}
+
+impl HeldLeases {
+    /// Each held queue with its lease state.
+    pub(crate) fn iter(
+        &self,
+    ) -> impl Iterator<Item = (&MessageQueue, &crate::listener::LeaseState)> {
+        self.assignment.iter().zip(self.states.iter().map(|s| &**s))
+    }
 }

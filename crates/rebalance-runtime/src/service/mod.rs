@@ -55,7 +55,7 @@ pub(crate) struct Outputs {
     /// Asks the heartbeat task for a heartbeat now.
     pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
     /// The held queues' leases, for the running info.
-    pub(crate) leases: watch::Sender<Arc<Vec<crate::running::HeldLease>>>,
+    pub(crate) leases: watch::Sender<Arc<crate::running::HeldLeases>>,
 }
 
 pub(crate) struct Service {
@@ -353,19 +353,26 @@ impl Service {
             return;
         }
         let queues = if changed {
-            self.outputs
-                .leases
-                .send_replace(Arc::new(self.table.held_leases()));
             self.table.held()
         } else {
             self.outputs.assignment.borrow().queues.clone()
         };
         let round = self.round;
-        self.outputs.assignment.send_replace(Arc::new(Assignment {
+        let assignment = Arc::new(Assignment {
             round,
             balanced,
             queues,
-        }));
+        });
+        if changed {
+            let states = self.table.held_states(&assignment.queues);
+            self.outputs
+                .leases
+                .send_replace(Arc::new(crate::running::HeldLeases {
+                    assignment: assignment.clone(),
+                    states,
+                }));
+        }
+        self.outputs.assignment.send_replace(assignment);
     }
 
     /// Releases everything (waiting for ordered consumers up to `force_unlock_after`), retries
