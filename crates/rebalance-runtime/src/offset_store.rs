@@ -9,8 +9,32 @@ use rebalance_core::MessageQueue;
 
 use crate::RemoteError;
 
-/// How many [`OffsetStore::read`] calls the default [`OffsetStore::read_many`] has in flight.
-const READ_MANY_CONCURRENCY: usize = 16;
+/// How many calls the default [`OffsetStore::read_many`] and [`OffsetStore::persist_many`]
+/// have in flight.
+const MANY_CONCURRENCY: usize = 16;
+
+/// Runs `call` on each item with up to [`MANY_CONCURRENCY`] in flight, answering in order.
+async fn in_order<'a, I, T, F, Fut>(items: &'a [I], call: F) -> Vec<T>
+where
+    F: Fn(&'a I) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    use futures_util::StreamExt;
+    use futures_util::stream::FuturesOrdered;
+    let mut answers = Vec::with_capacity(items.len());
+    let mut in_flight = FuturesOrdered::new();
+    let mut next = items.iter();
+    loop {
+        while in_flight.len() < MANY_CONCURRENCY {
+            let Some(item) = next.next() else { break };
+            in_flight.push_back(call(item));
+        }
+        match in_flight.next().await {
+            Some(answer) => answers.push(answer),
+            None => return answers,
+        }
+    }
+}
 
 /// Whose progress an [`OffsetStore`] keeps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -54,21 +78,7 @@ pub trait OffsetStore: Send + Sync + 'static {
         group: &str,
         queues: &[MessageQueue],
     ) -> Vec<Result<Option<i64>, RemoteError>> {
-        use futures_util::StreamExt;
-        use futures_util::stream::FuturesOrdered;
-        let mut answers = Vec::with_capacity(queues.len());
-        let mut in_flight = FuturesOrdered::new();
-        let mut next = queues.iter();
-        loop {
-            while in_flight.len() < READ_MANY_CONCURRENCY {
-                let Some(queue) = next.next() else { break };
-                in_flight.push_back(self.read(group, queue));
-            }
-            match in_flight.next().await {
-                Some(answer) => answers.push(answer),
-                None => return answers,
-            }
-        }
+        in_order(queues, |queue| self.read(group, queue)).await
     }
 
     /// Stores the next offset to consume for `queue`.
@@ -78,6 +88,25 @@ pub trait OffsetStore: Send + Sync + 'static {
         queue: &MessageQueue,
         offset: i64,
     ) -> Result<(), RemoteError>;
+
+    /// Stores the next offsets of many queues: for each `(queue, offset)`, in their order, what
+    /// [`persist`](Self::persist) answers. The runtime persists the committed offsets of a
+    /// persistence tick, and the final offsets of a round's released queues, with one call.
+    ///
+    /// The default calls `persist` for up to 16 queues at a time, so that a consumer releasing
+    /// or persisting thousands of queues at a broker waits for a few hundred round trips, not
+    /// thousands. Override it where the store can take many at once; the answer must have one
+    /// entry per queue, and an `Ok` must mean that queue's offset is stored.
+    async fn persist_many(
+        &self,
+        group: &str,
+        offsets: &[(MessageQueue, i64)],
+    ) -> Vec<Result<(), RemoteError>> {
+        in_order(offsets, |(queue, offset)| {
+            self.persist(group, queue, *offset)
+        })
+        .await
+    }
 
     /// Forgets whatever the store keeps locally about `queue`, after the runtime released it and
     /// persisted its last offset. Stores without local state do nothing (the default).
@@ -189,6 +218,25 @@ impl OffsetStore for LocalOffsetStore {
         Ok(())
     }
 
+    /// All of them under one lock.
+    async fn persist_many(
+        &self,
+        group: &str,
+        offsets: &[(MessageQueue, i64)],
+    ) -> Vec<Result<(), RemoteError>> {
+        let mut stored = self
+            .offsets
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        offsets
+            .iter()
+            .map(|(queue, offset)| {
+                stored.insert((group.to_string(), queue.clone()), *offset);
+                Ok(())
+            })
+            .collect()
+    }
+
     // `remove` keeps the offset (the default does nothing): this store is the only copy.
 
     fn scope(&self) -> OffsetScope {
@@ -252,8 +300,8 @@ mod tests {
             Ok(Some(i64::from(queue.queue_id) * 10))
         }
 
-        async fn persist(&self, _: &str, _: &MessageQueue, _: i64) -> Result<(), RemoteError> {
-            Ok(())
+        async fn persist(&self, _: &str, queue: &MessageQueue, _: i64) -> Result<(), RemoteError> {
+            self.read("G", queue).await.map(|_| ())
         }
     }
 
@@ -273,9 +321,41 @@ mod tests {
         }
         assert_eq!(
             store.most.load(std::sync::atomic::Ordering::SeqCst),
-            READ_MANY_CONCURRENCY
+            MANY_CONCURRENCY
         );
         // 50 reads of 51 to 100 ms each, one by one, would take about 3.8 s.
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_default_persist_many_writes_sixteen_at_a_time_and_answers_in_order() {
+        let store = SlowStore::default();
+        let offsets: Vec<_> = (0..50)
+            .map(|i| (MessageQueue::new("T", "b", i), i64::from(i)))
+            .collect();
+        let started = tokio::time::Instant::now();
+        let answers = store.persist_many("G", &offsets).await;
+        assert_eq!(answers.len(), 50);
+        for (i, answer) in (0..50).zip(&answers) {
+            assert_eq!(answer.is_err(), i == 7, "queue {i}: {answer:?}");
+        }
+        assert_eq!(
+            store.most.load(std::sync::atomic::Ordering::SeqCst),
+            MANY_CONCURRENCY
+        );
+        assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    }
+
+    #[tokio::test]
+    async fn local_persist_many_stores_each_offset() {
+        let store = LocalOffsetStore::new();
+        let queues: Vec<_> = (0..3).map(|i| MessageQueue::new("T", "b", i)).collect();
+        let offsets: Vec<_> = queues.iter().cloned().zip([5, 6, 7]).collect();
+        assert_eq!(store.persist_many("G", &offsets).await, vec![Ok(()); 3]);
+        assert_eq!(
+            store.read_many("G", &queues).await,
+            vec![Ok(Some(5)), Ok(Some(6)), Ok(Some(7))]
+        );
+        assert_eq!(store.read("H", &queues[0]).await, Ok(None));
     }
 }

@@ -636,6 +636,54 @@ impl OffsetStore for ClusterClient {
         })
         .await
     }
+
+    /// All of them under one lock, each with its own injected fault as if written one by one
+    /// (a delayed answer delays the whole answer; a lost reply stores the offset and fails).
+    async fn persist_many(
+        &self,
+        group: &str,
+        offsets: &[(MessageQueue, i64)],
+    ) -> Vec<Result<(), RemoteError>> {
+        let stored = &self.state.offsets;
+        let mut delay = None;
+        let answers = {
+            let mut inner = self.state.lock();
+            if inner.partitioned.contains(&self.client_id) {
+                let error = RemoteError::Unreachable(format!(
+                    "{} is partitioned from the cluster",
+                    self.client_id
+                ));
+                return offsets.iter().map(|_| Err(error.clone())).collect();
+            }
+            let failed = || {
+                Err(RemoteError::Unreachable(format!(
+                    "injected failure of {:?}",
+                    ClusterCall::PersistOffset
+                )))
+            };
+            offsets
+                .iter()
+                .map(|(queue, offset)| {
+                    let fault = inner.faults.take(ClusterCall::PersistOffset);
+                    if !matches!(fault, Some(Fault::Fail)) {
+                        stored.insert((group.to_string(), queue.clone()), *offset);
+                    }
+                    match fault {
+                        Some(Fault::Fail | Fault::LoseReply) => failed(),
+                        Some(Fault::Delay(d)) => {
+                            delay = delay.max(Some(d));
+                            Ok(())
+                        }
+                        None => Ok(()),
+                    }
+                })
+                .collect()
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        answers
+    }
 }
 
 #[async_trait]

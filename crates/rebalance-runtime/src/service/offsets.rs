@@ -38,13 +38,12 @@ impl Service {
             .filter(|(_, pq)| pq.is_held() && pick(pq))
             .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
             .collect();
-        for (queue, offset) in due {
-            match self
-                .ctx
-                .offsets
-                .persist(&self.ctx.group, &queue, offset)
-                .await
-            {
+        if due.is_empty() {
+            return;
+        }
+        let answers = self.ctx.offsets.persist_many(&self.ctx.group, &due).await;
+        for ((queue, offset), answer) in due.into_iter().zip(answers) {
+            match answer {
                 Ok(()) => {
                     if why == Persisting::AtOnce {
                         tracing::info!(queue = ?queue, offset, "persisted an offset at once, as its consumer asked");

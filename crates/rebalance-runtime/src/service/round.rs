@@ -382,19 +382,22 @@ impl Service {
         }
         let locks = self.ctx.locks().cloned();
         let group = self.ctx.group.clone();
-        let mut to_unlock = Vec::new();
-        let mut removed = Vec::new();
+        // First which queues can go now (an ordered queue waits for its batch), then all their
+        // final offsets in one call to the store, then forget and unlock them.
+        let mut leaving = Vec::new();
         let mut busy = 0;
         for queue in queues {
-            let Some(pq) = self.table.get(&queue) else {
+            if self.table.get(&queue).is_none() {
                 continue;
-            };
+            }
             let Some(release) = self.table.release_of(&queue) else {
                 continue;
             };
             if locks.is_some() {
+                let Some(state) = self.table.get(&queue).map(|pq| pq.state.clone()) else {
+                    continue;
+                };
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
-                let state = pq.state.clone();
                 let free = match mode {
                     ReleaseMode::Try => state.consume_lock_is_free(),
                     ReleaseMode::Wait => {
@@ -412,41 +415,63 @@ impl Service {
                     tracing::warn!(topic, queue = ?queue, "queue kept consuming past force_unlock_after; releasing it anyway");
                 }
             }
-            let Some(pq) = self.table.get(&queue) else {
-                continue;
-            };
-            let mut settled = true;
-            if let Some(offset) = self.table.final_offset(&queue) {
+            leaving.push(queue);
+        }
+        let finals: Vec<(MessageQueue, i64)> = leaving
+            .iter()
+            .filter_map(|q| self.table.final_offset(q).map(|o| (q.clone(), o)))
+            .collect();
+        let mut unsettled = HashSet::new();
+        if !finals.is_empty() {
+            let mut answers = self
+                .ctx
+                .offsets
+                .persist_many(&group, &finals)
+                .await
+                .into_iter();
+            for (queue, offset) in finals {
+                let answer = answers.next().unwrap_or_else(|| {
+                    Err(crate::RemoteError::BadResponse(
+                        "the offset store answered fewer queues than it was asked".into(),
+                    ))
+                });
+                let e = match answer {
+                    Ok(()) => {
+                        tracing::debug!(topic, queue = ?queue, offset, "final offset persisted");
+                        continue;
+                    }
+                    Err(e) => e,
+                };
                 // Retrying is safe only while our lock keeps the next owner off the queue.
-                let retry_until = pq
-                    .lock_valid_until()
+                let retry_until = self
+                    .table
+                    .get(&queue)
+                    .and_then(|pq| pq.lock_valid_until())
                     .filter(|_| locks.is_some())
                     .filter(|&until| Instant::now() < until);
-                match self.ctx.offsets.persist(&group, &queue, offset).await {
-                    Ok(()) => {
-                        tracing::debug!(topic, queue = ?queue, offset, "final offset persisted")
+                match retry_until {
+                    Some(until) => {
+                        tracing::warn!(topic, queue = ?queue, offset, error = %e, retry_for = ?until.duration_since(Instant::now()), "could not persist the final offset; keeping the lock and retrying while it lasts");
+                        self.final_offsets.keep(queue.clone(), offset, until);
+                        unsettled.insert(queue);
                     }
-                    Err(e) => match retry_until {
-                        Some(until) => {
-                            tracing::warn!(topic, queue = ?queue, offset, error = %e, retry_for = ?until.duration_since(Instant::now()), "could not persist the final offset; keeping the lock and retrying while it lasts");
-                            self.final_offsets.keep(queue.clone(), offset, until);
-                            settled = false;
-                        }
-                        None => {
-                            tracing::error!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; not retrying, since no lock keeps the next owner off the queue: it resumes from the last stored offset");
-                        }
-                    },
+                    None => {
+                        tracing::error!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; not retrying, since no lock keeps the next owner off the queue: it resumes from the last stored offset");
+                    }
                 }
             }
-            if let Err(e) = self.ctx.offsets.remove(&group, &queue).await {
+        }
+        let mut to_unlock = Vec::new();
+        for queue in &leaving {
+            if let Err(e) = self.ctx.offsets.remove(&group, queue).await {
                 tracing::warn!(topic, queue = ?queue, error = %e, "offset store could not forget the queue");
             }
             // Never unlock before the last offset is settled: the next owner would read an old one.
-            if locks.is_some() && settled {
+            if locks.is_some() && !unsettled.contains(queue) {
                 to_unlock.push(queue.clone());
             }
-            removed.push(queue);
         }
+        let removed = leaving;
         self.table.remove_all(&removed);
         if let (Some(locker), false) = (locks, to_unlock.is_empty()) {
             if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &to_unlock).await {
