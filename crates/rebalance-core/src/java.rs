@@ -23,8 +23,18 @@ use std::cmp::Ordering;
 /// ```
 pub fn compare_str(a: &str, b: &str) -> Ordering {
     let (ab, bb) = (a.as_bytes(), b.as_bytes());
-    // UTF-8 agrees with UTF-16 on every common prefix, so skip it at byte speed.
-    let common = ab.iter().zip(bb).take_while(|(x, y)| x == y).count();
+    // UTF-8 agrees with UTF-16 on every common prefix, so skip it at memory speed.
+    let common = common_prefix(ab, bb);
+    match (ab.get(common), bb.get(common)) {
+        (None, None) => return Ordering::Equal,
+        (None, Some(_)) => return Ordering::Less,
+        (Some(_), None) => return Ordering::Greater,
+        // An ASCII byte is a whole character, and its UTF-16 unit is the byte itself, below
+        // every other character's first unit (and both sides start a character here, since
+        // their prefixes are the same bytes).
+        (Some(&x), Some(&y)) if x.is_ascii() || y.is_ascii() => return x.cmp(&y),
+        _ => {}
+    }
     // Back up to the start of the character the first difference falls in.
     let start = (0..=common)
         .rev()
@@ -36,6 +46,24 @@ pub fn compare_str(a: &str, b: &str) -> Ordering {
         (Some(_), None) => Ordering::Greater,
         (Some(x), Some(y)) => utf16_key(x).cmp(&utf16_key(y)),
     }
+}
+
+/// The length of the longest common prefix of `a` and `b`, compared eight bytes at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let len = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= len {
+        let (x, y) = (&a[i..i + 8], &b[i..i + 8]);
+        if x != y {
+            break;
+        }
+        i += 8;
+    }
+    i + a[i..len]
+        .iter()
+        .zip(&b[i..len])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Orders a character by its first UTF-16 code unit, then by code point.
@@ -157,6 +185,18 @@ mod tests {
     proptest! {
         #[test]
         fn matches_utf16_order(a in mixed_string(), b in mixed_string()) {
+            prop_assert_eq!(compare_str(&a, &b), by_utf16(&a, &b));
+        }
+
+        /// Long common prefixes, so that the eight-byte steps and the byte tail both decide.
+        #[test]
+        fn matches_utf16_order_after_a_shared_prefix(
+            p in proptest::collection::vec(mixed_string(), 0..5),
+            a in mixed_string(),
+            b in mixed_string(),
+        ) {
+            let p = p.concat();
+            let (a, b) = (format!("{p}{a}"), format!("{p}{b}"));
             prop_assert_eq!(compare_str(&a, &b), by_utf16(&a, &b));
         }
 

@@ -52,11 +52,6 @@ impl ProcessQueue {
         self.state.set_lock_valid_until(until);
     }
 
-    /// The last offset the store accepted.
-    pub(crate) fn persisted(&self) -> Option<i64> {
-        self.state.persisted()
-    }
-
     /// Records that the store accepted `offset`.
     pub(crate) fn set_persisted(&self, offset: i64) {
         self.state.set_persisted(offset);
@@ -64,15 +59,29 @@ impl ProcessQueue {
 
     /// The offset to persist, if the application reported one the store does not have yet.
     pub(crate) fn unpersisted_offset(&self) -> Option<i64> {
-        self.state
-            .committed()
-            .filter(|&o| Some(o) != self.persisted())
+        unpersisted_offset(&self.state)
     }
 
     /// The lease's shared state.
     pub(crate) fn lease_state(&self) -> &Arc<LeaseState> {
         &self.state
     }
+}
+
+/// The offset of a lease to persist, if its application reported one the store does not have.
+fn unpersisted_offset(state: &LeaseState) -> Option<i64> {
+    state.committed().filter(|&o| Some(o) != state.persisted())
+}
+
+/// A queue being released, as [`ProcessQueueTable::begin_release`] finds it.
+#[derive(Debug)]
+pub(crate) struct Releasing {
+    /// Why and since when.
+    pub(crate) release: Release,
+    /// Whether its release began with this call (it is to be announced).
+    pub(crate) started: bool,
+    /// The state it shared with its lease.
+    pub(crate) state: Arc<LeaseState>,
 }
 
 /// A queue to insert: where its consumption starts, and whether that start is progress the
@@ -130,13 +139,14 @@ impl ProcessQueueTable {
         self.resets.insert(queue.clone(), offset);
     }
 
-    /// The final offset to persist when `queue` is released: an operator's reset whatever the
-    /// store holds, else what its lease committed that the store does not have yet.
-    pub(crate) fn final_offset(&self, queue: &MessageQueue) -> Option<i64> {
+    /// The final offset to persist when `queue` is released (`state`: the one it shares with
+    /// its lease): an operator's reset whatever the store holds, else what its lease committed
+    /// that the store does not have yet.
+    pub(crate) fn final_offset_of(&self, queue: &MessageQueue, state: &LeaseState) -> Option<i64> {
         if let Some(&offset) = self.resets.get(queue) {
             return Some(offset);
         }
-        self.get(queue).and_then(ProcessQueue::unpersisted_offset)
+        unpersisted_offset(state)
     }
 
     /// Inserts a newly added queue and returns its lease (see [`insert_all`](Self::insert_all)).
@@ -226,22 +236,44 @@ impl ProcessQueueTable {
 
     /// Marks a held queue as being released for `reason`: cancels its lease. Returns false when
     /// the queue is not held (absent or already being released).
+    #[cfg(test)]
     pub(crate) fn start_release(
         &mut self,
         queue: &MessageQueue,
         now: Instant,
         reason: RemovalReason,
     ) -> bool {
-        match self.get(queue) {
-            Some(pq) if pq.is_held() => {
-                pq.state.drop_lease();
-                self.releasing
-                    .insert(queue.clone(), Release { since: now, reason });
-                self.touch(&queue.topic);
-                true
-            }
-            _ => false,
+        self.begin_release(queue, now, reason)
+            .is_some_and(|r| r.started)
+    }
+
+    /// Like [`start_release`](Self::start_release), returning the queue's release (begun now
+    /// or earlier); `None` when the table has no such queue, or it is not held and not being
+    /// released.
+    pub(crate) fn begin_release(
+        &mut self,
+        queue: &MessageQueue,
+        now: Instant,
+        reason: RemovalReason,
+    ) -> Option<Releasing> {
+        let state = self.get(queue)?.state.clone();
+        if state.is_dropped() {
+            let release = self.release_of(queue)?;
+            return Some(Releasing {
+                release,
+                started: false,
+                state,
+            });
         }
+        state.drop_lease();
+        let release = Release { since: now, reason };
+        self.releasing.insert(queue.clone(), release);
+        self.touch(&queue.topic);
+        Some(Releasing {
+            release,
+            started: true,
+            state,
+        })
     }
 
     /// Why and since when `queue` is being released, if it is.

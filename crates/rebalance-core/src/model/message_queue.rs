@@ -87,8 +87,16 @@ impl MessageQueue {
 
 impl Ord for MessageQueue {
     fn cmp(&self, other: &Self) -> Ordering {
-        java::compare_str(&self.topic, &other.topic)
-            .then_with(|| java::compare_str(&self.broker_name, &other.broker_name))
+        // Queues of one topic usually share its string: skip comparing it with itself.
+        let by = |a: &Arc<str>, b: &Arc<str>| {
+            if Arc::ptr_eq(a, b) {
+                Ordering::Equal
+            } else {
+                java::compare_str(a, b)
+            }
+        };
+        by(&self.topic, &other.topic)
+            .then_with(|| by(&self.broker_name, &other.broker_name))
             .then_with(|| self.queue_id.cmp(&other.queue_id))
     }
 }

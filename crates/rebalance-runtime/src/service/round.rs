@@ -19,7 +19,7 @@ use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
 use crate::route_sync::{RouteTable, TopicState};
 use crate::subscription::is_retry_topic;
-use crate::table::{NewQueue, within_topic};
+use crate::table::{NewQueue, Releasing, within_topic};
 
 /// What a round sees of a topic.
 enum Sight {
@@ -355,15 +355,22 @@ impl Service {
             return 0;
         }
         let now = Instant::now();
-        let announced: Vec<RemovedQueue> = queues
-            .iter()
-            .filter(|(q, reason)| self.table.start_release(q, now, *reason))
-            .map(|(queue, reason)| RemovedQueue {
-                queue: queue.clone(),
-                reason: *reason,
-            })
-            .collect();
-        let queues = queues.into_iter().map(|(q, _)| q);
+        // Each queue the table has, with its release (begun now, or earlier); the ones begun
+        // now are announced.
+        let mut releasing = Vec::with_capacity(queues.len());
+        let mut announced = Vec::new();
+        for (queue, reason) in queues {
+            let Some(release) = self.table.begin_release(&queue, now, reason) else {
+                continue;
+            };
+            if release.started {
+                announced.push(RemovedQueue {
+                    queue: queue.clone(),
+                    reason,
+                });
+            }
+            releasing.push((queue, release));
+        }
         if !announced.is_empty() {
             let mut reasons: Vec<&str> = announced.iter().map(|r| r.reason.as_str()).collect();
             reasons.dedup();
@@ -386,17 +393,8 @@ impl Service {
         // final offsets in one call to the store, then forget and unlock them.
         let mut leaving = Vec::new();
         let mut busy = 0;
-        for queue in queues {
-            if self.table.get(&queue).is_none() {
-                continue;
-            }
-            let Some(release) = self.table.release_of(&queue) else {
-                continue;
-            };
+        for (queue, Releasing { release, state, .. }) in releasing {
             if locks.is_some() {
-                let Some(state) = self.table.get(&queue).map(|pq| pq.state.clone()) else {
-                    continue;
-                };
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
                 let free = match mode {
                     ReleaseMode::Try => state.consume_lock_is_free(),
@@ -415,12 +413,14 @@ impl Service {
                     tracing::warn!(topic, queue = ?queue, "queue kept consuming past force_unlock_after; releasing it anyway");
                 }
             }
-            leaving.push(queue);
+            leaving.push((queue, state));
         }
+        // Read once each is free to go: an ordered batch may have committed while waited for.
         let finals: Vec<(MessageQueue, i64)> = leaving
             .iter()
-            .filter_map(|q| self.table.final_offset(q).map(|o| (q.clone(), o)))
+            .filter_map(|(q, state)| self.table.final_offset_of(q, state).map(|o| (q.clone(), o)))
             .collect();
+        let leaving: Vec<MessageQueue> = leaving.into_iter().map(|(q, _)| q).collect();
         let mut unsettled = HashSet::new();
         if !finals.is_empty() {
             let mut answers = self
