@@ -262,6 +262,7 @@ mod tests {
     use rebalance_core::MessageQueue;
 
     use super::*;
+    use crate::consume::link::AckReceiver;
     use crate::consume::shared::Mode;
     use crate::consume::testing::TestSource;
     use crate::consume::{ConsumeOptions, ConsumeResult};
@@ -301,8 +302,10 @@ mod tests {
         )
     }
 
-    fn link(queue: &MessageQueue) -> (LeaseLink, tokio::sync::mpsc::UnboundedReceiver<Ack>) {
-        LeaseLink::new(queue.clone())
+    fn link(queue: &MessageQueue) -> (Arc<LeaseLink>, AckReceiver) {
+        let link = Arc::new(LeaseLink::new(queue.clone()));
+        let acks = AckReceiver::new(&link);
+        (link, acks)
     }
 
     #[tokio::test(start_paused = true)]
@@ -318,7 +321,7 @@ mod tests {
         let (link, mut acks) = link(&retry);
         consume(&shared, &listener, &link, 0, &mut { messages }).await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
-        let ack = acks.recv().await.unwrap();
+        let ack = acks.recv().await;
         assert_eq!(
             (ack.first, ack.last, ack.retry.len(), ack.finished),
             (0, 1, 0, true)
@@ -338,7 +341,7 @@ mod tests {
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
         consume(&shared, &listener, &link, 0, &mut messages).await;
-        let ack = acks.recv().await.unwrap();
+        let ack = acks.recv().await;
         let kept: Vec<(i64, i32)> = ack
             .retry
             .iter()
@@ -360,7 +363,7 @@ mod tests {
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
         consume(&shared, &listener, &link, 0, &mut messages).await;
-        let ack = acks.recv().await.unwrap();
+        let ack = acks.recv().await;
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
     }
@@ -386,7 +389,6 @@ mod tests {
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),
             ack = acks.recv() => {
-                let ack = ack.unwrap();
                 assert_eq!(started.elapsed(), Duration::from_secs(60));
                 assert_eq!((ack.first, ack.finished), (3, false));
             }
@@ -400,7 +402,7 @@ mod tests {
         assert_eq!(sent, vec![(3, EXPIRED_DELAY_LEVEL)]);
         consumed.await;
         assert_eq!(started.elapsed(), Duration::from_secs(100));
-        let last = acks.recv().await.unwrap();
+        let last = acks.recv().await;
         assert!(last.finished);
     }
 }

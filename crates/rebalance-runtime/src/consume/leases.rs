@@ -2,6 +2,7 @@
 //! awaited when its queue is removed, restarted when it stopped pulling.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -53,27 +54,33 @@ pub(crate) struct Leases {
 
 /// Runs the loops of `lease` one after the other: the first, then a fresh one each time the
 /// current one retires (it stopped pulling) while the lease lives.
-async fn run_lease(
+///
+/// Not an `async fn`: that would keep a second copy of `pull_loop` in every parked task (its
+/// arguments are moved into locals); the block uses the captured one in place.
+#[allow(clippy::manual_async_fn)]
+fn run_lease(
     shared: Arc<Shared>,
     lease: QueueLease,
     current: Arc<Mutex<Current>>,
     mut pull_loop: PullLoop,
-) {
-    loop {
-        pull_loop.run().await;
-        let retired = current
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .activity
-            .is_retired();
-        if !retired || lease.is_cancelled() {
-            return;
+) -> impl Future<Output = ()> + Send {
+    async move {
+        loop {
+            pull_loop.run().await;
+            let retired = current
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .activity
+                .is_retired();
+            if !retired || lease.is_cancelled() {
+                return;
+            }
+            tracing::info!(queue = ?lease.queue(), "starting a new pull loop");
+            let activity = Arc::new(Activity::new());
+            let (next, link) = PullLoop::new(shared.clone(), lease.clone(), activity.clone());
+            *current.lock().unwrap_or_else(PoisonError::into_inner) = Current { link, activity };
+            pull_loop = next;
         }
-        tracing::info!(queue = ?lease.queue(), "starting a new pull loop");
-        let activity = Arc::new(Activity::new());
-        let (next, link) = PullLoop::new(shared.clone(), lease.clone(), activity.clone());
-        *current.lock().unwrap_or_else(PoisonError::into_inner) = Current { link, activity };
-        pull_loop = next;
     }
 }
 

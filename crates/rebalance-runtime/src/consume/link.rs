@@ -1,10 +1,12 @@
 //! [`LeaseLink`]: what the consumers of a lease's messages share with its pull loop: where to
 //! report what they consumed, and whether the lease is being handed off.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rebalance_core::MessageQueue;
-use tokio::sync::{OwnedMutexGuard, mpsc};
+use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::Message;
 use crate::QueueLease;
@@ -43,7 +45,8 @@ impl Ack {
 #[derive(Debug)]
 pub(crate) struct LeaseLink {
     queue: MessageQueue,
-    acks: mpsc::UnboundedSender<Ack>,
+    /// The reports waiting for the pull loop.
+    inbox: Inbox,
     /// [`DROPPED`] | the number of batches that started consumption.
     state: AtomicU64,
     /// How many batches reported that they left the listener.
@@ -65,18 +68,91 @@ pub(crate) enum Guard {
     Refused,
 }
 
+/// The reports of a lease's consumers waiting for its pull loop: a list, allocated only once
+/// something is reported (an idle queue's holds nothing), and a wake-up. A channel would cost
+/// an idle queue a block of 32 slots (about 2 KiB).
+#[derive(Debug)]
+struct Inbox {
+    /// `None` once the loop's [`AckReceiver`] is gone: a report is dropped then, and with it
+    /// the consume guard it carries.
+    acks: Mutex<Option<Vec<Ack>>>,
+    /// Notified after each report; a notification with nobody waiting is kept for the next
+    /// wait, so none is lost.
+    ready: Notify,
+}
+
+/// The pull loop's end of a [`LeaseLink`]: the reports, in the order they were made. Dropping
+/// it closes the link (later reports are dropped).
+#[derive(Debug)]
+pub(crate) struct AckReceiver {
+    link: Arc<LeaseLink>,
+    /// Taken from the inbox and not yet received.
+    taken: VecDeque<Ack>,
+}
+
+impl AckReceiver {
+    /// The receiver of `link`'s reports (one per link).
+    pub(crate) fn new(link: &Arc<LeaseLink>) -> Self {
+        Self {
+            link: link.clone(),
+            taken: VecDeque::new(),
+        }
+    }
+
+    /// The next report, if one was made.
+    pub(crate) fn try_recv(&mut self) -> Option<Ack> {
+        if self.taken.is_empty() {
+            let mut acks = self
+                .link
+                .inbox
+                .acks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(acks) = acks.as_mut() {
+                self.taken.extend(acks.drain(..));
+            }
+        }
+        self.taken.pop_front()
+    }
+
+    /// Waits for the next report. Cancel-safe: a report taken is kept for the next call.
+    pub(crate) async fn recv(&mut self) -> Ack {
+        loop {
+            if let Some(ack) = self.try_recv() {
+                return ack;
+            }
+            self.link.inbox.ready.notified().await;
+        }
+    }
+}
+
+impl Drop for AckReceiver {
+    fn drop(&mut self) {
+        let left = self
+            .link
+            .inbox
+            .acks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(left);
+    }
+}
+
 impl LeaseLink {
-    pub(crate) fn new(queue: MessageQueue) -> (Self, mpsc::UnboundedReceiver<Ack>) {
-        let (acks, receiver) = mpsc::unbounded_channel();
-        let link = Self {
+    /// A link for `queue`; its pull loop receives the reports with an [`AckReceiver`].
+    pub(crate) fn new(queue: MessageQueue) -> Self {
+        Self {
             queue,
-            acks,
+            inbox: Inbox {
+                acks: Mutex::new(Some(Vec::new())),
+                ready: Notify::new(),
+            },
             state: AtomicU64::new(0),
             finished: AtomicU64::new(0),
             guarded: None,
             recorded: None,
-        };
-        (link, receiver)
+        }
     }
 
     /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
@@ -140,7 +216,25 @@ impl LeaseLink {
         if ack.finished {
             self.finished.fetch_add(1, Ordering::AcqRel);
         }
-        let _ = self.acks.send(ack);
+        let refused = {
+            let mut acks = self
+                .inbox
+                .acks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match acks.as_mut() {
+                Some(acks) => {
+                    acks.push(ack);
+                    None
+                }
+                None => Some(ack),
+            }
+        };
+        match refused {
+            // Dropped outside the lock: it may release the queue's consume guard.
+            Some(ack) => drop(ack),
+            None => self.inbox.ready.notify_one(),
+        }
     }
 
     /// How many batches are in the listener (started and not finished).
@@ -154,9 +248,58 @@ impl LeaseLink {
 mod tests {
     use super::*;
 
+    fn ack(first: i64) -> Ack {
+        Ack {
+            epoch: 0,
+            first,
+            last: first,
+            retry: Vec::new(),
+            finished: true,
+            guard: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_arrive_in_order_and_a_wake_up_is_never_lost() {
+        let link = Arc::new(LeaseLink::new(MessageQueue::new("T", "b", 0)));
+        let mut acks = AckReceiver::new(&link);
+        assert!(acks.try_recv().is_none());
+        // Reported before anyone waits: the wake-up is kept.
+        link.report(ack(1));
+        link.report(ack(2));
+        assert_eq!(acks.recv().await.first, 1);
+        assert_eq!(acks.try_recv().map(|a| a.first), Some(2));
+        let waiter = {
+            let link = link.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                link.report(ack(3));
+            })
+        };
+        assert_eq!(acks.recv().await.first, 3);
+        waiter.await.unwrap();
+        assert_eq!(link.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn reports_after_the_receiver_is_gone_are_dropped_with_their_guard() {
+        let link = Arc::new(LeaseLink::new(MessageQueue::new("T", "b", 0)));
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let acks = AckReceiver::new(&link);
+        let mut kept = ack(1);
+        kept.guard = Some(lock.clone().lock_owned().await);
+        link.report(kept);
+        drop(acks);
+        assert!(lock.try_lock().is_ok(), "closing drops what was waiting");
+        let mut late = ack(2);
+        late.guard = Some(lock.clone().lock_owned().await);
+        link.report(late);
+        assert!(lock.try_lock().is_ok(), "a late report is dropped at once");
+    }
+
     #[test]
     fn no_batch_begins_after_the_drop() {
-        let (link, _acks) = LeaseLink::new(MessageQueue::new("T", "b", 0));
+        let link = LeaseLink::new(MessageQueue::new("T", "b", 0));
         assert!(link.begin());
         assert!(link.begin());
         assert_eq!(link.drop_lease(), 2);

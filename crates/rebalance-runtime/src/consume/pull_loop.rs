@@ -10,14 +10,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 
 use super::activity::{Activity, ErrorLog};
 use super::calls;
 use super::config::{FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY};
 use super::flow::{FlowWarning, over_limit};
-use super::link::{Ack, LeaseLink};
+use super::link::{Ack, AckReceiver, LeaseLink};
 use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
@@ -34,7 +33,7 @@ pub(crate) struct PullLoop {
     shared: Arc<Shared>,
     lease: QueueLease,
     link: Arc<LeaseLink>,
-    acks: mpsc::UnboundedReceiver<Ack>,
+    acks: AckReceiver,
     activity: Arc<Activity>,
     pq: ProcessQueue,
     /// Concurrent: batches that finished consumption (for the hand-off's wait).
@@ -70,12 +69,12 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let (link, acks) = LeaseLink::new(lease.queue().clone());
-        let mut link = link.recorded_on(lease.clone());
+        let mut link = LeaseLink::new(lease.queue().clone()).recorded_on(lease.clone());
         if shared.guarded.is_some() && !shared.orderly() {
             link = link.guarded_by(lease.clone());
         }
         let link = Arc::new(link);
+        let acks = AckReceiver::new(&link);
         let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
         let pull_loop = Self {
             shared,
@@ -100,9 +99,11 @@ impl PullLoop {
     /// Runs until the lease is cancelled, then hands the queue off; or until the loop is asked
     /// to retire (it stopped pulling), then stops pulling, lets its batches finish (however
     /// long they take: a running listener call is never cancelled) and commits them.
-    pub(crate) async fn run(mut self) {
+    pub(crate) async fn run(&mut self) {
         self.activity.touch();
-        let Some(start) = self.start_offset().await else {
+        // Boxed, as is the hand-off: their states would otherwise make every parked loop's
+        // task larger for the whole life of the lease.
+        let Some(start) = Box::pin(self.start_offset()).await else {
             return;
         };
         tracing::debug!(queue = ?self.lease.queue(), start, "pull loop started");
@@ -138,15 +139,24 @@ impl PullLoop {
             }
             self.resubmit_due(now);
             self.activity.set_busy(consuming.is_some());
-            let retry_at = self.retries.front().map(|(at, _)| *at);
+            // One timer for all that waits on time: the next pull, the end of an orderly
+            // suspension, the next local retry.
+            let wake_at = [
+                pull.is_none().then_some(pull_at),
+                (consuming.is_none() && !self.pending.is_empty()).then_some(self.resume_at),
+                self.retries.front().map(|(at, _)| *at),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => break,
                 _ = self.activity.retired() => break,
-                Some(ack) = self.acks.recv() => {
+                ack = self.acks.recv() => {
                     let mut guards = Vec::new();
                     guards.extend(self.on_ack(ack));
-                    while let Ok(ack) = self.acks.try_recv() {
+                    while let Some(ack) = self.acks.try_recv() {
                         guards.extend(self.on_ack(ack));
                     }
                     self.commit();
@@ -167,13 +177,11 @@ impl PullLoop {
                     pull = None;
                     pull_at = self.on_pull(result);
                 }
-                _ = sleep_until(pull_at), if pull.is_none() => {}
-                _ = sleep_until(self.resume_at), if consuming.is_none() && !self.pending.is_empty() => {}
-                _ = sleep_until(retry_at.unwrap_or(now)), if retry_at.is_some() => {}
+                _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
             }
         }
         drop(pull);
-        self.hand_off(consuming).await;
+        Box::pin(self.hand_off(consuming)).await;
     }
 
     /// Where consumption starts: the lease's committed offset (a restarted loop, or progress
@@ -460,7 +468,7 @@ impl PullLoop {
     /// and is committed here, but the runtime has already persisted the queue's offset and
     /// unlocked it: that commit is lost (logged as a warning), and the next owner consumes the
     /// batch's messages again.
-    async fn hand_off(mut self, consuming: Option<OrderlyFuture>) {
+    async fn hand_off(&mut self, consuming: Option<OrderlyFuture>) {
         let since = Instant::now();
         let retiring = !self.lease.is_cancelled();
         let started = self.link.drop_lease();
@@ -474,10 +482,8 @@ impl PullLoop {
                 self.on_orderly_done(done);
             }
             while self.finished < started {
-                match self.acks.recv().await {
-                    Some(ack) => self.on_final_ack(ack, since),
-                    None => break,
-                }
+                let ack = self.acks.recv().await;
+                self.on_final_ack(ack, since);
             }
         };
         let complete = match await_in_flight {
@@ -500,7 +506,7 @@ impl PullLoop {
                 }
             });
         }
-        while let Ok(ack) = self.acks.try_recv() {
+        while let Some(ack) = self.acks.try_recv() {
             self.on_final_ack(ack, since);
         }
         self.commit();

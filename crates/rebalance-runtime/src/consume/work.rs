@@ -109,8 +109,7 @@ mod tests {
     async fn workers_take_batches_in_order_from_the_first_pull() {
         let work = WorkQueue::default();
         let q = MessageQueue::new("T", "b", 0);
-        let (link, _acks) = LeaseLink::new(q.clone());
-        let link = Arc::new(link);
+        let link = Arc::new(LeaseLink::new(q.clone()));
         let messages = |range: std::ops::Range<i64>| -> Vec<Message> {
             range.map(|o| Message::new(q.clone(), o, "x")).collect()
         };

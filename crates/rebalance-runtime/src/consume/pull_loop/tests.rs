@@ -17,9 +17,9 @@ use crate::listener::LeaseState;
 use crate::{QueueLease, RemoteError, StartPosition};
 
 fn spawn(shared: &Arc<Shared>, lease: &QueueLease) -> JoinHandle<()> {
-    let (pull_loop, _link) =
+    let (mut pull_loop, _link) =
         PullLoop::new(shared.clone(), lease.clone(), Arc::new(Activity::new()));
-    tokio::spawn(pull_loop.run())
+    tokio::spawn(async move { pull_loop.run().await })
 }
 
 fn sorted(mut offsets: Vec<i64>) -> Vec<i64> {
