@@ -566,7 +566,19 @@ impl RemotingClient {
         op: &Op,
         request: RemotingCommand,
     ) -> Result<RemotingCommand, RemoteError> {
-        let response = self.invoke(addr, request).await?;
+        self.call_with_timeout(addr, op, request, self.inner.config.request_timeout)
+            .await
+    }
+
+    /// [`call`](Self::call), waiting up to `timeout` (a held pull, a send-back).
+    pub(crate) async fn call_with_timeout(
+        &self,
+        addr: &str,
+        op: &Op,
+        request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, RemoteError> {
+        let response = self.invoke_with_timeout(addr, request, timeout).await?;
         self.inner
             .denials
             .check(addr, op, self.credentials(), &response)?;

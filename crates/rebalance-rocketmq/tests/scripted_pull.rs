@@ -189,3 +189,169 @@ async fn a_send_back_fails_only_when_the_fallback_fails_too() {
         "{text}"
     );
 }
+
+/// The answers every broker version gives for a refusal of the credentials or permissions:
+/// NO_PERMISSION, the ACL 2.0 codes, and ACL 1.0's SYSTEM_ERROR with an `AclException`.
+const DENIALS: [(i32, &str); 4] = [
+    (16, "Authentication credentials are invalid"),
+    (3001, "User:x is not found."),
+    (3002, ""),
+    (
+        1,
+        "org.apache.rocketmq.acl.common.AclException: Check signature failed for accessKey=rocketmq2",
+    ),
+];
+
+/// A name server client in namespace `NS` (when `namespaced`) at `namesrv`.
+fn name_server_client(namesrv: &str, namespaced: bool) -> NameServerClient {
+    let mut builder = NameServerClient::builder(namesrv);
+    if namespaced {
+        builder = builder.namespace(rebalance_rocketmq::Namespace::new("NS").unwrap());
+    }
+    builder.build().unwrap()
+}
+
+/// A refused pull is a denial naming the pull and its group and topic as the application names
+/// them (not the namespaced names of the wire), for every code that means a denial; another
+/// failure keeps its code.
+#[tokio::test]
+async fn a_denied_pull_is_a_denial_naming_the_pull_its_group_and_topic() {
+    for namespaced in [false, true] {
+        for (code, remark) in DENIALS {
+            let (addr, log) = broker(move |req| match req.code {
+                request_code::PULL_MESSAGE => {
+                    RemotingCommand::response(code, 0, Some(remark.into()))
+                }
+                _ => ok(),
+            })
+            .await;
+            let namesrv = name_server(addr.clone(), &["T", "NS%T"]).await;
+            let brokers = BrokerClient::new(name_server_client(&namesrv, namespaced));
+            let request = PullRequest::new(
+                "G",
+                MessageQueue::new("T", "broker-a", 0),
+                0,
+                TagExpression::all(),
+            );
+            let err = brokers.pull(&request).await.unwrap_err();
+            assert_eq!(
+                err,
+                PullError::Remote(RemoteError::Denied {
+                    server: addr.clone(),
+                    operation: "pull",
+                    resource: "group `G` on topic `T`".into(),
+                    code,
+                    remark: remark.into(),
+                }),
+                "code {code}, namespaced {namespaced}"
+            );
+            let sent = log.lock().unwrap().clone();
+            let pulled = sent.iter().find(|r| r.code == request_code::PULL_MESSAGE);
+            let wire_topic = if namespaced { "NS%T" } else { "T" };
+            assert_eq!(pulled.and_then(|r| r.ext("topic")), Some(wire_topic));
+        }
+    }
+    // Code 1 without an `AclException` is a failure of the broker, not a denial.
+    let (addr, _log) = broker(|req| match req.code {
+        request_code::PULL_MESSAGE => {
+            RemotingCommand::response(1, 0, Some("the broker is starting".into()))
+        }
+        _ => ok(),
+    })
+    .await;
+    let namesrv = name_server(addr, &["T"]).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let request = PullRequest::new(
+        "G",
+        MessageQueue::new("T", "broker-a", 0),
+        0,
+        TagExpression::all(),
+    );
+    let err = brokers.pull(&request).await.unwrap_err();
+    assert!(
+        matches!(err, PullError::Remote(RemoteError::Refused { code: 1, .. })),
+        "{err:?}"
+    );
+}
+
+/// Whether the send-back is denied, whether its fallback is, and the operation and resource
+/// of the denial expected (`None`: the fallback is stored).
+type SendBackCase = (bool, bool, Option<(&'static str, &'static str)>);
+
+/// A refused send-back and a refused fallback are denials naming the operation and the
+/// resource (the application's names), whichever of the two was denied, for every code that
+/// means a denial; a denied send-back whose fallback is stored succeeds.
+#[tokio::test]
+async fn a_denied_send_back_or_fallback_is_a_denial_naming_operation_and_resource() {
+    let stored = || {
+        ok().with_ext("msgId", "X")
+            .with_ext("queueId", 0)
+            .with_ext("queueOffset", 0)
+    };
+    let other = |reason: &str| RemotingCommand::response(14, 0, Some(reason.into()));
+    for namespaced in [false, true] {
+        for (code, remark) in DENIALS {
+            let denied = move || RemotingCommand::response(code, 0, Some(remark.into()));
+            let cases: [SendBackCase; 4] = [
+                (true, false, Some(("send back", "group `G` on topic `T`"))),
+                (
+                    false,
+                    true,
+                    Some(("send to the retry topic", "topic `%RETRY%G`")),
+                ),
+                (
+                    true,
+                    true,
+                    Some(("send to the retry topic", "topic `%RETRY%G`")),
+                ),
+                (true, false, None),
+            ];
+            for (case, (back_denied, fallback_denied, expected)) in cases.into_iter().enumerate() {
+                let fallback_stored = expected.is_none();
+                let (addr, log) = broker(move |req| match req.code {
+                    request_code::CONSUMER_SEND_MSG_BACK if back_denied => denied(),
+                    request_code::CONSUMER_SEND_MSG_BACK => other("first reason"),
+                    request_code::SEND_MESSAGE if fallback_denied => denied(),
+                    request_code::SEND_MESSAGE if fallback_stored => stored(),
+                    request_code::SEND_MESSAGE => other("second reason"),
+                    _ => ok(),
+                })
+                .await;
+                let namesrv =
+                    name_server(addr.clone(), &["T", "%RETRY%G", "NS%T", "%RETRY%NS%G"]).await;
+                let brokers = BrokerClient::new(name_server_client(&namesrv, namespaced));
+                let message = failed_message();
+                let result = brokers.send_back(SendBack::new("G", &message)).await;
+                let what = format!("code {code}, namespaced {namespaced}, case {case}");
+                let codes: Vec<i32> = log.lock().unwrap().iter().map(|r| r.code).collect();
+                assert_eq!(codes, [36, 10], "{what}");
+                let Some((operation, resource)) = expected else {
+                    assert_eq!(result, Ok(()), "{what}");
+                    continue;
+                };
+                let Err(RemoteError::Denied {
+                    server,
+                    operation: op,
+                    resource: res,
+                    code: c,
+                    remark: text,
+                }) = result
+                else {
+                    panic!("{what}: not a denial: {result:?}");
+                };
+                assert_eq!(server, addr, "{what}");
+                assert_eq!((op, res.as_str(), c), (operation, resource, code), "{what}");
+                assert!(text.starts_with(remark), "{what}: {text}");
+                if !(back_denied && fallback_denied) {
+                    // The other failure is in the remark.
+                    let reason = if back_denied {
+                        "second reason"
+                    } else {
+                        "first reason"
+                    };
+                    assert!(text.contains(reason), "{what}: {text}");
+                }
+            }
+        }
+    }
+}

@@ -12,7 +12,12 @@
 //! message); 19 and 20 → [`PullResult::NoNewMessage`]; 21 → [`PullResult::OffsetMoved`]; 24 and
 //! 25 → this client heartbeats the broker again and the pull fails with
 //! [`PullError::Remote`] (the consume layer retries); 2 and 215 → [`PullError::Throttled`];
-//! anything else → [`PullError::Remote`] with the code and remark.
+//! a refusal of this client's credentials or permissions (16, the ACL 2.0 codes 3001 and 3002,
+//! or 1 with an `AclException`, see [`is_denial`](crate::acl::is_denial)) →
+//! [`PullError::Remote`] with [`RemoteError::Denied`] naming the operation (`pull`) and the
+//! resource (the group and topic as the application names them), logged once per resource
+//! (the consume layer backs off); anything else → [`PullError::Remote`] with the code and
+//! remark.
 
 use std::time::Duration;
 
@@ -24,6 +29,7 @@ use tokio::time::Instant;
 use super::BrokerClient;
 use super::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
 use crate::message::{DecodeLimits, decode_batch};
 use crate::namespace::{self, Namespace};
 
@@ -116,6 +122,18 @@ pub(crate) enum PullAnswer {
     Resubscribe(RemoteError),
     /// A failure.
     Failed(PullError),
+}
+
+/// What a pull is about, for a refusal: the group and the topic as the application names
+/// them.
+fn pull_op(request: &PullRequest) -> Op {
+    Op::new(
+        "pull",
+        format!(
+            "group `{}` on topic `{}`",
+            request.group, request.queue.topic
+        ),
+    )
 }
 
 /// Reads the answer to `request`.
@@ -256,9 +274,8 @@ impl BrokerClient {
         let timeout = pull_timeout(request.suspend, self.remoting().config().request_timeout);
         let response = self
             .remoting()
-            .invoke_with_timeout(&addr, command, timeout)
-            .await
-            .map_err(RemoteError::from)?;
+            .call_with_timeout(&addr, &pull_op(request), command, timeout)
+            .await?;
         match read_answer(&response, request, &DecodeLimits::default()) {
             PullAnswer::Done(result) => {
                 let result = match ns {

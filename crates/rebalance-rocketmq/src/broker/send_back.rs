@@ -12,6 +12,13 @@
 //! dead-letter topic once the count passes the maximum. Properties the consume layer set for
 //! its own use (`MIN_OFFSET`, `MAX_OFFSET`, `CONSUME_START_TIME`) and the transaction mark are
 //! left out.
+//!
+//! A refusal of this client's credentials or permissions (see
+//! [`is_denial`](crate::acl::is_denial)) is a [`RemoteError::Denied`] naming the operation
+//! (`send back`: the group and the message's topic; `send to the retry topic`: the retry topic)
+//! with the names the application uses, logged once per resource. The send-back fails with a
+//! denial when the fallback was denied, or when the send-back was denied and the fallback
+//! failed too.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -23,6 +30,7 @@ use rebalance_runtime::subscription::retry_topic;
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::denial::Op;
 use crate::namespace::{self, Namespace};
 use crate::producer::{self, send_message_request};
 
@@ -146,6 +154,53 @@ fn stored(response: &RemotingCommand) -> bool {
     )
 }
 
+/// The error of a send-back whose fallback failed too: a denial when either was denied (the
+/// fallback's first), else the fallback's refusal, else both as unreachable; with the other
+/// reason in the remark.
+fn both_failed(first: RemoteError, fallback: RemoteError) -> RemoteError {
+    match (fallback, first) {
+        (
+            RemoteError::Denied {
+                server,
+                operation,
+                resource,
+                code,
+                remark,
+            },
+            first,
+        ) => RemoteError::Denied {
+            server,
+            operation,
+            resource,
+            code,
+            remark: format!("{remark} (after the send-back failed: {first})"),
+        },
+        (
+            fallback,
+            RemoteError::Denied {
+                server,
+                operation,
+                resource,
+                code,
+                remark,
+            },
+        ) => RemoteError::Denied {
+            server,
+            operation,
+            resource,
+            code,
+            remark: format!("{remark} (and the send to the retry topic failed: {fallback})"),
+        },
+        (RemoteError::Refused { code, remark }, first) => RemoteError::Refused {
+            code,
+            remark: format!("{remark} (after the send-back failed: {first})"),
+        },
+        (other, first) => RemoteError::Unreachable(format!(
+            "send-back failed ({first}), and so did the send to the retry topic ({other})"
+        )),
+    }
+}
+
 impl BrokerClient {
     /// Sends a failed message back: CONSUMER_SEND_MSG_BACK at its broker's master, else the
     /// fallback to the retry topic. Fails only when both fail (with both reasons).
@@ -153,15 +208,23 @@ impl BrokerClient {
         let queue = request.message.queue();
         let first = async {
             let addr = self.broker_addr(queue, true).await?;
+            let op = Op::new(
+                "send back",
+                format!(
+                    "group `{}` on topic `{}`",
+                    request.group,
+                    request.message.topic()
+                ),
+            );
             let response = self
                 .remoting()
-                .invoke_with_timeout(
+                .call_with_timeout(
                     &addr,
+                    &op,
                     namespaced_send_back_request(&request, self.name_server().namespace()),
                     SEND_BACK_TIMEOUT,
                 )
-                .await
-                .map_err(RemoteError::from)?;
+                .await?;
             if response.code == response_code::SUCCESS {
                 Ok(addr)
             } else {
@@ -175,18 +238,15 @@ impl BrokerClient {
             }
             Err(e) => e,
         };
-        tracing::warn!(group = request.group, msg_id = request.message.msg_id(), error = %error, "send-back failed; sending the message to the retry topic instead");
+        if matches!(error, RemoteError::Denied { .. }) {
+            // The denial itself is logged once per resource.
+            tracing::debug!(group = request.group, msg_id = request.message.msg_id(), error = %error, "send-back denied; sending the message to the retry topic instead");
+        } else {
+            tracing::warn!(group = request.group, msg_id = request.message.msg_id(), error = %error, "send-back failed; sending the message to the retry topic instead");
+        }
         self.send_back_as_normal_message(&request)
             .await
-            .map_err(|fallback| match fallback {
-                RemoteError::Refused { code, remark } => RemoteError::Refused {
-                    code,
-                    remark: format!("{remark} (after the send-back failed: {error})"),
-                },
-                other => RemoteError::Unreachable(format!(
-                    "send-back failed ({error}), and so did the send to the retry topic ({other})"
-                )),
-            })
+            .map_err(|fallback| both_failed(error, fallback))
     }
 
     /// The fallback: SEND_MESSAGE to the group's retry topic, on the message's broker when it
@@ -206,15 +266,16 @@ impl BrokerClient {
             .ok_or_else(|| RemoteError::Unreachable(format!("no queue in `{topic}`")))?;
         let addr = self.broker_addr(queue, true).await?;
         let ns = self.name_server().namespace();
+        let op = Op::new("send to the retry topic", format!("topic `{topic}`"));
         let response = self
             .remoting()
-            .invoke_with_timeout(
+            .call_with_timeout(
                 &addr,
+                &op,
                 namespaced_fallback_request(request, queue, ns),
                 SEND_BACK_TIMEOUT,
             )
-            .await
-            .map_err(RemoteError::from)?;
+            .await?;
         if !stored(&response) {
             return Err(refused(&response));
         }

@@ -8,6 +8,11 @@ use super::source::{DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_P
 /// How long a pull loop waits after a failed pull or offset lookup (the Java client's
 /// `pullTimeDelayMillsWhenException`).
 pub const PULL_ERROR_DELAY: Duration = Duration::from_secs(3);
+/// The longest a pull loop waits between attempts the source denies
+/// ([`RemoteError::Denied`](crate::RemoteError::Denied): the credentials or permissions are
+/// refused): it waits [`PULL_ERROR_DELAY`] after the first denial and twice as long after
+/// each further one in a row, up to this, until a pull succeeds.
+pub const MAX_DENIED_DELAY: Duration = Duration::from_secs(60);
 /// How long a pull loop waits after the source asked it to slow down (Java:
 /// `PULL_TIME_DELAY_MILLS_WHEN_BROKER_FLOW_CONTROL`).
 pub const THROTTLED_DELAY: Duration = Duration::from_millis(20);

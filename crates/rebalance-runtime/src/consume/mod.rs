@@ -40,7 +40,8 @@ mod work;
 
 pub use config::{
     ConsumeOptions, ConsumeOptionsError, EXPIRED_DELAY_LEVEL, FLOW_CONTROL_DELAY,
-    LOCAL_RETRY_DELAY, MAX_SUSPEND, MIN_SUSPEND, PULL_ERROR_DELAY, PULL_EXPIRY, THROTTLED_DELAY,
+    LOCAL_RETRY_DELAY, MAX_DENIED_DELAY, MAX_SUSPEND, MIN_SUSPEND, PULL_ERROR_DELAY, PULL_EXPIRY,
+    THROTTLED_DELAY,
 };
 pub use listener::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, OrderlyContext, OrderlyListener,

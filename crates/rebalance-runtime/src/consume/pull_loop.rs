@@ -207,21 +207,24 @@ impl PullLoop {
                 _ = self.activity.retired() => return None,
                 lookup = lookup => lookup,
             };
-            match lookup {
+            let retry_in = match lookup {
                 Ok(offset) => {
-                    self.errors.recovered(&queue);
+                    self.errors.recovered(&self.shared.denials, &queue);
                     let offset = offset.max(0);
                     tracing::info!(queue = ?queue, start = ?self.lease.start_position(), offset, "resolved the start position");
                     self.commit_at(offset);
                     return Some(offset);
                 }
-                Err(e) => self.errors.failed(&queue, kind, &e, PULL_ERROR_DELAY),
-            }
+                Err(e) => {
+                    self.errors
+                        .remote(&self.shared.denials, &queue, kind, &e, PULL_ERROR_DELAY)
+                }
+            };
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => return None,
                 _ = self.activity.retired() => return None,
-                _ = tokio::time::sleep(PULL_ERROR_DELAY) => {}
+                _ = tokio::time::sleep(retry_in) => {}
             }
         }
     }
@@ -280,7 +283,14 @@ impl PullLoop {
         self.gauges.set(self.pq.len(), self.pq.bytes(), lag);
     }
 
-    /// Takes a pull's answer; returns when to pull next.
+    /// Takes a pull's answer; returns when to pull next: at once after an answer, 20 ms after
+    /// the source asked to slow down, [`PULL_ERROR_DELAY`] (3 s) after a failure. A denial
+    /// ([`RemoteError::Denied`](crate::RemoteError::Denied): the source refuses the
+    /// credentials or permissions) backs off instead: 3 s after the first, doubled after each
+    /// further one in a row up to [`MAX_DENIED_DELAY`](super::MAX_DENIED_DELAY) (60 s), until
+    /// a pull succeeds; it is logged at ERROR once per resource for the whole consumer (not
+    /// once per queue), at debug while it lasts, and at info when the resource is served again.
+    /// Other failures are logged once per kind and queue ([`ErrorLog`]).
     fn on_pull(&mut self, result: Result<PullResult, PullError>) -> Instant {
         let now = Instant::now();
         let queue = self.lease.queue().clone();
@@ -291,7 +301,7 @@ impl PullLoop {
                 max_offset,
                 ..
             }) => {
-                self.errors.recovered(&queue);
+                self.errors.recovered(&self.shared.denials, &queue);
                 self.max_offset = Some(max_offset);
                 let mut floor = self.pq.next_offset();
                 messages.retain(|m| {
@@ -310,7 +320,7 @@ impl PullLoop {
                 now
             }
             Ok(PullResult::NoNewMessage { next_offset }) => {
-                self.errors.recovered(&queue);
+                self.errors.recovered(&self.shared.denials, &queue);
                 // Nothing new: the next offset is the end of the queue.
                 self.max_offset = Some(self.max_offset.map_or(next_offset, |m| m.max(next_offset)));
                 self.pq.advance(next_offset);
@@ -318,7 +328,7 @@ impl PullLoop {
                 now
             }
             Ok(PullResult::OffsetMoved { next_offset }) => {
-                self.errors.recovered(&queue);
+                self.errors.recovered(&self.shared.denials, &queue);
                 tracing::warn!(queue = ?queue, from = self.pq.next_offset(), to = next_offset, "the queue's offset moved; continuing from the new one");
                 self.pq.reset(next_offset);
                 self.pending.clear();
@@ -334,9 +344,10 @@ impl PullLoop {
                     .failed(&queue, "pull throttled", &e, THROTTLED_DELAY);
                 now + THROTTLED_DELAY
             }
-            Err(e) => {
-                self.errors.failed(&queue, "pull", &e, PULL_ERROR_DELAY);
-                now + PULL_ERROR_DELAY
+            Err(PullError::Remote(e)) => {
+                now + self
+                    .errors
+                    .remote(&self.shared.denials, &queue, "pull", &e, PULL_ERROR_DELAY)
             }
         }
     }

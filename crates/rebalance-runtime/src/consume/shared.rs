@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::activity::DenialLog;
 use super::in_flight::InFlight;
 use super::work::WorkQueue;
 use super::{ConsumeOptions, MessageSource, OrderlyListener};
@@ -44,6 +45,8 @@ pub(crate) struct Shared {
     /// `abandon` (the shutdown's `await_in_flight` is up).
     pub(crate) outliving: TaskTracker,
     pub(crate) abandon: CancellationToken,
+    /// The resources the loops were denied, each logged once.
+    pub(crate) denials: DenialLog,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -69,6 +72,7 @@ impl Shared {
             in_flight: InFlight::default(),
             outliving: TaskTracker::new(),
             abandon: CancellationToken::new(),
+            denials: DenialLog::default(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
         }

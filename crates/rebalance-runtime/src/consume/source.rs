@@ -123,7 +123,10 @@ pub enum PullError {
     /// pull again after a short pause.
     #[error("flow control: {0}")]
     Throttled(RemoteError),
-    /// Any other failure: pull again after the error delay (3 s).
+    /// Any other failure: pull again after the error delay (3 s). A
+    /// [`RemoteError::Denied`] (the credentials or permissions refused) backs off instead,
+    /// from 3 s doubling up to [`MAX_DENIED_DELAY`](super::MAX_DENIED_DELAY) (60 s) while the
+    /// denial lasts, and is logged once per resource, not once per queue.
     #[error(transparent)]
     Remote(#[from] RemoteError),
 }

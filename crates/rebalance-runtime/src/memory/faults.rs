@@ -31,6 +31,25 @@ pub enum ClusterCall {
     QueryOffset,
 }
 
+impl ClusterCall {
+    /// The operation a denial of this call names (as the RocketMQ transport names it).
+    pub(super) fn operation(self) -> &'static str {
+        match self {
+            Self::Route => "route lookup",
+            Self::Register => "heartbeat",
+            Self::Unregister => "unregister",
+            Self::ConsumerIds => "consumer list",
+            Self::ReadOffset => "offset read",
+            Self::PersistOffset => "offset commit",
+            Self::Lock => "lock",
+            Self::Unlock => "unlock",
+            Self::Pull => "pull",
+            Self::SendBack => "send back",
+            Self::QueryOffset => "offset query",
+        }
+    }
+}
+
 /// What happens to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {

@@ -444,6 +444,7 @@ impl ClusterClient {
                 self.client_id
             )));
         }
+        self.check_denied(&inner, operation)?;
         let fault = inner.faults.take(operation);
         if fault == Some(Fault::Fail) {
             return Err(injected(operation));

@@ -153,6 +153,8 @@ struct Inner {
     locks: HashMap<(String, MessageQueue), Lock>,
     faults: Faults,
     partitioned: HashSet<ClientId>,
+    /// The calls denied to every client ([`InMemoryCluster::set_denied`]).
+    denied: HashSet<ClusterCall>,
     name_server_down: bool,
     /// Brokers that do not answer lock and unlock requests.
     lock_brokers_down: HashSet<String>,
@@ -313,6 +315,20 @@ impl InMemoryCluster {
         self.lock().faults.add(operation, n, Fault::LoseReply);
     }
 
+    /// Denies every call of `operation` (from any client) as a server refuses a client's
+    /// credentials or permissions, without reaching the cluster: the callers get
+    /// [`RemoteError::Denied`] (code 16, NO_PERMISSION) naming the operation and the client,
+    /// until the denial is lifted (`denied == false`). Pending faults of `operation` wait
+    /// meanwhile.
+    pub fn set_denied(&self, operation: ClusterCall, denied: bool) {
+        let mut inner = self.lock();
+        if denied {
+            inner.denied.insert(operation);
+        } else {
+            inner.denied.remove(&operation);
+        }
+    }
+
     /// Makes the next `n` route answers for `topic` garbage (a route that fails validation).
     pub fn garble_next_routes(&self, topic: &str, n: usize) {
         self.lock().faults.garble(topic, n);
@@ -431,6 +447,7 @@ impl ClusterClient {
             if operation == ClusterCall::Route && inner.name_server_down {
                 return Err(RemoteError::Unreachable("name server is down".into()));
             }
+            self.check_denied(&inner, operation)?;
             match inner.faults.take(operation) {
                 None => (None, Some(serve(&mut inner))),
                 Some(Fault::Fail) => (None, None),
@@ -445,6 +462,20 @@ impl ClusterClient {
             tokio::time::sleep(delay).await;
         }
         answer.ok_or_else(|| RemoteError::Unreachable(format!("injected failure of {operation:?}")))
+    }
+
+    /// The denial of `operation` to this client, if [`InMemoryCluster::set_denied`] set one.
+    fn check_denied(&self, inner: &Inner, operation: ClusterCall) -> Result<(), RemoteError> {
+        if !inner.denied.contains(&operation) {
+            return Ok(());
+        }
+        Err(RemoteError::Denied {
+            server: "the in-memory cluster".into(),
+            operation: operation.operation(),
+            resource: format!("client `{}`", self.client_id),
+            code: 16,
+            remark: "denied by InMemoryCluster::set_denied".into(),
+        })
     }
 }
 
@@ -599,6 +630,9 @@ impl OffsetStore for ClusterClient {
                 ));
                 return queues.iter().map(|_| Err(error.clone())).collect();
             }
+            if let Err(error) = self.check_denied(&inner, ClusterCall::ReadOffset) {
+                return queues.iter().map(|_| Err(error.clone())).collect();
+            }
             let failed = || {
                 Err(RemoteError::Unreachable(format!(
                     "injected failure of {:?}",
@@ -653,6 +687,9 @@ impl OffsetStore for ClusterClient {
                     "{} is partitioned from the cluster",
                     self.client_id
                 ));
+                return offsets.iter().map(|_| Err(error.clone())).collect();
+            }
+            if let Err(error) = self.check_denied(&inner, ClusterCall::PersistOffset) {
                 return offsets.iter().map(|_| Err(error.clone())).collect();
             }
             let failed = || {

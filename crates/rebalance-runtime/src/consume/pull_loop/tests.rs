@@ -182,6 +182,83 @@ async fn pull_errors_are_retried_after_3_s_and_throttling_after_a_short_pause() 
     stop.cancel();
 }
 
+fn denied() -> PullError {
+    PullError::Remote(RemoteError::Denied {
+        server: "broker".into(),
+        operation: "pull",
+        resource: "group `G` on topic `T`".into(),
+        code: 16,
+        remark: "no permission".into(),
+    })
+}
+
+/// A denied pull is not retried every 3 s: the loop backs off, 3 s doubling to 60 s while the
+/// denial lasts (14 pulls in 10 minutes instead of 200), pulls again once it is lifted, and
+/// starts from 3 s again after a success.
+#[tokio::test(start_paused = true)]
+async fn a_denied_pull_backs_off_up_to_60_s_and_resumes_once_served() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 3);
+    source.with(|s| s.scripted.extend((0..1000).map(|_| Err(denied()))));
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let start = Instant::now();
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(600)).await;
+    let at: Vec<u64> = source
+        .pulls()
+        .iter()
+        .map(|p| (p.0 - start).as_secs())
+        .collect();
+    assert_eq!(
+        at,
+        [0, 3, 9, 21, 45, 93, 153, 213, 273, 333, 393, 453, 513, 573],
+        "3 s, doubling, at most 60 s apart"
+    );
+    assert!(recorder.offsets().is_empty());
+    assert_eq!(shared.denials.len(), 1, "one resource remembered");
+
+    // Lifted: the next attempt (at most 60 s later) pulls, and consumes.
+    source.with(|s| s.scripted.clear());
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2]);
+    assert_eq!(shared.denials.len(), 0, "served again: forgotten");
+
+    // Denied again after a success: 3 s first again.
+    source.with(|s| {
+        s.scripted.push_back(Err(denied()));
+        s.scripted.push_back(Err(denied()));
+    });
+    source.append(&q, 1);
+    sleep(Duration::from_millis(1)).await;
+    let denied_at = source.pulls().last().unwrap().0;
+    sleep(Duration::from_secs(10)).await;
+    let after: Vec<Duration> = source
+        .pulls()
+        .iter()
+        .map(|p| p.0)
+        .filter(|t| *t > denied_at)
+        .map(|t| t - denied_at)
+        .collect();
+    assert_eq!(
+        after,
+        [Duration::from_secs(3), Duration::from_secs(9)],
+        "the back-off starts over"
+    );
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2, 3]);
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
 #[tokio::test(start_paused = true)]
 async fn failed_messages_are_sent_back_or_retried_locally_and_hold_the_commit() {
     let source = Arc::new(TestSource::default());
