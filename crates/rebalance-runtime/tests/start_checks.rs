@@ -1,6 +1,6 @@
-//! What `start()` refuses: no subscription, invalid intervals, a missing locker for an exclusive
-//! hand-off, and broadcasting on the group's shared offset store; and broadcasting with
-//! per-client stores.
+//! What `start()` refuses: no subscription, a strategy that would allocate nothing, invalid
+//! intervals, a missing locker for an exclusive hand-off, and broadcasting on the group's
+//! shared offset store; and broadcasting with per-client stores.
 
 mod common;
 
@@ -253,4 +253,74 @@ async fn contradictory_intervals_are_refused_naming_both_values() {
         other => panic!("expected a conflict of lock_renew and lock_lifetime, got {other:?}"),
     }
     assert!(cluster.members(GROUP).is_empty(), "nothing was started");
+}
+
+/// A strategy given as a value that would allocate nothing to anybody is refused at start with
+/// the error the same strategy named gets from `strategy_named`, wrappers included; nothing is
+/// registered.
+#[tokio::test(start_paused = true)]
+async fn a_strategy_value_that_would_allocate_nothing_is_refused_at_start() {
+    use rebalance_core::strategy::{
+        AllocateStrategy, ByConfig, ConsistentHash, Designated, MachineRoomNearby, Params,
+        StrategyConfigError,
+    };
+
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let empty_ring: Arc<dyn AllocateStrategy> = Arc::new(ConsistentHash::new(0).unwrap());
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .strategy(empty_ring.clone())
+        .start()
+        .await;
+    let message = match result {
+        Err(e @ ConsumerError::Strategy(StrategyConfigError::AllocatesNothing { .. })) => {
+            e.to_string()
+        }
+        other => panic!("expected AllocatesNothing, got {other:?}"),
+    };
+    assert_eq!(
+        message,
+        "strategy `consistent_hash` would allocate nothing to anybody: `virtual_node_count` is 0, \
+         so the hash ring has no points (give it 1 or more; the default is 10)"
+    );
+    // The same error as the strategy named.
+    let mut zero = Params::new();
+    zero.insert("virtual_node_count".into(), 0.into());
+    let named = rebalance_runtime::Consumer::builder(GROUP)
+        .strategy_named("consistent_hash", &zero)
+        .unwrap_err();
+    assert_eq!(named.to_string(), message);
+    assert!(cluster.members(GROUP).is_empty(), "nothing was started");
+
+    // Through a wrapper, and with an assignment given as an `Allocation`.
+    let wrapped: Arc<dyn AllocateStrategy> = Arc::new(Designated::new(
+        Arc::new(MachineRoomNearby::new(Arc::new(ByConfig::new(Vec::new())))),
+        ["10.0.0.1"],
+    ));
+    let result = builder(&cluster, 0, &["T"], Recorder::new())
+        .allocation(rebalance_runtime::allocation::Allocation::Strategy(wrapped))
+        .start()
+        .await;
+    match result {
+        Err(e @ ConsumerError::Strategy(StrategyConfigError::AllocatesNothing { .. })) => {
+            let message = e.to_string();
+            assert!(message.starts_with("strategy `designated` would allocate nothing"));
+            assert!(
+                message.contains("`message_queue_list` is empty"),
+                "{message}"
+            );
+        }
+        other => panic!("expected AllocatesNothing, got {other:?}"),
+    }
+    assert!(cluster.members(GROUP).is_empty(), "nothing was started");
+
+    // A ring with points starts and takes every queue.
+    let handle = builder(&cluster, 0, &["T"], Recorder::new())
+        .strategy(Arc::new(ConsistentHash::new(1).unwrap()))
+        .start()
+        .await
+        .expect("one virtual node is enough");
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    assert_eq!(handle.assignment().len(), 4);
+    handle.shutdown().await;
 }

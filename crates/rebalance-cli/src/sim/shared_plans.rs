@@ -139,6 +139,11 @@ impl AllocateStrategy for SharedPlans {
         }
     }
 
+    /// The same answers as the strategy it wraps, so the same verdict.
+    fn allocates_nothing(&self) -> Option<String> {
+        self.inner.allocates_nothing()
+    }
+
     fn plan<'a>(
         &'a self,
         group: &str,

@@ -67,6 +67,13 @@ impl AllocateStrategy for ByConfig {
             .collect();
         Ok(Plan::over_pool(Cow::Borrowed(&self.queues), shares))
     }
+
+    /// An empty list: every member takes nothing.
+    fn allocates_nothing(&self) -> Option<String> {
+        self.queues
+            .is_empty()
+            .then(|| "`message_queue_list` is empty, so this client takes no queue".to_string())
+    }
 }
 
 #[cfg(test)]
@@ -87,5 +94,14 @@ mod tests {
         let plan = s.plan("G", &[], &cids).unwrap();
         assert_eq!(plan.len(), 2);
         assert_eq!(plan.share("").unwrap().to_vec(), configured);
+    }
+
+    #[test]
+    fn an_empty_list_says_it_allocates_nothing() {
+        assert_eq!(
+            ByConfig::new(Vec::new()).allocates_nothing().as_deref(),
+            Some("`message_queue_list` is empty, so this client takes no queue")
+        );
+        assert_eq!(ByConfig::new(queues(1)).allocates_nothing(), None);
     }
 }

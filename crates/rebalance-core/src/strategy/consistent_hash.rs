@@ -263,6 +263,15 @@ impl AllocateStrategy for ConsistentHash {
             .collect();
         Ok(Plan::over_input(mq_all, shares))
     }
+
+    /// With 0 virtual nodes the ring has no points: nobody gets anything.
+    fn allocates_nothing(&self) -> Option<String> {
+        (self.virtual_nodes == 0).then(|| {
+            "`virtual_node_count` is 0, so the hash ring has no points (give it 1 or more; the \
+             default is 10)"
+                .to_string()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -287,6 +296,25 @@ mod tests {
         let mqs = queues(4);
         assert!(s.allocate("G", &cids[0], &mqs, &cids).unwrap().is_empty());
         assert_eq!(s.plan("G", &mqs, &cids).unwrap().assigned_count(), 0);
+    }
+
+    #[test]
+    fn a_ring_without_points_says_it_allocates_nothing() {
+        assert_eq!(
+            ConsistentHash::new(0)
+                .unwrap()
+                .allocates_nothing()
+                .as_deref(),
+            Some(
+                "`virtual_node_count` is 0, so the hash ring has no points (give it 1 or more; \
+                 the default is 10)"
+            )
+        );
+        // Whatever the hash function.
+        let zero = ConsistentHash::new(0).unwrap().with_hash(Md5Hash);
+        assert!(zero.allocates_nothing().is_some());
+        assert_eq!(ConsistentHash::new(1).unwrap().allocates_nothing(), None);
+        assert_eq!(ConsistentHash::default().allocates_nothing(), None);
     }
 
     #[test]

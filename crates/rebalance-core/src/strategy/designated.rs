@@ -4,7 +4,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::plan::{Plan, distinct_members};
-use super::{AllocateError, AllocateStrategy, StrategyRef, validate, validate_group};
+use super::{
+    AllocateError, AllocateStrategy, StrategyRef, inner_allocates_nothing, validate, validate_group,
+};
 use crate::{ClientId, MessageQueue};
 
 /// Lets only designated clients consume: the wrapped strategy divides the queues among the
@@ -112,6 +114,12 @@ impl AllocateStrategy for Designated {
             .collect();
         Ok(inner.with_shares(shares))
     }
+
+    /// The consuming members (the designated ones, or everyone) share with the inner strategy:
+    /// nothing when it allocates nothing.
+    fn allocates_nothing(&self) -> Option<String> {
+        inner_allocates_nothing(&*self.inner)
+    }
 }
 
 #[cfg(test)]
@@ -161,6 +169,37 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn allocates_nothing_when_its_inner_strategy_does() {
+        let empty: StrategyRef = Arc::new(crate::strategy::ByConfig::new(Vec::new()));
+        assert_eq!(
+            Designated::new(empty, ["a"]).allocates_nothing().as_deref(),
+            Some(
+                "its inner strategy `by_config` allocates nothing: `message_queue_list` is \
+                 empty, so this client takes no queue"
+            )
+        );
+        // Through two wrappers, each named.
+        let none: [&str; 0] = [];
+        let rooms: StrategyRef = Arc::new(crate::strategy::ByMachineRoom::new(none));
+        let nearby: StrategyRef = Arc::new(crate::strategy::MachineRoomNearby::new(rooms));
+        assert_eq!(
+            Designated::new(nearby, ["a"])
+                .allocates_nothing()
+                .as_deref(),
+            Some(
+                "its inner strategy `machine_room_nearby` allocates nothing: its inner strategy \
+                 `by_machine_room` allocates nothing: `consumer_idcs` names no machine room, so \
+                 no queue is eligible"
+            )
+        );
+        // Nobody designated is everybody consuming, not nobody.
+        assert_eq!(
+            Designated::new(Arc::new(Averagely), none).allocates_nothing(),
+            None
+        );
     }
 
     #[test]

@@ -99,6 +99,19 @@ impl AllocateStrategy for ByMachineRoom {
         let filtered = self.filter(mq_all);
         positional::plan(mq_all, cid_all, |n, i| share(&filtered, n, i))
     }
+
+    /// No room, or only rooms holding an '@' (a broker `room@broker` has a room without one):
+    /// no queue is eligible.
+    fn allocates_nothing(&self) -> Option<String> {
+        if self.rooms.is_empty() {
+            return Some("`consumer_idcs` names no machine room, so no queue is eligible".into());
+        }
+        self.rooms.iter().all(|r| r.contains('@')).then(|| {
+            "every room of `consumer_idcs` holds an '@', so none matches a broker named \
+             `room@broker` and no queue is eligible"
+                .to_string()
+        })
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +164,30 @@ mod tests {
                 .collect();
             proptest::prop_assert_eq!(s.filter(&mqs), expected);
         }
+    }
+
+    #[test]
+    fn no_eligible_room_says_it_allocates_nothing() {
+        let none: [&str; 0] = [];
+        assert_eq!(
+            ByMachineRoom::new(none).allocates_nothing().as_deref(),
+            Some("`consumer_idcs` names no machine room, so no queue is eligible")
+        );
+        assert_eq!(
+            ByMachineRoom::new(["roomA@broker-a", "@"])
+                .allocates_nothing()
+                .as_deref(),
+            Some(
+                "every room of `consumer_idcs` holds an '@', so none matches a broker named \
+                 `room@broker` and no queue is eligible"
+            )
+        );
+        // One usable room is enough; the empty room is one (brokers named `@broker`).
+        assert_eq!(
+            ByMachineRoom::new(["roomA@broker-a", "roomB"]).allocates_nothing(),
+            None
+        );
+        assert_eq!(ByMachineRoom::new([""]).allocates_nothing(), None);
     }
 
     #[test]

@@ -121,6 +121,47 @@ pub trait AllocateStrategy: Send + Sync + fmt::Debug {
         }
         Ok(Plan::from_lists(mq_all, lists))
     }
+
+    /// Why this strategy would give nobody anything, whatever the queues and members (a
+    /// sentence naming the parameter at fault), or `None` (the default) when it may allocate
+    /// something.
+    ///
+    /// This is what a runtime refuses at start: a consumer given such a strategy would start,
+    /// report balanced rounds and never consume (the `rebalance-runtime` consumer fails with
+    /// [`StrategyConfigError::AllocatesNothing`], see
+    /// [`StrategyConfigError::if_allocates_nothing`]; so does
+    /// [`StrategyRegistry::build_for_runtime`]). [`allocate`](Self::allocate) and
+    /// [`plan`](Self::plan) still answer as the Java client does (nothing). The built-in
+    /// answers: [`ConsistentHash`] with 0 virtual nodes, [`ByMachineRoom`] without a room (or
+    /// with only rooms holding an '@', which no `room@broker` name has), [`ByConfig`] with an
+    /// empty list, and the wrappers ([`MachineRoomNearby`], [`Designated`]) around such a
+    /// strategy. Override it when some configuration of your strategy allocates nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use rebalance_core::strategy::{AllocateStrategy, Averagely, ConsistentHash, Designated};
+    ///
+    /// let empty_ring = ConsistentHash::new(0).unwrap();
+    /// assert_eq!(
+    ///     empty_ring.allocates_nothing().as_deref(),
+    ///     Some("`virtual_node_count` is 0, so the hash ring has no points (give it 1 or more; the default is 10)")
+    /// );
+    /// assert!(Designated::new(Arc::new(empty_ring), ["10.0.0.1"]).allocates_nothing().is_some());
+    /// assert_eq!(Averagely.allocates_nothing(), None);
+    /// ```
+    fn allocates_nothing(&self) -> Option<String> {
+        None
+    }
+}
+
+/// What a wrapper around `inner` answers for [`AllocateStrategy::allocates_nothing`]: its inner
+/// strategy's reason, named.
+pub(crate) fn inner_allocates_nothing(inner: &dyn AllocateStrategy) -> Option<String> {
+    let reason = inner.allocates_nothing()?;
+    Some(format!(
+        "its inner strategy `{}` allocates nothing: {reason}",
+        inner.name()
+    ))
 }
 
 /// The Java client's validation, shared by every strategy except [`ByConfig`]: the position of

@@ -6,7 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::plan::{Interner, Plan, distinct_members};
-use super::{AllocateError, AllocateStrategy, StrategyRef, validate, validate_group};
+use super::{
+    AllocateError, AllocateStrategy, StrategyRef, inner_allocates_nothing, validate, validate_group,
+};
 use crate::{ClientId, MessageQueue, java};
 
 /// Tells which machine room a broker and a consumer are in.
@@ -261,6 +263,12 @@ impl AllocateStrategy for MachineRoomNearby {
             .collect();
         Ok(interner.finish(shares))
     }
+
+    /// Every room's queues are shared with the inner strategy: nothing when it allocates
+    /// nothing.
+    fn allocates_nothing(&self) -> Option<String> {
+        inner_allocates_nothing(&*self.inner)
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +279,24 @@ mod tests {
 
     fn mq(broker: &str, id: i32) -> MessageQueue {
         MessageQueue::new("T", broker, id)
+    }
+
+    #[test]
+    fn allocates_nothing_when_its_inner_strategy_does() {
+        let empty_ring = Arc::new(crate::strategy::ConsistentHash::new(0).unwrap());
+        assert_eq!(
+            MachineRoomNearby::new(empty_ring)
+                .allocates_nothing()
+                .as_deref(),
+            Some(
+                "its inner strategy `consistent_hash` allocates nothing: `virtual_node_count` is \
+                 0, so the hash ring has no points (give it 1 or more; the default is 10)"
+            )
+        );
+        assert_eq!(
+            MachineRoomNearby::new(Arc::new(Averagely)).allocates_nothing(),
+            None
+        );
     }
 
     #[test]

@@ -93,15 +93,44 @@ pub enum StrategyConfigError {
     },
     /// Parameters with which every member of the group would get nothing, so that a runtime
     /// would consume nothing while reporting balanced rounds (such as `consistent_hash` with
-    /// `virtual_node_count` 0, which the Java client accepts). Only
-    /// [`StrategyRegistry::build_for_runtime`] refuses them.
+    /// `virtual_node_count` 0, which the Java client accepts): what
+    /// [`AllocateStrategy::allocates_nothing`] says. Only
+    /// [`StrategyRegistry::build_for_runtime`] refuses them here (and a runtime refuses such a
+    /// strategy given as a value when it starts, see [`if_allocates_nothing`](Self::if_allocates_nothing)).
     #[error("strategy `{strategy}` would allocate nothing to anybody: {reason}")]
     AllocatesNothing {
-        /// The strategy (an inner strategy's name when a wrapper's inner one is at fault).
+        /// The strategy (a wrapper's name when its inner strategy is at fault: the reason
+        /// names the inner one).
         strategy: String,
-        /// Which parameter value, and why.
+        /// Which parameter value, and why ([`AllocateStrategy::allocates_nothing`]).
         reason: String,
     },
+}
+
+impl StrategyConfigError {
+    /// [`AllocatesNothing`](Self::AllocatesNothing) when `strategy` would give nobody anything
+    /// ([`AllocateStrategy::allocates_nothing`] says why), else `None`: what a runtime refuses,
+    /// for a strategy built by name ([`StrategyRegistry::build_for_runtime`]) or given as a
+    /// value alike.
+    ///
+    /// ```
+    /// use rebalance_core::strategy::{Averagely, ConsistentHash, StrategyConfigError};
+    ///
+    /// let err = StrategyConfigError::if_allocates_nothing(&ConsistentHash::new(0).unwrap()).unwrap();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "strategy `consistent_hash` would allocate nothing to anybody: `virtual_node_count` is 0, \
+    ///      so the hash ring has no points (give it 1 or more; the default is 10)"
+    /// );
+    /// assert!(StrategyConfigError::if_allocates_nothing(&Averagely).is_none());
+    /// ```
+    pub fn if_allocates_nothing(strategy: &dyn AllocateStrategy) -> Option<Self> {
+        let reason = strategy.allocates_nothing()?;
+        Some(Self::AllocatesNothing {
+            strategy: strategy.name().to_string(),
+            reason,
+        })
+    }
 }
 
 /// [`StrategyConfigError::Rejected`]'s message: a sentence, with Java's words quoted.
@@ -262,6 +291,20 @@ impl StrategyRegistry {
 
     /// Builds the strategy called `name`.
     pub fn build(&self, name: &str, params: &Params) -> Result<StrategyRef, StrategyConfigError> {
+        if let Some(keys) = self.param_keys(name) {
+            for key in params.keys().filter(|k| !keys.contains(&k.as_str())) {
+                tracing::warn!(strategy = name, key, reads = ?keys, "strategy parameter not read (misspelled?); ignored");
+            }
+        }
+        self.build_quietly(name, params)
+    }
+
+    /// [`build`](Self::build) without its warnings about parameters not read.
+    pub(super) fn build_quietly(
+        &self,
+        name: &str,
+        params: &Params,
+    ) -> Result<StrategyRef, StrategyConfigError> {
         let factory = self
             .factories
             .get(name)
@@ -269,11 +312,6 @@ impl StrategyRegistry {
                 name: name.to_string(),
                 known: self.names().collect::<Vec<_>>().join(", "),
             })?;
-        if let Some(keys) = self.param_keys(name) {
-            for key in params.keys().filter(|k| !keys.contains(&k.as_str())) {
-                tracing::warn!(strategy = name, key, reads = ?keys, "strategy parameter not read (misspelled?); ignored");
-            }
-        }
         factory(params, self)
     }
 

@@ -4,9 +4,7 @@
 
 use serde_json::Value;
 
-use super::registry::{
-    Params, StrategyConfigError, StrategyRef, StrategyRegistry, integer, queue_list, string_list,
-};
+use super::registry::{Params, StrategyConfigError, StrategyRef, StrategyRegistry};
 
 /// Whether [`StrategyRegistry::build_for_runtime`] refuses parameters a strategy does not read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,7 +52,7 @@ impl StrategyRegistry {
                 return Err(e);
             }
         }
-        if let Some(e) = self.allocates_nothing(name, params) {
+        if let Some(e) = StrategyConfigError::if_allocates_nothing(&*strategy) {
             return Err(e);
         }
         Ok(strategy)
@@ -86,54 +84,17 @@ impl StrategyRegistry {
         found
     }
 
-    /// Why built-in strategy `name` with `params` would give nobody anything, whatever the
-    /// queues and members: `consistent_hash` with `virtual_node_count` 0, `by_machine_room`
-    /// whose `consumer_idcs` name no room (or only names holding an '@', which no room has),
-    /// `by_config` with an empty `message_queue_list`, or a wrapper (`machine_room_nearby`,
-    /// `designated`) around such a strategy. `None` when the parameters are fine, cannot be
-    /// read, or `name` is not a built-in.
+    /// Why the strategy `name` builds with `params` would give nobody anything, whatever the
+    /// queues and members: [`StrategyConfigError::if_allocates_nothing`] of the strategy built
+    /// (see [`AllocateStrategy::allocates_nothing`](super::AllocateStrategy::allocates_nothing)):
+    /// `consistent_hash` with `virtual_node_count` 0, `by_machine_room` whose `consumer_idcs`
+    /// name no room (or only names holding an '@', which no room has), `by_config` with an
+    /// empty `message_queue_list`, or a wrapper (`machine_room_nearby`, `designated`) around
+    /// such a strategy, and whatever a strategy registered by you says of itself. `None` when
+    /// the strategy may allocate something, or cannot be built.
     pub fn allocates_nothing(&self, name: &str, params: &Params) -> Option<StrategyConfigError> {
-        let keys = self.param_keys(name)?;
-        let nothing = |reason: &str| {
-            Some(StrategyConfigError::AllocatesNothing {
-                strategy: name.to_string(),
-                reason: reason.to_string(),
-            })
-        };
-        match name {
-            "consistent_hash" | "CONSISTENT_HASH" => {
-                match integer(params, name, "virtual_node_count") {
-                    Ok(Some(0)) => nothing(
-                        "`virtual_node_count` is 0, so the hash ring has no points (give it 1 or \
-                         more; the default is 10)",
-                    ),
-                    _ => None,
-                }
-            }
-            "by_machine_room" | "MACHINE_ROOM" => {
-                match string_list(params, name, "consumer_idcs") {
-                    Ok(rooms) if rooms.is_empty() => {
-                        nothing("`consumer_idcs` names no machine room, so no queue is eligible")
-                    }
-                    // A broker `room@broker` has a room without '@'.
-                    Ok(rooms) if rooms.iter().all(|r| r.contains('@')) => nothing(
-                        "every room of `consumer_idcs` holds an '@', so none matches a broker \
-                         named `room@broker` and no queue is eligible",
-                    ),
-                    _ => None,
-                }
-            }
-            "by_config" | "CONFIG" => match queue_list(params, name, "message_queue_list") {
-                Ok(queues) if queues.is_empty() => {
-                    nothing("`message_queue_list` is empty, so this client takes no queue")
-                }
-                _ => None,
-            },
-            _ => {
-                let (inner, inner_params) = inner_spec(name, keys, params)?;
-                self.allocates_nothing(inner, &inner_params)
-            }
-        }
+        let strategy = self.build_quietly(name, params).ok()?;
+        StrategyConfigError::if_allocates_nothing(&*strategy)
     }
 }
 
@@ -199,7 +160,8 @@ mod tests {
         ];
         for (name, p) in refused {
             let p = params(p);
-            assert!(r.build(name, &p).is_ok(), "{name} {p:?}: Java accepts it");
+            let built = r.build(name, &p);
+            assert!(built.is_ok(), "{name} {p:?}: Java accepts it");
             let err = r
                 .build_for_runtime(name, &p, UnknownParams::Allow)
                 .unwrap_err();
@@ -207,6 +169,11 @@ mod tests {
                 matches!(err, StrategyConfigError::AllocatesNothing { .. }),
                 "{name} {p:?}: {err}"
             );
+            // One source of truth: the strategy built says so itself, as a value given to a
+            // runtime would.
+            let from_value = StrategyConfigError::if_allocates_nothing(&*built.unwrap());
+            assert_eq!(from_value.as_ref(), Some(&err), "{name} {p:?}");
+            assert_eq!(r.allocates_nothing(name, &p), Some(err), "{name} {p:?}");
         }
         let err = r
             .build_for_runtime(
@@ -241,7 +208,57 @@ mod tests {
                 r.build_for_runtime(name, &p, UnknownParams::Refuse).is_ok(),
                 "{name} {p:?}"
             );
+            assert_eq!(r.allocates_nothing(name, &p), None, "{name} {p:?}");
         }
+        // A wrapper names its inner strategy in the reason.
+        let err = r
+            .build_for_runtime(
+                "designated",
+                &params(json!({"consumers": ["a"], "inner_strategy": "by_config",
+                               "inner_params": {"message_queue_list": []}})),
+                UnknownParams::Refuse,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "strategy `designated` would allocate nothing to anybody: its inner strategy \
+             `by_config` allocates nothing: `message_queue_list` is empty, so this client takes \
+             no queue"
+        );
+    }
+
+    /// A strategy registered by name is asked too: it says of itself whether it allocates
+    /// nothing.
+    #[test]
+    fn a_registered_strategy_is_asked_whether_it_allocates_nothing() {
+        #[derive(Debug)]
+        struct Never;
+        impl crate::strategy::AllocateStrategy for Never {
+            fn name(&self) -> &str {
+                "never"
+            }
+            fn allocate(
+                &self,
+                _: &str,
+                _: &crate::ClientId,
+                _: &[crate::MessageQueue],
+                _: &[crate::ClientId],
+            ) -> Result<Vec<crate::MessageQueue>, crate::strategy::AllocateError> {
+                Ok(Vec::new())
+            }
+            fn allocates_nothing(&self) -> Option<String> {
+                Some("it never does".into())
+            }
+        }
+        let mut r = StrategyRegistry::default();
+        r.register("never", |_, _| Ok(Arc::new(Never)));
+        let err = r
+            .build_for_runtime("never", &Params::new(), UnknownParams::Refuse)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "strategy `never` would allocate nothing to anybody: it never does"
+        );
     }
 
     #[test]

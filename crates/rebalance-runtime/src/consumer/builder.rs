@@ -232,7 +232,9 @@ impl ConsumerBuilder {
         self
     }
 
-    /// The allocation strategy (default: averagely).
+    /// The allocation strategy (default: averagely). [`start`](Self::start) refuses one that
+    /// would allocate nothing to anybody, as [`strategy_named`](Self::strategy_named) does
+    /// (see [`AllocateStrategy::allocates_nothing`](rebalance_core::strategy::AllocateStrategy::allocates_nothing)).
     pub fn strategy(mut self, strategy: StrategyRef) -> Self {
         self.allocation = Some(Allocation::Strategy(strategy));
         self

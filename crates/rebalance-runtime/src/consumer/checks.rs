@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use rebalance_core::strategy::Averagely;
+use rebalance_core::strategy::{Averagely, StrategyConfigError};
 use tokio_util::sync::CancellationToken;
 
 use super::identity::resolve_client_id;
@@ -32,6 +32,13 @@ impl ConsumerBuilder {
         // What the application asked for: the retry topic joins it later (`Context::effective`).
         if self.subscriptions.is_empty() {
             return Err(ConsumerError::NoSubscription);
+        }
+        // A strategy given as a value is refused as one built by name is (`strategy_named`):
+        // every subscribed topic would be balanced with it, and nobody would get a queue.
+        if let Some(Allocation::Strategy(strategy)) = &self.allocation {
+            if let Some(e) = StrategyConfigError::if_allocates_nothing(&**strategy) {
+                return Err(ConsumerError::Strategy(e));
+            }
         }
         let bound = self.directory.as_ref().and_then(|d| d.bound_client_id());
         let client_id = resolve_client_id(self.client_id, bound)?;

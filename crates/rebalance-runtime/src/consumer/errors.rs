@@ -42,7 +42,8 @@ pub enum ConsumerError {
         /// The id the directory registers.
         bound: ClientId,
     },
-    /// The strategy could not be built (its message names the strategy).
+    /// The strategy could not be built, or would allocate nothing to anybody (its message names
+    /// the strategy).
     #[error(transparent)]
     Strategy(#[from] StrategyConfigError),
     /// The assignor could not be built (its message names the assignor).

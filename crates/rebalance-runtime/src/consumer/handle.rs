@@ -62,6 +62,41 @@ pub(super) struct HandleInner {
 /// called, when the token given to [`ConsumerBuilder::shutdown_on`](super::ConsumerBuilder::shutdown_on) is cancelled, or when every
 /// handle is dropped.
 ///
+/// Stop it on purpose with `shutdown().await` (or the token), which returns once every queue
+/// is released. Dropping the last handle is the safety net, not the way to stop: the shutdown
+/// it starts runs on its own (nobody waits for the offsets to be persisted), and it is logged
+/// as a warning, since it is most often a mistake: `builder.start().await?;` written as a
+/// statement drops the handle at once, and the consumer never gets a queue. The compiler warns
+/// about that statement (the type is `#[must_use]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster,
+/// #               listener: std::sync::Arc<dyn rebalance_runtime::QueueListener>) -> Result<(), rebalance_runtime::ConsumerError> {
+/// rebalance_runtime::Consumer::builder("orders")
+///     .subscribe("Orders")
+///     .cluster(cluster.client("10.0.0.1@1"))
+///     .listener(listener)
+///     .start()
+///     .await?; // error: unused `ConsumerHandle` that must be used
+/// # Ok(()) }
+/// ```
+///
+/// Keep the handle for as long as the consumer should run:
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster,
+/// #               listener: std::sync::Arc<dyn rebalance_runtime::QueueListener>) -> Result<(), rebalance_runtime::ConsumerError> {
+/// let _consumer = rebalance_runtime::Consumer::builder("orders")
+///     .subscribe("Orders")
+///     .cluster(cluster.client("10.0.0.1@1"))
+///     .listener(listener)
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+///
 /// A listener that keeps a handle of its own consumer keeps that consumer alive after the
 /// application dropped its handles: keep a [`WeakConsumerHandle`] there instead
 /// ([`downgrade`](Self::downgrade)).

@@ -29,7 +29,11 @@ impl ConsumerBuilder {
     /// or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set). Must be called inside a tokio runtime.
     ///
     /// Fails without starting anything when the configuration cannot work: no subscribed topic
-    /// ([`ConsumerError::NoSubscription`]), a missing part (including the locker that orderly
+    /// ([`ConsumerError::NoSubscription`]), a strategy that would allocate nothing to anybody
+    /// ([`ConsumerError::Strategy`] with
+    /// [`StrategyConfigError::AllocatesNothing`](rebalance_core::strategy::StrategyConfigError::AllocatesNothing),
+    /// as [`AllocateStrategy::allocates_nothing`](rebalance_core::strategy::AllocateStrategy::allocates_nothing)
+    /// says: `ConsistentHash::new(0)`, say), a missing part (including the locker that orderly
     /// consumption or an exclusive hand-off needs in clustering mode), an invalid interval, or
     /// broadcasting with a group-shared offset store;
     /// and with [`ConsumerError::TaskPanicked`] when the name server or the directory panics in
