@@ -377,6 +377,15 @@ async fn a_client_id_connected_from_two_addresses_is_reported_with_both() {
     assert!(line.contains("ERROR"), "{line}");
     assert!(line.contains("this consumer's client id `c1`"), "{line}");
     assert!(line.contains("10.0.0.1:5000 and 10.0.0.2:6000"), "{line}");
+    // How ids are made, precisely: ours are unique per process, and so are recent Java ones.
+    assert!(
+        line.contains(
+            "This library's ids default to ip@pid@nanos and Java clients' from 4.9 on to \
+             ip@pid#nanos, which do not collide; Java clients before 4.9 default to ip@pid, which \
+             collides where every process is PID 1"
+        ),
+        "{line}"
+    );
     assert_eq!(
         captured
             .text()

@@ -1,5 +1,6 @@
-//! A `queues_added` that fails: called again with backoff by default, or the consumer shuts
-//! down so that the group rebalances its queues.
+//! A `queues_added` that fails (returns an error, panics, or runs past `callback_timeout`):
+//! called again with backoff by default, or the consumer shuts down so that the group
+//! rebalances its queues. The attempt numbers logged are checked in `consumer_tracing.rs`.
 
 mod common;
 
@@ -66,6 +67,89 @@ async fn a_failed_queues_added_is_called_again_with_backoff_until_it_succeeds() 
     assert_eq!(a.handle.assignment().len(), 2);
     assert!(!a.handle.is_stopped());
     a.handle.shutdown().await;
+}
+
+/// How the injected `queues_added` failures fail.
+#[derive(Debug, Clone, Copy)]
+enum Failing {
+    Panics,
+    HangsPastTheTimeout,
+}
+
+/// Starts member 0 of `T` (2 queues) whose first three `queues_added` calls fail as `how`
+/// says, and checks that, under the default policy, the same leases are called again with
+/// backoff (1 s, then 2 s, then 4 s after each failure) until the fourth call succeeds: four
+/// calls of one lease, attempts 1 to 4. The first failure is in the round's report.
+async fn failures_are_retried_with_backoff(how: Failing) {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let recorder = Recorder::new();
+    let counter = match how {
+        Failing::Panics => &recorder.panic_added,
+        Failing::HangsPastTheTimeout => &recorder.hang_added,
+    };
+    *counter.lock().unwrap() = 3;
+    let start = Instant::now();
+    let a = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| b).await;
+    let timeout = java_intervals().callback_timeout;
+    // Past the first call (cut short after `callback_timeout` when it hangs) and its report.
+    settle(timeout + MIN / 2).await;
+    let first = *added_at(&recorder, &MessageQueue::new("T", "broker-0", 0), start)
+        .first()
+        .expect("added");
+    let report = a.handle.rounds().borrow().clone();
+    assert_eq!(report.callback_errors.len(), 1, "{how:?}: {report:?}");
+    let error = &report.callback_errors[0];
+    assert_eq!(error.callback, ListenerCallback::QueuesAdded, "{how:?}");
+    match how {
+        Failing::Panics => assert_eq!(
+            error.failure,
+            CallbackFailureKind::Panicked("injected listener panic in queues_added".into())
+        ),
+        Failing::HangsPastTheTimeout => {
+            assert_eq!(error.failure, CallbackFailureKind::TimedOut(timeout))
+        }
+    }
+    settle(Duration::from_secs(180)).await;
+    // A failing call ends at once when it panics, `callback_timeout` after it began when it
+    // hangs; each retry begins 1 s, 2 s, then 4 s after the end of the failure before it.
+    let took = match how {
+        Failing::Panics => 0,
+        Failing::HangsPastTheTimeout => timeout.as_millis(),
+    };
+    let expected = [0, took + 1_000, 2 * took + 3_000, 3 * took + 7_000];
+    for i in 0..2 {
+        let q = MessageQueue::new("T", "broker-0", i);
+        let times: Vec<u128> = added_at(&recorder, &q, start)
+            .into_iter()
+            .map(|t| t - first)
+            .collect();
+        assert_eq!(times, expected, "{how:?}: {q:?}");
+    }
+    // Every call was a retry of the same leases, never a new addition.
+    assert!(
+        recorder.violations.lock().unwrap().is_empty(),
+        "{how:?}: {:?}",
+        recorder.violations.lock().unwrap()
+    );
+    assert_eq!(
+        *counter.lock().unwrap(),
+        0,
+        "{how:?}: every failure injected"
+    );
+    assert_eq!(a.handle.assignment().len(), 2, "{how:?}");
+    assert!(!a.handle.is_stopped(), "{how:?}");
+    a.handle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_queues_added_is_called_again_with_backoff_until_it_succeeds() {
+    failures_are_retried_with_backoff(Failing::Panics).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queues_added_past_the_callback_timeout_is_called_again_with_backoff() {
+    failures_are_retried_with_backoff(Failing::HangsPastTheTimeout).await;
 }
 
 #[tokio::test(start_paused = true)]

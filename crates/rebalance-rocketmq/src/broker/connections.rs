@@ -1,7 +1,8 @@
 //! Two consumers with one client id: GET_CONSUMER_CONNECTION_LIST (203) shows a broker's view
 //! of a group's connections, and a client id seen there from two addresses is two processes
 //! that both take the same queues (the containerised-Java classic: every process is PID 1, so
-//! `ip@pid` ids collide).
+//! the `ip@pid` ids of Java clients before 4.9 collide; this library's default ids,
+//! `ip@pid@nanos`, and those of Java clients from 4.9 on, `ip@pid#nanos`, do not).
 //!
 //! After a successful heartbeat, at most once a minute per group, the broker client asks one
 //! master for the group's connections and reports, at ERROR, every client id it sees from more
@@ -232,7 +233,7 @@ impl BrokerClient {
                 group,
                 client_id = %conflict.client_id,
                 addresses = ?conflict.addresses,
-                "{whose} `{}` is connected from {}: two consumers share one client id, so both take the same queues and consume their messages twice; give each consumer its own id (`ConsumerBuilder::client_id`; ids default to ip@pid, which collide where every process is PID 1, as in containers)",
+                "{whose} `{}` is connected from {}: two consumers share one client id, so both take the same queues and consume their messages twice; give each consumer its own id (`ConsumerBuilder::client_id` here, the instance name in a Java client). This library's ids default to ip@pid@nanos and Java clients' from 4.9 on to ip@pid#nanos, which do not collide; Java clients before 4.9 default to ip@pid, which collides where every process is PID 1, as in containers",
                 conflict.client_id,
                 conflict.addresses.join(" and "),
             );

@@ -229,7 +229,59 @@ struct Inner {
 }
 
 /// A running push consumer. Cheap to clone; dropping every handle shuts it down.
+///
+/// `PushConsumer::builder(..)...start().await?;` written as a statement would drop the handle
+/// at once, so the compiler warns about it (the type is `#[must_use]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::sync::Arc;
+/// # use rebalance_runtime::consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+/// # use rebalance_runtime::memory::InMemoryCluster;
+/// # struct Noop;
+/// # #[async_trait::async_trait]
+/// # impl ConcurrentListener for Noop {
+/// #     async fn consume(&self, _: &[Message], _: &mut ConcurrentContext) -> ConsumeResult { ConsumeResult::Success }
+/// # }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = InMemoryCluster::new();
+/// # let client = cluster.client("c1@1");
+/// PushConsumer::builder("G")
+///     .subscribe("T")
+///     .configure(|c| c.cluster(client.clone()))
+///     .source(Arc::new(client))
+///     .concurrently(Arc::new(Noop))
+///     .start()
+///     .await?; // error: unused `PushConsumerHandle` that must be used
+/// # Ok(()) }
+/// ```
+///
+/// Keep it instead:
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// # use std::sync::Arc;
+/// # use rebalance_runtime::consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+/// # use rebalance_runtime::memory::InMemoryCluster;
+/// # struct Noop;
+/// # #[async_trait::async_trait]
+/// # impl ConcurrentListener for Noop {
+/// #     async fn consume(&self, _: &[Message], _: &mut ConcurrentContext) -> ConsumeResult { ConsumeResult::Success }
+/// # }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = InMemoryCluster::new();
+/// # let client = cluster.client("c1@1");
+/// let _consumer = PushConsumer::builder("G")
+///     .subscribe("T")
+///     .configure(|c| c.cluster(client.clone()))
+///     .source(Arc::new(client))
+///     .concurrently(Arc::new(Noop))
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
+#[must_use = "dropping the last PushConsumerHandle shuts the push consumer down at once (it consumes nothing): keep the handle for as long as it should consume, and call `shutdown().await` to stop it"]
 pub struct PushConsumerHandle {
     inner: Arc<Inner>,
 }

@@ -290,6 +290,31 @@ struct Inner {
 /// A running producer. Cheap to clone; it stops when [`shutdown`](Self::shutdown) is called,
 /// when the token given to [`ProducerBuilder::shutdown_on`] is cancelled, or when every handle
 /// is dropped.
+///
+/// `builder.start().await?;` written as a statement drops the handle at once; the compiler
+/// warns about it (the type is `#[must_use]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster) -> Result<(), rebalance_runtime::producer::ProducerError> {
+/// rebalance_runtime::producer::Producer::builder("orders-producer")
+///     .name_server(std::sync::Arc::new(cluster.client("producer-1")))
+///     .start()
+///     .await?; // error: unused `ProducerHandle` that must be used
+/// # Ok(()) }
+/// ```
+///
+/// Keep the handle for as long as messages are sent:
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// # async fn demo(cluster: rebalance_runtime::memory::InMemoryCluster) -> Result<(), rebalance_runtime::producer::ProducerError> {
+/// let _producer = rebalance_runtime::producer::Producer::builder("orders-producer")
+///     .name_server(std::sync::Arc::new(cluster.client("producer-1")))
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 #[must_use = "dropping the last ProducerHandle shuts the producer down at once (its routes stop being refreshed): keep the handle for as long as messages are sent, and call `shutdown().await` to stop it"]
 pub struct ProducerHandle {

@@ -166,7 +166,7 @@ impl Service {
                         self.apply_requested(requested);
                     }
                     Err(_) => {
-                        tracing::info!("every consumer handle was dropped; shutting down");
+                        tracing::warn!("every consumer handle was dropped; shutting down (to stop a consumer on purpose, call `shutdown().await` on its handle, which waits until its queues are released; to keep it running, keep a handle)");
                         token.cancel();
                         break;
                     }

@@ -40,6 +40,10 @@ pub struct Recorder {
     pub commit_on_add: Mutex<Option<i64>>,
     /// Fail (Err) the next N added callbacks.
     pub fail_added: Mutex<usize>,
+    /// Panic in the next N added callbacks.
+    pub panic_added: Mutex<usize>,
+    /// Never return from the next N added callbacks (until `callback_timeout` cuts them short).
+    pub hang_added: Mutex<usize>,
     /// Panic in the next N removed callbacks.
     pub panic_removed: Mutex<usize>,
 }
@@ -120,9 +124,13 @@ impl QueueListener for Recorder {
                 ));
             }
         }
-        let mut fail = self.fail_added.lock().unwrap();
-        if *fail > 0 {
-            *fail -= 1;
+        if take_one(&self.panic_added) {
+            panic!("injected listener panic in queues_added");
+        }
+        if take_one(&self.hang_added) {
+            std::future::pending::<()>().await;
+        }
+        if take_one(&self.fail_added) {
             return Err("injected listener failure".into());
         }
         Ok(())
@@ -152,19 +160,21 @@ impl QueueListener for Recorder {
                 events.push((now, Event::Removed(removed.queue.clone(), removed.reason)));
             }
         }
-        let should_panic = {
-            let mut p = self.panic_removed.lock().unwrap();
-            let should = *p > 0;
-            if should {
-                *p -= 1;
-            }
-            should
-        };
-        if should_panic {
+        if take_one(&self.panic_removed) {
             panic!("injected listener panic");
         }
         Ok(())
     }
+}
+
+/// Whether `count` was above zero, taking one from it (the lock is released at once).
+fn take_one(count: &Mutex<usize>) -> bool {
+    let mut count = count.lock().unwrap();
+    let take = *count > 0;
+    if take {
+        *count -= 1;
+    }
+    take
 }
 
 /// A member of the test group.
