@@ -17,15 +17,14 @@ use std::time::Duration;
 
 use rebalance_core::strategy::{Params, StrategyConfigError, build_strategy};
 use rebalance_core::{ClientId, MessageQueue};
-use rebalance_rocketmq::{
-    AddressError, BrokerClient, ClientConfig, MemberRunningInfo, NameServerClient, RemotingClient,
-};
+use rebalance_rocketmq::{AddressError, BrokerClient, ClientConfig, MemberRunningInfo};
 use rebalance_runtime::consume::MessageSource;
 use rebalance_runtime::subscription::is_retry_topic;
 use rebalance_runtime::{OffsetStore, RemoteError, RouteError};
 use serde_json::{Value, json};
 
 use crate::args::{parse_duration, parse_param};
+use crate::connect::{ConnectArgs, ConnectError};
 use crate::plan::{PlanError, compute_with};
 use crate::table;
 
@@ -57,6 +56,9 @@ pub struct DescribeArgs {
     /// running info).
     #[arg(long, default_value = "8s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// Credentials, namespace and TLS.
+    #[command(flatten)]
+    pub connect: ConnectArgs,
 }
 
 /// Why the group could not be described at all.
@@ -68,6 +70,9 @@ pub enum DescribeError {
     /// The strategy could not be built.
     #[error(transparent)]
     Strategy(#[from] StrategyConfigError),
+    /// The credentials, namespace or TLS flags are unusable.
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
     /// A route could not be fetched.
     #[error("route of `{topic}`: {source}")]
     Route {
@@ -97,7 +102,10 @@ impl DescribeError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            DescribeError::Address(_) | DescribeError::Strategy(_) | DescribeError::NoTopic(_)
+            DescribeError::Address(_)
+                | DescribeError::Strategy(_)
+                | DescribeError::Connect(_)
+                | DescribeError::NoTopic(_)
         )
     }
 }
@@ -311,12 +319,12 @@ pub fn diverging(fingerprints: &BTreeMap<String, BTreeMap<String, String>>) -> V
 pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeError> {
     let params: Params = args.params.iter().cloned().collect();
     let strategy = build_strategy(&args.strategy, &params)?;
-    let remoting = RemotingClient::new(ClientConfig {
+    let config = ClientConfig {
         request_timeout: args.timeout,
         connect_timeout: args.timeout,
         ..ClientConfig::default()
-    });
-    let name_server = NameServerClient::new(remoting, &args.namesrv)?;
+    };
+    let name_server = args.connect.name_server(&args.namesrv, config)?;
     let brokers = BrokerClient::new(name_server.clone());
     let group = args.group.as_str();
     let mut warnings = Vec::new();

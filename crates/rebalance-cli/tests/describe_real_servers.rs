@@ -43,18 +43,25 @@ fn describe(args: &[&str]) -> Output {
         .expect("run rebalance describe")
 }
 
-/// `describe --json`'s lines: the queue rows and the summary.
+/// `describe --json`'s lines for group DG and topic DescribeT: the queue rows and the summary.
 async fn describe_json(namesrv: String) -> (Vec<Value>, Value, String) {
+    describe_json_with(vec![
+        "--namesrv".into(),
+        namesrv,
+        "--group".into(),
+        "DG".into(),
+        "--topic".into(),
+        "DescribeT".into(),
+    ])
+    .await
+}
+
+/// `describe --json`'s lines with `args`: the queue rows and the summary.
+async fn describe_json_with(mut args: Vec<String>) -> (Vec<Value>, Value, String) {
+    args.push("--json".into());
     let output = tokio::task::spawn_blocking(move || {
-        describe(&[
-            "--namesrv",
-            &namesrv,
-            "--group",
-            "DG",
-            "--topic",
-            "DescribeT",
-            "--json",
-        ])
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        describe(&args)
     })
     .await
     .unwrap();
@@ -211,4 +218,124 @@ async fn a_member_that_does_not_answer_is_reported_not_hidden() {
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(summary["members"], 1);
     assert_eq!(summary["unowned"], 2);
+}
+
+/// A namespaced group, described with `--namespace`, whose member is stuck on the first message
+/// of each queue: the lag is what was sent and not consumed, per queue; without the namespace
+/// the same names are another (empty) group.
+#[tokio::test]
+async fn a_namespaced_group_shows_the_lag_of_what_it_has_not_consumed() {
+    let example = example();
+    let cluster = TestCluster::start().unwrap();
+    // The topic as the servers know it in namespace `NSD`.
+    cluster.create_topic("NSD%DescribeLag", 4).await.unwrap();
+    let namesrv = cluster.namesrv_addr();
+    let _member = Process(
+        Command::new(&example)
+            .args([
+                "--namesrv",
+                &namesrv,
+                "--namespace",
+                "NSD",
+                "--group",
+                "DL",
+                "--topic",
+                "DescribeLag",
+                "--rebalance-interval",
+                "2s",
+                "--consume",
+                // Each message takes an hour: the first of each queue is never acknowledged.
+                "--consume-time",
+                "1h",
+                "--json",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a consumer process"),
+    );
+    let args = |namespace: bool| {
+        let mut args: Vec<String> = ["--namesrv", namesrv.as_str(), "--group", "DL", "--topic"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.push("DescribeLag".into());
+        if namespace {
+            args.extend(["--namespace".to_string(), "NSD".to_string()]);
+        }
+        args
+    };
+    let owned = wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        let args = args(true);
+        async move {
+            let (rows, summary, _) = describe_json_with(args).await;
+            let settled = summary["members"] == 1
+                && summary["queues"] == 4
+                && summary["unowned"] == 0
+                && rows.iter().all(|r| r["committed"] == 0);
+            settled.then_some(rows)
+        }
+    })
+    .await;
+    let rows = owned.expect("the member owns the 4 queues, committed at 0, within 60 s");
+    assert!(
+        rows.iter()
+            .all(|r| r["topic"] == "DescribeLag" && r["owners"].as_array().map(Vec::len) == Some(1)),
+        "rows name the plain topic, each owned once: {rows:?}"
+    );
+
+    // 1, 2, 3 and 4 messages to queues 0 to 3.
+    let sender = MessageSender::new(NameServerClient::from_addresses(&namesrv).unwrap(), "DP");
+    for queue_id in 0..4 {
+        for i in 0..=queue_id {
+            let queue = MessageQueue::new("NSD%DescribeLag", "broker-a", queue_id);
+            sender
+                .send(&queue, &Message::new(format!("m{queue_id}-{i}")))
+                .await
+                .unwrap();
+        }
+    }
+    let lagging = wait_until(Duration::from_secs(30), Duration::from_millis(500), || {
+        let args = args(true);
+        async move {
+            let (rows, summary, _) = describe_json_with(args).await;
+            let seen = rows.len() == 4 && rows.iter().all(|r| r["max"].as_i64() > Some(0));
+            seen.then_some((rows, summary))
+        }
+    })
+    .await;
+    let (rows, summary) = lagging.expect("the broker's max offsets within 30 s");
+    let lags: Vec<(i64, i64, i64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["max"].as_i64().unwrap(),
+                r["committed"].as_i64().unwrap(),
+                r["lag"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lags,
+        vec![(1, 0, 1), (2, 0, 2), (3, 0, 3), (4, 0, 4)],
+        "max, committed and lag per queue: {rows:?}"
+    );
+    assert_eq!(summary["lag"], 10, "{summary}");
+
+    // The plain names are another group, on a topic the servers do not have.
+    let output = tokio::task::spawn_blocking({
+        let args = args(false);
+        move || {
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            args.push("--json");
+            describe(&args)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        !output.status.success(),
+        "without the namespace the topic is unknown: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
