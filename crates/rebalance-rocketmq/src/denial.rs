@@ -22,8 +22,8 @@ const MAX_REMEMBERED: usize = 4096;
 pub(crate) struct Op {
     /// What is asked (`heartbeat`, `offset commit`, ...).
     pub operation: &'static str,
-    /// What it is asked about (`group ns%G`, ...): with the names the servers know, except
-    /// for pulls and send-backs, which name the group and topics as the application does.
+    /// What it is asked about (`group ns%G`, ...), with the names the servers know: in a
+    /// namespace, the wrapped names, which are what permissions are granted on.
     pub resource: String,
 }
 

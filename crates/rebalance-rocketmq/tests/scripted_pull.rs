@@ -211,8 +211,8 @@ fn name_server_client(namesrv: &str, namespaced: bool) -> NameServerClient {
     builder.build().unwrap()
 }
 
-/// A refused pull is a denial naming the pull and its group and topic as the application names
-/// them (not the namespaced names of the wire), for every code that means a denial; another
+/// A refused pull is a denial naming the pull and its group and topic as the servers know
+/// them (in a namespace, the wrapped names permissions are granted on), for every code that means a denial; another
 /// failure keeps its code.
 #[tokio::test]
 async fn a_denied_pull_is_a_denial_naming_the_pull_its_group_and_topic() {
@@ -239,7 +239,11 @@ async fn a_denied_pull_is_a_denial_naming_the_pull_its_group_and_topic() {
                 PullError::Remote(RemoteError::Denied {
                     server: addr.clone(),
                     operation: "pull",
-                    resource: "group `G` on topic `T`".into(),
+                    resource: if namespaced {
+                        "group `NS%G` on topic `NS%T`".into()
+                    } else {
+                        "group `G` on topic `T`".into()
+                    },
                     code,
                     remark: remark.into(),
                 }),
@@ -279,7 +283,7 @@ async fn a_denied_pull_is_a_denial_naming_the_pull_its_group_and_topic() {
 type SendBackCase = (bool, bool, Option<(&'static str, &'static str)>);
 
 /// A refused send-back and a refused fallback are denials naming the operation and the
-/// resource (the application's names), whichever of the two was denied, for every code that
+/// resource (the names the servers know), whichever of the two was denied, for every code that
 /// means a denial; a denied send-back whose fallback is stored succeeds.
 #[tokio::test]
 async fn a_denied_send_back_or_fallback_is_a_denial_naming_operation_and_resource() {
@@ -292,18 +296,16 @@ async fn a_denied_send_back_or_fallback_is_a_denial_naming_operation_and_resourc
     for namespaced in [false, true] {
         for (code, remark) in DENIALS {
             let denied = move || RemotingCommand::response(code, 0, Some(remark.into()));
+            // Resources are named as the servers know them (what permissions are granted on).
+            let (back, retry) = if namespaced {
+                ("group `NS%G` on topic `NS%T`", "topic `%RETRY%NS%G`")
+            } else {
+                ("group `G` on topic `T`", "topic `%RETRY%G`")
+            };
             let cases: [SendBackCase; 4] = [
-                (true, false, Some(("send back", "group `G` on topic `T`"))),
-                (
-                    false,
-                    true,
-                    Some(("send to the retry topic", "topic `%RETRY%G`")),
-                ),
-                (
-                    true,
-                    true,
-                    Some(("send to the retry topic", "topic `%RETRY%G`")),
-                ),
+                (true, false, Some(("send back", back))),
+                (false, true, Some(("send to the retry topic", retry))),
+                (true, true, Some(("send to the retry topic", retry))),
                 (true, false, None),
             ];
             for (case, (back_denied, fallback_denied, expected)) in cases.into_iter().enumerate() {

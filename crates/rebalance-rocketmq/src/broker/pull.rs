@@ -15,7 +15,7 @@
 //! a refusal of this client's credentials or permissions (16, the ACL 2.0 codes 3001 and 3002,
 //! or 1 with an `AclException`, see [`is_denial`](crate::acl::is_denial)) →
 //! [`PullError::Remote`] with [`RemoteError::Denied`] naming the operation (`pull`) and the
-//! resource (the group and topic as the application names them), logged once per resource
+//! resource (the group and topic as the servers know them), logged once per resource
 //! (the consume layer backs off); anything else → [`PullError::Remote`] with the code and
 //! remark.
 
@@ -124,14 +124,16 @@ pub(crate) enum PullAnswer {
     Failed(PullError),
 }
 
-/// What a pull is about, for a refusal: the group and the topic as the application names
-/// them.
-fn pull_op(request: &PullRequest) -> Op {
+/// What a pull is about, for a refusal: the group and the topic as the servers know them (in
+/// `namespace`), as every refusal names its resource: the names an operator grants
+/// permissions on.
+fn pull_op(request: &PullRequest, namespace: Option<&Namespace>) -> Op {
     Op::new(
         "pull",
         format!(
             "group `{}` on topic `{}`",
-            request.group, request.queue.topic
+            namespace::wrap(namespace, &request.group),
+            namespace::wrap(namespace, &request.queue.topic)
         ),
     )
 }
@@ -274,7 +276,7 @@ impl BrokerClient {
         let timeout = pull_timeout(request.suspend, self.remoting().config().request_timeout);
         let response = self
             .remoting()
-            .call_with_timeout(&addr, &pull_op(request), command, timeout)
+            .call_with_timeout(&addr, &pull_op(request, ns), command, timeout)
             .await?;
         match read_answer(&response, request, &DecodeLimits::default()) {
             PullAnswer::Done(result) => {

@@ -212,8 +212,8 @@ impl BrokerClient {
                 "send back",
                 format!(
                     "group `{}` on topic `{}`",
-                    request.group,
-                    request.message.topic()
+                    self.wire(request.group),
+                    self.wire(request.message.topic())
                 ),
             );
             let response = self
@@ -266,7 +266,10 @@ impl BrokerClient {
             .ok_or_else(|| RemoteError::Unreachable(format!("no queue in `{topic}`")))?;
         let addr = self.broker_addr(queue, true).await?;
         let ns = self.name_server().namespace();
-        let op = Op::new("send to the retry topic", format!("topic `{topic}`"));
+        let op = Op::new(
+            "send to the retry topic",
+            format!("topic `{}`", self.wire(&topic)),
+        );
         let response = self
             .remoting()
             .call_with_timeout(
