@@ -266,3 +266,49 @@ async fn a_consumer_with_tls_gets_its_route_and_queues_through_tls() {
     );
     handle.shutdown().await;
 }
+
+/// A consumer whose TLS settings cannot work (the name server's certificate is trusted by no CA
+/// it was given) does not hang and is not silent: `ready` fails within its bound, naming the
+/// topic and the certificate error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_error_is_what_ready_reports() {
+    common::init_tracing();
+    let cluster = TestCluster::start_with(options()).unwrap();
+    let topic = "tls-untrusted";
+    cluster.create_topic(topic, 2).await.unwrap();
+    let tls = TlsConfig::builder()
+        .ca_pem(test_ca().pem())
+        .build()
+        .unwrap();
+    let name_server = NameServerClient::new(
+        RemotingClient::with_tls(short_timeouts(), tls),
+        &cluster.namesrv_addr(),
+    )
+    .unwrap();
+    let brokers = BrokerClient::new(name_server.clone());
+    let handle = Consumer::builder("tls-untrusted-group")
+        .client_id(common::client_id("untrusted"))
+        .subscribe(topic)
+        .consume_retry_topic(false)
+        .name_server(Arc::new(name_server))
+        .directory(Arc::new(brokers.clone()))
+        .offset_store(Arc::new(brokers))
+        .listener(Arc::new(NoConsumption))
+        .start()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let error = handle
+        .ready(Duration::from_secs(5))
+        .await
+        .expect_err("a consumer that cannot trust the name server is not ready");
+    assert!(started.elapsed() < WITHIN, "{:?}", started.elapsed());
+    let text = error.to_string();
+    assert!(
+        text.contains(&format!(
+            "{topic}: no route for the topic: the name server fails: "
+        )) && text.contains("certificate not trusted"),
+        "{text}"
+    );
+    handle.shutdown().await;
+}

@@ -56,6 +56,17 @@ async fn an_unreachable_name_server_is_told_apart_from_an_unknown_topic() {
     cluster.set_name_server_down(true);
     let a = start(&cluster, 0, &["Orders"]).await;
     let err = not_ready(a.handle.ready(WAIT).await);
+    // The message says why the name server fails, not only that it does.
+    let TopicNotReady::NameServerUnreachable(cause) = &err.topics["Orders"] else {
+        panic!("{err:?}");
+    };
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "not ready after 10s: Orders: no route for the topic: the name server fails: "
+        ) && text.ends_with(&cause.to_string()),
+        "{text}"
+    );
     let topics: Vec<_> = err.topics.into_iter().collect();
     assert_eq!(topics.len(), 1, "{topics:?}");
     assert_eq!(topics[0].0, "Orders");

@@ -67,12 +67,20 @@ pub struct NotReady {
     pub topics: BTreeMap<String, TopicNotReady>,
 }
 
+/// Each topic's reason with its causes (`the name server fails: ... certificate not trusted:
+/// ...`): the topics' errors are many, so they cannot be this error's one
+/// [`source`](std::error::Error::source), and a user printing it must see why.
 impl fmt::Display for NotReady {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "not ready after {:?}:", self.after)?;
         for (i, (topic, why)) in self.topics.iter().enumerate() {
             let sep = if i == 0 { " " } else { "; " };
             write!(f, "{sep}{topic}: {why}")?;
+            let mut cause = std::error::Error::source(why);
+            while let Some(e) = cause {
+                write!(f, ": {e}")?;
+                cause = e.source();
+            }
         }
         Ok(())
     }
