@@ -244,9 +244,9 @@ async fn a_namespaced_group_shows_the_lag_of_what_it_has_not_consumed() {
                 "--rebalance-interval",
                 "2s",
                 "--consume",
-                // Each message takes an hour: the first of each queue is never acknowledged.
+                // Each message takes an hour: the first of each queue is not acknowledged in this test.
                 "--consume-time",
-                "1h",
+                "3600s",
                 "--json",
             ])
             .stdout(Stdio::null())
@@ -265,10 +265,13 @@ async fn a_namespaced_group_shows_the_lag_of_what_it_has_not_consumed() {
         }
         args
     };
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
     let owned = wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
         let args = args(true);
+        let last = last.clone();
         async move {
-            let (rows, summary, _) = describe_json_with(args).await;
+            let (rows, summary, stderr) = describe_json_with(args).await;
+            *last.lock().unwrap() = format!("{rows:?}\n{summary}\n{stderr}");
             let settled = summary["members"] == 1
                 && summary["queues"] == 4
                 && summary["unowned"] == 0
@@ -277,7 +280,12 @@ async fn a_namespaced_group_shows_the_lag_of_what_it_has_not_consumed() {
         }
     })
     .await;
-    let rows = owned.expect("the member owns the 4 queues, committed at 0, within 60 s");
+    let Some(rows) = owned else {
+        panic!(
+            "the member owns the 4 queues, committed at 0, within 60 s; last:\n{}",
+            last.lock().unwrap()
+        );
+    };
     assert!(
         rows.iter()
             .all(|r| r["topic"] == "DescribeLag" && r["owners"].as_array().map(Vec::len) == Some(1)),
