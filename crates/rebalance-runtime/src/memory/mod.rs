@@ -166,7 +166,7 @@ struct Inner {
 struct State {
     config: ClusterConfig,
     inner: Mutex<Inner>,
-    offsets: DashMap<(String, MessageQueue), i64>,
+    offsets: DashMap<(Arc<str>, MessageQueue), i64>,
     /// Taken after `inner` when both are needed, never before.
     messages: Mutex<messages::Messages>,
     /// The route data every client of the cluster shares (one process, many clients).
@@ -273,7 +273,7 @@ impl InMemoryCluster {
     pub fn offset(&self, group: &str, queue: &MessageQueue) -> Option<i64> {
         self.state
             .offsets
-            .get(&(group.to_string(), queue.clone()))
+            .get(&(Arc::from(group), queue.clone()))
             .map(|o| *o)
     }
 
@@ -281,7 +281,7 @@ impl InMemoryCluster {
     pub fn set_offset(&self, group: &str, queue: &MessageQueue, offset: i64) {
         self.state
             .offsets
-            .insert((group.to_string(), queue.clone()), offset);
+            .insert((Arc::from(group), queue.clone()), offset);
     }
 
     /// Who holds the (unexpired) lock of a queue.
@@ -607,7 +607,7 @@ impl OffsetStore for ClusterClient {
     async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
         let offsets = &self.state.offsets;
         self.call(ClusterCall::ReadOffset, |_| {
-            offsets.get(&(group.to_string(), queue.clone())).map(|o| *o)
+            offsets.get(&(Arc::from(group), queue.clone())).map(|o| *o)
         })
         .await
     }
@@ -620,6 +620,8 @@ impl OffsetStore for ClusterClient {
         queues: &[MessageQueue],
     ) -> Vec<Result<Option<i64>, RemoteError>> {
         let offsets = &self.state.offsets;
+        // One copy of the group's name for every key (a key per queue, not a string per key).
+        let group: Arc<str> = Arc::from(group);
         let mut delay = None;
         let answers = {
             let mut inner = self.state.lock();
@@ -647,7 +649,7 @@ impl OffsetStore for ClusterClient {
                         if let Some(Fault::Delay(d)) = fault {
                             delay = delay.max(Some(d));
                         }
-                        Ok(offsets.get(&(group.to_string(), queue.clone())).map(|o| *o))
+                        Ok(offsets.get(&(group.clone(), queue.clone())).map(|o| *o))
                     }
                 })
                 .collect()
@@ -666,7 +668,7 @@ impl OffsetStore for ClusterClient {
     ) -> Result<(), RemoteError> {
         let offsets = &self.state.offsets;
         self.call(ClusterCall::PersistOffset, |_| {
-            offsets.insert((group.to_string(), queue.clone()), offset);
+            offsets.insert((Arc::from(group), queue.clone()), offset);
         })
         .await
     }
@@ -679,6 +681,7 @@ impl OffsetStore for ClusterClient {
         offsets: &[(MessageQueue, i64)],
     ) -> Vec<Result<(), RemoteError>> {
         let stored = &self.state.offsets;
+        let group: Arc<str> = Arc::from(group);
         let mut delay = None;
         let answers = {
             let mut inner = self.state.lock();
@@ -703,7 +706,7 @@ impl OffsetStore for ClusterClient {
                 .map(|(queue, offset)| {
                     let fault = inner.faults.take(ClusterCall::PersistOffset);
                     if !matches!(fault, Some(Fault::Fail)) {
-                        stored.insert((group.to_string(), queue.clone()), *offset);
+                        stored.insert((group.clone(), queue.clone()), *offset);
                     }
                     match fault {
                         Some(Fault::Fail | Fault::LoseReply) => failed(),
