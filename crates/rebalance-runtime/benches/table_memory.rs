@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use counting::Counting;
-use rebalance_core::MessageQueue;
-use rebalance_core::strategy::ByConfig;
+use rebalance_core::strategy::{AllocateError, AllocateStrategy};
+use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
 };
@@ -41,6 +41,27 @@ impl ConcurrentListener for Idle {
     }
 }
 
+/// Gives this client nothing. (A `ByConfig` of no queue says so and is refused at start, as
+/// a strategy that allocates nothing to anybody; this one is for measuring.)
+#[derive(Debug)]
+struct NoQueue;
+
+impl AllocateStrategy for NoQueue {
+    fn name(&self) -> &str {
+        "no_queue"
+    }
+
+    fn allocate(
+        &self,
+        _: &str,
+        _: &ClientId,
+        _: &[MessageQueue],
+        _: &[ClientId],
+    ) -> Result<Vec<MessageQueue>, AllocateError> {
+        Ok(Vec::new())
+    }
+}
+
 /// A consumer of group `group` that holds none of `T`'s queues, but has its route.
 async fn holding_none(cluster: &InMemoryCluster, group: &str) -> ConsumerHandle {
     let id = format!("10.0.1.1@{group}");
@@ -49,7 +70,7 @@ async fn holding_none(cluster: &InMemoryCluster, group: &str) -> ConsumerHandle 
         .subscribe("T")
         .cluster(cluster.client(id.as_str()))
         .listener(Arc::new(common::Quiet))
-        .strategy(Arc::new(ByConfig::new(Vec::<MessageQueue>::new())))
+        .strategy(Arc::new(NoQueue))
         .start()
         .await
         .expect("consumer starts");
