@@ -109,6 +109,8 @@ struct Parts {
     /// What the consumer reported about the queue, for the running info (made at its first
     /// report).
     figures: QueueFigures,
+    /// The topic's figures (pulls, consumption) in the consumer's meter, looked up once.
+    meter: OnceLock<Arc<crate::running::TopicMeter>>,
 }
 
 impl LeaseState {
@@ -142,6 +144,13 @@ impl LeaseState {
     /// What the consumer reported about the queue (made at its first report).
     pub(crate) fn figures(&self) -> &QueueFigures {
         &self.parts().figures
+    }
+
+    /// `topic`'s figures in the consumer's meter (`topic`: this lease's queue's).
+    fn topic_meter(&self, topic: &str) -> &crate::running::TopicMeter {
+        self.parts()
+            .meter
+            .get_or_init(|| self.activity.meter.topic(topic))
     }
 
     /// The figures reported so far (none when nothing was reported).
@@ -363,10 +372,8 @@ impl QueueLease {
     pub fn record_pull(&self, latency: Duration) {
         let now = Instant::now();
         self.state.figures().edit(|f| f.last_pull = Some(now));
-        self.state
-            .activity
-            .meter
-            .pulled(&self.queue.topic, latency, now);
+        let meter = self.state.topic_meter(&self.queue.topic);
+        self.state.activity.meter.pulled_on(meter, latency, now);
     }
 
     /// Records a batch of this queue leaving the listener: `ok` messages consumed, `failed`
@@ -374,10 +381,11 @@ impl QueueLease {
     pub fn record_consumed(&self, ok: u64, failed: u64, spent: Duration) {
         let now = Instant::now();
         self.state.figures().edit(|f| f.last_consume = Some(now));
+        let meter = self.state.topic_meter(&self.queue.topic);
         self.state
             .activity
             .meter
-            .consumed(&self.queue.topic, ok, failed, spent, now);
+            .consumed_on(meter, ok, failed, spent, now);
     }
 
     /// Reports the messages of this queue pulled and not yet consumed (the running info's

@@ -14,7 +14,6 @@ use super::shared::Shared;
 use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use crate::callbacks::caught;
-use crate::metrics;
 use crate::subscription::is_retry_topic;
 
 /// One worker: consumes batches until `stop` is cancelled (finishing the batch in hand).
@@ -95,8 +94,7 @@ pub(crate) async fn consume(
             }
             Outcome::Expired => {
                 let took = started.elapsed();
-                metrics::consumed(&shared.group, &link.queue().topic, 0, batch, took);
-                link.record_consumed(0, batch, took);
+                link.record_consumed(&shared.group, 0, batch, took);
                 link.report(Ack {
                     epoch,
                     first,
@@ -110,11 +108,9 @@ pub(crate) async fn consume(
         }
     };
     drop(in_flight);
-    let topic = &link.queue().topic;
     let failed = batch.saturating_sub(consumed);
     let took = started.elapsed();
-    metrics::consumed(&shared.group, topic, consumed, failed, took);
-    link.record_consumed(consumed, failed, took);
+    link.record_consumed(&shared.group, consumed, failed, took);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {

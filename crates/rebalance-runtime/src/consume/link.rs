@@ -10,6 +10,7 @@ use tokio::sync::{Notify, OwnedMutexGuard};
 
 use super::Message;
 use crate::QueueLease;
+use crate::metrics::TopicMetrics;
 
 /// Set in [`LeaseLink::state`] once the lease is handed off: no new batch starts.
 const DROPPED: u64 = 1 << 63;
@@ -55,6 +56,8 @@ pub(crate) struct LeaseLink {
     guarded: Option<QueueLease>,
     /// The lease consumption is recorded on, for the running info.
     recorded: Option<QueueLease>,
+    /// The topic's metric handles (else each batch records by name: tests' links).
+    metrics: Option<Arc<TopicMetrics>>,
 }
 
 /// Whether a batch may run, for [`LeaseLink::consume_guard`].
@@ -152,7 +155,19 @@ impl LeaseLink {
             finished: AtomicU64::new(0),
             guarded: None,
             recorded: None,
+            metrics: None,
         }
+    }
+
+    /// Records each batch's metrics through `metrics`, the topic's shared handles.
+    pub(crate) fn measured_by(mut self, metrics: Arc<TopicMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The topic's metric handles, when the link has them.
+    pub(crate) fn metrics(&self) -> Option<&Arc<TopicMetrics>> {
+        self.metrics.as_ref()
     }
 
     /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
@@ -162,11 +177,26 @@ impl LeaseLink {
         self
     }
 
-    /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`.
-    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
+    /// Records a batch of `group` that left the listener: `ok` consumed, `failed` not, in
+    /// `spent`: on the lease (for the running info) and in the metrics.
+    pub(crate) fn record_consumed(
+        &self,
+        group: &str,
+        ok: usize,
+        failed: usize,
+        spent: std::time::Duration,
+    ) {
         if let Some(lease) = &self.recorded {
             lease.record_consumed(ok as u64, failed as u64, spent);
         }
+        crate::metrics::consumed_on(
+            self.metrics.as_deref(),
+            group,
+            &self.queue.topic,
+            ok,
+            failed,
+            spent,
+        );
     }
 
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {

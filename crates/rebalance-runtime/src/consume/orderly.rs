@@ -11,6 +11,7 @@ use super::shared::Shared;
 use super::{Message, OrderlyContext, OrderlyListener, OrderlyResult, SendBack};
 use crate::QueueLease;
 use crate::callbacks::caught;
+use crate::metrics::TopicMetrics;
 
 /// How long a queue whose consume guard is refused (its lock is stale) waits before it asks
 /// again.
@@ -37,6 +38,7 @@ pub(crate) async fn consume(
     listener: Arc<dyn OrderlyListener>,
     permits: Arc<Semaphore>,
     lease: QueueLease,
+    metrics: Option<Arc<TopicMetrics>>,
     epoch: u64,
     messages: Vec<Message>,
 ) -> Done {
@@ -75,7 +77,14 @@ pub(crate) async fn consume(
         OrderlyResult::Suspend => (0, messages.len()),
     };
     let took = started.elapsed();
-    crate::metrics::consumed(&shared.group, &lease.queue().topic, consumed, failed, took);
+    crate::metrics::consumed_on(
+        metrics.as_deref(),
+        &shared.group,
+        &lease.queue().topic,
+        consumed,
+        failed,
+        took,
+    );
     lease.record_consumed(consumed as u64, failed as u64, took);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),

@@ -23,7 +23,7 @@ use super::shared::{Mode, Shared};
 use super::start_positions::{self, Lookup};
 use super::{Message, PullError, PullRequest, PullResult};
 use crate::QueueLease;
-use crate::metrics::{self, QueueGauges};
+use crate::metrics::{PullOutcome, QueueGauges};
 
 type PullFuture = Pin<Box<dyn Future<Output = Result<PullResult, PullError>> + Send>>;
 type OrderlyFuture = Pin<Box<dyn Future<Output = orderly::Done> + Send>>;
@@ -69,7 +69,9 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let mut link = LeaseLink::new(lease.queue().clone()).recorded_on(lease.clone());
+        let mut link = LeaseLink::new(lease.queue().clone())
+            .recorded_on(lease.clone())
+            .measured_by(shared.topic_metrics(&lease.queue().topic));
         if shared.guarded.is_some() && !shared.orderly() {
             link = link.guarded_by(lease.clone());
         }
@@ -257,20 +259,22 @@ impl PullLoop {
         .with_commit_offset(self.lease.committed());
         let source = self.shared.source.clone();
         let lease = self.lease.clone();
+        let link = self.link.clone();
         Box::pin(async move {
             let started = Instant::now();
             let result = calls::pull(&*source, &request).await;
             let took = Instant::now().saturating_duration_since(started);
             lease.record_pull(took);
-            let kind = match &result {
-                Ok(PullResult::Found { .. }) => "found",
-                Ok(PullResult::NoNewMessage { .. }) => "no_new_message",
-                Ok(PullResult::OffsetMoved { .. }) => "offset_moved",
-                Err(PullError::Throttled(_)) => "throttled",
-                Err(_) => "error",
+            let outcome = match &result {
+                Ok(PullResult::Found { .. }) => PullOutcome::Found,
+                Ok(PullResult::NoNewMessage { .. }) => PullOutcome::NoNewMessage,
+                Ok(PullResult::OffsetMoved { .. }) => PullOutcome::OffsetMoved,
+                Err(PullError::Throttled(_)) => PullOutcome::Throttled,
+                Err(_) => PullOutcome::Error,
             };
-            let (group, topic) = (&request.group, &request.queue.topic);
-            metrics::pull(group, topic, kind, took);
+            if let Some(metrics) = link.metrics() {
+                metrics.pull(outcome, took);
+            }
             result
         })
     }
@@ -426,6 +430,7 @@ impl PullLoop {
             listener.clone(),
             permits.clone(),
             self.lease.clone(),
+            self.link.metrics().cloned(),
             self.pq.epoch(),
             batch,
         )))

@@ -13,6 +13,7 @@ use super::activity::DenialLog;
 use super::in_flight::InFlight;
 use super::work::WorkQueue;
 use super::{ConsumeOptions, MessageSource, OrderlyListener};
+use crate::metrics::TopicMetrics;
 use crate::subscription::TagExpression;
 
 /// The listener, and how its calls are bounded.
@@ -51,6 +52,8 @@ pub(crate) struct Shared {
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
     held: Mutex<HashMap<Arc<str>, usize>>,
+    /// Each topic's metric handles ([`topic_metrics`](Self::topic_metrics)).
+    metrics: Mutex<HashMap<String, Arc<TopicMetrics>>>,
 }
 
 impl Shared {
@@ -75,7 +78,19 @@ impl Shared {
             denials: DenialLog::default(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
+            metrics: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The metric handles of `topic`, registered on first use and shared by its queues.
+    pub(crate) fn topic_metrics(&self, topic: &str) -> Arc<TopicMetrics> {
+        let mut metrics = self.metrics.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = metrics.get(topic) {
+            return known.clone();
+        }
+        let made = Arc::new(TopicMetrics::new(&self.group, topic));
+        metrics.insert(topic.to_string(), made.clone());
+        made
     }
 
     /// Runs concurrent batches under their lease's consume guard (see [`Self::guarded`]).

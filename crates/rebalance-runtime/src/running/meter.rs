@@ -2,7 +2,7 @@
 //! Java client's `ConsumerStatsManager` keeps for `GET_CONSUMER_RUNNING_INFO`.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -80,12 +80,19 @@ struct TopicWindows {
     minutes: Ring<60>,
 }
 
+/// One topic's windows, shared by the leases of its queues (each keeps the handle, so that
+/// recording a batch takes no lookup by name).
+#[derive(Debug, Default)]
+pub(crate) struct TopicMeter {
+    windows: Mutex<TopicWindows>,
+}
+
 /// The consume layer's figures of one consumer, by topic. Bounded: one fixed-size pair of
 /// windows per topic recorded, and topics are only those of the consumer's queues.
 #[derive(Debug)]
 pub(crate) struct ConsumeMeter {
     origin: Instant,
-    topics: Mutex<HashMap<String, TopicWindows>>,
+    topics: Mutex<HashMap<String, Arc<TopicMeter>>>,
 }
 
 impl ConsumeMeter {
@@ -101,27 +108,39 @@ impl ConsumeMeter {
         (secs, secs / 60)
     }
 
-    fn record(&self, topic: &str, now: Instant, edit: impl Fn(&mut Bucket)) {
-        let (second, minute) = self.slots(now);
+    /// `topic`'s windows, made on first use.
+    pub(crate) fn topic(&self, topic: &str) -> Arc<TopicMeter> {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        let windows = match topics.get_mut(topic) {
-            Some(windows) => windows,
-            None => topics.entry(topic.to_string()).or_default(),
-        };
+        match topics.get(topic) {
+            Some(meter) => meter.clone(),
+            None => topics.entry(topic.to_string()).or_default().clone(),
+        }
+    }
+
+    fn record(&self, meter: &TopicMeter, now: Instant, edit: impl Fn(&mut Bucket)) {
+        let (second, minute) = self.slots(now);
+        let mut windows = meter.windows.lock().unwrap_or_else(PoisonError::into_inner);
         edit(windows.seconds.at(second));
         edit(windows.minutes.at(minute));
     }
 
     /// A pull of `topic` that took `latency`.
+    #[cfg(test)]
     pub(crate) fn pulled(&self, topic: &str, latency: Duration, now: Instant) {
+        self.pulled_on(&self.topic(topic), latency, now);
+    }
+
+    /// A pull of the topic of `meter` that took `latency`.
+    pub(crate) fn pulled_on(&self, meter: &TopicMeter, latency: Duration, now: Instant) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.record(topic, now, |b| {
+        self.record(meter, now, |b| {
             b.pulls += 1;
             b.pull_micros = b.pull_micros.saturating_add(micros);
         });
     }
 
     /// A batch of `topic` consumed: `ok` messages consumed, `failed` not, in `spent`.
+    #[cfg(test)]
     pub(crate) fn consumed(
         &self,
         topic: &str,
@@ -130,8 +149,21 @@ impl ConsumeMeter {
         spent: Duration,
         now: Instant,
     ) {
+        self.consumed_on(&self.topic(topic), ok, failed, spent, now);
+    }
+
+    /// A batch of the topic of `meter` consumed: `ok` messages consumed, `failed` not, in
+    /// `spent`.
+    pub(crate) fn consumed_on(
+        &self,
+        meter: &TopicMeter,
+        ok: u64,
+        failed: u64,
+        spent: Duration,
+        now: Instant,
+    ) {
         let micros = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
-        self.record(topic, now, |b| {
+        self.record(meter, now, |b| {
             b.ok += ok;
             b.failed += failed;
             b.consumes += 1;
@@ -153,10 +185,16 @@ impl ConsumeMeter {
     /// has none, as Java does).
     pub(crate) fn status(&self, topic: &str, now: Instant) -> ConsumeStatus {
         let (second, minute) = self.slots(now);
-        let topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(windows) = topics.get(topic) else {
+        let Some(meter) = self
+            .topics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(topic)
+            .cloned()
+        else {
             return ConsumeStatus::default();
         };
+        let windows = meter.windows.lock().unwrap_or_else(PoisonError::into_inner);
         let last_minute = windows.seconds.total(second);
         let last_hour = windows.minutes.total(minute + 1);
         let avg_ms = |micros: u64, count: u64| {

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::config::{ConsumeFrom, ConsumeOrder, MessageModel};
 use crate::subscription::Subscription;
 
-pub(crate) use meter::ConsumeMeter;
+pub(crate) use meter::{ConsumeMeter, TopicMeter};
 
 /// A snapshot of a running consumer (see the [module](self) documentation).
 #[derive(Debug, Clone, PartialEq)]
