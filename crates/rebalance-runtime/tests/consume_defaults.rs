@@ -83,12 +83,16 @@ async fn by_default_batches_are_one_message_and_at_most_20_run_at_once() {
     );
 }
 
+/// Each delivery of a message: its reconsume count, the topic of the queue it was pulled
+/// from, and when.
+type Delivery = (i32, String, Duration);
+
 /// On a first delivery, acknowledges the first two messages of each batch and asks for the
 /// rest back after delay level 1 (1 s); takes every redelivery.
 #[derive(Default)]
 struct AcksTwo {
     /// body -> (reconsume_times, the queue's topic, when) of each delivery.
-    deliveries: Mutex<BTreeMap<String, Vec<(i32, String, Duration)>>>,
+    deliveries: Mutex<BTreeMap<String, Vec<Delivery>>>,
     t0: Mutex<Option<Instant>>,
 }
 
