@@ -497,7 +497,7 @@ impl ClusterClient {
     }
 }
 
-fn injected(operation: ClusterCall) -> RemoteError {
+pub(super) fn injected(operation: ClusterCall) -> RemoteError {
     RemoteError::Unreachable(format!("injected failure of {operation:?}"))
 }
 

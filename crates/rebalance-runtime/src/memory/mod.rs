@@ -57,6 +57,7 @@ use tokio::time::Instant;
 
 pub use self::faults::ClusterCall;
 use self::faults::{Fault, Faults};
+use self::messages::injected;
 pub use self::messages::{
     CLUSTER_EPOCH_MS, DELAY_LEVELS, DLQ_TOPIC_PREFIX, OutgoingMessage, SendError, SendReceipt,
     delay_of_level, dlq_topic,
@@ -465,6 +466,25 @@ impl ClusterClient {
     }
 
     /// The denial of `operation` to this client, if [`InMemoryCluster::set_denied`] set one.
+    /// Admits `count` calls of `operation` made as one (a batch), under one lock: an error for
+    /// all of them when this client is partitioned or denied, else each call's own injected
+    /// fault, in order, as if they were made one by one.
+    fn admit_many(
+        &self,
+        operation: ClusterCall,
+        count: usize,
+    ) -> Result<Vec<Option<Fault>>, RemoteError> {
+        let mut inner = self.state.lock();
+        if inner.partitioned.contains(&self.client_id) {
+            return Err(RemoteError::Unreachable(format!(
+                "{} is partitioned from the cluster",
+                self.client_id
+            )));
+        }
+        self.check_denied(&inner, operation)?;
+        Ok((0..count).map(|_| inner.faults.take(operation)).collect())
+    }
+
     fn check_denied(&self, inner: &Inner, operation: ClusterCall) -> Result<(), RemoteError> {
         if !inner.denied.contains(&operation) {
             return Ok(());
@@ -619,41 +639,27 @@ impl OffsetStore for ClusterClient {
         group: &str,
         queues: &[MessageQueue],
     ) -> Vec<Result<Option<i64>, RemoteError>> {
+        let faults = match self.admit_many(ClusterCall::ReadOffset, queues.len()) {
+            Ok(faults) => faults,
+            Err(error) => return queues.iter().map(|_| Err(error.clone())).collect(),
+        };
         let offsets = &self.state.offsets;
         // One copy of the group's name for every key (a key per queue, not a string per key).
         let group: Arc<str> = Arc::from(group);
         let mut delay = None;
-        let answers = {
-            let mut inner = self.state.lock();
-            if inner.partitioned.contains(&self.client_id) {
-                let error = RemoteError::Unreachable(format!(
-                    "{} is partitioned from the cluster",
-                    self.client_id
-                ));
-                return queues.iter().map(|_| Err(error.clone())).collect();
-            }
-            if let Err(error) = self.check_denied(&inner, ClusterCall::ReadOffset) {
-                return queues.iter().map(|_| Err(error.clone())).collect();
-            }
-            let failed = || {
-                Err(RemoteError::Unreachable(format!(
-                    "injected failure of {:?}",
-                    ClusterCall::ReadOffset
-                )))
-            };
-            queues
-                .iter()
-                .map(|queue| match inner.faults.take(ClusterCall::ReadOffset) {
-                    Some(Fault::Fail | Fault::LoseReply) => failed(),
-                    fault => {
-                        if let Some(Fault::Delay(d)) = fault {
-                            delay = delay.max(Some(d));
-                        }
-                        Ok(offsets.get(&(group.clone(), queue.clone())).map(|o| *o))
+        let answers = queues
+            .iter()
+            .zip(faults)
+            .map(|(queue, fault)| match fault {
+                Some(Fault::Fail | Fault::LoseReply) => Err(injected(ClusterCall::ReadOffset)),
+                fault => {
+                    if let Some(Fault::Delay(d)) = fault {
+                        delay = delay.max(Some(d));
                     }
-                })
-                .collect()
-        };
+                    Ok(offsets.get(&(group.clone(), queue.clone())).map(|o| *o))
+                }
+            })
+            .collect();
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
@@ -680,45 +686,32 @@ impl OffsetStore for ClusterClient {
         group: &str,
         offsets: &[(MessageQueue, i64)],
     ) -> Vec<Result<(), RemoteError>> {
+        let faults = match self.admit_many(ClusterCall::PersistOffset, offsets.len()) {
+            Ok(faults) => faults,
+            Err(error) => return offsets.iter().map(|_| Err(error.clone())).collect(),
+        };
         let stored = &self.state.offsets;
         let group: Arc<str> = Arc::from(group);
         let mut delay = None;
-        let answers = {
-            let mut inner = self.state.lock();
-            if inner.partitioned.contains(&self.client_id) {
-                let error = RemoteError::Unreachable(format!(
-                    "{} is partitioned from the cluster",
-                    self.client_id
-                ));
-                return offsets.iter().map(|_| Err(error.clone())).collect();
-            }
-            if let Err(error) = self.check_denied(&inner, ClusterCall::PersistOffset) {
-                return offsets.iter().map(|_| Err(error.clone())).collect();
-            }
-            let failed = || {
-                Err(RemoteError::Unreachable(format!(
-                    "injected failure of {:?}",
-                    ClusterCall::PersistOffset
-                )))
-            };
-            offsets
-                .iter()
-                .map(|(queue, offset)| {
-                    let fault = inner.faults.take(ClusterCall::PersistOffset);
-                    if !matches!(fault, Some(Fault::Fail)) {
-                        stored.insert((group.clone(), queue.clone()), *offset);
+        let answers = offsets
+            .iter()
+            .zip(faults)
+            .map(|((queue, offset), fault)| {
+                if fault != Some(Fault::Fail) {
+                    stored.insert((group.clone(), queue.clone()), *offset);
+                }
+                match fault {
+                    Some(Fault::Fail | Fault::LoseReply) => {
+                        Err(injected(ClusterCall::PersistOffset))
                     }
-                    match fault {
-                        Some(Fault::Fail | Fault::LoseReply) => failed(),
-                        Some(Fault::Delay(d)) => {
-                            delay = delay.max(Some(d));
-                            Ok(())
-                        }
-                        None => Ok(()),
+                    Some(Fault::Delay(d)) => {
+                        delay = delay.max(Some(d));
+                        Ok(())
                     }
-                })
-                .collect()
-        };
+                    None => Ok(()),
+                }
+            })
+            .collect();
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
@@ -796,5 +789,69 @@ impl QueueLocker for ClusterClient {
                 "{broker} does not answer lock requests"
             )))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queues(n: i32) -> Vec<MessageQueue> {
+        (0..n)
+            .map(|i| MessageQueue::new("T", "broker-0", i))
+            .collect()
+    }
+
+    /// The batch forms answer each entry as the single calls would, faults included: each
+    /// entry takes its own injected fault, in order; a lost reply stores the offset and fails;
+    /// a partition or a denial fails them all.
+    #[tokio::test(start_paused = true)]
+    async fn batch_offset_calls_take_one_fault_per_entry() {
+        let cluster = InMemoryCluster::new();
+        let client = cluster.client("c1@1");
+        let qs = queues(4);
+        cluster.fail_next(ClusterCall::PersistOffset, 1);
+        cluster.lose_next_replies(ClusterCall::PersistOffset, 1);
+        let entries: Vec<(MessageQueue, i64)> = qs.iter().cloned().zip([10, 11, 12, 13]).collect();
+        let persisted = client.persist_many("G", &entries).await;
+        assert!(
+            persisted[0].is_err() && persisted[1].is_err(),
+            "{persisted:?}"
+        );
+        assert!(
+            persisted[2].is_ok() && persisted[3].is_ok(),
+            "{persisted:?}"
+        );
+        // The failed write stored nothing; the lost reply stored its offset.
+        let stored: Vec<Option<i64>> = qs.iter().map(|q| cluster.offset("G", q)).collect();
+        assert_eq!(stored, [None, Some(11), Some(12), Some(13)]);
+
+        cluster.fail_next(ClusterCall::ReadOffset, 1);
+        cluster.delay_next(ClusterCall::ReadOffset, 1, Duration::from_secs(2));
+        let started = Instant::now();
+        let read = client.read_many("G", &qs).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(2),
+            "a delay delays the answer"
+        );
+        assert!(read[0].is_err(), "{read:?}");
+        assert_eq!(read[1..], [Ok(Some(11)), Ok(Some(12)), Ok(Some(13))]);
+
+        cluster.set_denied(ClusterCall::ReadOffset, true);
+        let denied = client.read_many("G", &qs).await;
+        assert!(
+            denied
+                .iter()
+                .all(|r| matches!(r, Err(RemoteError::Denied { .. }))),
+            "{denied:?}"
+        );
+        cluster.set_denied(ClusterCall::ReadOffset, false);
+        cluster.partition(&ClientId::from("c1@1"), true);
+        let cut = client.persist_many("G", &entries).await;
+        assert!(
+            cut.iter()
+                .all(|r| matches!(r, Err(RemoteError::Unreachable(_))))
+        );
     }
 }
