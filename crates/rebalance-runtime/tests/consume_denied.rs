@@ -3,6 +3,10 @@
 //! its test binary: a scoped subscriber set on one test thread would miss events whose call
 //! sites other test threads registered first.
 
+mod capture;
+
+use capture::Capture;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,33 +21,6 @@ use rebalance_runtime::consume::{
 };
 use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster, OutgoingMessage};
 use tokio::time::sleep;
-
-/// Collects what a `fmt` subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-impl Capture {
-    fn take(&self) -> String {
-        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
-    }
-}
 
 /// The cluster's client as the message source, counting the pulls of each queue.
 struct Counting {

@@ -7,33 +7,16 @@
 
 mod common;
 
+mod capture;
+
+use capture::Capture;
+
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
 use rebalance_runtime::memory::InMemoryCluster;
-
-/// Collects what a `fmt` subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
 
 /// One test at a time in this binary.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -55,8 +38,7 @@ fn traced(test: impl Future<Output = ()>) -> String {
         .build()
         .unwrap()
         .block_on(test);
-    let log = capture.0.lock().unwrap().clone();
-    String::from_utf8(log).unwrap()
+    capture.take()
 }
 
 fn lines_with<'a>(log: &'a str, text: &str) -> Vec<&'a str> {

@@ -2,39 +2,16 @@
 //! publish info changing. Alone in its test binary: a scoped subscriber set on one test thread
 //! would miss events whose call sites other test threads registered first.
 
+mod capture;
+
+use capture::Capture;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use rebalance_core::route::perm;
 use rebalance_runtime::memory::{InMemoryCluster, route_of};
 use rebalance_runtime::producer::Producer;
-
-/// Collects what a `fmt` subscriber writes.
-#[derive(Clone, Default)]
-struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
-impl Capture {
-    fn take(&self) -> String {
-        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
-    }
-}
 
 #[tokio::test(start_paused = true)]
 async fn avoid_list_and_publish_info_changes_are_traced() {
