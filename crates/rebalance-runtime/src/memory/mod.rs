@@ -31,7 +31,8 @@
 //!   implementation) are stored in one log per queue with ids, timestamps from tokio's clock
 //!   ([`CLUSTER_EPOCH_MS`] plus the time elapsed) and dense offsets, and are never lost;
 //! - one directory and one lock table serve every broker, locks and offsets are accepted for
-//!   any queue (routed or not), and a call fails or succeeds as a whole;
+//!   any queue (routed or not), and a call fails or succeeds as a whole (a batch of offset
+//!   reads or writes, entry by entry, as the calls one by one would);
 //! - an answer is never late beyond what [`delay_next`](InMemoryCluster::delay_next) asks, and
 //!   never lost unless [`lose_next_replies`](InMemoryCluster::lose_next_replies) says so.
 //!
