@@ -438,13 +438,7 @@ impl ClusterClient {
         check: impl FnOnce(&mut Inner) -> T,
     ) -> Result<(Option<Fault>, T), RemoteError> {
         let mut inner = self.state.lock();
-        if inner.partitioned.contains(&self.client_id) {
-            return Err(RemoteError::Unreachable(format!(
-                "{} is partitioned from the cluster",
-                self.client_id
-            )));
-        }
-        self.check_denied(&inner, operation)?;
+        self.reachable(&inner, operation)?;
         let fault = inner.faults.take(operation);
         if fault == Some(Fault::Fail) {
             return Err(injected(operation));

@@ -440,16 +440,10 @@ impl ClusterClient {
     ) -> Result<T, RemoteError> {
         let (delay, answer) = {
             let mut inner = self.state.lock();
-            if inner.partitioned.contains(&self.client_id) {
-                return Err(RemoteError::Unreachable(format!(
-                    "{} is partitioned from the cluster",
-                    self.client_id
-                )));
-            }
+            self.reachable(&inner, operation)?;
             if operation == ClusterCall::Route && inner.name_server_down {
                 return Err(RemoteError::Unreachable("name server is down".into()));
             }
-            self.check_denied(&inner, operation)?;
             match inner.faults.take(operation) {
                 None => (None, Some(serve(&mut inner))),
                 Some(Fault::Fail) => (None, None),
@@ -466,7 +460,6 @@ impl ClusterClient {
         answer.ok_or_else(|| RemoteError::Unreachable(format!("injected failure of {operation:?}")))
     }
 
-    /// The denial of `operation` to this client, if [`InMemoryCluster::set_denied`] set one.
     /// Admits `count` calls of `operation` made as one (a batch), under one lock: an error for
     /// all of them when this client is partitioned or denied, else each call's own injected
     /// fault, in order, as if they were made one by one.
@@ -476,16 +469,23 @@ impl ClusterClient {
         count: usize,
     ) -> Result<Vec<Option<Fault>>, RemoteError> {
         let mut inner = self.state.lock();
+        self.reachable(&inner, operation)?;
+        Ok((0..count).map(|_| inner.faults.take(operation)).collect())
+    }
+
+    /// Whether this client may make `operation` now: not partitioned from the cluster
+    /// ([`InMemoryCluster::partition`]), not denied it ([`InMemoryCluster::set_denied`]).
+    fn reachable(&self, inner: &Inner, operation: ClusterCall) -> Result<(), RemoteError> {
         if inner.partitioned.contains(&self.client_id) {
             return Err(RemoteError::Unreachable(format!(
                 "{} is partitioned from the cluster",
                 self.client_id
             )));
         }
-        self.check_denied(&inner, operation)?;
-        Ok((0..count).map(|_| inner.faults.take(operation)).collect())
+        self.check_denied(inner, operation)
     }
 
+    /// The denial of `operation` to this client, if [`InMemoryCluster::set_denied`] set one.
     fn check_denied(&self, inner: &Inner, operation: ClusterCall) -> Result<(), RemoteError> {
         if !inner.denied.contains(&operation) {
             return Ok(());
