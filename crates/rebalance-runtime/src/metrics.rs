@@ -184,33 +184,6 @@ pub(crate) fn lock_refusals(group: &str, topic: &str, count: usize) {
     }
 }
 
-/// Records a listener call on `topic` that took `took`, consumed `consumed` messages and
-/// failed `failed`.
-pub(crate) fn consumed(group: &str, topic: &str, consumed: usize, failed: usize, took: Duration) {
-    histogram!(CONSUME_DURATION, labels(group, topic)).record(took);
-    if consumed > 0 {
-        counter!(MESSAGES_CONSUMED, labels(group, topic)).increment(consumed as u64);
-    }
-    if failed > 0 {
-        counter!(MESSAGES_FAILED, labels(group, topic)).increment(failed as u64);
-    }
-}
-
-/// [`consumed`] through `metrics`, the topic's handles, when given.
-pub(crate) fn consumed_on(
-    metrics: Option<&TopicMetrics>,
-    group: &str,
-    topic: &str,
-    consumed: usize,
-    failed: usize,
-    took: Duration,
-) {
-    match metrics {
-        Some(metrics) => metrics.consumed(consumed, failed, took),
-        None => self::consumed(group, topic, consumed, failed, took),
-    }
-}
-
 /// Counts `count` messages of `topic` sent back.
 pub(crate) fn sent_back(group: &str, topic: &str, count: usize) {
     if count > 0 {
@@ -219,9 +192,9 @@ pub(crate) fn sent_back(group: &str, topic: &str, count: usize) {
 }
 
 /// The handles of a topic's per-message metrics, registered once per topic and shared by its
-/// pull loops and consumers: recording through them costs no label allocation (the free
-/// functions above build their key, two label strings, at every call: per message with the
-/// default batches of one, that was half the consume layer's time in its benchmark).
+/// pull loops and consumers: recording through them costs no label allocation (building the
+/// key, two label strings, at every call, per message with the default batches of one, was
+/// half the consume layer's time in its benchmark).
 #[derive(Debug)]
 pub(crate) struct TopicMetrics {
     pulls_found: Counter,
@@ -270,7 +243,7 @@ impl TopicMetrics {
         self.pull_duration.record(took);
     }
 
-    /// [`consumed`]: a listener call that took `took`, consumed `consumed` messages and failed
+    /// Records a listener call that took `took`, consumed `consumed` messages and failed
     /// `failed`.
     pub(crate) fn consumed(&self, consumed: usize, failed: usize, took: Duration) {
         self.consume_duration.record(took);

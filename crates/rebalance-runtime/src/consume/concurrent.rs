@@ -94,7 +94,7 @@ pub(crate) async fn consume(
             }
             Outcome::Expired => {
                 let took = started.elapsed();
-                link.record_consumed(&shared.group, 0, batch, took);
+                link.record_consumed(0, batch, took);
                 link.report(Ack {
                     epoch,
                     first,
@@ -110,7 +110,7 @@ pub(crate) async fn consume(
     drop(in_flight);
     let failed = batch.saturating_sub(consumed);
     let took = started.elapsed();
-    link.record_consumed(&shared.group, consumed, failed, took);
+    link.record_consumed(consumed, failed, took);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {
@@ -262,6 +262,7 @@ mod tests {
     use crate::consume::shared::Mode;
     use crate::consume::testing::TestSource;
     use crate::consume::{ConsumeOptions, ConsumeResult};
+    use crate::metrics::TopicMetrics;
 
     /// Records the topics it sees; sleeps `delay`; fails everything when `fail`.
     #[derive(Default)]
@@ -299,7 +300,10 @@ mod tests {
     }
 
     fn link(queue: &MessageQueue) -> (Arc<LeaseLink>, AckReceiver) {
-        let link = Arc::new(LeaseLink::new(queue.clone()));
+        let link = Arc::new(LeaseLink::new(
+            queue.clone(),
+            Arc::new(TopicMetrics::new("G", &queue.topic)),
+        ));
         let acks = AckReceiver::new(&link);
         (link, acks)
     }

@@ -56,8 +56,8 @@ pub(crate) struct LeaseLink {
     guarded: Option<QueueLease>,
     /// The lease consumption is recorded on, for the running info.
     recorded: Option<QueueLease>,
-    /// The topic's metric handles (else each batch records by name: tests' links).
-    metrics: Option<Arc<TopicMetrics>>,
+    /// The topic's metric handles, shared by its queues.
+    metrics: Arc<TopicMetrics>,
 }
 
 /// Whether a batch may run, for [`LeaseLink::consume_guard`].
@@ -144,7 +144,7 @@ impl Drop for AckReceiver {
 
 impl LeaseLink {
     /// A link for `queue`; its pull loop receives the reports with an [`AckReceiver`].
-    pub(crate) fn new(queue: MessageQueue) -> Self {
+    pub(crate) fn new(queue: MessageQueue, metrics: Arc<TopicMetrics>) -> Self {
         Self {
             queue,
             inbox: Inbox {
@@ -155,19 +155,13 @@ impl LeaseLink {
             finished: AtomicU64::new(0),
             guarded: None,
             recorded: None,
-            metrics: None,
+            metrics,
         }
     }
 
-    /// Records each batch's metrics through `metrics`, the topic's shared handles.
-    pub(crate) fn measured_by(mut self, metrics: Arc<TopicMetrics>) -> Self {
-        self.metrics = Some(metrics);
-        self
-    }
-
-    /// The topic's metric handles, when the link has them.
-    pub(crate) fn metrics(&self) -> Option<&Arc<TopicMetrics>> {
-        self.metrics.as_ref()
+    /// The topic's metric handles.
+    pub(crate) fn metrics(&self) -> &Arc<TopicMetrics> {
+        &self.metrics
     }
 
     /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
@@ -177,26 +171,13 @@ impl LeaseLink {
         self
     }
 
-    /// Records a batch of `group` that left the listener: `ok` consumed, `failed` not, in
-    /// `spent`: on the lease (for the running info) and in the metrics.
-    pub(crate) fn record_consumed(
-        &self,
-        group: &str,
-        ok: usize,
-        failed: usize,
-        spent: std::time::Duration,
-    ) {
+    /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`: on
+    /// the lease (for the running info) and in the metrics.
+    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
         if let Some(lease) = &self.recorded {
             lease.record_consumed(ok as u64, failed as u64, spent);
         }
-        crate::metrics::consumed_on(
-            self.metrics.as_deref(),
-            group,
-            &self.queue.topic,
-            ok,
-            failed,
-            spent,
-        );
+        self.metrics.consumed(ok, failed, spent);
     }
 
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
@@ -278,6 +259,10 @@ impl LeaseLink {
 mod tests {
     use super::*;
 
+    fn test_metrics() -> Arc<TopicMetrics> {
+        Arc::new(TopicMetrics::new("G", "T"))
+    }
+
     fn ack(first: i64) -> Ack {
         Ack {
             epoch: 0,
@@ -291,7 +276,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reports_arrive_in_order_and_a_wake_up_is_never_lost() {
-        let link = Arc::new(LeaseLink::new(MessageQueue::new("T", "b", 0)));
+        let link = Arc::new(LeaseLink::new(
+            MessageQueue::new("T", "b", 0),
+            test_metrics(),
+        ));
         let mut acks = AckReceiver::new(&link);
         assert!(acks.try_recv().is_none());
         // Reported before anyone waits: the wake-up is kept.
@@ -313,7 +301,10 @@ mod tests {
 
     #[tokio::test]
     async fn reports_after_the_receiver_is_gone_are_dropped_with_their_guard() {
-        let link = Arc::new(LeaseLink::new(MessageQueue::new("T", "b", 0)));
+        let link = Arc::new(LeaseLink::new(
+            MessageQueue::new("T", "b", 0),
+            test_metrics(),
+        ));
         let lock = Arc::new(tokio::sync::Mutex::new(()));
         let acks = AckReceiver::new(&link);
         let mut kept = ack(1);
@@ -329,7 +320,7 @@ mod tests {
 
     #[test]
     fn no_batch_begins_after_the_drop() {
-        let link = LeaseLink::new(MessageQueue::new("T", "b", 0));
+        let link = LeaseLink::new(MessageQueue::new("T", "b", 0), test_metrics());
         assert!(link.begin());
         assert!(link.begin());
         assert_eq!(link.drop_lease(), 2);

@@ -38,7 +38,7 @@ pub(crate) async fn consume(
     listener: Arc<dyn OrderlyListener>,
     permits: Arc<Semaphore>,
     lease: QueueLease,
-    metrics: Option<Arc<TopicMetrics>>,
+    metrics: Arc<TopicMetrics>,
     epoch: u64,
     messages: Vec<Message>,
 ) -> Done {
@@ -77,14 +77,7 @@ pub(crate) async fn consume(
         OrderlyResult::Suspend => (0, messages.len()),
     };
     let took = started.elapsed();
-    crate::metrics::consumed_on(
-        metrics.as_deref(),
-        &shared.group,
-        &lease.queue().topic,
-        consumed,
-        failed,
-        took,
-    );
+    metrics.consumed(consumed, failed, took);
     lease.record_consumed(consumed as u64, failed as u64, took);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),

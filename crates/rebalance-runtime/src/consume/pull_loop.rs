@@ -69,9 +69,11 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let mut link = LeaseLink::new(lease.queue().clone())
-            .recorded_on(lease.clone())
-            .measured_by(shared.topic_metrics(&lease.queue().topic));
+        let mut link = LeaseLink::new(
+            lease.queue().clone(),
+            shared.topic_metrics(&lease.queue().topic),
+        )
+        .recorded_on(lease.clone());
         if shared.guarded.is_some() && !shared.orderly() {
             link = link.guarded_by(lease.clone());
         }
@@ -272,9 +274,7 @@ impl PullLoop {
                 Err(PullError::Throttled(_)) => PullOutcome::Throttled,
                 Err(_) => PullOutcome::Error,
             };
-            if let Some(metrics) = link.metrics() {
-                metrics.pull(outcome, took);
-            }
+            link.metrics().pull(outcome, took);
             result
         })
     }
@@ -430,7 +430,7 @@ impl PullLoop {
             listener.clone(),
             permits.clone(),
             self.lease.clone(),
-            self.link.metrics().cloned(),
+            self.link.metrics().clone(),
             self.pq.epoch(),
             batch,
         )))

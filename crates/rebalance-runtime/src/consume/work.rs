@@ -104,12 +104,16 @@ mod tests {
     use rebalance_core::MessageQueue;
 
     use super::*;
+    use crate::metrics::TopicMetrics;
 
     #[tokio::test]
     async fn workers_take_batches_in_order_from_the_first_pull() {
         let work = WorkQueue::default();
         let q = MessageQueue::new("T", "b", 0);
-        let link = Arc::new(LeaseLink::new(q.clone()));
+        let link = Arc::new(LeaseLink::new(
+            q.clone(),
+            Arc::new(TopicMetrics::new("G", &q.topic)),
+        ));
         let messages = |range: std::ops::Range<i64>| -> Vec<Message> {
             range.map(|o| Message::new(q.clone(), o, "x")).collect()
         };
