@@ -44,6 +44,19 @@ impl BrokerClient {
         Op::new(operation, format!("group `{}`", self.wire(group)))
     }
 
+    /// What a request of `group` about `topic` is (an offset, a pull, a send-back), with their
+    /// wire names.
+    pub(super) fn group_topic_op(&self, operation: &'static str, group: &str, topic: &str) -> Op {
+        Op::new(
+            operation,
+            format!(
+                "group `{}` on topic `{}`",
+                self.wire(group),
+                self.wire(topic)
+            ),
+        )
+    }
+
     /// The HEART_BEAT request of `registration` (plain names) with `sub_versions`.
     fn heartbeat_request(
         &self,

@@ -6,21 +6,6 @@ use rebalance_runtime::{OffsetStore, RemoteError};
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::denial::Op;
-
-impl BrokerClient {
-    /// What an offset request of `group` on `queue` is about, with the wire names.
-    fn offset_op(&self, operation: &'static str, group: &str, queue: &MessageQueue) -> Op {
-        Op::new(
-            operation,
-            format!(
-                "group `{}` on topic `{}`",
-                self.wire(group),
-                self.wire(&queue.topic)
-            ),
-        )
-    }
-}
 
 #[async_trait]
 impl OffsetStore for BrokerClient {
@@ -33,7 +18,7 @@ impl OffsetStore for BrokerClient {
             .with_ext("topic", self.wire(&queue.topic))
             .with_ext("queueId", queue.queue_id)
             .with_ext("setZeroIfNotFound", false);
-        let op = self.offset_op("offset read", group, queue);
+        let op = self.group_topic_op("offset read", group, &queue.topic);
         let response = self.call(&addr, &op, request).await?;
         let offset = stored_offset(&response)?;
         tracing::debug!(broker = %addr, group, ?queue, ?offset, "offset read");
@@ -53,7 +38,7 @@ impl OffsetStore for BrokerClient {
             .with_ext("topic", self.wire(&queue.topic))
             .with_ext("queueId", queue.queue_id)
             .with_ext("commitOffset", offset);
-        let op = self.offset_op("offset commit", group, queue);
+        let op = self.group_topic_op("offset commit", group, &queue.topic);
         self.call_ok(&addr, &op, request).await?;
         tracing::debug!(broker = %addr, group, ?queue, offset, "offset persisted");
         Ok(())

@@ -29,7 +29,6 @@ use tokio::time::Instant;
 use super::BrokerClient;
 use super::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::denial::Op;
 use crate::message::{DecodeLimits, decode_batch};
 use crate::namespace::{self, Namespace};
 
@@ -122,20 +121,6 @@ pub(crate) enum PullAnswer {
     Resubscribe(RemoteError),
     /// A failure.
     Failed(PullError),
-}
-
-/// What a pull is about, for a refusal: the group and the topic as the servers know them (in
-/// `namespace`), as every refusal names its resource: the names an operator grants
-/// permissions on.
-fn pull_op(request: &PullRequest, namespace: Option<&Namespace>) -> Op {
-    Op::new(
-        "pull",
-        format!(
-            "group `{}` on topic `{}`",
-            namespace::wrap(namespace, &request.group),
-            namespace::wrap(namespace, &request.queue.topic)
-        ),
-    )
 }
 
 /// Reads the answer to `request`.
@@ -274,9 +259,10 @@ impl BrokerClient {
         let ns = self.name_server().namespace();
         let command = namespaced_pull_request(request, is_master, ns);
         let timeout = pull_timeout(request.suspend, self.remoting().config().request_timeout);
+        let op = self.group_topic_op("pull", &request.group, &request.queue.topic);
         let response = self
             .remoting()
-            .call_with_timeout(&addr, &pull_op(request, ns), command, timeout)
+            .call_with_timeout(&addr, &op, command, timeout)
             .await?;
         match read_answer(&response, request, &DecodeLimits::default()) {
             PullAnswer::Done(result) => {

@@ -16,7 +16,7 @@
 //! A refusal of this client's credentials or permissions (see
 //! [`is_denial`](crate::acl::is_denial)) is a [`RemoteError::Denied`] naming the operation
 //! (`send back`: the group and the message's topic; `send to the retry topic`: the retry topic)
-//! with the names the application uses, logged once per resource. The send-back fails with a
+//! with the names the servers know, logged once per resource. The send-back fails with a
 //! denial when the fallback was denied, or when the send-back was denied and the fallback
 //! failed too.
 
@@ -208,14 +208,7 @@ impl BrokerClient {
         let queue = request.message.queue();
         let first = async {
             let addr = self.broker_addr(queue, true).await?;
-            let op = Op::new(
-                "send back",
-                format!(
-                    "group `{}` on topic `{}`",
-                    self.wire(request.group),
-                    self.wire(request.message.topic())
-                ),
-            );
+            let op = self.group_topic_op("send back", request.group, request.message.topic());
             let response = self
                 .remoting()
                 .call_with_timeout(
