@@ -457,7 +457,7 @@ impl ClusterClient {
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
-        answer.ok_or_else(|| RemoteError::Unreachable(format!("injected failure of {operation:?}")))
+        answer.ok_or_else(|| injected(operation))
     }
 
     /// Admits `count` calls of `operation` made as one (a batch), under one lock: an error for
