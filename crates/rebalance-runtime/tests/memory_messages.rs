@@ -299,39 +299,72 @@ async fn explicit_delay_levels_follow_the_java_table() {
     }
 }
 
+/// A send-back is decided, as a broker decides it, with the message the cluster stored (found
+/// by its commit-log offset), not with the client's copy: a fresh message is retried whatever
+/// count the client gives it; one redelivered up to the limit, or sent with a negative level,
+/// is dead-lettered (counting one more delivery, as the retry copy does); a message the cluster
+/// does not hold falls back to a new message, as the client transport sends it.
 #[tokio::test(start_paused = true)]
-async fn past_the_reconsume_limit_or_with_a_negative_level_a_message_is_dead_lettered() {
+async fn send_backs_are_decided_with_the_stored_message() {
     let (cluster, client) = setup();
-    let message = one_message(&cluster, &client)
-        .await
-        .with_reconsume_times(16);
+    let message = one_message(&cluster, &client).await;
+    let claimed = message.clone().with_reconsume_times(16);
     client
-        .send_back(SendBack::new(GROUP, &message))
+        .send_back(SendBack::new(GROUP, &claimed))
         .await
         .unwrap();
+    assert!(
+        cluster.dead_letters(GROUP).is_empty(),
+        "stored count 0: retried, whatever the client's copy says"
+    );
+    assert_eq!(cluster.pending_redeliveries(GROUP), 1);
+    assert_eq!(redelivered_after(&client, 1).await, Duration::from_secs(10));
+    let retry = MessageQueue::new("%RETRY%G", "broker-0", 0);
+    let first = pull_one(&client, retry.clone(), 0).await;
+    assert_eq!(first.reconsume_times(), 1);
+
+    // Stored count 1, limit 2: retried; stored count 2: dead-lettered, keeping its count.
+    let limited = SendBack::new(GROUP, &first).with_max_reconsume_times(2);
+    client.send_back(limited).await.unwrap();
+    redelivered_after(&client, 2).await;
+    let second = pull_one(&client, retry.clone(), 1).await;
+    assert_eq!(second.reconsume_times(), 2);
+    let limited = SendBack::new(GROUP, &second).with_max_reconsume_times(2);
+    client.send_back(limited).await.unwrap();
     let dead = cluster.dead_letters(GROUP);
     assert_eq!(dead.len(), 1, "dead-lettered at once");
     assert_eq!(dead[0].msg_id(), message.msg_id());
     assert_eq!(dead[0].queue(), &MessageQueue::new("%DLQ%G", "broker-0", 0));
-    assert_eq!(dead[0].reconsume_times(), 17);
+    assert_eq!(dead[0].reconsume_times(), 3, "the stored count and one");
     assert_eq!(cluster.pending_redeliveries(GROUP), 0);
 
-    let below = message.clone().with_reconsume_times(2);
-    let limited = SendBack::new(GROUP, &below).with_max_reconsume_times(2);
-    client.send_back(limited).await.unwrap();
-    let negative = SendBack::new(GROUP, &below).with_delay_level(-1);
-    client.send_back(negative).await.unwrap();
-    assert_eq!(cluster.dead_letters(GROUP).len(), 3);
+    // A negative level dead-letters a fresh message.
+    let fresh = one_message(&cluster, &client).await;
+    client
+        .send_back(SendBack::new(GROUP, &fresh).to_dead_letters())
+        .await
+        .unwrap();
+    assert_eq!(cluster.dead_letters(GROUP).len(), 2);
+    assert_eq!(cluster.dead_letters(GROUP)[1].reconsume_times(), 1);
     assert!(cluster.dead_letters("other").is_empty());
-    let below_limit = message.clone().with_reconsume_times(1);
-    let redelivered = SendBack::new(GROUP, &below_limit).with_max_reconsume_times(2);
-    client.send_back(redelivered).await.unwrap();
-    assert_eq!(
-        cluster.pending_redeliveries(GROUP),
-        1,
-        "below the limit: retried"
-    );
     assert!(client.topic_route("%DLQ%G").await.is_ok());
+
+    // A message the cluster does not hold (another commit-log position): the broker cannot
+    // find it, and the client sends its copy to the retry topic as a new message, counted
+    // from the copy (2 + 1), after level 3 + 2 (1 min).
+    let unknown = fresh
+        .clone()
+        .with_commit_log_offset(9_999)
+        .with_reconsume_times(2);
+    client
+        .send_back(SendBack::new(GROUP, &unknown))
+        .await
+        .unwrap();
+    assert_eq!(cluster.pending_redeliveries(GROUP), 1);
+    assert_eq!(redelivered_after(&client, 3).await, Duration::from_secs(60));
+    let copy = pull_one(&client, retry, 2).await;
+    assert_eq!(copy.reconsume_times(), 3);
+    assert_eq!(copy.msg_id(), fresh.msg_id());
 }
 
 #[tokio::test(start_paused = true)]

@@ -73,6 +73,12 @@ impl QueueLog {
         }
     }
 
+    /// The retained message at `offset`, if any.
+    pub(super) fn at(&self, offset: i64) -> Option<&Message> {
+        let index = usize::try_from(offset.checked_sub(self.min)?).ok()?;
+        self.messages.get(index)
+    }
+
     /// The retained messages.
     pub(super) fn messages(&self) -> impl Iterator<Item = &Message> {
         self.messages.iter()

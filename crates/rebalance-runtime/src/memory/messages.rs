@@ -187,6 +187,15 @@ impl Messages {
         self.logs.get(queue)
     }
 
+    /// The message stored at `offset` of `queue` with the commit-log position
+    /// `commit_log_offset` (how a broker finds a message sent back), if it is still retained.
+    fn stored(&self, queue: &MessageQueue, offset: i64, commit_log_offset: i64) -> Option<Message> {
+        self.log(queue)?
+            .at(offset)
+            .filter(|m| m.commit_log_offset() == commit_log_offset)
+            .cloned()
+    }
+
     /// Stores a message at the end of `queue` and wakes the pulls held on it; `msg_id` is the
     /// id it keeps (a redelivery keeps the original's), or a new one.
     fn append(
@@ -463,6 +472,57 @@ impl ClusterClient {
         }
     }
 
+    /// What a client does when the broker cannot find the message it sends back: it sends its
+    /// own copy to `%RETRY%{group}` as a new message (the Java client's
+    /// `sendMessageBackAsNormalMessage`, which the RocketMQ transport does too), carrying the
+    /// copy's reconsume count plus one, delivered after level 3 + the copy's count. A Java
+    /// broker dead-letters such a message on arrival when that count reaches the maximum (the
+    /// transport sends at least the maximum when the send-back asked for the dead letters), or
+    /// when the group holds an unexpired queue lock (it takes the group for an orderly one:
+    /// `SendMessageProcessor.handleRetryAndDLQ`). The Rust broker 1.0 inverts that last test:
+    /// it dead-letters when the group holds no lock (a deviation the contract suite records).
+    fn fall_back(&self, request: &SendBack<'_>, broker: &Arc<str>) {
+        let asked = request.message;
+        let mut count = asked.reconsume_times().saturating_add(1);
+        if request.delay_level < 0 {
+            count = count.max(request.max_reconsume_times);
+        }
+        let ordered = self.state.lock().holds_locks(request.group, Instant::now());
+        let dead = count >= request.max_reconsume_times || ordered;
+        let topic = if dead {
+            dlq_topic(request.group)
+        } else {
+            retry_topic(request.group)
+        };
+        ensure_broker_queue(&mut self.state.lock(), &topic, broker);
+        let mut properties = asked.properties().clone();
+        for own in [
+            property::MIN_OFFSET,
+            property::MAX_OFFSET,
+            property::CONSUME_START_TIME,
+        ] {
+            properties.remove(own);
+        }
+        properties
+            .entry(property::ORIGIN_MESSAGE_ID.to_string())
+            .or_insert_with(|| asked.msg_id().to_string());
+        properties.insert(property::RETRY_TOPIC.to_string(), asked.topic().to_string());
+        let copy = Redelivery {
+            queue: MessageQueue::new(topic.as_str(), broker.clone(), 0),
+            body: asked.body().clone(),
+            properties,
+            msg_id: asked.msg_id().to_string(),
+            born_ms: asked.born_timestamp(),
+            reconsume_times: count,
+        };
+        if dead {
+            copy.store(&mut self.state.messages());
+        } else {
+            let level = asked.reconsume_times().saturating_add(3);
+            schedule(&self.state, request.group, copy, delay_of_level(level));
+        }
+    }
+
     /// Serves a pull: reads, and holds the pull up to its suspend time when the queue has no
     /// message at the offset yet, answering once one arrives.
     async fn serve_pull(&self, request: &PullRequest) -> PullResult {
@@ -500,8 +560,13 @@ impl MessageSource for ClusterClient {
     /// Pulls from the queue's log; held (long polling) up to the request's `suspend` when the
     /// queue has nothing at the offset. A queue that is not a readable queue of its topic's
     /// route is refused (code 17, as a broker answers for a topic it does not have).
-    /// Faults: [`ClusterCall::Pull`]. The pull's commit offset is not stored: offsets are stored
-    /// only through [`OffsetStore`](crate::OffsetStore).
+    /// Faults: [`ClusterCall::Pull`].
+    ///
+    /// As a broker does, a pull that carries a commit offset ([`PullRequest::commit_offset`],
+    /// which a clustering consumer sends and a broadcasting one must not) stores it as the
+    /// group's offset of the queue when the pull arrives, overwriting what was there (a broker
+    /// stores the commit of a pull it holds once, not again when it resumes it). As the Java
+    /// client, only a positive offset is sent as a commit.
     async fn pull(&self, request: &PullRequest) -> Result<PullResult, PullError> {
         let (fault, routed) = self.admit(ClusterCall::Pull, |inner| {
             inner
@@ -518,17 +583,29 @@ impl MessageSource for ClusterClient {
                 ),
             }));
         }
+        if let Some(commit) = request.commit_offset.filter(|&o| o > 0) {
+            self.state
+                .offsets
+                .insert((request.group.clone(), request.queue.clone()), commit);
+        }
         let result = self.serve_pull(request).await;
         Ok(Self::answer(ClusterCall::Pull, fault, result).await?)
     }
 
-    /// Sends the message back as a broker does: past `max_reconsume_times` redeliveries (or
-    /// with a negative delay level) to `%DLQ%{group}` at once, else to `%RETRY%{group}` after
-    /// its delay level's delay (level 0: 3 + the redeliveries so far), on tokio's clock. Both
+    /// Sends the message back as a broker does, deciding with the message *it stored*, which
+    /// it finds by the request's commit-log offset (the client's copy of the message is not
+    /// trusted: its reconsume count may be the client's own). For a message the cluster does not
+    /// hold (never stored, or truncated since), which a broker refuses ("look message by
+    /// offset failed"), it does what the client transport then does: it sends the client's copy
+    /// to the retry topic as a new message ([`fall_back`](Self::fall_back)). With the stored
+    /// reconsume count: at
+    /// `max_reconsume_times` or more, or with a negative delay level, the message goes to
+    /// `%DLQ%{group}` at once; else to `%RETRY%{group}` after its delay level's delay (level
+    /// 0: 3 + the stored count). Either copy counts one more delivery than the stored message. Both
     /// topics get a queue on the message's broker on demand, with a route, so that a
-    /// rebalance sees them. The copy keeps the message's id and body, counts one more
-    /// redelivery, and carries [`RETRY_TOPIC`](property::RETRY_TOPIC) (the topic it came
-    /// from) and [`ORIGIN_MESSAGE_ID`](property::ORIGIN_MESSAGE_ID).
+    /// rebalance sees them. The copy keeps the message's id and body, and carries
+    /// [`RETRY_TOPIC`](property::RETRY_TOPIC) (the topic it came from) and
+    /// [`ORIGIN_MESSAGE_ID`](property::ORIGIN_MESSAGE_ID).
     /// Faults: [`ClusterCall::SendBack`] (a lost reply still sends the message back).
     async fn send_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
         if tokio::runtime::Handle::try_current().is_err() {
@@ -536,7 +613,27 @@ impl MessageSource for ClusterClient {
                 "the in-memory cluster schedules redeliveries on tokio's clock: call send_back inside a tokio runtime".into(),
             ));
         }
-        let message = request.message;
+        let asked = request.message;
+        let broker = asked.queue().broker_name.clone();
+        let (fault, stored) = self.admit(ClusterCall::SendBack, |_| {
+            self.state.messages().stored(
+                asked.queue(),
+                asked.queue_offset(),
+                asked.commit_log_offset(),
+            )
+        })?;
+        let Some(message) = stored else {
+            // The broker refuses ("look message by offset failed"); the client then sends its
+            // copy to the retry topic as a new message, as the RocketMQ transport does.
+            tracing::debug!(
+                group = request.group,
+                msg_id = asked.msg_id(),
+                commit_log_offset = asked.commit_log_offset(),
+                "in-memory cluster: no such stored message; the client falls back to a send"
+            );
+            self.fall_back(&request, &broker);
+            return Self::answer(ClusterCall::SendBack, fault, ()).await;
+        };
         let dead =
             message.reconsume_times() >= request.max_reconsume_times || request.delay_level < 0;
         let topic = if dead {
@@ -544,11 +641,8 @@ impl MessageSource for ClusterClient {
         } else {
             retry_topic(request.group)
         };
-        let broker = &message.queue().broker_name;
-        let (fault, ()) = self.admit(ClusterCall::SendBack, |inner| {
-            ensure_broker_queue(inner, &topic, broker);
-        })?;
-        let queue = MessageQueue::new(topic.as_str(), broker.clone(), 0);
+        ensure_broker_queue(&mut self.state.lock(), &topic, &broker);
+        let queue = MessageQueue::new(topic.as_str(), broker, 0);
         let mut properties = message.properties().clone();
         properties
             .entry(property::RETRY_TOPIC.to_string())
@@ -568,6 +662,8 @@ impl MessageSource for ClusterClient {
             tracing::info!(
                 group = request.group,
                 msg_id = message.msg_id(),
+                reconsume_times = message.reconsume_times(),
+                delay_level = request.delay_level,
                 "in-memory cluster dead-lettered a message"
             );
             copy.store(&mut self.state.messages());

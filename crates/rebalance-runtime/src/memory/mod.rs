@@ -148,6 +148,16 @@ struct Lock {
     until: Instant,
 }
 
+impl Inner {
+    /// Whether `group` holds a lock that has not expired (a broker takes such a group for an
+    /// orderly one).
+    fn holds_locks(&self, group: &str, now: Instant) -> bool {
+        self.locks
+            .iter()
+            .any(|((g, _), lock)| g == group && lock.until > now)
+    }
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     routes: HashMap<String, TopicRoute>,
