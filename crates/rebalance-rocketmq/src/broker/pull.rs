@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::BrokerClient;
 use super::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::message::{DecodeLimits, decode_batch};
+use crate::message::{DecodeLimits, decode_prefix};
 use crate::namespace::{self, Namespace};
 
 /// Pull sysFlag: the request carries this client's offset for the broker to store.
@@ -179,12 +179,23 @@ fn read_result(
     let min_offset = required_i64(response, "minOffset")?;
     let max_offset = required_i64(response, "maxOffset")?;
     let delta = header_i64(response, "offsetDelta")?.unwrap_or(0);
-    let stored = decode_batch(&response.body, limits).map_err(|e| {
+    let decoded = decode_prefix(&response.body, limits).map_err(|e| {
         RemoteError::BadResponse(format!(
             "pull of {}@{}:{} from offset {}: {e}",
             request.queue.topic, request.queue.broker_name, request.queue.queue_id, request.offset
         ))
     })?;
+    let stored = decoded.messages;
+    // The messages past the decode limits were not decoded: the next pull starts at the first
+    // of them (it gets the next prefix that fits), instead of where the broker said.
+    let next_offset = match stored.last() {
+        Some(last) if !decoded.complete => {
+            let next = last.queue_offset.saturating_add(delta).saturating_add(1);
+            tracing::debug!(queue = ?request.queue, next, broker_next = next_offset, "pull larger than the decode limits: delivering the messages that fit");
+            next
+        }
+        _ => next_offset,
+    };
     let (min_text, max_text) = (min_offset.to_string(), max_offset.to_string());
     let messages = stored
         .into_iter()
@@ -484,6 +495,40 @@ mod tests {
             .collect();
         assert_eq!(origins, [Some("T"), Some("OTHER%T"), None]);
         assert!(messages.iter().all(|m| m.queue() == &queue));
+    }
+
+    /// A pull whose bodies pass the decode budget delivers the messages that fit and the next
+    /// pull starts after the last of them, not where the broker said: never the same failing
+    /// pull again and again.
+    #[test]
+    fn a_pull_past_the_decode_budget_delivers_what_fits_and_goes_on_from_there() {
+        use crate::message::tests::{encode_compressed, sample};
+        let big = "y".repeat(1000);
+        let stored: Vec<_> = (40..44)
+            .map(|o| {
+                let mut m = sample(o, &big);
+                m.properties.insert("TAGS".into(), "A".into());
+                m
+            })
+            .collect();
+        let response = answer(0)
+            .with_ext("nextBeginOffset", 44)
+            .with_body(encode_compressed(&stored));
+        let limits = DecodeLimits {
+            max_body: 1000,
+            max_total: 3500,
+        };
+        let PullAnswer::Done(PullResult::Found {
+            messages,
+            next_offset,
+            ..
+        }) = read_answer(&response, &request(), &limits)
+        else {
+            panic!("not found");
+        };
+        let offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
+        assert_eq!(offsets, [40, 41, 42]);
+        assert_eq!(next_offset, 43);
     }
 
     /// The body is decoded, re-filtered by tag (the broker filters by hash code only), the

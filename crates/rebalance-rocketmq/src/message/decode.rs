@@ -257,14 +257,50 @@ impl<'a> Reader<'a> {
 
 /// Decodes a pull's body: every record, in order, inner batches unwrapped. Any malformed or
 /// truncated record fails the whole body (its messages must not be skipped silently: the next
-/// pull would start after them).
+/// pull would start after them), and so does a body that passes the limits (see
+/// [`decode_prefix`] for the records that fit).
 pub fn decode_batch(body: &[u8], limits: &DecodeLimits) -> Result<Vec<StoredMessage>, DecodeError> {
+    let prefix = decode_prefix(body, limits)?;
+    if !prefix.complete {
+        return Err(DecodeError::BodyTooLarge {
+            limit: limits.max_total,
+        });
+    }
+    Ok(prefix.messages)
+}
+
+/// The records of a pull's body that fit in the limits, from the first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodedPrefix {
+    /// The messages decoded, in order, inner batches unwrapped.
+    pub messages: Vec<StoredMessage>,
+    /// Whether they are the whole body; `false` when decoding stopped before a record whose
+    /// body would have passed a limit (the messages from that record on were not decoded).
+    pub complete: bool,
+}
+
+/// Decodes a pull's body as [`decode_batch`] does, but stops before a record whose
+/// decompressed body would pass [`DecodeLimits::max_body`] or the pull's remaining
+/// [`DecodeLimits::max_total`] once at least one message is decoded, instead of failing: the
+/// pull then delivers the messages before it, and the next pull starts at that record (a pull
+/// of many large messages would otherwise fail at the same offset forever). A first record too
+/// large alone, or a malformed one, is still an error.
+pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix, DecodeError> {
     let mut messages = Vec::new();
     let mut pos = 0;
     let mut budget = limits.max_total;
     while pos < body.len() {
         let (record, size) = record_at(body, pos)?;
-        let message = decode_record(record, pos, limits, &mut budget)?;
+        let message = match decode_record(record, pos, limits, &mut budget) {
+            Ok(message) => message,
+            Err(DecodeError::BodyTooLarge { .. }) if !messages.is_empty() => {
+                return Ok(DecodedPrefix {
+                    messages,
+                    complete: false,
+                });
+            }
+            Err(e) => return Err(e),
+        };
         if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0 {
             unwrap_inner_batch(message, pos, &mut messages)?;
         } else {
@@ -272,7 +308,10 @@ pub fn decode_batch(body: &[u8], limits: &DecodeLimits) -> Result<Vec<StoredMess
         }
         pos += size;
     }
-    Ok(messages)
+    Ok(DecodedPrefix {
+        messages,
+        complete: true,
+    })
 }
 
 /// The record starting at `pos`, bounded by its total size.

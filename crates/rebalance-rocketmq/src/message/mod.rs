@@ -15,5 +15,7 @@ pub mod properties;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use decode::{DecodeError, DecodeLimits, Host, StoredMessage, decode_batch};
+pub use decode::{
+    DecodeError, DecodeLimits, DecodedPrefix, Host, StoredMessage, decode_batch, decode_prefix,
+};
 pub use id::{offset_msg_id, unique_id};

@@ -125,6 +125,20 @@ pub(crate) fn encode_messages(messages: &[StoredMessage]) -> Bytes {
     encode_all(&records)
 }
 
+/// `messages` as V1 records with zlib-compressed bodies.
+pub(crate) fn encode_compressed(messages: &[StoredMessage]) -> Bytes {
+    let records: Vec<Record> = messages
+        .iter()
+        .cloned()
+        .map(|message| Record {
+            message,
+            v2: false,
+            compression: Some(Compression::Zlib),
+        })
+        .collect();
+    encode_all(&records)
+}
+
 fn encode_all(records: &[Record]) -> Bytes {
     let mut out = BytesMut::new();
     for r in records {
@@ -208,6 +222,34 @@ fn compressed_bodies_come_back_decompressed() {
         let decoded = decode_batch(&bytes, &DecodeLimits::default()).unwrap();
         assert_eq!(decoded, [expected(&record)], "{kind:?}");
     }
+}
+
+/// A pull whose bodies together pass the budget delivers the records that fit, from the
+/// first, and says it stopped; a first record too large alone is still an error.
+#[test]
+fn the_records_that_fit_the_budget_are_decoded_and_the_rest_left_for_the_next_pull() {
+    let big = "x".repeat(1000);
+    let messages: Vec<StoredMessage> = (5..9).map(|i| sample(i, &big)).collect();
+    let bytes = encode_compressed(&messages);
+    let limits = DecodeLimits {
+        max_body: 1000,
+        max_total: 2500,
+    };
+    let prefix = decode_prefix(&bytes, &limits).unwrap();
+    assert!(!prefix.complete);
+    let offsets: Vec<i64> = prefix.messages.iter().map(|m| m.queue_offset).collect();
+    assert_eq!(offsets, [5, 6]);
+    let whole = decode_prefix(&bytes, &DecodeLimits::default()).unwrap();
+    assert!(whole.complete);
+    assert_eq!(whole.messages.len(), 4);
+    let tiny = DecodeLimits {
+        max_body: 999,
+        max_total: 1 << 20,
+    };
+    assert_eq!(
+        decode_prefix(&bytes, &tiny),
+        Err(DecodeError::BodyTooLarge { limit: 999 })
+    );
 }
 
 #[test]
