@@ -105,7 +105,8 @@ pub use consumer::{
     TopicNotReady, WeakConsumerHandle, default_client_id,
 };
 pub use listener::{
-    ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue, StartPosition,
+    ConsumeGuard, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
+    StartPosition,
 };
 // The traits a transport implements, and the types in their signatures.
 pub use directory::{GroupDirectory, Registration};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -90,6 +90,9 @@ pub(crate) struct LeaseState {
     persisted: AtomicI64,
     /// Set by [`QueueLease::persist_now`]: the service persists the committed offset at once.
     pub(crate) persist_now: AtomicBool,
+    /// Set when the store accepted a new offset: it is written once more, unchanged, at the
+    /// next persistence (see [`LeaseState::set_persisted`]).
+    confirm: AtomicBool,
     parts: OnceLock<Box<Parts>>,
     /// Shared by the consumer's leases and its service.
     pub(crate) activity: Arc<ConsumerActivity>,
@@ -101,8 +104,9 @@ struct Parts {
     /// The lease's token, a child of the consumer's: made when the application (or the consume
     /// layer) first asks for it, cancelled when the queue is taken away.
     token: OnceLock<CancellationToken>,
-    /// Held while a batch is processed (ordered consumption, exclusive hand-off).
-    consume_lock: OnceLock<Arc<Mutex<()>>>,
+    /// Held for reading while a batch is processed (ordered consumption, exclusive hand-off),
+    /// and for writing by a release that waits for the batches to end.
+    consume_lock: OnceLock<Arc<RwLock<()>>>,
     /// Ordered consumption and exclusive hand-off: until when the broker lock is trusted (its
     /// last grant plus `lock_lifetime`); `None` when the queue is not locked.
     lock_valid_until: std::sync::Mutex<Option<Instant>>,
@@ -128,6 +132,7 @@ impl LeaseState {
             committed: AtomicI64::new(-1),
             persisted: AtomicI64::new(-1),
             persist_now: AtomicBool::new(false),
+            confirm: AtomicBool::new(false),
             parts: OnceLock::new(),
             activity,
         };
@@ -202,7 +207,7 @@ impl LeaseState {
     }
 
     /// The consume lock, made on first use.
-    pub(crate) fn consume_lock(&self) -> &Arc<Mutex<()>> {
+    pub(crate) fn consume_lock(&self) -> &Arc<RwLock<()>> {
         self.parts().consume_lock.get_or_init(Default::default)
     }
 
@@ -214,7 +219,7 @@ impl LeaseState {
         self.parts
             .get()
             .and_then(|p| p.consume_lock.get())
-            .is_none_or(|lock| lock.try_lock().is_ok())
+            .is_none_or(|lock| lock.try_write().is_ok())
     }
 
     /// Waits until nobody holds the consume lock.
@@ -222,7 +227,7 @@ impl LeaseState {
         fence(Ordering::SeqCst);
         let lock = self.parts.get().and_then(|p| p.consume_lock.get()).cloned();
         if let Some(lock) = lock {
-            drop(lock.lock().await);
+            drop(lock.write().await);
         }
     }
 
@@ -257,10 +262,39 @@ impl LeaseState {
         (offset >= 0).then_some(offset)
     }
 
-    /// Records that the store accepted `offset`.
+    /// Records that the store accepted `offset`. A new offset is to be written once more,
+    /// unchanged, at the next persistence ([`unconfirmed`](Self::unconfirmed)): a RocketMQ
+    /// broker also stores the offset a pull carries, and a pull sent before this write but
+    /// handled after it would leave the broker behind, for good if nothing wrote it again (the
+    /// Java client rewrites every offset at every tick).
     pub(crate) fn set_persisted(&self, offset: i64) {
-        self.persisted.store(offset, Ordering::Relaxed);
+        let before = self.persisted.swap(offset, Ordering::Relaxed);
+        self.confirm.store(before != offset, Ordering::Relaxed);
     }
+
+    /// Records `offset` as what the store holds, read from it (nothing to write again).
+    pub(crate) fn set_read_from_store(&self, offset: i64) {
+        self.persisted.store(offset, Ordering::Relaxed);
+        self.confirm.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the last offset stored is to be written once more (see
+    /// [`set_persisted`](Self::set_persisted)).
+    pub(crate) fn unconfirmed(&self) -> bool {
+        self.confirm.load(Ordering::Relaxed)
+    }
+}
+
+/// The right to process one batch of a queue, from [`QueueLease::consume_guard`]: while any
+/// guard of a queue is held, the runtime does not release the queue's broker lock (it waits
+/// for every guard to be dropped, or `force_unlock_after`). Guards of one queue do not
+/// exclude each other, so batches of a queue can run at once; a consumer that must process a
+/// queue's batches one at a time (in order) takes care of that itself, as the push consumer's
+/// ordered consumption does.
+#[derive(Debug)]
+#[must_use = "the guard protects the batch only while it is held: keep it until the batch is processed and committed"]
+pub struct ConsumeGuard {
+    _guard: OwnedRwLockReadGuard<()>,
 }
 
 /// A queue this client now consumes, handed to [`QueueListener::queues_added`].
@@ -270,7 +304,7 @@ impl LeaseState {
 /// - [`commit`](Self::commit) reports progress, which the runtime persists periodically and
 ///   once more when the queue is released;
 /// - [`consume_guard`](Self::consume_guard) (ordered consumption) is held while a batch is
-///   processed, so the runtime unlocks the queue only between batches.
+///   processed, so the runtime unlocks the queue only when no batch is in progress.
 #[derive(Clone)]
 #[must_use = "dropping a lease neither releases nor stops consuming its queue: give it to the task consuming the queue, which stops when `cancelled()` completes and reports progress with `commit`"]
 pub struct QueueLease {
@@ -401,6 +435,18 @@ impl QueueLease {
         self.state.committed()
     }
 
+    /// Runs `processing`, the processing of a batch of this queue, as the consumer's
+    /// application code: a [`shutdown`](crate::ConsumerHandle::shutdown) of the consumer asked
+    /// for from inside it starts the shutdown and returns at once, instead of waiting for the
+    /// shutdown, which waits for this batch. The push consumer runs every listener call
+    /// through it; a consumer of your own should too, where a batch may stop the service.
+    pub fn processing<F: std::future::Future>(
+        &self,
+        processing: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        crate::callbacks::as_callback_of(self.state.activity.serial, processing)
+    }
+
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken
     /// away, and while its broker lock is older than `lock_lifetime` without a renewal (it may
     /// belong to someone else by then: consumption pauses until the lock is renewed, or the
@@ -411,11 +457,15 @@ impl QueueLease {
     /// The runtime renews locks every `lock_renew` and takes the queue away (reason `lost`) when
     /// the broker refuses, or when renewal has failed for `lock_lifetime`; this check covers the
     /// time until that renewal, or a renewal held up by a slow callback.
-    pub async fn consume_guard(&self) -> Option<OwnedMutexGuard<()>> {
+    ///
+    /// A guard does not wait for another batch's guard: only for a release that is waiting
+    /// for the batches to end (and then the queue is gone: `None`). Several batches of the
+    /// queue may hold guards at once.
+    pub async fn consume_guard(&self) -> Option<ConsumeGuard> {
         if self.state.is_dropped() {
             return None;
         }
-        let guard = self.state.consume_lock().clone().lock_owned().await;
+        let guard = self.state.consume_lock().clone().read_owned().await;
         // Pairs with the fence of a release that found no consume lock made yet: either it saw
         // this lock, or this sees the queue dropped.
         fence(Ordering::SeqCst);
@@ -424,7 +474,7 @@ impl QueueLease {
         if !usable {
             tracing::debug!(queue = ?self.queue, "no consume guard: the queue is released or its lock expired");
         }
-        usable.then_some(guard)
+        usable.then_some(ConsumeGuard { _guard: guard })
     }
 }
 

@@ -75,6 +75,10 @@ pub const BUFFERED_MESSAGES: &str = "rebalance_buffered_messages";
 pub const BUFFERED_BYTES: &str = "rebalance_buffered_bytes";
 /// Messages not consumed yet in the queues held (`group`, `topic`).
 pub const LAG: &str = "rebalance_lag_messages";
+/// Pulls whose answer moved the queue's offset back (`OFFSET_MOVED` to an offset below the one
+/// pulled): what was consumed since is consumed again (apache/rocketmq #4215). Labels: `group`,
+/// `topic`.
+pub const OFFSETS_MOVED_BACK: &str = "rebalance_offsets_moved_back_total";
 
 /// Gives the installed recorder each metric's help text and unit (see the
 /// [module documentation](self)).
@@ -107,6 +111,11 @@ pub fn describe() {
     describe_gauge!(BUFFERED_MESSAGES, Unit::Count, "Messages buffered");
     describe_gauge!(BUFFERED_BYTES, Unit::Bytes, "Message bytes buffered");
     describe_gauge!(LAG, Unit::Count, "Messages not consumed yet");
+    describe_counter!(
+        OFFSETS_MOVED_BACK,
+        Unit::Count,
+        "Pulls that moved a queue's offset back (consumed again)"
+    );
 }
 
 fn labels(group: &str, topic: &str) -> Vec<Label> {
@@ -206,6 +215,7 @@ pub(crate) struct TopicMetrics {
     consumed: Counter,
     failed: Counter,
     consume_duration: Histogram,
+    offsets_moved_back: Counter,
 }
 
 impl TopicMetrics {
@@ -227,6 +237,7 @@ impl TopicMetrics {
             consumed: counter!(MESSAGES_CONSUMED, labels(group, topic)),
             failed: counter!(MESSAGES_FAILED, labels(group, topic)),
             consume_duration: histogram!(CONSUME_DURATION, labels(group, topic)),
+            offsets_moved_back: counter!(OFFSETS_MOVED_BACK, labels(group, topic)),
         }
     }
 
@@ -241,6 +252,13 @@ impl TopicMetrics {
         }
         .increment(1);
         self.pull_duration.record(took);
+    }
+
+    /// Records a pull whose answer moved the queue's offset, `backwards` or not.
+    pub(crate) fn offset_moved(&self, backwards: bool) {
+        if backwards {
+            self.offsets_moved_back.increment(1);
+        }
     }
 
     /// Records a listener call that took `took`, consumed `consumed` messages and failed

@@ -68,9 +68,13 @@ impl ProcessQueue {
     }
 }
 
-/// The offset of a lease to persist, if its application reported one the store does not have.
+/// The offset of a lease to persist, if its application reported one the store does not have,
+/// or the store took a new one at the last persistence and it is to be written once more
+/// ([`LeaseState::set_persisted`]).
 fn unpersisted_offset(state: &LeaseState) -> Option<i64> {
-    state.committed().filter(|&o| Some(o) != state.persisted())
+    state
+        .committed()
+        .filter(|&o| Some(o) != state.persisted() || state.unconfirmed())
 }
 
 /// A queue being released, as [`ProcessQueueTable::begin_release`] finds it.
@@ -200,7 +204,7 @@ impl ProcessQueueTable {
                 StartPosition::Offset(o) if unsaved => {
                     state.committed.store(o, AtomicOrdering::Release);
                 }
-                StartPosition::Offset(o) => state.set_persisted(o),
+                StartPosition::Offset(o) => state.set_read_from_store(o),
                 _ => {}
             }
             leases.push(QueueLease::new(
@@ -525,6 +529,26 @@ mod tests {
         lease.commit(9);
         lease.commit(7);
         assert_eq!(table.get(&q).unwrap().unpersisted_offset(), Some(9));
+    }
+
+    /// A new offset the store took is written once more at the next persistence (a pull's
+    /// older commit the broker handled in between is overwritten), then not again until it
+    /// changes.
+    #[test]
+    fn a_new_offset_is_persisted_twice_then_no_more() {
+        let mut table = ProcessQueueTable::default();
+        let root = Arc::new(CancellationToken::new());
+        let q = MessageQueue::new("T", "b", 0);
+        let lease = table.insert(q.clone(), StartPosition::Offset(5), &root, None, false);
+        let pq = |table: &ProcessQueueTable| table.get(&q).unwrap().unpersisted_offset();
+        lease.commit(9);
+        assert_eq!(pq(&table), Some(9));
+        table.get(&q).unwrap().set_persisted(9);
+        assert_eq!(pq(&table), Some(9), "written once more");
+        table.get(&q).unwrap().set_persisted(9);
+        assert_eq!(pq(&table), None, "then left alone");
+        lease.commit(12);
+        assert_eq!(pq(&table), Some(12));
     }
 
     #[test]

@@ -14,7 +14,6 @@ use rebalance_runtime::{
     config::{ConsumeOrder, Intervals, MessageModel},
     wake::WakeReasons,
 };
-use tokio::sync::OwnedMutexGuard;
 
 const MIN: Duration = Duration::from_secs(1);
 
@@ -180,7 +179,7 @@ struct HandOffUnderWay {
     a: Member,
     b: Member,
     lease: QueueLease,
-    guard: OwnedMutexGuard<()>,
+    guard: rebalance_runtime::ConsumeGuard,
 }
 
 async fn hand_off_under_way() -> HandOffUnderWay {

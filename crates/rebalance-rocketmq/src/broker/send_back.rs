@@ -9,7 +9,9 @@
 //! reconsume count (`reconsume times + 1`) and maximum, which the Java producer moves from the
 //! `RECONSUME_TIME` and `MAX_RECONSUME_TIMES` properties into the request's `reconsumeTimes`
 //! and `maxReconsumeTimes` fields for a retry topic, as done here: the broker sends it to the
-//! dead-letter topic once the count passes the maximum. Properties the consume layer set for
+//! dead-letter topic once the count reaches the maximum. A send-back to the dead letters (a
+//! negative delay level) falls back with a count of at least the maximum, as the Java orderly
+//! consumer sends its messages past the limit. Properties the consume layer set for
 //! its own use (`MIN_OFFSET`, `MAX_OFFSET`, `CONSUME_START_TIME`) and the transaction mark are
 //! left out.
 //!
@@ -106,11 +108,13 @@ fn fallback_message(
         body: message.body().clone(),
         properties,
     };
-    (
-        fallback,
-        message.reconsume_times().saturating_add(1),
-        request.max_reconsume_times,
-    )
+    // A message sent to the dead letters (a negative level) carries a count at the maximum, so
+    // that the broker dead-letters it on arrival, as it does the Java orderly consumer's.
+    let mut reconsume_times = message.reconsume_times().saturating_add(1);
+    if request.delay_level < 0 {
+        reconsume_times = reconsume_times.max(request.max_reconsume_times);
+    }
+    (fallback, reconsume_times, request.max_reconsume_times)
 }
 
 /// The SEND_MESSAGE request of the fallback to `queue` (a queue of the retry topic).
@@ -320,6 +324,29 @@ mod tests {
         ] {
             assert_eq!(command.ext(name), Some(value), "{name}");
         }
+    }
+
+    /// A message sent to the dead letters falls back with a count at the maximum, so that the
+    /// broker dead-letters it on arrival instead of scheduling a retry.
+    #[test]
+    fn a_dead_letter_falls_back_with_a_count_at_the_maximum() {
+        let message = failed();
+        let queue = MessageQueue::new("%RETRY%G", "broker-a", 0);
+        let dead = SendBack::new("G", &message)
+            .with_max_reconsume_times(16)
+            .to_dead_letters();
+        assert_eq!(send_back_request(&dead).ext("delayLevel"), Some("-1"));
+        let command = fallback_request(&dead, &queue);
+        assert_eq!(command.ext("reconsumeTimes"), Some("16"));
+        assert_eq!(command.ext("maxReconsumeTimes"), Some("16"));
+        let counted = message.clone().with_reconsume_times(20);
+        let past = SendBack::new("G", &counted)
+            .with_max_reconsume_times(16)
+            .to_dead_letters();
+        assert_eq!(
+            fallback_request(&past, &queue).ext("reconsumeTimes"),
+            Some("21")
+        );
     }
 
     /// In a namespace, the group and origin topic of the send-back, and the retry topic and

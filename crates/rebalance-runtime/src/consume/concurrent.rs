@@ -75,7 +75,7 @@ pub(crate) async fn consume(
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
     let (consumed, expired) = {
-        let call = caught(listener.consume(messages, &mut context));
+        let call = caught(link.processing(listener.consume(messages, &mut context)));
         let expiry = Expiry {
             shared,
             link,

@@ -20,6 +20,12 @@ pub const THROTTLED_DELAY: Duration = Duration::from_millis(20);
 /// `PULL_TIME_DELAY_MILLS_WHEN_CACHE_FLOW_CONTROL`); it pulls sooner when consumption brings
 /// its buffer back under the limits.
 pub const FLOW_CONTROL_DELAY: Duration = Duration::from_millis(50);
+/// The shortest time between the starts of two pulls of a queue when the first moved nothing
+/// forward (no new message and the same offset again, answered before this long): a source
+/// that does not hold pulls, or a broker answering `PULL_RETRY_IMMEDIATELY` with the offset
+/// asked, would otherwise be pulled again at network speed. The RocketMQ broker's short
+/// polling holds a pull this long.
+pub const EMPTY_PULL_SPACING: Duration = Duration::from_secs(1);
 /// How long a message whose send-back failed waits before it is consumed again locally.
 pub const LOCAL_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// A pull loop that has not pulled (nor checked its flow control) for this long is restarted
@@ -57,7 +63,9 @@ pub struct ConsumeOptions {
     pub pull_batch_bytes: u32,
     /// How long the source may hold a pull of a queue with no new message (15 s). A pull that
     /// has not answered 15 s after that counts as an error, pulled again after
-    /// [`PULL_ERROR_DELAY`] (the Java client's 30 s RPC timeout).
+    /// [`PULL_ERROR_DELAY`] (the Java client's 30 s RPC timeout). Not zero: an idle queue
+    /// would be pulled again as soon as each pull answers; and whatever it is, an idle queue is
+    /// pulled at most once per [`EMPTY_PULL_SPACING`] when the source answers sooner.
     pub pull_suspend: Duration,
     /// A queue stops pulling while it buffers this many messages (1,000:
     /// `pullThresholdForQueue`).
@@ -118,7 +126,7 @@ impl Default for ConsumeOptions {
 #[non_exhaustive]
 pub enum ConsumeOptionsError {
     /// A count or duration that must be positive is zero.
-    #[error("consume option `{0}` is zero; it must be at least 1")]
+    #[error("consume option `{0}` is zero; it must be more than zero")]
     Zero(&'static str),
     /// `max_reconsume_times` is negative.
     #[error("consume option `max_reconsume_times` is {0}; it must be 0 or more")]
@@ -139,6 +147,7 @@ impl ConsumeOptions {
             ("topic_max_messages", self.topic_max_messages == Some(0)),
             ("topic_max_bytes", self.topic_max_bytes == Some(0)),
             ("consume_timeout", self.consume_timeout.is_zero()),
+            ("pull_suspend", self.pull_suspend.is_zero()),
         ];
         if let Some((name, _)) = zero.iter().find(|(_, bad)| *bad) {
             return Err(ConsumeOptionsError::Zero(name));
@@ -180,6 +189,14 @@ mod tests {
         assert_eq!(
             bad.validate(),
             Err(ConsumeOptionsError::NegativeReconsumeTimes(-1))
+        );
+        let no_long_polling = ConsumeOptions {
+            pull_suspend: Duration::ZERO,
+            ..ConsumeOptions::default()
+        };
+        assert_eq!(
+            no_long_polling.validate(),
+            Err(ConsumeOptionsError::Zero("pull_suspend"))
         );
         let zero = ConsumeOptions {
             topic_max_bytes: Some(0),

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use rebalance_core::MessageQueue;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -115,11 +116,28 @@ impl Leases {
     /// batch in the listener: each stops pulling, lets its batches finish (a running listener
     /// call is never cancelled) and commits them; then its task starts a fresh loop, from the
     /// lease's committed offset. A removal awaits the task, so its hand-off covers both.
+    ///
+    /// A live lease whose task has ended (it can only have panicked: a loop returns only once
+    /// its lease is cancelled) gets a new task at once, from the lease's committed offset: a
+    /// held queue is never left unconsumed.
     pub(crate) fn restart_stalled(&self) -> usize {
-        let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
         let mut restarted = 0;
-        for running in loops.values().flatten() {
-            if running.lease.is_cancelled() || running.task.is_finished() {
+        for running in loops.values_mut().flatten() {
+            if running.lease.is_cancelled() {
+                continue;
+            }
+            if running.task.is_finished() {
+                let ended = (&mut running.task).now_or_never();
+                let panic = match ended {
+                    Some(Err(e)) if e.is_panic() => {
+                        crate::callbacks::panic_message(&*e.into_panic())
+                    }
+                    _ => "it ended".to_owned(),
+                };
+                tracing::error!(queue = ?running.lease.queue(), panic = %panic, "the pull loop of a held queue ended; starting it again from the committed offset");
+                *running = self.start(running.lease.clone());
+                restarted += 1;
                 continue;
             }
             let Current { link, activity } = running.current();
@@ -151,6 +169,15 @@ impl Leases {
         for running in loops.values().flatten() {
             running.task.abort();
             running.current().link.drop_lease();
+        }
+    }
+
+    /// Ends the task of `queue`'s loops as a panic would (for tests).
+    #[cfg(test)]
+    pub(crate) fn kill_task_of(&self, queue: &MessageQueue) {
+        let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        for running in loops.get(queue).into_iter().flatten() {
+            running.task.abort();
         }
     }
 
@@ -322,6 +349,42 @@ mod tests {
         let pulls = source.pulls().len();
         sleep(Duration::from_secs(60)).await;
         assert_eq!(source.pulls().len() - pulls, 4);
+        stop.cancel();
+    }
+
+    /// A held queue whose loop's task ended (a panic, say) gets a new loop from its
+    /// committed offset at the watcher's next look: it is never held and left unconsumed.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_queue_whose_loop_ended_gets_a_new_one() {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        source.append(&q, 2);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let shared = concurrent(source.clone(), listener, ConsumeOptions::default(), &stop);
+        let leases = Leases::new(shared);
+        let (lease, _token) = lease(&q, StartPosition::Offset(1));
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(lease.committed(), Some(2));
+        leases.kill_task_of(&q);
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(leases.running(), 0);
+        source.append(&q, 3);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(lease.committed(), Some(2), "nobody consumes the queue");
+        assert_eq!(leases.restart_stalled(), 1);
+        sleep(Duration::from_millis(10)).await;
+        assert_eq!(leases.running(), 1);
+        assert_eq!(
+            lease.committed(),
+            Some(5),
+            "the new loop consumes from the commit"
+        );
+        assert_eq!(leases.restart_stalled(), 0);
         stop.cancel();
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rebalance_core::MessageQueue;
-use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::sync::Notify;
 
 use super::Message;
 use crate::QueueLease;
@@ -31,7 +31,7 @@ pub(crate) struct Ack {
     pub(crate) finished: bool,
     /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
     /// pull loop commits, then drops it, so the queue is never unlocked between the two.
-    pub(crate) guard: Option<OwnedMutexGuard<()>>,
+    pub(crate) guard: Option<crate::ConsumeGuard>,
 }
 
 impl Ack {
@@ -66,7 +66,7 @@ pub(crate) enum Guard {
     /// Its queue is not locked: nothing to hold.
     Unneeded,
     /// Held: the runtime does not unlock the queue until it is dropped.
-    Held(OwnedMutexGuard<()>),
+    Held(crate::ConsumeGuard),
     /// Refused: the queue is released, or its lock is stale; the batch must not run now.
     Refused,
 }
@@ -178,6 +178,19 @@ impl LeaseLink {
             lease.record_consumed(ok as u64, failed as u64, spent);
         }
         self.metrics.consumed(ok, failed, spent);
+    }
+
+    /// Runs `processing`, a batch of the lease's messages in the listener, as the consumer's
+    /// application code ([`QueueLease::processing`]): a shutdown asked for from inside it does
+    /// not wait for itself.
+    pub(crate) fn processing<F: std::future::Future>(
+        &self,
+        processing: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        match &self.recorded {
+            Some(lease) => futures_util::future::Either::Left(lease.processing(processing)),
+            None => futures_util::future::Either::Right(processing),
+        }
     }
 
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
@@ -305,17 +318,29 @@ mod tests {
             MessageQueue::new("T", "b", 0),
             test_metrics(),
         ));
-        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let state = Arc::new(crate::listener::LeaseState::new(None));
+        let (lease, _token) = crate::consume::testing::lease_with_state(
+            link.queue(),
+            crate::StartPosition::Offset(0),
+            state.clone(),
+        );
         let acks = AckReceiver::new(&link);
         let mut kept = ack(1);
-        kept.guard = Some(lock.clone().lock_owned().await);
+        kept.guard = lease.consume_guard().await;
+        assert!(!state.consume_lock_is_free());
         link.report(kept);
         drop(acks);
-        assert!(lock.try_lock().is_ok(), "closing drops what was waiting");
+        assert!(
+            state.consume_lock_is_free(),
+            "closing drops what was waiting"
+        );
         let mut late = ack(2);
-        late.guard = Some(lock.clone().lock_owned().await);
+        late.guard = lease.consume_guard().await;
         link.report(late);
-        assert!(lock.try_lock().is_ok(), "a late report is dropped at once");
+        assert!(
+            state.consume_lock_is_free(),
+            "a late report is dropped at once"
+        );
     }
 
     #[test]

@@ -39,9 +39,9 @@ mod testing;
 mod work;
 
 pub use config::{
-    ConsumeOptions, ConsumeOptionsError, EXPIRED_DELAY_LEVEL, FLOW_CONTROL_DELAY,
-    LOCAL_RETRY_DELAY, MAX_DENIED_DELAY, MAX_SUSPEND, MIN_SUSPEND, PULL_ERROR_DELAY, PULL_EXPIRY,
-    THROTTLED_DELAY,
+    ConsumeOptions, ConsumeOptionsError, EMPTY_PULL_SPACING, EXPIRED_DELAY_LEVEL,
+    FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, MAX_DENIED_DELAY, MAX_SUSPEND, MIN_SUSPEND,
+    PULL_ERROR_DELAY, PULL_EXPIRY, THROTTLED_DELAY,
 };
 pub use listener::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, OrderlyContext, OrderlyListener,
@@ -50,6 +50,6 @@ pub use listener::{
 pub use message::Message;
 pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsumerHandle};
 pub use source::{
-    DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND, MessageSource,
-    PullError, PullRequest, PullResult, SendBack,
+    DEAD_LETTER_LEVEL, DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND,
+    MessageSource, PullError, PullRequest, PullResult, SendBack,
 };

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedMutexGuard, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::calls;
 use super::concurrent::restore_topics;
@@ -27,7 +27,7 @@ pub(crate) struct Done {
     /// consumed (or dead-lettered).
     pub(crate) retry: Vec<Message>,
     pub(crate) suspend: Duration,
-    pub(crate) guard: Option<OwnedMutexGuard<()>>,
+    pub(crate) guard: Option<crate::ConsumeGuard>,
     pub(crate) _permit: Option<OwnedSemaphorePermit>,
 }
 
@@ -64,7 +64,8 @@ pub(crate) async fn consume(
     let mut context = OrderlyContext::new(lease.queue().clone());
     let in_flight = shared.in_flight.enter(lease.queue(), first, last);
     let started = tokio::time::Instant::now();
-    let result = match caught(listener.consume(&messages, &mut context)).await {
+    let call = lease.processing(listener.consume(&messages, &mut context));
+    let result = match caught(call).await {
         Ok(result) => result,
         Err(panic) => {
             tracing::error!(queue = ?lease.queue(), first, panic = %panic, "the orderly listener panicked; suspending the queue");
@@ -94,9 +95,17 @@ pub(crate) async fn consume(
     }
 }
 
-/// A suspended batch: each message suspended `max_reconsume_times` times already goes to the
-/// dead-letter topic through send-back (dropped when broadcasting); the others are consumed
+/// A suspended batch: each message suspended `max_reconsume_times` times already goes
+/// straight to the dead-letter topic (dropped when broadcasting); the others are consumed
 /// again, counted once more. Returns the messages to consume again.
+///
+/// Straight to the dead letters, never through the retry topic: a broker decides with the
+/// reconsume count of the message it stored (0 for a message never sent back), not with the
+/// suspensions counted here, so a plain send-back would put the message in `%RETRY%{group}`,
+/// the queue would commit past it, and it would come back after its successors. The Java
+/// client sends it to the retry topic as a new message whose count is the client's, which a
+/// broker dead-letters on arrival; [`DEAD_LETTER_LEVEL`](super::DEAD_LETTER_LEVEL) says the
+/// same with a send-back, and the RocketMQ transport's fallback send carries the count.
 async fn past_the_limit(
     shared: &Shared,
     lease: &QueueLease,
@@ -114,7 +123,9 @@ async fn past_the_limit(
             tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), "broadcasting: a message past the reconsume limit is dropped");
             continue;
         }
-        let request = SendBack::new(&shared.group, &message).with_max_reconsume_times(max);
+        let request = SendBack::new(&shared.group, &message)
+            .with_max_reconsume_times(max)
+            .to_dead_letters();
         match calls::send_back(&*shared.source, request).await {
             Ok(()) => {
                 tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), times = message.reconsume_times(), "past the reconsume limit: sent to the dead-letter topic")

@@ -14,7 +14,9 @@ use tokio::time::{Instant, sleep_until};
 
 use super::activity::{Activity, ErrorLog};
 use super::calls;
-use super::config::{FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY};
+use super::config::{
+    EMPTY_PULL_SPACING, FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY,
+};
 use super::flow::{FlowWarning, over_limit};
 use super::link::{Ack, AckReceiver, LeaseLink};
 use super::orderly;
@@ -114,6 +116,7 @@ impl PullLoop {
         self.pq = ProcessQueue::new(start);
         let mut pull: Option<PullFuture> = None;
         let mut pull_at = Instant::now();
+        let mut pull_sent = pull_at;
         let mut consuming: Option<OrderlyFuture> = None;
         loop {
             self.update_gauges();
@@ -134,6 +137,7 @@ impl PullLoop {
                     }
                     None => {
                         self.held = false;
+                        pull_sent = now;
                         pull = Some(self.pull());
                     }
                 }
@@ -179,7 +183,7 @@ impl PullLoop {
                 }
                 result = in_slot(&mut pull) => {
                     pull = None;
-                    pull_at = self.on_pull(result);
+                    pull_at = self.on_pull(result, pull_sent);
                 }
                 _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
             }
@@ -258,7 +262,9 @@ impl PullLoop {
         )
         .with_limits(options.pull_batch_size, options.pull_batch_bytes)
         .with_suspend(options.pull_suspend)
-        .with_commit_offset(self.lease.committed());
+        // Only a clustering consumer's progress is the group's, which a broker stores with the
+        // pull; a broadcasting consumer keeps its own (as the Java client).
+        .with_commit_offset(self.lease.committed().filter(|_| !self.shared.broadcasting));
         let source = self.shared.source.clone();
         let lease = self.lease.clone();
         let link = self.link.clone();
@@ -295,8 +301,21 @@ impl PullLoop {
     /// a pull succeeds; it is logged at ERROR once per resource for the whole consumer (not
     /// once per queue), at debug while it lasts, and at info when the resource is served again.
     /// Other failures are logged once per kind and queue ([`ErrorLog`]).
-    fn on_pull(&mut self, result: Result<PullResult, PullError>) -> Instant {
+    ///
+    /// An answer that moved nothing forward (no new message, nothing pulled, the same offset
+    /// again: a source that does not hold pulls, a broker answering `PULL_RETRY_IMMEDIATELY`
+    /// with the offset asked) is followed by the next pull no sooner than
+    /// [`EMPTY_PULL_SPACING`] after it was sent: an idle queue never re-pulls at network speed.
+    fn on_pull(&mut self, result: Result<PullResult, PullError>, sent: Instant) -> Instant {
         let now = Instant::now();
+        let requested = self.pq.next_offset();
+        let spaced = |moved: bool| {
+            if moved {
+                now
+            } else {
+                now.max(sent + EMPTY_PULL_SPACING)
+            }
+        };
         let queue = self.lease.queue().clone();
         match result {
             Ok(PullResult::Found {
@@ -321,7 +340,7 @@ impl PullLoop {
                 );
                 self.dispatch(messages);
                 self.commit();
-                now
+                spaced(self.pq.next_offset() > requested)
             }
             Ok(PullResult::NoNewMessage { next_offset }) => {
                 self.errors.recovered(&self.shared.denials, &queue);
@@ -329,11 +348,19 @@ impl PullLoop {
                 self.max_offset = Some(self.max_offset.map_or(next_offset, |m| m.max(next_offset)));
                 self.pq.advance(next_offset);
                 self.commit();
-                now
+                // A pull the source held until its suspension ran out is followed at once.
+                let held = now.saturating_duration_since(sent) >= EMPTY_PULL_SPACING;
+                spaced(held || self.pq.next_offset() > requested)
             }
             Ok(PullResult::OffsetMoved { next_offset }) => {
                 self.errors.recovered(&self.shared.denials, &queue);
-                tracing::warn!(queue = ?queue, from = self.pq.next_offset(), to = next_offset, "the queue's offset moved; continuing from the new one");
+                let backwards = next_offset < requested;
+                // A move back (apache/rocketmq #4215: a broker that lost track of a queue
+                // answers its min offset, 0) makes the queue's next owner or this client consume
+                // again what was consumed; followed all the same (a move back never loses a
+                // message, refusing it could), and said loudly.
+                tracing::warn!(queue = ?queue, from = requested, to = next_offset, backwards, "the queue's offset moved; continuing from the new one");
+                self.link.metrics().offset_moved(backwards);
                 self.pq.reset(next_offset);
                 self.pending.clear();
                 self.retries.clear();
@@ -341,7 +368,7 @@ impl PullLoop {
                 // the old offset, which the source no longer serves (or an operator reset).
                 self.lease.persist_now(next_offset.max(0));
                 self.lease.set_buffer(self.pq.buffer());
-                now
+                spaced(next_offset != requested)
             }
             Err(PullError::Throttled(e)) => {
                 self.errors
@@ -352,6 +379,11 @@ impl PullLoop {
                 now + self
                     .errors
                     .remote(&self.shared.denials, &queue, "pull", &e, PULL_ERROR_DELAY)
+            }
+            Err(e @ PullError::ImpossibleOffset { .. }) => {
+                self.errors
+                    .failed(&queue, "impossible pull answer", &e, PULL_ERROR_DELAY);
+                now + PULL_ERROR_DELAY
             }
         }
     }
@@ -380,7 +412,7 @@ impl PullLoop {
     /// Concurrent: takes a batch's report; returns the consume guard it ran under, to drop once
     /// the commit covers it.
     #[must_use = "drop the guard after the commit"]
-    fn on_ack(&mut self, mut ack: Ack) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    fn on_ack(&mut self, mut ack: Ack) -> Option<crate::ConsumeGuard> {
         let guard = ack.guard.take();
         if ack.finished {
             self.finished += 1;

@@ -341,7 +341,25 @@ impl PushConsumerHandle {
     /// tasks aborted, the listener's futures dropped) and named in an error event: their
     /// messages are not committed, so the queues' next owners consume them again. Without it,
     /// shutdown waits for every batch, warning every 30 s about those still running.
+    ///
+    /// Called from inside a listener call (a service that stops itself on a fatal error), it
+    /// starts the shutdown and returns at once: the shutdown waits for the batches in the
+    /// listener, this one included, so it cannot wait for its own end there. The batch is
+    /// committed like any other when it returns; [`join`](Self::join), from elsewhere, waits
+    /// for the end.
     pub async fn shutdown(&self) {
+        if self.inner.consumer.in_own_callback() {
+            tracing::info!(
+                "shutdown asked for from a listener call: it goes on once the call returns"
+            );
+            let this = self.clone();
+            tokio::spawn(async move { this.shut_down().await });
+            return;
+        }
+        self.shut_down().await;
+    }
+
+    async fn shut_down(&self) {
         self.inner.consumer.shutdown().await;
         self.stop_workers().await;
     }

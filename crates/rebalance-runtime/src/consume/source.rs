@@ -129,7 +129,26 @@ pub enum PullError {
     /// denial lasts, and is logged once per resource, not once per queue.
     #[error(transparent)]
     Remote(#[from] RemoteError),
+    /// The source answered with an offset that cannot be: a message offset or a next offset
+    /// that is negative, at `i64::MAX` (no offset can follow it), or a message below the
+    /// requested offset that would move the queue back. Counted as a failed pull: the loop
+    /// pulls again from where it was after the error delay, and never takes a message past
+    /// the end of the offsets.
+    #[error("impossible answer to a pull of {queue:?} from offset {offset}: {detail}")]
+    ImpossibleOffset {
+        /// The queue pulled.
+        queue: MessageQueue,
+        /// The offset the pull asked for.
+        offset: i64,
+        /// What is impossible.
+        detail: String,
+    },
 }
+
+/// The delay level of a [`SendBack`] that sends the message straight to the group's
+/// dead-letter topic (`%DLQ%{group}`), whatever its reconsume count: a broker dead-letters a
+/// message sent back with a negative level.
+pub const DEAD_LETTER_LEVEL: i32 = -1;
 
 /// A message the application failed to consume, to be delivered again later
 /// (RocketMQ: `CONSUMER_SEND_MSG_BACK`).
@@ -143,10 +162,14 @@ pub struct SendBack<'a> {
     /// When to deliver it again: 0 lets the source decide (RocketMQ: level 3 + the number of
     /// earlier redeliveries, 10 s for the first), a positive level picks one of the delay
     /// levels (`1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`), a negative one
-    /// sends the message straight to the dead-letter topic.
+    /// ([`DEAD_LETTER_LEVEL`]) sends the message straight to the dead-letter topic.
     pub delay_level: i32,
     /// After this many redeliveries the message goes to the group's dead-letter topic
-    /// (`%DLQ%{group}`) instead.
+    /// (`%DLQ%{group}`) instead. A broker counts the redeliveries of the message *it stored*
+    /// (found by its commit-log offset), not the [`Message::reconsume_times`] of the copy
+    /// sent back: a message consumed again locally (an ordered one suspended, or one whose
+    /// send-back failed) counts only its deliveries through the retry topic there. To
+    /// dead-letter a message the client gave up on, use [`DEAD_LETTER_LEVEL`].
     pub max_reconsume_times: i32,
 }
 
@@ -166,6 +189,11 @@ impl<'a> SendBack<'a> {
     pub fn with_delay_level(mut self, level: i32) -> Self {
         self.delay_level = level;
         self
+    }
+
+    /// Sends the message straight to the dead-letter topic ([`DEAD_LETTER_LEVEL`]).
+    pub fn to_dead_letters(self) -> Self {
+        self.with_delay_level(DEAD_LETTER_LEVEL)
     }
 
     /// Sets the number of redeliveries before the dead-letter topic.

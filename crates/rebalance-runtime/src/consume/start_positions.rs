@@ -28,20 +28,20 @@ pub(super) enum Lookup<'a> {
     Ask(&'static str, LookupFuture<'a>),
 }
 
-/// What resolves `start` for `queue` at `source`.
+/// What resolves `start` for `queue` at `source`; the lookup is contained (a panic of the
+/// source is a failed lookup, never a dead pull loop or callback).
 pub(super) fn lookup<'a>(
     source: &'a dyn MessageSource,
     queue: &'a MessageQueue,
     start: StartPosition,
 ) -> Lookup<'a> {
-    match start {
-        StartPosition::Offset(offset) => Lookup::Known(offset),
-        StartPosition::Latest => Lookup::Ask("max offset", Box::pin(source.max_offset(queue))),
-        StartPosition::Earliest => Lookup::Ask("min offset", Box::pin(source.min_offset(queue))),
-        StartPosition::Timestamp(t) => {
-            Lookup::Ask("offset at time", Box::pin(source.offset_at(queue, t)))
-        }
-    }
+    let (kind, call): (_, LookupFuture<'a>) = match start {
+        StartPosition::Offset(offset) => return Lookup::Known(offset),
+        StartPosition::Latest => ("max offset", Box::pin(source.max_offset(queue))),
+        StartPosition::Earliest => ("min offset", Box::pin(source.min_offset(queue))),
+        StartPosition::Timestamp(t) => ("offset at time", Box::pin(source.offset_at(queue, t))),
+    };
+    Lookup::Ask(kind, Box::pin(super::calls::lookup(kind, call)))
 }
 
 /// Commits `offset` on `lease` as the consume mode commits: exactly when orderly (the offset

@@ -36,6 +36,12 @@ pub(crate) struct State {
     pub(crate) hang: bool,
     /// When set, offset lookups never answer.
     pub(crate) hang_lookups: bool,
+    /// How many offset lookups panic before they answer again.
+    pub(crate) panicking_lookups: usize,
+    /// When set, a pull with nothing to return answers at once instead of holding.
+    pub(crate) no_hold: bool,
+    /// The commit offset every pull carried, in order.
+    pub(crate) commits: Vec<Option<i64>>,
     /// (when, offset) of every pull started.
     pub(crate) pulls: Vec<(Instant, MessageQueue, i64)>,
     pub(crate) sent_back: Vec<(Message, i32)>,
@@ -75,6 +81,7 @@ impl TestSource {
             if first {
                 s.pulls
                     .push((Instant::now(), request.queue.clone(), request.offset));
+                s.commits.push(request.commit_offset);
                 if let Some(answer) = s.scripted.pop_front() {
                     return Some(answer);
                 }
@@ -124,7 +131,7 @@ impl MessageSource for TestSource {
             if let Some(answer) = answer {
                 return answer;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || self.with(|s| s.no_hold) {
                 return Ok(PullResult::NoNewMessage {
                     next_offset: request.offset,
                 });
@@ -160,6 +167,12 @@ impl MessageSource for TestSource {
         if self.with(|s| s.hang_lookups) {
             std::future::pending::<()>().await;
         }
+        let panics = self.with(|s| {
+            let panics = s.panicking_lookups > 0;
+            s.panicking_lookups = s.panicking_lookups.saturating_sub(1);
+            panics
+        });
+        assert!(!panics, "the test source panics in min_offset");
         Ok(self.with(|s| s.min.get(queue).copied().unwrap_or(0)))
     }
 
@@ -224,12 +237,23 @@ pub(crate) fn concurrent(
     options: ConsumeOptions,
     stop: &CancellationToken,
 ) -> Arc<Shared> {
+    concurrent_with(source, listener, options, false, stop)
+}
+
+/// [`concurrent`], broadcasting or not.
+pub(crate) fn concurrent_with(
+    source: Arc<TestSource>,
+    listener: Arc<dyn ConcurrentListener>,
+    options: ConsumeOptions,
+    broadcasting: bool,
+    stop: &CancellationToken,
+) -> Arc<Shared> {
     let work = Arc::new(WorkQueue::default());
     let shared = Arc::new(Shared::new(
         Arc::from("G"),
         source,
         options,
-        false,
+        broadcasting,
         Mode::Concurrent { work: work.clone() },
         HashMap::new(),
     ));

@@ -196,11 +196,19 @@ impl ConsumerBuilder {
     /// without one (in clustering mode; broadcasting never locks). Off by default, as in the
     /// Java client.
     ///
-    /// The release waits for the batch being processed under the queue's
+    /// The release waits for the batches being processed under the queue's
     /// [`consume_guard`](crate::QueueLease::consume_guard) for `force_unlock_after` (20 s) at
     /// most: a batch that runs longer may be processed again by the next owner. The push
-    /// consumer holds that guard for each concurrent batch, so one queue's batches then run
-    /// one at a time.
+    /// consumer holds a guard for each concurrent batch (guards do not exclude each other: a
+    /// queue's batches still run side by side, and a hung one holds up only its own queue's
+    /// hand-off).
+    ///
+    /// "No duplicate" holds only while send-backs succeed and their answers arrive: a message
+    /// whose send-back failed is consumed again locally (and, once the queue is handed off,
+    /// by its next owner), and a send-back the broker took whose answer was lost is both
+    /// redelivered through the retry topic and consumed again locally. It also needs the
+    /// hand-off to be clean: a member killed or cut off has its queues taken over once its
+    /// locks expire, and what it had not committed is consumed again.
     pub fn exclusive_hand_off(mut self, exclusive: bool) -> Self {
         self.exclusive_hand_off = exclusive;
         self

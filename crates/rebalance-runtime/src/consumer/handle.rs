@@ -1,7 +1,6 @@
 //! [`ConsumerHandle`]: observe, steer and stop a running consumer.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
@@ -17,14 +16,6 @@ use crate::running::{HeldLeases, QueueRunningInfo, RunningInfo};
 use crate::service::{OffsetReset, PENDING_RESETS};
 use crate::subscription::{Subscription, TagExpression};
 use crate::wake::{Trigger, WakeReasons};
-
-tokio::task_local! {
-    /// The consumer whose service task runs this code: listener callbacks run in it.
-    pub(super) static SERVICE_OF: u64;
-}
-
-/// Numbers the consumers of the process, for [`SERVICE_OF`].
-pub(super) static NEXT_CONSUMER: AtomicU64 = AtomicU64::new(0);
 
 /// How a task of the consumer ended abnormally.
 #[derive(Debug, Clone)]
@@ -330,25 +321,28 @@ impl ConsumerHandle {
     /// Calling it again (or concurrently) waits for the same shutdown. If a task of the consumer
     /// panicked, an error event was logged and [`join`](Self::join) returns it.
     ///
-    /// Called from one of this consumer's listener callbacks, it only starts the shutdown and
-    /// returns at once: the shutdown goes on when the callback has returned (the round that
-    /// called it waits for it, so waiting there would wait for itself).
+    /// Called from one of this consumer's listener callbacks, or from a batch processed through
+    /// [`QueueLease::processing`](crate::QueueLease::processing) (every listener call of the
+    /// push consumer is), it only starts the shutdown and returns at once: the shutdown goes on
+    /// when the callback or the batch has returned (the shutdown waits for them, so waiting
+    /// there would wait for itself). [`join`](Self::join), from elsewhere, waits for the end.
     pub async fn shutdown(&self) {
         self.inner.token.cancel();
         if self.in_own_callback() {
             tracing::debug!(
-                "shutdown asked for by a listener callback; it goes on once the callback returns"
+                "shutdown asked for from a listener callback or a batch; it goes on once that returns"
             );
             return;
         }
         self.inner.tasks.wait().await;
     }
 
-    /// Whether this runs in the consumer's own service task: in one of its listener callbacks.
-    fn in_own_callback(&self) -> bool {
-        SERVICE_OF
-            .try_with(|serial| *serial == self.inner.serial)
-            .unwrap_or(false)
+    /// Whether the current task runs this consumer's application code: one of its listener
+    /// callbacks, or a batch processed through
+    /// [`QueueLease::processing`](crate::QueueLease::processing). A shutdown asked for from
+    /// there cannot wait for its own end.
+    pub fn in_own_callback(&self) -> bool {
+        crate::callbacks::in_callback_of(self.inner.serial)
     }
 
     /// Waits until the consumer has stopped (after [`shutdown`](Self::shutdown), the

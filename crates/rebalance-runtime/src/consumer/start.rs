@@ -2,7 +2,6 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
@@ -11,7 +10,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::checks::Checked;
-use super::handle::{HandleInner, NEXT_CONSUMER, SERVICE_OF, TaskFailure};
+use super::handle::{HandleInner, TaskFailure};
 use super::{ConsumerBuilder, ConsumerError, ConsumerHandle};
 use crate::assignment::{Assignment, ReportKind, RoundReport};
 use crate::callbacks::caught;
@@ -195,8 +194,8 @@ impl ConsumerBuilder {
                 }
             }
         };
-        let serial = NEXT_CONSUMER.fetch_add(1, Ordering::Relaxed);
-        let service = SERVICE_OF.scope(serial, service.instrument(span.clone()));
+        let serial = ctx.activity.serial;
+        let service = crate::callbacks::as_callback_of(serial, service.instrument(span.clone()));
         tasks.spawn(service);
         tasks.close();
         let handle = ConsumerHandle {

@@ -185,7 +185,13 @@ pub(crate) struct ConsumerActivity {
     /// Notified when a lease asks for its offset to be persisted now; the service persists
     /// every lease so flagged (the permit coalesces wake-ups and none is lost).
     pub(crate) persist_wake: tokio::sync::Notify,
+    /// Which consumer of the process this is: its application code runs with it in a
+    /// task-local (see `callbacks::as_callback_of`).
+    pub(crate) serial: u64,
 }
+
+/// Numbers the consumers of the process.
+static NEXT_CONSUMER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl ConsumerActivity {
     pub(crate) fn new() -> Self {
@@ -194,6 +200,7 @@ impl ConsumerActivity {
             clocks,
             meter: ConsumeMeter::new(clocks.instant),
             persist_wake: tokio::sync::Notify::new(),
+            serial: NEXT_CONSUMER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }

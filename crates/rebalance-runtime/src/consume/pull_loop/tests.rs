@@ -456,6 +456,13 @@ async fn orderly_sends_a_message_past_the_limit_to_the_dead_letters_and_goes_on(
             .collect()
     });
     assert_eq!(dead, vec![(1, 2)]);
+    let levels: Vec<i32> = source.with(|s| s.sent_back.iter().map(|(_, l)| *l).collect());
+    assert_eq!(
+        levels,
+        vec![crate::consume::DEAD_LETTER_LEVEL],
+        "straight to the dead letters: a broker decides with its stored count (0 here), and a \
+         plain send-back would put the message in the retry topic, behind its successors"
+    );
     assert_eq!(lease.committed(), Some(4));
     token.cancel();
     task.await.unwrap();
@@ -583,4 +590,158 @@ async fn a_pull_that_never_answers_is_an_error_after_its_suspension_and_15_s() {
     token.cancel();
     task.await.unwrap();
     stop.cancel();
+}
+
+/// An idle queue whose source answers at once (no long polling, or `PULL_RETRY_IMMEDIATELY`
+/// with the same offset) is pulled at most once a second, not at network speed.
+#[tokio::test(start_paused = true)]
+async fn an_idle_queue_whose_source_does_not_hold_pulls_is_pulled_once_a_second() {
+    let source = Arc::new(TestSource::default());
+    source.with(|s| s.no_hold = true);
+    let q = queue(0);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(10)).await;
+    let pulls = source.pulls().len();
+    assert!(
+        (10..=11).contains(&pulls),
+        "{pulls} pulls of an idle queue in 10 s"
+    );
+    // A message is still consumed within the spacing.
+    source.append(&q, 1);
+    sleep(Duration::from_millis(1001)).await;
+    assert_eq!(recorder.offsets(), vec![0]);
+    // The same with the broker's "retry immediately" answer at the same offset, from a source
+    // that holds pulls.
+    source.with(|s| {
+        s.no_hold = false;
+        for _ in 0..100 {
+            s.scripted
+                .push_back(Ok(PullResult::NoNewMessage { next_offset: 1 }));
+        }
+    });
+    let before = source.pulls().len();
+    sleep(Duration::from_secs(10)).await;
+    let pulls = source.pulls().len() - before;
+    assert!((9..=11).contains(&pulls), "{pulls} pulls in 10 s");
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+/// A source that panics while resolving a start position fails that lookup only: the loop
+/// tries again after the error delay and consumes.
+#[tokio::test(start_paused = true)]
+async fn a_panicking_offset_lookup_is_a_failed_lookup_not_a_dead_loop() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 3);
+    source.with(|s| s.panicking_lookups = 2);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Earliest);
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(7)).await;
+    assert!(!task.is_finished(), "the loop lives");
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2]);
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+/// Offsets from the source are checked before the loop adds one to them: a message at
+/// `i64::MAX` (or a next offset out of range) is a failed pull, not an overflow that panics
+/// (debug) or wraps every later offset (release).
+#[tokio::test(start_paused = true)]
+async fn an_impossible_offset_from_the_source_is_a_failed_pull() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 2);
+    source.with(|s| {
+        s.scripted.push_back(Ok(PullResult::Found {
+            messages: vec![crate::consume::Message::new(q.clone(), i64::MAX, "x")],
+            next_offset: 0,
+            min_offset: 0,
+            max_offset: 2,
+        }));
+        s.scripted
+            .push_back(Ok(PullResult::NoNewMessage { next_offset: -5 }));
+    });
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let start = Instant::now();
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(7)).await;
+    let at: Vec<Duration> = source.pulls().iter().map(|p| p.0 - start).collect();
+    assert_eq!(
+        at[..3],
+        [
+            Duration::ZERO,
+            Duration::from_secs(3),
+            Duration::from_secs(6)
+        ],
+        "each impossible answer is a failed pull, retried after the error delay"
+    );
+    assert_eq!(sorted(recorder.offsets()), vec![0, 1]);
+    assert_eq!(lease.committed(), Some(2));
+    token.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}
+
+/// A clustering consumer's pulls carry its progress, which a broker stores as the group's; a
+/// broadcasting consumer's carry none (its progress is its own, not the group's).
+#[tokio::test(start_paused = true)]
+async fn only_a_clustering_consumers_pulls_carry_the_commit_offset() {
+    for broadcasting in [false, true] {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        source.append(&q, 5);
+        let stop = CancellationToken::new();
+        let recorder = Arc::new(Recorder::default());
+        let shared = crate::consume::testing::concurrent_with(
+            source.clone(),
+            recorder.clone(),
+            ConsumeOptions::default(),
+            broadcasting,
+            &stop,
+        );
+        let (lease, token) = lease(&q, StartPosition::Offset(0));
+        let task = spawn(&shared, &lease);
+        sleep(Duration::from_secs(1)).await;
+        source.append(&q, 1);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(recorder.offsets().len(), 6);
+        let commits = source.with(|s| s.commits.clone());
+        assert!(commits.len() >= 2, "{commits:?}");
+        if broadcasting {
+            assert!(commits.iter().all(Option::is_none), "{commits:?}");
+        } else {
+            assert!(commits.contains(&Some(5)), "{commits:?}");
+        }
+        token.cancel();
+        task.await.unwrap();
+        stop.cancel();
+    }
 }
