@@ -160,17 +160,67 @@ async fn dead_letters(
     expected: &[String],
     within: Duration,
 ) -> BTreeMap<String, i32> {
+    in_topic(cluster, &format!("%DLQ%{group}"), expected, within).await
+}
+
+/// How many messages went through `%RETRY%{group}` (its queue on each broker), by body.
+async fn through_retry(
+    cluster: &rebalance_rocketmq::testkit::TestCluster,
+    group: &str,
+) -> BTreeMap<String, usize> {
     let brokers = BrokerClient::new(
         NameServerClient::from_addresses(&cluster.namesrv_addr()).expect("the name server"),
     );
-    let topic = format!("%DLQ%{group}");
+    let topic = format!("%RETRY%{group}");
+    let mut counts = BTreeMap::new();
+    for broker in e2e::BROKERS {
+        let queue = MessageQueue::new(topic.as_str(), broker, 0);
+        let mut offset = 0;
+        while let Ok(PullResult::Found {
+            messages,
+            next_offset,
+            ..
+        }) = brokers
+            .pull(
+                &PullRequest::new(
+                    "e2e-retry-reader",
+                    queue.clone(),
+                    offset,
+                    TagExpression::all(),
+                )
+                .with_suspend(Duration::ZERO),
+            )
+            .await
+        {
+            for m in messages {
+                *counts
+                    .entry(String::from_utf8_lossy(m.body()).into_owned())
+                    .or_default() += 1;
+            }
+            offset = next_offset;
+        }
+    }
+    counts
+}
+
+/// The bodies (and reconsume counts) of the messages in `topic` (one queue on each broker),
+/// once `expected` are all there; fails after `within` with what is missing.
+async fn in_topic(
+    cluster: &rebalance_rocketmq::testkit::TestCluster,
+    topic: &str,
+    expected: &[String],
+    within: Duration,
+) -> BTreeMap<String, i32> {
+    let brokers = BrokerClient::new(
+        NameServerClient::from_addresses(&cluster.namesrv_addr()).expect("the name server"),
+    );
     let mut offsets: BTreeMap<&str, i64> = e2e::BROKERS.iter().map(|b| (*b, 0)).collect();
     let mut found: BTreeMap<String, i32> = BTreeMap::new();
     let mut errors = BTreeSet::new();
     let deadline = tokio::time::Instant::now() + within;
     while tokio::time::Instant::now() < deadline {
         for broker in e2e::BROKERS {
-            let queue = MessageQueue::new(topic.as_str(), broker, 0);
+            let queue = MessageQueue::new(topic, broker, 0);
             let offset = offsets[broker];
             let request = PullRequest::new("e2e-dlq-reader", queue, offset, TagExpression::all())
                 .with_suspend(Duration::from_millis(200));
@@ -256,6 +306,54 @@ async fn a_message_that_always_fails_ends_in_the_dead_letters() {
         dead.values().all(|times| *times == 3),
         "reconsume times in the dead letters: {dead:?}"
     );
+    assert!(
+        log.messages(topic).is_empty(),
+        "a message was consumed although every delivery fails"
+    );
+    let retried = through_retry(&cluster, topic).await;
+    assert!(
+        sent.iter().all(|body| retried.get(body) == Some(&2)),
+        "each message goes through the retry topic twice: {retried:?}"
+    );
+    consumer.assert_running();
+    log.assert_no_garbage();
+}
+
+/// An ordered message that always fails is suspended and consumed again in place (keeping its
+/// queue's order) until `max_reconsume_times`, then goes straight to `%DLQ%{group}`: never
+/// through `%RETRY%{group}`, where it would come back after its successors. The broker
+/// decides with the count it stored (0), so a plain send-back would have retried it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_message_that_always_fails_goes_straight_to_the_dead_letters() {
+    let _one = e2e::exclusive().await;
+    let topic = "E2eOrderedDead";
+    let cluster = e2e::two_broker_cluster(&[topic]).await;
+    let log = Log::default();
+    let label = format!("{topic}-c1");
+    let mut consumer = ConsumerProcess::spawn(
+        &cluster,
+        &log,
+        &label,
+        topic,
+        topic,
+        &["--orderly", "--fail-always", "--max-reconsume-times", "2"],
+    );
+    log.wait_for_partition(topic, &[&label], &queue_set(topic), PARTITION_WITHIN)
+        .await;
+    let sent = Producer::new(&cluster, topic).send(topic, 10).await;
+    let dead = dead_letters(&cluster, topic, &sent, CONSUMED_WITHIN).await;
+    eprintln!(
+        "e2e ordered dead letters: {} of {} sent, reconsume times {dead:?}",
+        dead.len(),
+        sent.len()
+    );
+    assert_eq!(
+        dead.keys().cloned().collect::<BTreeSet<_>>(),
+        sent.iter().cloned().collect::<BTreeSet<_>>(),
+        "exactly the messages sent are dead letters"
+    );
+    let retried = through_retry(&cluster, topic).await;
+    assert!(retried.is_empty(), "through the retry topic: {retried:?}");
     assert!(
         log.messages(topic).is_empty(),
         "a message was consumed although every delivery fails"
