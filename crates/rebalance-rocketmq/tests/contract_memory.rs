@@ -10,7 +10,7 @@ use contract::{Backend, Deviation};
 use rebalance_core::MessageQueue;
 use rebalance_runtime::consume::MessageSource;
 use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, OutgoingMessage};
-use rebalance_runtime::{OffsetStore, QueueLocker};
+use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
 
 struct Memory {
     cluster: InMemoryCluster,
@@ -44,6 +44,10 @@ impl Backend for Memory {
     }
 
     fn locker(&self) -> Arc<dyn QueueLocker> {
+        Arc::new(self.client.clone())
+    }
+
+    fn directory(&self) -> Arc<dyn GroupDirectory> {
         Arc::new(self.client.clone())
     }
 

@@ -14,7 +14,7 @@ use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::consume::MessageSource;
-use rebalance_runtime::{OffsetStore, QueueLocker};
+use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
 
 /// What the Rust broker 1.0 decides differently from Java's (see [`Deviation`]).
 const RUST_BROKER_1_0: &[Deviation] = &[
@@ -63,6 +63,10 @@ impl Backend for Real {
     }
 
     fn locker(&self) -> Arc<dyn QueueLocker> {
+        Arc::new(self.brokers.clone())
+    }
+
+    fn directory(&self) -> Arc<dyn GroupDirectory> {
         Arc::new(self.brokers.clone())
     }
 

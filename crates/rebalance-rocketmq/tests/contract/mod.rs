@@ -16,11 +16,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::{ClientId, MessageQueue};
+use rebalance_runtime::config::{ConsumeFrom, ConsumeOrder, MessageModel};
 use rebalance_runtime::consume::{
     Message, MessageSource, PullRequest, PullResult, SendBack, property,
 };
+use rebalance_runtime::subscription::Subscription;
 use rebalance_runtime::subscription::TagExpression;
-use rebalance_runtime::{OffsetStore, QueueLocker};
+use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker, Registration, RemoteError};
 use tokio::time::Instant;
 
 /// Where the Rust broker 1.0 decides differently from the Java broker (and so from the
@@ -51,6 +53,8 @@ pub trait Backend: Send + Sync {
     fn offsets(&self) -> Arc<dyn OffsetStore>;
     /// Queue locks at the broker.
     fn locker(&self) -> Arc<dyn QueueLocker>;
+    /// The group directory at the broker (heartbeats).
+    fn directory(&self) -> Arc<dyn GroupDirectory>;
     /// How long the broker keeps a lock that is not renewed.
     fn lock_expiry(&self) -> Duration;
     /// Creates `topic` with `queues` queues on the broker.
@@ -67,6 +71,20 @@ pub trait Backend: Send + Sync {
     fn queue(&self, topic: &str, id: i32) -> MessageQueue {
         MessageQueue::new(topic, self.broker(), id)
     }
+}
+
+/// Registers a member of `group` subscribing to `topic` (a heartbeat), as every consumer does
+/// before it commits an offset.
+async fn register(b: &dyn Backend, group: &str, topic: &str) {
+    let registration = Registration {
+        client_id: ClientId::from(format!("127.0.0.1@contract-{group}")),
+        group: group.to_owned(),
+        message_model: MessageModel::Clustering,
+        consume_order: ConsumeOrder::Concurrent,
+        consume_from: ConsumeFrom::LastOffset,
+        subscriptions: vec![Subscription::all(topic)],
+    };
+    b.directory().register(&registration).await.unwrap();
 }
 
 /// Polls `check` every 100 ms until it answers, for at most `within` (on paused time the
@@ -314,8 +332,9 @@ pub async fn a_send_back_the_broker_cannot_find_falls_back_to_a_new_message(b: &
         .unwrap();
 }
 
-/// Offsets: a commit is read back, for each queue apart; a pull carrying a commit offset
-/// stores it; a queue never committed has none; a commit back (an operator's reset, an
+/// Offsets: a group the broker does not know yet (no member ever sent a heartbeat) has its
+/// commits refused; then a commit is read back, for each queue apart; a pull carrying a commit
+/// offset stores it; a queue never committed has none; a commit back (an operator's reset, an
 /// ordered consumer's exact commit) is stored as sent (Java) or ignored.
 pub async fn offsets_are_committed_read_and_carried_by_pulls(b: &dyn Backend) {
     let group = "ContractOffsets";
@@ -326,6 +345,13 @@ pub async fn offsets_are_committed_read_and_carried_by_pulls(b: &dyn Backend) {
         b.send(&q0, &format!("m{i}")).await;
     }
     let offsets = b.offsets();
+    let unknown = offsets.persist(group, &q0, 5).await;
+    assert!(
+        matches!(unknown, Err(RemoteError::Refused { code: 26, .. })),
+        "{}: {unknown:?}",
+        b.name()
+    );
+    register(b, group, topic).await;
     assert_eq!(
         offsets.read(group, &q1).await.unwrap(),
         None,

@@ -677,6 +677,9 @@ impl OffsetStore for ClusterClient {
         answers
     }
 
+    /// Stores the offset, for a group the cluster knows (a member registered once): a broker
+    /// refuses the offsets of a group it has no subscription configuration for (code 26,
+    /// `SUBSCRIPTION_GROUP_NOT_EXIST`), which it makes at the group's first heartbeat.
     async fn persist(
         &self,
         group: &str,
@@ -684,10 +687,12 @@ impl OffsetStore for ClusterClient {
         offset: i64,
     ) -> Result<(), RemoteError> {
         let offsets = &self.state.offsets;
-        self.call(ClusterCall::PersistOffset, |_| {
+        self.call(ClusterCall::PersistOffset, |inner| {
+            known_group(inner, group)?;
             offsets.insert((Arc::from(group), queue.clone()), offset);
+            Ok(())
         })
-        .await
+        .await?
     }
 
     /// All of them under one lock, each with its own injected fault as if written one by one
@@ -701,6 +706,9 @@ impl OffsetStore for ClusterClient {
             Ok(faults) => faults,
             Err(error) => return offsets.iter().map(|_| Err(error.clone())).collect(),
         };
+        if let Err(error) = known_group(&self.state.lock(), group) {
+            return offsets.iter().map(|_| Err(error.clone())).collect();
+        }
         let stored = &self.state.offsets;
         let group: Arc<str> = Arc::from(group);
         let mut delay = None;
@@ -728,6 +736,18 @@ impl OffsetStore for ClusterClient {
         }
         answers
     }
+}
+
+/// `Ok` when `group` is known to the cluster (a member registered once), else the broker's
+/// refusal of a group it has no subscription configuration for.
+fn known_group(inner: &Inner, group: &str) -> Result<(), RemoteError> {
+    if inner.groups.contains_key(group) {
+        return Ok(());
+    }
+    Err(RemoteError::Refused {
+        code: 26,
+        remark: format!("subscription group not exist, {group}"),
+    })
 }
 
 #[async_trait]
