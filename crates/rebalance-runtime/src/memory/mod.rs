@@ -841,6 +841,15 @@ mod tests {
         let cluster = InMemoryCluster::new();
         let client = cluster.client("c1@1");
         let qs = queues(4);
+        let registration = Registration {
+            client_id: ClientId::from("c1@1"),
+            group: "G".to_owned(),
+            message_model: crate::config::MessageModel::Clustering,
+            consume_order: crate::config::ConsumeOrder::Concurrent,
+            consume_from: crate::config::ConsumeFrom::LastOffset,
+            subscriptions: Vec::new(),
+        };
+        client.register(&registration).await.unwrap();
         cluster.fail_next(ClusterCall::PersistOffset, 1);
         cluster.lose_next_replies(ClusterCall::PersistOffset, 1);
         let entries: Vec<(MessageQueue, i64)> = qs.iter().cloned().zip([10, 11, 12, 13]).collect();
