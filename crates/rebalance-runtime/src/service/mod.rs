@@ -42,8 +42,8 @@ use crate::assignment::{
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
-use crate::listener::RemovalReason;
-use crate::route_sync::RouteTable;
+use crate::lease_terms::RemovalReason;
+use crate::routes::RouteTable;
 use crate::wake::{Trigger, WakeReasons};
 
 /// The channels the service publishes on.
@@ -55,7 +55,7 @@ pub(crate) struct Outputs {
     /// Asks the heartbeat task for a heartbeat now.
     pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
     /// The held queues' leases, for the running info.
-    pub(crate) leases: watch::Sender<Arc<crate::running::HeldLeases>>,
+    pub(crate) leases: watch::Sender<Arc<crate::lease::HeldLeases>>,
 }
 
 pub(crate) struct Service {
@@ -367,7 +367,7 @@ impl Service {
             let states = self.table.held_states(&assignment.queues);
             self.outputs
                 .leases
-                .send_replace(Arc::new(crate::running::HeldLeases {
+                .send_replace(Arc::new(crate::lease::HeldLeases {
                     assignment: assignment.clone(),
                     states,
                 }));
