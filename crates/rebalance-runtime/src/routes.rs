@@ -72,8 +72,8 @@ impl RouteTable {
     }
 }
 
-/// What the route sync derived from a topic's last good route, shared with every table it publishes
-/// (and with the other consumers of a [`RouteShare`]).
+/// What the route sync derived from a topic's last good route, shared with every table it
+/// publishes (and with the other consumers of a [`RouteShare`](crate::RouteShare)).
 #[derive(Debug, Clone)]
 pub(crate) struct Known {
     pub(crate) route: Arc<TopicRoute>,

@@ -89,11 +89,10 @@ fn strip_comments(source: &str) -> String {
 /// then the item up to its `;` or the `}` that closes its first `{`.
 fn strip_test_items(code: &str) -> String {
     let mut out = String::with_capacity(code.len());
-    let mut chars = code.char_indices().peekable();
     let mut skipping = false;
     let mut depth = 0usize;
     let mut opened = false;
-    while let Some((i, c)) = chars.next() {
+    for (i, c) in code.char_indices() {
         if !skipping && code[i..].starts_with("#[cfg(test)]") {
             skipping = true;
             depth = 0;
@@ -251,7 +250,7 @@ fn module_graph(src: &Path, skip: &[&str]) -> Graph {
         let depth = parts.len() - usize::from(parts.last().is_some_and(|p| p == "mod.rs"));
         let source = fs::read_to_string(&path).expect("read a source file");
         let code = strip_test_items(&strip_comments(&source));
-        let to_root = format!("{}", "super::".repeat(depth));
+        let to_root = "super::".repeat(depth);
         let mut names = first_segments(&code, "crate::");
         names.extend(first_segments(&code, &to_root));
         let file = format!("src/{}", parts.join("/"));
