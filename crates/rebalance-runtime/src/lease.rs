@@ -205,7 +205,8 @@ impl LeaseState {
     }
 }
 
-/// A queue this client now consumes, handed to [`QueueListener::queues_added`](crate::QueueListener::queues_added).
+/// A queue this client now consumes, handed to
+/// [`QueueListener::queues_added`](crate::QueueListener::queues_added).
 ///
 /// The lease is how the application and the runtime cooperate on one queue:
 /// - [`cancelled`](Self::cancelled) completes when the queue is taken away: stop consuming;

@@ -12,9 +12,10 @@ pub enum StartPosition {
     /// The stored offset: continue exactly there.
     Offset(i64),
     /// No stored offset, start from the end (`ConsumeFrom::LastOffset`; `Timestamp` on a retry
-    /// topic). Resolve it at the broker (its max offset) and [`commit`](crate::QueueLease::commit) the
-    /// result at once: the runtime stores only committed offsets, and a queue that changes
-    /// owner before anything was stored starts from the end again, skipping what came between.
+    /// topic). Resolve it at the broker (its max offset) and
+    /// [`commit`](crate::QueueLease::commit) the result at once: the runtime stores only
+    /// committed offsets, and a queue that changes owner before anything was stored starts from
+    /// the end again, skipping what came between.
     Latest,
     /// No stored offset, start from the oldest message (`ConsumeFrom::FirstOffset`;
     /// `LastOffset` on a retry topic, as the Java client does).
@@ -64,7 +65,8 @@ impl fmt::Display for RemovalReason {
     }
 }
 
-/// A queue taken away, handed to [`QueueListener::queues_removed`](crate::QueueListener::queues_removed).
+/// A queue taken away, handed to
+/// [`QueueListener::queues_removed`](crate::QueueListener::queues_removed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemovedQueue {
     /// The queue.

@@ -3,8 +3,8 @@
 //! The runtime is layered: value types at the bottom, then the configuration and the assignment,
 //! the running info, the leases, the listener and the table, and the service and the consumer on
 //! top. This test reads `src/` and finds every reference a module's production code makes to
-//! another top-level module (`use crate::…`, `crate::…` paths in code, `super::…` that climbs to
-//! the crate root, and the crate root's re-exports resolved to the module they come from), then
+//! another top-level module (`use crate::…`, `crate::…` paths in code, `super::…` that climbs
+//! to the crate root, and the crate root's re-exports resolved to the module they come from), then
 //! looks for strongly-connected components among the modules: each one is a circle of imports.
 //!
 //! Run it with `cargo test -p rebalance-runtime --test module_cycles -- --nocapture` to see the

@@ -116,10 +116,10 @@ impl Schedule {
         }
     }
 
-    /// When the next round may run, at `now` with `pending` wake-ups: as soon as allowed if there are
-    /// any, else when the timer says; never sooner than `rebalance_min` after the previous round
-    /// started, except for the retry of a refused lock, which runs `lock_retry` (500 ms) after
-    /// the round that asked for it, as the Java client's `rebalanceLater(500)` does.
+    /// When the next round may run, at `now` with `pending` wake-ups: as soon as allowed if there
+    /// are any, else when the timer says; never sooner than `rebalance_min` after the previous
+    /// round started, except for the retry of a refused lock, which runs `lock_retry` (500 ms)
+    /// after the round that asked for it, as the Java client's `rebalanceLater(500)` does.
     ///
     /// While the group settles (a settle window applies, and only membership changes, or this
     /// member's start, are pending), nothing runs until the group has been unchanged for the
