@@ -1,6 +1,6 @@
-//! `--help` names the values the issues spell out, so that a user can find them without reading
-//! the source: `--scenario initial|member_left` (issue 7), and the strategy and assignor names
-//! that `--strategy NAME` and `--assignor NAME` take.
+//! `--help` names the values a user must type, so that a user can find them without reading
+//! the source: `--scenario initial|member_left`, and the strategy and assignor names that
+//! `--strategy NAME` and `--assignor NAME` take.
 
 use rebalance_core::assignor::AssignorRegistry;
 use rebalance_core::strategy::StrategyRegistry;

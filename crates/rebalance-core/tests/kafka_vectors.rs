@@ -9,8 +9,8 @@
 //! - "At least as balanced" is checked two ways: Kafka's own notion (nobody could take a
 //!   partition it subscribes to from a member holding two or more more), and the plain spread
 //!   (max minus min partitions per member, over the members subscribing to at least one
-//!   existing topic) no wider than Kafka's. Kafka's spread is read as the issue tells us to, in
-//!   these categories (see [`kafka_bound`]):
+//!   existing topic) no wider than Kafka's. Kafka's spread is read in these categories (see
+//!   [`kafka_bound`]):
 //!   - Kafka gives partitions to a member without an existing subscribed topic (an empty
 //!     subscription first in hash order): its subscribers share fewer partitions, so Kafka's
 //!     spread among them is no bound; ours must still be at most 1 there (these groups take the

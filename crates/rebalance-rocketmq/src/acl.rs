@@ -211,8 +211,8 @@ mod tests {
     use super::*;
     use crate::command::request_code;
 
-    /// The reference vectors of the operability spec (section 1.4): Java's `AclSignerTest`, the
-    /// rocketmq-rust client's test, and requests a Rust broker 1.0.0 accepted.
+    /// Reference vectors: those of the Java client's `AclSignerTest` and of the rocketmq-rust
+    /// client's test, and requests a Rust broker 1.0.0 accepted.
     #[test]
     fn reference_vectors() {
         struct Vector {
@@ -327,7 +327,8 @@ mod tests {
 
     #[test]
     fn keys_sort_as_javas_tree_map_does() {
-        // Upper case before `_` before lower case, as the spec's example lists them.
+        // Upper case before `_` before lower case: Java's `TreeMap` of strings orders by UTF-16
+        // code unit.
         let ext: BTreeMap<String, String> = [
             ("consumerGroup", "7"),
             ("bname", "6"),

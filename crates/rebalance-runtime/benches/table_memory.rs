@@ -7,8 +7,8 @@
 //! - what the consume layer adds per idle queue (a pull loop parked in a long poll, an empty
 //!   buffer): a push consumer holding every queue, none with a message, less the first;
 //! - what a consumer holding none holds per queue of its topic (its copy of the route);
-//! - and the figure this bench printed before issue 31: a lone consumer's whole holding
-//!   divided by its queues, route included.
+//! - and the figure this bench first printed: a lone consumer's whole holding divided by its
+//!   queues, route included.
 //!
 //! `cargo bench -p rebalance-runtime --bench table_memory`
 

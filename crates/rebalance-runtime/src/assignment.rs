@@ -7,7 +7,7 @@ use rebalance_core::assignor::AssignError;
 use rebalance_core::{AllocateError, ClientId, MessageQueue};
 
 use crate::error::RemoteError;
-use crate::listener::RemovedQueue;
+use crate::lease_terms::RemovedQueue;
 use crate::wake::WakeReasons;
 
 /// The queues this client holds, by topic (sorted), after a round.

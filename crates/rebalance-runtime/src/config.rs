@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::listener::StartPosition;
+use crate::lease_terms::StartPosition;
 use crate::subscription::is_retry_topic;
 
 /// How a group shares a topic.

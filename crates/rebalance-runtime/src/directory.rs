@@ -1,11 +1,15 @@
-//! [`GroupDirectory`]: who is in the group.
+//! [`GroupDirectory`]: who is in the group; and [`StartedConsumer`], how a directory reaches a
+//! consumer that registered through it.
+
+use std::sync::Weak;
 
 use async_trait::async_trait;
-use rebalance_core::ClientId;
+use rebalance_core::{ClientId, MessageQueue};
 use tokio::sync::watch;
 
 use crate::RemoteError;
 use crate::config::{ConsumeFrom, ConsumeOrder, MessageModel};
+use crate::running::RunningInfo;
 use crate::subscription::Subscription;
 
 /// What a client tells the directory about itself in every heartbeat.
@@ -71,10 +75,56 @@ pub trait GroupDirectory: Send + Sync + 'static {
         None
     }
 
-    /// Called once a consumer registering through this directory has started, with a handle
-    /// that does not keep it running. A transport whose servers ask clients questions (RocketMQ
-    /// brokers ask for a consumer's running info and push offset resets) keeps it to answer
-    /// them through [`ConsumerHandle::running_info`](crate::ConsumerHandle::running_info) and
-    /// [`ConsumerHandle::reset_offsets`](crate::ConsumerHandle::reset_offsets). Must not block.
-    fn consumer_started(&self, _consumer: &crate::WeakConsumerHandle) {}
+    /// Called once a consumer registering through this directory has started, with a reference
+    /// that does not keep it running (it no longer upgrades once every
+    /// [`ConsumerHandle`](crate::ConsumerHandle) of the consumer was dropped). A transport whose
+    /// servers ask clients questions (RocketMQ brokers ask for a consumer's running info and
+    /// push offset resets) keeps it to answer them (see [`StartedConsumer`]). Must not block.
+    fn consumer_started(&self, _consumer: Weak<dyn StartedConsumer>) {}
+}
+
+/// A started consumer, as the directory it registered through reaches it afterwards (see
+/// [`GroupDirectory::consumer_started`]): what a transport's servers may ask a client about its
+/// consumers. The runtime's consumer implements it, with the answers of its
+/// [`ConsumerHandle`](crate::ConsumerHandle) (the methods of the same names).
+///
+/// A trait, not the handle itself, so that the directory, which the consumer is built on,
+/// names nothing of the consumer.
+pub trait StartedConsumer: Send + Sync {
+    /// The consumer group.
+    fn group(&self) -> &str;
+
+    /// The client id the consumer registers.
+    fn client_id(&self) -> &ClientId;
+
+    /// Whether the consumer has stopped.
+    fn is_stopped(&self) -> bool;
+
+    /// A snapshot of what the consumer is doing (see
+    /// [`ConsumerHandle::running_info`](crate::ConsumerHandle::running_info)).
+    fn running_info(&self) -> RunningInfo;
+
+    /// Applies an operator's offset reset to the queues the consumer holds (see
+    /// [`ConsumerHandle::reset_offsets`](crate::ConsumerHandle::reset_offsets)); returns at
+    /// once.
+    fn reset_offsets(&self, offsets: Vec<(MessageQueue, i64)>) -> Result<(), ResetRefused>;
+}
+
+/// Why a consumer did not take an operator's offset reset
+/// ([`StartedConsumer::reset_offsets`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResetRefused {
+    /// The consumer is shutting down, or has stopped.
+    #[error("the consumer has shut down")]
+    ShutDown,
+    /// Too many resets still wait for the consumer's task (it is stuck in a long round or
+    /// callback): try again later.
+    #[error(
+        "{pending} offset resets are already waiting for the consumer's task; try again once it has applied them"
+    )]
+    Pending {
+        /// How many wait.
+        pending: usize,
+    },
 }

@@ -31,8 +31,9 @@
 //! types in their signatures; the rest is in its module: [`config`] (message model, order,
 //! start position, [`Intervals`](config::Intervals)), [`subscription`] (tag expressions, the
 //! retry topic), [`allocation`] (strategy or group assignor), [`assignment`] (what a handle
-//! shows: assignments and round reports), [`wake`] (why a round ran), [`memory`] (the
-//! in-memory cluster) and [`producer`].
+//! shows: assignments and round reports), [`wake`] (why a round ran), [`routes`] (the route
+//! table a route sync publishes), [`running`] (the running info), [`memory`] (the in-memory
+//! cluster) and [`producer`].
 //!
 //! ```
 //! use std::sync::Arc;
@@ -84,6 +85,8 @@ mod context;
 mod directory;
 mod error;
 mod heartbeat;
+mod lease;
+mod lease_terms;
 mod listener;
 mod locker;
 pub mod memory;
@@ -93,6 +96,7 @@ mod offset_store;
 pub mod producer;
 mod route_share;
 mod route_sync;
+pub mod routes;
 pub mod running;
 mod service;
 pub mod subscription;
@@ -104,12 +108,11 @@ pub use consumer::{
     ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, NotReady,
     TopicNotReady, WeakConsumerHandle, default_client_id,
 };
-pub use listener::{
-    ConsumeGuard, ListenerError, QueueLease, QueueListener, RemovalReason, RemovedQueue,
-    StartPosition,
-};
+pub use lease::{ConsumeGuard, QueueLease};
+pub use lease_terms::{RemovalReason, RemovedQueue, StartPosition};
+pub use listener::{ListenerError, QueueListener};
 // The traits a transport implements, and the types in their signatures.
-pub use directory::{GroupDirectory, Registration};
+pub use directory::{GroupDirectory, Registration, ResetRefused, StartedConsumer};
 pub use error::{RemoteError, RouteError};
 pub use locker::{LockOutcome, QueueLocker};
 pub use name_server::NameServer;

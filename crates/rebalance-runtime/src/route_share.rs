@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rebalance_core::{MessageQueue, TopicRoute};
 
-use crate::route_sync::Known;
+use crate::routes::Known;
 
 /// Route data shared between the consumers of one process that read routes from the same
 /// source: each topic's route, its subscribable queues and its publish queues, derived once

@@ -16,7 +16,8 @@ use rebalance_core::java::compare_str;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::listener::{LeaseState, QueueLease, RemovalReason, StartPosition};
+use crate::lease::{LeaseState, QueueLease};
+use crate::lease_terms::{RemovalReason, StartPosition};
 use crate::running::ConsumerActivity;
 
 /// A queue being released: announced to the listener, waiting for its consumer to finish the

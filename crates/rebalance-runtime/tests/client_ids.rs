@@ -1,4 +1,4 @@
-//! Two consumers with one client id (issue 30, point 4): the in-memory cluster refuses the
+//! Two consumers with one client id: the in-memory cluster refuses the
 //! second registration of a live id by another client, and `start()` says so, instead of both
 //! taking the same queues.
 

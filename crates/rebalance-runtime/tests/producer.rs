@@ -11,13 +11,12 @@ use async_trait::async_trait;
 use rebalance_core::route::perm;
 use rebalance_core::{MessageQueue, PublishError, TopicRoute};
 use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster, route_of};
+use rebalance_runtime::producer::ProducerHandle;
 use rebalance_runtime::producer::{
     Producer, ProducerError, SelectByHash, SelectByMachineRoom, SelectError,
 };
-use rebalance_runtime::{
-    NameServer, RemoteError, RouteError,
-    producer::{ProducerHandle, TopicState},
-};
+use rebalance_runtime::routes::TopicState;
+use rebalance_runtime::{NameServer, RemoteError, RouteError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 

@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_the_issue_example() {
+    fn parses_joins_and_leaves_by_index_and_prints_them_back() {
         assert_eq!(
             parse_events("join,leave:3,join,leave:0").unwrap(),
             [

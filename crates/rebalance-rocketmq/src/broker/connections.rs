@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn reads_the_rust_brokers_answer() {
-        // Captured from a Rust broker 1.0.0 (operability spec, section 5.1).
+        // A Rust broker 1.0.0's answer to GET_CONSUMER_CONNECTION_LIST, as captured.
         let body = r#"{"connectionSet":[{"clientId":"127.0.0.1@opx-test","clientAddr":"127.0.0.1:32984","language":"RUST","version":475}],
  "subscriptionTable":{"T1":{"classFilterMode":false,"topic":"T1","subString":"*","tagsSet":[],"codeSet":[],"subVersion":1796308978496,"expressionType":"TAG"}},
  "consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET"}"#;

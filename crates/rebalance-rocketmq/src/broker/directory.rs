@@ -12,11 +12,12 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::sync::Weak;
 
 use async_trait::async_trait;
 use futures_util::future::{join, join_all};
 use rebalance_core::ClientId;
-use rebalance_runtime::{GroupDirectory, Registration, RemoteError};
+use rebalance_runtime::{GroupDirectory, Registration, RemoteError, StartedConsumer};
 use tokio::sync::watch;
 
 use super::wire::{ConsumerListAnswer, heartbeat_body};
@@ -349,14 +350,14 @@ impl GroupDirectory for BrokerClient {
 
     /// The brokers' questions about the consumer (running info, status, offset resets) are
     /// answered from it from now on.
-    fn consumer_started(&self, consumer: &rebalance_runtime::WeakConsumerHandle) {
-        let Some(handle) = consumer.upgrade() else {
+    fn consumer_started(&self, consumer: Weak<dyn StartedConsumer>) {
+        let Some(started) = consumer.upgrade() else {
             return;
         };
         let name_server = &self.inner.name_server;
         self.remoting().questions().attach(
-            &self.wire(handle.group()),
-            consumer.clone(),
+            &self.wire(started.group()),
+            consumer,
             name_server.namespace().cloned(),
             name_server.addresses(),
         );

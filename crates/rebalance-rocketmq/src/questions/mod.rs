@@ -3,14 +3,14 @@
 //!
 //! - `NOTIFY_CONSUMER_IDS_CHANGED` (40): to the [`MembershipNotifier`].
 //! - `GET_CONSUMER_RUNNING_INFO` (307, `mqadmin consumerStatus`, `consumerProgress -s`, the
-//!   dashboard): the consumer's [`running_info`](ConsumerHandle::running_info) as the Java
+//!   dashboard): the consumer's [`running_info`](StartedConsumer::running_info) as the Java
 //!   client's `ConsumerRunningInfo` JSON; code 1 "The Consumer Group … not exist in this
 //!   consumer" for a group or client id this process does not run.
 //! - `GET_CONSUMER_STATUS_FROM_CLIENT` (221): the committed offsets of the held queues of the
 //!   topic (`{"consumerTable":{},"messageQueueTable":{<queue>:<offset>}}`).
 //! - `RESET_CONSUMER_CLIENT_OFFSET` (220, one-way, `mqadmin resetOffsetByTime` on brokers
 //!   without server-side reset): the table's offsets go to
-//!   [`reset_offsets`](ConsumerHandle::reset_offsets) of every consumer of the group.
+//!   [`reset_offsets`](StartedConsumer::reset_offsets) of every consumer of the group.
 //!
 //! Anything else is answered "request code not supported". Consumers are attached by
 //! [`BrokerClient`](crate::BrokerClient) when they start
@@ -20,11 +20,11 @@
 mod queue_keys;
 mod running_json;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dashmap::DashMap;
 use rebalance_core::MessageQueue;
-use rebalance_runtime::{ConsumerHandle, WeakConsumerHandle};
+use rebalance_runtime::StartedConsumer;
 
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::connection::ServerRequestHandler;
@@ -36,7 +36,7 @@ pub(crate) use queue_keys::{parse_queue_key, queue_key, stringify_object_keys};
 /// A started consumer, as the questions reach it.
 #[derive(Debug, Clone)]
 struct Attached {
-    consumer: WeakConsumerHandle,
+    consumer: Weak<dyn StartedConsumer>,
     namespace: Option<Namespace>,
     /// The name servers, as Java lists them in `PROP_NAMESERVER_ADDR`.
     name_servers: String,
@@ -63,7 +63,7 @@ impl ServerQuestions {
     pub fn attach(
         &self,
         wire_group: &str,
-        consumer: WeakConsumerHandle,
+        consumer: Weak<dyn StartedConsumer>,
         namespace: Option<Namespace>,
         name_servers: &[String],
     ) {
@@ -84,7 +84,11 @@ impl ServerQuestions {
 
     /// The running consumers of `group`, with how they are attached; only the one with
     /// `client_id` when given.
-    fn running(&self, group: &str, client_id: Option<&str>) -> Vec<(ConsumerHandle, Attached)> {
+    fn running(
+        &self,
+        group: &str,
+        client_id: Option<&str>,
+    ) -> Vec<(Arc<dyn StartedConsumer>, Attached)> {
         let Some(attached) = self.consumers.get(group) else {
             return Vec::new();
         };

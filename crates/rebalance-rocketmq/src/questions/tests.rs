@@ -3,7 +3,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_runtime::memory::InMemoryCluster;
-use rebalance_runtime::{Consumer, ListenerError, QueueLease, QueueListener, RemovedQueue};
+use rebalance_runtime::{
+    Consumer, ConsumerHandle, ListenerError, QueueLease, QueueListener, RemovedQueue,
+};
 
 use super::*;
 
@@ -50,7 +52,7 @@ async fn running_info_is_answered_in_javas_shape() {
     let ns = Namespace::new("NS").unwrap();
     questions.attach(
         "NS%G",
-        handle.downgrade(),
+        handle.started(),
         Some(ns),
         &["10.0.0.9:9876".into()],
     );
@@ -135,7 +137,7 @@ async fn consumer_status_lists_the_committed_offsets_of_the_topic() {
     cluster.create_topic("T", 1, 2);
     let handle = consumer(&cluster, "10.0.0.1@1").await;
     let questions = ServerQuestions::default();
-    questions.attach("G", handle.downgrade(), None, &[]);
+    questions.attach("G", handle.started(), None, &[]);
     let ask = RemotingCommand::request(request_code::GET_CONSUMER_STATUS_FROM_CLIENT)
         .with_ext("group", "G")
         .with_ext("topic", "T");
@@ -174,7 +176,7 @@ async fn a_pushed_reset_reaches_the_consumer_and_garbage_is_refused() {
     cluster.create_topic("T", 1, 2);
     let handle = consumer(&cluster, "10.0.0.1@1").await;
     let questions = ServerQuestions::default();
-    questions.attach("G", handle.downgrade(), None, &[]);
+    questions.attach("G", handle.started(), None, &[]);
     let body = r#"{"offsetTable":{{"topic":"T","brokerName":"broker-0","queueId":1}:5,{"topic":"T","brokerName":"broker-0","queueId":0}:3}}"#;
     let mut push = RemotingCommand::request(request_code::RESET_CONSUMER_CLIENT_OFFSET)
         .with_ext("topic", "T")

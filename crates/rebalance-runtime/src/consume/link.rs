@@ -318,7 +318,7 @@ mod tests {
             MessageQueue::new("T", "b", 0),
             test_metrics(),
         ));
-        let state = Arc::new(crate::listener::LeaseState::new(None));
+        let state = Arc::new(crate::lease::LeaseState::new(None));
         let (lease, _token) = crate::consume::testing::lease_with_state(
             link.queue(),
             crate::StartPosition::Offset(0),

@@ -17,7 +17,8 @@ use super::{
     OrderlyContext, OrderlyListener, OrderlyResult, PullError, PullRequest, PullResult, SendBack,
 };
 use crate::RemoteError;
-use crate::listener::{LeaseState, QueueLease, StartPosition};
+use crate::lease::{LeaseState, QueueLease};
+use crate::lease_terms::StartPosition;
 
 /// A message source over per-queue logs, with scripted answers and failures.
 #[derive(Default)]

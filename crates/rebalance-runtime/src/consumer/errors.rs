@@ -9,6 +9,7 @@ use rebalance_core::strategy::StrategyConfigError;
 
 use crate::assignment::Assignment;
 use crate::config::IntervalsError;
+use crate::directory::ResetRefused;
 use crate::subscription::TagExpressionError;
 
 /// Why a consumer could not be started or a request could not be served.
@@ -136,4 +137,13 @@ pub enum ConsumerError {
         /// How many wait.
         pending: usize,
     },
+}
+
+impl From<ResetRefused> for ConsumerError {
+    fn from(refused: ResetRefused) -> Self {
+        match refused {
+            ResetRefused::ShutDown => ConsumerError::ShutDown,
+            ResetRefused::Pending { pending } => ConsumerError::ResetsPending { pending },
+        }
+    }
 }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use rebalance_core::ClientId;
+use rebalance_core::{ClientId, MessageQueue};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -12,7 +12,9 @@ use tokio_util::task::TaskTracker;
 use super::ConsumerError;
 use crate::assignment::{Assignment, RoundReport};
 use crate::context::{Context, Subscriptions};
-use crate::running::{HeldLeases, QueueRunningInfo, RunningInfo};
+use crate::directory::{ResetRefused, StartedConsumer};
+use crate::lease::HeldLeases;
+use crate::running::{QueueRunningInfo, RunningInfo};
 use crate::service::{OffsetReset, PENDING_RESETS};
 use crate::subscription::{Subscription, TagExpression};
 use crate::wake::{Trigger, WakeReasons};
@@ -137,6 +139,15 @@ impl ConsumerHandle {
         WeakConsumerHandle {
             inner: Arc::downgrade(&self.inner),
         }
+    }
+
+    /// This consumer as a directory reaches it, a reference that does not keep it running: what
+    /// [`GroupDirectory::consumer_started`](crate::GroupDirectory::consumer_started) is given.
+    /// For a transport's tests, or to attach a consumer to a transport by hand.
+    pub fn started(&self) -> Weak<dyn StartedConsumer> {
+        // Only the reference's type changes: the same allocation as `downgrade`'s.
+        let weak: Weak<HandleInner> = Arc::downgrade(&self.inner);
+        weak
     }
 
     /// This client's id.
@@ -391,12 +402,52 @@ impl ConsumerHandle {
     /// consumer's running info (`mqadmin consumerStatus`, the dashboard); see
     /// [`running`](crate::running).
     pub fn running_info(&self) -> RunningInfo {
-        let ctx = &self.inner.ctx;
+        StartedConsumer::running_info(&*self.inner)
+    }
+
+    /// Applies an operator's offset reset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`, pushed by
+    /// the broker after `mqadmin resetOffsetByTime`): each named queue this client holds is
+    /// released (reason [`OffsetReset`](crate::RemovalReason::OffsetReset): its lease is
+    /// cancelled, so its consumer drops what it buffered), its new offset is persisted as its
+    /// final offset whatever the lease still commits, and a round takes it again at once,
+    /// starting from that offset. Queues this client does not hold are ignored: their owners
+    /// get the same reset.
+    ///
+    /// Returns at once; the consumer's task applies the reset. Fails with
+    /// [`ConsumerError::ShutDown`] once the consumer is shutting down, and with
+    /// [`ConsumerError::ResetsPending`] while too many resets wait already.
+    pub fn reset_offsets(
+        &self,
+        offsets: impl IntoIterator<Item = (rebalance_core::MessageQueue, i64)>,
+    ) -> Result<(), ConsumerError> {
+        StartedConsumer::reset_offsets(&*self.inner, offsets.into_iter().collect())
+            .map_err(ConsumerError::from)
+    }
+}
+
+/// What the directory the consumer registered through may ask it
+/// ([`GroupDirectory::consumer_started`](crate::GroupDirectory::consumer_started)); the handle's
+/// methods of the same names answer the same.
+impl StartedConsumer for HandleInner {
+    fn group(&self) -> &str {
+        &self.ctx.group
+    }
+
+    fn client_id(&self) -> &ClientId {
+        &self.ctx.client_id
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    fn running_info(&self) -> RunningInfo {
+        let ctx = &self.ctx;
         let activity = &ctx.activity;
         let now = tokio::time::Instant::now();
         let clocks = activity.clocks;
         let lock_lifetime = ctx.intervals.lock_lifetime;
-        let leases = self.inner.leases.borrow().clone();
+        let leases = self.leases.borrow().clone();
         let mut queues: Vec<QueueRunningInfo> = leases
             .iter()
             .map(|(queue, state)| {
@@ -418,7 +469,7 @@ impl ConsumerHandle {
         // The published order is the assignment's (per topic, the table's); operators' tools
         // and the documentation promise queue order.
         queues.sort_by(|a, b| a.queue.cmp(&b.queue));
-        let requested = self.inner.requested.borrow().clone();
+        let requested = self.requested.borrow().clone();
         let subscriptions: Vec<crate::subscription::Subscription> = ctx
             .effective(&requested)
             .into_iter()
@@ -428,7 +479,7 @@ impl ConsumerHandle {
             .iter()
             .map(|s| (s.topic.clone(), activity.meter.status(&s.topic, now)))
             .collect();
-        let report = self.inner.rounds.borrow().clone();
+        let report = self.rounds.borrow().clone();
         let mut diagnostics = std::collections::BTreeMap::new();
         diagnostics.insert("allocation".to_string(), ctx.allocation.name().to_string());
         diagnostics.insert("round".to_string(), report.round.to_string());
@@ -456,32 +507,16 @@ impl ConsumerHandle {
         }
     }
 
-    /// Applies an operator's offset reset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`, pushed by
-    /// the broker after `mqadmin resetOffsetByTime`): each named queue this client holds is
-    /// released (reason [`OffsetReset`](crate::RemovalReason::OffsetReset): its lease is
-    /// cancelled, so its consumer drops what it buffered), its new offset is persisted as its
-    /// final offset whatever the lease still commits, and a round takes it again at once,
-    /// starting from that offset. Queues this client does not hold are ignored: their owners
-    /// get the same reset.
-    ///
-    /// Returns at once; the consumer's task applies the reset. Fails with
-    /// [`ConsumerError::ShutDown`] once the consumer is shutting down, and with
-    /// [`ConsumerError::ResetsPending`] while too many resets wait already.
-    pub fn reset_offsets(
-        &self,
-        offsets: impl IntoIterator<Item = (rebalance_core::MessageQueue, i64)>,
-    ) -> Result<(), ConsumerError> {
-        if self.inner.token.is_cancelled() {
-            return Err(ConsumerError::ShutDown);
+    fn reset_offsets(&self, offsets: Vec<(MessageQueue, i64)>) -> Result<(), ResetRefused> {
+        if self.token.is_cancelled() {
+            return Err(ResetRefused::ShutDown);
         }
-        let reset = OffsetReset {
-            offsets: offsets.into_iter().collect(),
-        };
-        self.inner.resets.try_send(reset).map_err(|e| match e {
-            tokio::sync::mpsc::error::TrySendError::Full(_) => ConsumerError::ResetsPending {
+        let reset = OffsetReset { offsets };
+        self.resets.try_send(reset).map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(_) => ResetRefused::Pending {
                 pending: PENDING_RESETS,
             },
-            tokio::sync::mpsc::error::TrySendError::Closed(_) => ConsumerError::ShutDown,
+            tokio::sync::mpsc::error::TrySendError::Closed(_) => ResetRefused::ShutDown,
         })
     }
 }

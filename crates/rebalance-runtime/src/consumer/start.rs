@@ -16,7 +16,8 @@ use crate::assignment::{Assignment, ReportKind, RoundReport};
 use crate::callbacks::caught;
 use crate::context::Context;
 use crate::directory::Registration;
-use crate::route_sync::{RouteSync, RouteTable};
+use crate::route_sync::RouteSync;
+use crate::routes::RouteTable;
 use crate::service::{Outputs, PENDING_RESETS, Service};
 use crate::wake::{Trigger, WakeReasons};
 use crate::{RemoteError, heartbeat};
@@ -56,7 +57,7 @@ impl ConsumerBuilder {
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
-        let (leases_tx, leases_rx) = watch::channel(Arc::<crate::running::HeldLeases>::default());
+        let (leases_tx, leases_rx) = watch::channel(Arc::<crate::lease::HeldLeases>::default());
         let (resets_tx, resets_rx) = tokio::sync::mpsc::channel(PENDING_RESETS);
         // What the application subscribes to: its handles edit it, the service follows.
         let (requested_tx, requested_rx) = watch::channel(requested.clone());
@@ -219,7 +220,7 @@ impl ConsumerBuilder {
             .inner
             .ctx
             .directory
-            .consumer_started(&handle.downgrade());
+            .consumer_started(handle.started());
         Ok(handle)
     }
 }
@@ -234,7 +235,7 @@ struct LastWords {
     client_id: rebalance_core::ClientId,
     assignment: watch::Sender<Arc<Assignment>>,
     rounds: watch::Sender<Arc<RoundReport>>,
-    leases: watch::Sender<Arc<crate::running::HeldLeases>>,
+    leases: watch::Sender<Arc<crate::lease::HeldLeases>>,
 }
 
 impl LastWords {

@@ -76,7 +76,7 @@ pub use self::selector::{ChosenBy, RoundRobin};
 use crate::NameServer;
 use crate::callbacks::caught;
 use crate::route_sync::{Fetch, RouteSync};
-pub use crate::route_sync::{RouteTable, TopicState};
+use crate::routes::{RouteTable, TopicState};
 
 /// A random position to start a round robin at (each call another), below 2^32 so that the
 /// counter never wraps in practice.

@@ -210,24 +210,3 @@ impl Default for ConsumerActivity {
         Self::new()
     }
 }
-
-/// The held queues as the service last published them, for the running info: the published
-/// assignment itself (shared, not copied) and each held queue's lease state in the
-/// assignment's order ([`Assignment::iter`](crate::assignment::Assignment::iter)), one pointer
-/// per queue.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct HeldLeases {
-    pub(crate) assignment: std::sync::Arc<crate::assignment::Assignment>,
-    /// Shared with the leases: their commits, the last offsets the store accepted, their
-    /// figures.
-    pub(crate) states: Vec<std::sync::Arc<crate::listener::LeaseState>>,
-}
-
-impl HeldLeases {
-    /// Each held queue with its lease state.
-    pub(crate) fn iter(
-        &self,
-    ) -> impl Iterator<Item = (&MessageQueue, &crate::listener::LeaseState)> {
-        self.assignment.iter().zip(self.states.iter().map(|s| &**s))
-    }
-}

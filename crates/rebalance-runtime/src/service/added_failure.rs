@@ -6,7 +6,7 @@ use super::Service;
 use crate::assignment::{ListenerCallback, ListenerCallbackError};
 use crate::callbacks::contained;
 use crate::config::AddedFailurePolicy;
-use crate::listener::QueueLease;
+use crate::lease::QueueLease;
 
 impl Service {
     /// A `queues_added` call for `leases` of `topic` failed, the `failures`-th time for them:

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::listener::QueueLease;
+use crate::lease::QueueLease;
 
 /// The wait before the first retry.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -102,7 +102,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::listener::StartPosition;
+    use crate::lease_terms::StartPosition;
     use crate::table::ProcessQueueTable;
 
     const SEC: Duration = Duration::from_secs(1);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rebalance_core::MessageQueue;
 
 use crate::assignment::Unbalanced;
-use crate::listener::RemovalReason;
+use crate::lease_terms::RemovalReason;
 use crate::table::{ProcessQueueTable, within_topic};
 
 /// Where a topic should go this round.
@@ -229,7 +229,7 @@ mod tests {
     use tokio_util::sync::CancellationToken;
 
     use super::*;
-    use crate::listener::StartPosition;
+    use crate::lease_terms::StartPosition;
 
     fn q(topic: &str, i: i32) -> MessageQueue {
         MessageQueue::new(topic, "b", i)

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::Service;
 use super::diff::Target;
 use crate::assignment::Unbalanced;
-use crate::listener::RemovalReason;
+use crate::lease_terms::RemovalReason;
 
 /// The least time between two heartbeats the rebalance asks for because the directory
 /// misbehaves (fails, lists nobody, or does not list this client). Unbalanced rounds run every

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::lock_book::Renewal;
 use super::round::ReleaseMode;
 use super::{Service, topic_report};
-use crate::listener::RemovalReason;
+use crate::lease_terms::RemovalReason;
 use crate::locker::LockOutcome;
 use crate::wake::WakeReasons;
 

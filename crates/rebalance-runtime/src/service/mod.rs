@@ -42,8 +42,8 @@ use crate::assignment::{
 use crate::callbacks::with_sources;
 use crate::context::{Context, Subscriptions};
 use crate::directory::Registration;
-use crate::listener::RemovalReason;
-use crate::route_sync::RouteTable;
+use crate::lease_terms::RemovalReason;
+use crate::routes::RouteTable;
 use crate::wake::{Trigger, WakeReasons};
 
 /// The channels the service publishes on.
@@ -55,7 +55,7 @@ pub(crate) struct Outputs {
     /// Asks the heartbeat task for a heartbeat now.
     pub(crate) heartbeat_now: Arc<tokio::sync::Notify>,
     /// The held queues' leases, for the running info.
-    pub(crate) leases: watch::Sender<Arc<crate::running::HeldLeases>>,
+    pub(crate) leases: watch::Sender<Arc<crate::lease::HeldLeases>>,
 }
 
 pub(crate) struct Service {
@@ -114,7 +114,7 @@ impl Service {
         resets: tokio::sync::mpsc::Receiver<OffsetReset>,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
-        let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some());
+        let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some(), Instant::now());
         let allocation_id = AllocationId::of(&ctx.allocation);
         let table = crate::table::ProcessQueueTable::new(ctx.activity.clone());
         Self {
@@ -157,6 +157,9 @@ impl Service {
         let activity = self.ctx.activity.clone();
         loop {
             let pending = self.trigger.pending();
+            let added_retry = self.added_retries.next_at();
+            // The schedule says when; this task sleeps (see `Schedule`).
+            let wake_at = self.schedule.next_at(Instant::now(), pending, added_retry);
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
@@ -177,19 +180,22 @@ impl Service {
                 changed = changed(&mut membership) => {
                     if changed {
                         tracing::debug!("directory says the group's membership changed");
-                        self.schedule.membership_changed();
+                        self.schedule.membership_changed(Instant::now());
                         self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
                     } else {
                         tracing::warn!("the directory's membership notifications ended; rounds now run on the timer only");
                         membership = None;
                     }
                 }
-                due = self.schedule.due(pending, self.added_retries.next_at()) => match due {
-                    Due::Renewal => self.renew_locks().await,
-                    Due::Persistence => self.persist_offsets().await,
-                    Due::AddedRetry => self.retry_added().await,
-                    Due::Round => self.run_round().await,
-                },
+                () = tokio::time::sleep_until(wake_at) => {
+                    match self.schedule.take_due(Instant::now(), pending, added_retry) {
+                        Some(Due::Renewal) => self.renew_locks().await,
+                        Some(Due::Persistence) => self.persist_offsets().await,
+                        Some(Due::AddedRetry) => self.retry_added().await,
+                        Some(Due::Round) => self.run_round().await,
+                        None => {}
+                    }
+                }
             }
             if self.stop_requested {
                 token.cancel();
@@ -245,7 +251,9 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
-        let reasons = self.schedule.start_round(self.trigger.take());
+        let reasons = self
+            .schedule
+            .start_round(Instant::now(), self.trigger.take());
         self.round += 1;
         let span = tracing::info_span!(
             "rebalance",
@@ -256,7 +264,8 @@ impl Service {
         );
         let report = self.round_inner(reasons).instrument(span).await;
         let retry_locks = self.locks.take_retry();
-        self.schedule.end_round(report.balanced, retry_locks);
+        self.schedule
+            .end_round(Instant::now(), report.balanced, retry_locks);
         crate::metrics::record_report(&self.ctx.group, &report);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
@@ -367,7 +376,7 @@ impl Service {
             let states = self.table.held_states(&assignment.queues);
             self.outputs
                 .leases
-                .send_replace(Arc::new(crate::running::HeldLeases {
+                .send_replace(Arc::new(crate::lease::HeldLeases {
                     assignment: assignment.clone(),
                     states,
                 }));

@@ -11,7 +11,7 @@ use rebalance_core::MessageQueue;
 use super::offsets::Persisting;
 use super::round::ReleaseMode;
 use super::{Service, topic_report};
-use crate::listener::RemovalReason;
+use crate::lease_terms::RemovalReason;
 use crate::table::ProcessQueue;
 use crate::wake::WakeReasons;
 

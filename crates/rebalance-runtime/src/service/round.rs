@@ -15,9 +15,9 @@ use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
 use crate::callbacks::{allocation_contained, contained};
 use crate::config::MessageModel;
 use crate::error::RouteError;
-use crate::listener::{RemovalReason, RemovedQueue, StartPosition};
+use crate::lease_terms::{RemovalReason, RemovedQueue, StartPosition};
 use crate::locker::LockOutcome;
-use crate::route_sync::{RouteTable, TopicState};
+use crate::routes::{RouteTable, TopicState};
 use crate::subscription::is_retry_topic;
 use crate::table::{NewQueue, Releasing, within_topic};
 

@@ -1,7 +1,13 @@
 //! When the service does what: the rounds (balanced and unbalanced intervals, wake-ups, the
 //! group settling, lock retries), lock renewal and offset persistence.
+//!
+//! A [`Schedule`] is a value: it never reads the clock and owns no timer. Given `now`, it says
+//! what is due ([`Schedule::take_due`]) or when something next will be
+//! ([`Schedule::next_at`]); [`Service::run`](super::Service::run) sleeps until then.
 
-use tokio::time::{Instant, Interval, MissedTickBehavior};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::settle::Settle;
 use crate::config::Intervals;
@@ -20,13 +26,44 @@ pub(super) enum Due {
     Round,
 }
 
+/// How late a tick may be taken and still count as on time: tokio's `Interval` tolerance,
+/// which the periodic work kept when it ran on tokio intervals.
+const LATE_TICK: Duration = Duration::from_millis(5);
+
+/// A periodic deadline: every `period`, the first one `period` after the start. A tick taken
+/// late (the service was busy) moves the next one to `period` after it was taken, so that late
+/// ticks never come in a burst (tokio's `MissedTickBehavior::Delay`).
+#[derive(Debug, Clone, Copy)]
+struct Ticks {
+    next: Instant,
+    period: Duration,
+}
+
+impl Ticks {
+    fn starting(start: Instant, period: Duration) -> Self {
+        Self {
+            next: start + period,
+            period,
+        }
+    }
+
+    /// The tick due at or before `now` was taken at `now`.
+    fn taken(&mut self, now: Instant) {
+        self.next = if now > self.next + LATE_TICK {
+            now + self.period
+        } else {
+            self.next + self.period
+        };
+    }
+}
+
 /// The service's timers and the next wake. Owned by the service task.
 #[derive(Debug)]
 pub(super) struct Schedule {
     intervals: Intervals,
     /// `None` when no queue is ever locked.
-    renew: Option<Interval>,
-    persist: Interval,
+    renew: Option<Ticks>,
+    persist: Ticks,
     /// When the last round started (`None` before the first).
     last_round_start: Option<Instant>,
     /// When the next round is due without a wake-up: `rebalance_wait` after a balanced round,
@@ -47,14 +84,9 @@ pub(super) struct Schedule {
 }
 
 impl Schedule {
-    /// The schedule of a consumer starting now; `renewing`: whether it locks queues.
-    pub(super) fn new(intervals: Intervals, renewing: bool) -> Self {
-        let now = Instant::now();
-        let every = |period| {
-            let mut timer = tokio::time::interval_at(now + period, period);
-            timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            timer
-        };
+    /// The schedule of a consumer starting at `now`; `renewing`: whether it locks queues.
+    pub(super) fn new(intervals: Intervals, renewing: bool, now: Instant) -> Self {
+        let every = |period| Ticks::starting(now, period);
         let mut settle = Settle::new(&intervals);
         // A starting member is a membership change too: its first round waits for the
         // group to settle, like the rounds its arrival causes in the others.
@@ -75,9 +107,8 @@ impl Schedule {
 
     /// The directory said the group's membership changed: while the group settles (a fixed
     /// window, or an adaptive one that finds the group changing), the round waits until it has
-    /// been quiet long enough.
-    pub(super) fn membership_changed(&mut self) {
-        let now = Instant::now();
+    /// been quiet long enough. `now`: when the change was notified.
+    pub(super) fn membership_changed(&mut self, now: Instant) {
         let starting = self.last_round_start.is_none();
         if let Some(window) = self.settle.change(now, starting) {
             self.membership_quiet_at = Some(now + window);
@@ -85,20 +116,20 @@ impl Schedule {
         }
     }
 
-    /// When the next round may run, with `pending` wake-ups: as soon as allowed if there are
-    /// any, else when the timer says; never sooner than `rebalance_min` after the previous round
-    /// started, except for the retry of a refused lock, which runs `lock_retry` (500 ms) after
-    /// the round that asked for it, as the Java client's `rebalanceLater(500)` does.
+    /// When the next round may run, at `now` with `pending` wake-ups: as soon as allowed if there
+    /// are any, else when the timer says; never sooner than `rebalance_min` after the previous
+    /// round started, except for the retry of a refused lock, which runs `lock_retry` (500 ms)
+    /// after the round that asked for it, as the Java client's `rebalanceLater(500)` does.
     ///
     /// While the group settles (a settle window applies, and only membership changes, or this
     /// member's start, are pending), nothing runs until the group has been unchanged for the
     /// window, or `rebalance_wait` after the change that began the burst: not the timers, not
     /// lock retries, which would plan from a group still changing.
-    pub(super) fn next_round_at(&self, pending: WakeReasons) -> Instant {
+    pub(super) fn next_round_at(&self, now: Instant, pending: WakeReasons) -> Instant {
         let intervals = &self.intervals;
         let earliest = self
             .last_round_start
-            .map_or_else(Instant::now, |s| s + intervals.rebalance_min);
+            .map_or(now, |s| s + intervals.rebalance_min);
         let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
         if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
             let only_changes = self.last_round_start.is_none() || settling.contains(pending);
@@ -109,7 +140,7 @@ impl Schedule {
         let due = if pending.is_empty() {
             self.next_due
         } else {
-            Instant::now()
+            now
         };
         let due = due.max(earliest);
         match self.lock_retry_at {
@@ -118,37 +149,54 @@ impl Schedule {
         }
     }
 
-    /// Waits for what is due next, with `pending` wake-ups and a `queues_added` retry due at
-    /// `added_retry`. Renewal, persistence and the retry come before the round: they are
-    /// short, and rounds that run back to back (each longer than `rebalance_min`, with a
-    /// wake-up during each) must not starve them. Cancel-safe.
-    pub(super) async fn due(&mut self, pending: WakeReasons, added_retry: Option<Instant>) -> Due {
-        let run_at = self.next_round_at(pending);
-        let retry = async {
-            match added_retry {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let renew = async {
-            match &mut self.renew {
-                Some(timer) => timer.tick().await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            biased;
-            _ = renew => Due::Renewal,
-            _ = self.persist.tick() => Due::Persistence,
-            _ = retry => Due::AddedRetry,
-            _ = tokio::time::sleep_until(run_at) => Due::Round,
-        }
+    /// When something is next due, at `now` with `pending` wake-ups and a `queues_added` retry
+    /// due at `added_retry`: the earliest of the lock renewal, the persistence, the retry and
+    /// the round ([`next_round_at`](Self::next_round_at)). May be `now` or earlier: then
+    /// something is due at once.
+    pub(super) fn next_at(
+        &self,
+        now: Instant,
+        pending: WakeReasons,
+        added_retry: Option<Instant>,
+    ) -> Instant {
+        [
+            self.renew.map(|t| t.next),
+            Some(self.persist.next),
+            added_retry,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(self.next_round_at(now, pending), Instant::min)
     }
 
-    /// A round starts now, woken for `woken` (the wake-ups taken): returns why it runs, which
-    /// adds the lock retry when it is due, and the timer when nothing woke it.
-    pub(super) fn start_round(&mut self, woken: WakeReasons) -> WakeReasons {
-        let now = Instant::now();
+    /// What is due at `now`, with `pending` wake-ups and a `queues_added` retry due at
+    /// `added_retry`, taken (a renewal or persistence tick counts as done, and its next one is
+    /// scheduled); `None` when nothing is. When several are due, renewal, persistence and the
+    /// retry come before the round: they are short, and rounds that run back to back (each
+    /// longer than `rebalance_min`, with a wake-up during each) must not starve them.
+    pub(super) fn take_due(
+        &mut self,
+        now: Instant,
+        pending: WakeReasons,
+        added_retry: Option<Instant>,
+    ) -> Option<Due> {
+        if let Some(renew) = self.renew.as_mut().filter(|t| t.next <= now) {
+            renew.taken(now);
+            return Some(Due::Renewal);
+        }
+        if self.persist.next <= now {
+            self.persist.taken(now);
+            return Some(Due::Persistence);
+        }
+        if added_retry.is_some_and(|at| at <= now) {
+            return Some(Due::AddedRetry);
+        }
+        (self.next_round_at(now, pending) <= now).then_some(Due::Round)
+    }
+
+    /// A round starts at `now`, woken for `woken` (the wake-ups taken): returns why it runs,
+    /// which adds the lock retry when it is due, and the timer when nothing woke it.
+    pub(super) fn start_round(&mut self, now: Instant, woken: WakeReasons) -> WakeReasons {
         let mut reasons = woken;
         if self.lock_retry_at.take().is_some_and(|at| at <= now) {
             reasons |= WakeReasons::LOCK_RETRY;
@@ -166,14 +214,13 @@ impl Schedule {
         reasons
     }
 
-    /// The round ended now: the next one is due `rebalance_wait` later if it was `balanced`,
+    /// The round ended at `now`: the next one is due `rebalance_wait` later if it was `balanced`,
     /// else `rebalance_min`; with `retry_locks` (some lock was refused or not answered), the
-    /// locks are tried again `lock_retry` from now. A lock refused early in a long round (a
+    /// locks are tried again `lock_retry` from then. A lock refused early in a long round (a
     /// broker that times out, then other topics) is retried `lock_retry` after the round, not
     /// at once: the retry would otherwise be due before the round ends, and every round would
     /// run straight after the previous one.
-    pub(super) fn end_round(&mut self, balanced: bool, retry_locks: bool) {
-        let now = Instant::now();
+    pub(super) fn end_round(&mut self, now: Instant, balanced: bool, retry_locks: bool) {
         if retry_locks {
             self.lock_retry_at = Some(now + self.intervals.lock_retry);
         }
@@ -189,8 +236,6 @@ impl Schedule {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
@@ -204,47 +249,92 @@ mod tests {
         }
     }
 
-    /// Runs a round now woken for `woken`, ending it at once; returns why it ran.
-    fn round(
-        s: &mut Schedule,
-        woken: WakeReasons,
-        balanced: bool,
-        retry_locks: bool,
-    ) -> WakeReasons {
-        let reasons = s.start_round(woken);
-        s.end_round(balanced, retry_locks);
-        reasons
+    /// A schedule on a clock that moves only when the test says: any instant will do as the
+    /// start, and nothing needs a runtime.
+    struct Clock {
+        s: Schedule,
+        now: Instant,
     }
 
-    /// Waits for the next due thing; returns it with the time it took.
-    async fn next(s: &mut Schedule, pending: WakeReasons) -> (Due, Duration) {
-        let start = Instant::now();
-        let due = s.due(pending, None).await;
-        (due, start.elapsed())
+    impl Clock {
+        fn new(intervals: Intervals, renewing: bool) -> Self {
+            let now = Instant::from_std(std::time::Instant::now());
+            Self {
+                s: Schedule::new(intervals, renewing, now),
+                now,
+            }
+        }
+
+        fn advance(&mut self, by: Duration) {
+            self.now += by;
+        }
+
+        /// Sleeps until something is due, as `Service::run` does, and takes it; returns it
+        /// with the time slept.
+        fn next_with(
+            &mut self,
+            pending: WakeReasons,
+            added_retry: Option<Instant>,
+        ) -> (Due, Duration) {
+            let at = self.s.next_at(self.now, pending, added_retry).max(self.now);
+            let slept = at - self.now;
+            self.now = at;
+            let due = self.s.take_due(self.now, pending, added_retry);
+            (due.expect("something is due when the schedule said"), slept)
+        }
+
+        fn next(&mut self, pending: WakeReasons) -> (Due, Duration) {
+            self.next_with(pending, None)
+        }
+
+        /// Runs a round now woken for `woken`, ending it at once; returns why it ran.
+        fn round(&mut self, woken: WakeReasons, balanced: bool, retry_locks: bool) -> WakeReasons {
+            let reasons = self.s.start_round(self.now, woken);
+            self.s.end_round(self.now, balanced, retry_locks);
+            reasons
+        }
+
+        fn next_round_at(&self, pending: WakeReasons) -> Instant {
+            self.s.next_round_at(self.now, pending)
+        }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_first_round_runs_at_once_without_settling() {
-        let mut s = Schedule::new(intervals(), false);
-        assert_eq!(
-            next(&mut s, WakeReasons::START).await,
-            (Due::Round, Duration::ZERO)
-        );
-        assert_eq!(
-            round(&mut s, WakeReasons::START, true, false),
-            WakeReasons::START
-        );
+    #[test]
+    fn the_first_round_runs_at_once_without_settling() {
+        let mut c = Clock::new(intervals(), false);
+        assert_eq!(c.next(WakeReasons::START), (Due::Round, Duration::ZERO));
+        assert_eq!(c.round(WakeReasons::START, true, false), WakeReasons::START);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn balanced_rounds_wait_rebalance_wait_and_unbalanced_ones_rebalance_min() {
+    #[test]
+    fn nothing_is_due_before_its_time() {
         let i = intervals();
-        let mut s = Schedule::new(i, false);
-        round(&mut s, WakeReasons::START, true, false);
+        let mut c = Clock::new(i, true);
+        c.round(WakeReasons::START, true, false);
+        let at = c.s.next_at(c.now, WakeReasons::NONE, None);
+        assert_eq!(at, c.now + i.persist_offsets);
+        assert_eq!(c.s.take_due(at - MS, WakeReasons::NONE, None), None);
+        assert_eq!(
+            c.s.take_due(at, WakeReasons::NONE, None),
+            Some(Due::Persistence)
+        );
+        // Taken: the next persistence is a period later.
+        assert_eq!(c.s.take_due(at, WakeReasons::NONE, None), None);
+        assert_eq!(
+            c.s.next_at(at, WakeReasons::NONE, None),
+            c.now + i.persist_offsets * 2
+        );
+    }
+
+    #[test]
+    fn balanced_rounds_wait_rebalance_wait_and_unbalanced_ones_rebalance_min() {
+        let i = intervals();
+        let mut c = Clock::new(i, false);
+        c.round(WakeReasons::START, true, false);
         // Persistence (5 s) ticks on the way to the 20 s round.
         let mut waited = Duration::ZERO;
         loop {
-            let (due, took) = next(&mut s, WakeReasons::NONE).await;
+            let (due, took) = c.next(WakeReasons::NONE);
             waited += took;
             if due == Due::Round {
                 break;
@@ -253,132 +343,115 @@ mod tests {
         }
         assert_eq!(waited, i.rebalance_wait);
         assert_eq!(
-            round(&mut s, WakeReasons::NONE, false, false),
+            c.round(WakeReasons::NONE, false, false),
             WakeReasons::INTERVAL
         );
-        assert_eq!(
-            next(&mut s, WakeReasons::NONE).await,
-            (Due::Round, i.rebalance_min)
-        );
-        assert_eq!(
-            round(&mut s, WakeReasons::NONE, true, false),
-            WakeReasons::RETRY
-        );
+        assert_eq!(c.next(WakeReasons::NONE), (Due::Round, i.rebalance_min));
+        assert_eq!(c.round(WakeReasons::NONE, true, false), WakeReasons::RETRY);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_wake_up_runs_a_round_at_once_but_never_within_rebalance_min() {
+    #[test]
+    fn a_wake_up_runs_a_round_at_once_but_never_within_rebalance_min() {
         let i = intervals();
-        let mut s = Schedule::new(i, false);
-        round(&mut s, WakeReasons::START, true, false);
-        tokio::time::advance(300 * MS).await;
-        let (due, took) = next(&mut s, WakeReasons::MANUAL).await;
-        assert_eq!((due, took), (Due::Round, i.rebalance_min - 300 * MS));
+        let mut c = Clock::new(i, false);
+        c.round(WakeReasons::START, true, false);
+        c.advance(300 * MS);
         assert_eq!(
-            round(&mut s, WakeReasons::MANUAL, true, false),
+            c.next(WakeReasons::MANUAL),
+            (Due::Round, i.rebalance_min - 300 * MS)
+        );
+        assert_eq!(
+            c.round(WakeReasons::MANUAL, true, false),
             WakeReasons::MANUAL
         );
-        tokio::time::advance(2 * i.rebalance_min).await;
-        assert_eq!(s.next_round_at(WakeReasons::ROUTE_CHANGED), Instant::now());
+        c.advance(2 * i.rebalance_min);
+        assert_eq!(c.next_round_at(WakeReasons::ROUTE_CHANGED), c.now);
         assert_eq!(
-            s.next_round_at(WakeReasons::NONE),
-            Instant::now() + 18 * i.rebalance_min
+            c.next_round_at(WakeReasons::NONE),
+            c.now + 18 * i.rebalance_min
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_lock_retry_runs_lock_retry_after_the_round_sooner_than_rebalance_min() {
+    #[test]
+    fn a_lock_retry_runs_lock_retry_after_the_round_sooner_than_rebalance_min() {
         let i = intervals();
         assert!(i.lock_retry < i.rebalance_min);
-        let mut s = Schedule::new(i, false);
-        s.start_round(WakeReasons::START);
+        let mut c = Clock::new(i, false);
+        c.s.start_round(c.now, WakeReasons::START);
         // A long round: the retry counts from its end.
-        tokio::time::advance(2 * i.rebalance_min).await;
-        s.end_round(false, true);
+        c.advance(2 * i.rebalance_min);
+        c.s.end_round(c.now, false, true);
+        assert_eq!(c.next(WakeReasons::NONE), (Due::Round, i.lock_retry));
         assert_eq!(
-            next(&mut s, WakeReasons::NONE).await,
-            (Due::Round, i.lock_retry)
-        );
-        assert_eq!(
-            round(&mut s, WakeReasons::NONE, false, false),
+            c.round(WakeReasons::NONE, false, false),
             WakeReasons::LOCK_RETRY
         );
         // Not asked again: the next round is the ordinary retry of an unbalanced round.
-        assert_eq!(
-            next(&mut s, WakeReasons::NONE).await,
-            (Due::Round, i.rebalance_min)
-        );
-        assert_eq!(
-            round(&mut s, WakeReasons::NONE, true, false),
-            WakeReasons::RETRY
-        );
+        assert_eq!(c.next(WakeReasons::NONE), (Due::Round, i.rebalance_min));
+        assert_eq!(c.round(WakeReasons::NONE, true, false), WakeReasons::RETRY);
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_settling_group_pushes_rounds_back_but_no_longer_than_rebalance_wait() {
+    #[test]
+    fn a_settling_group_pushes_rounds_back_but_no_longer_than_rebalance_wait() {
         let settle = Duration::from_secs(3);
         let i = Intervals {
             membership_settle: settle,
             ..Intervals::default()
         };
-        let mut s = Schedule::new(i, false);
+        let mut c = Clock::new(i, false);
         // The start settles too, whatever else asked for the round.
-        assert_eq!(
-            s.next_round_at(WakeReasons::MANUAL),
-            Instant::now() + settle
-        );
-        assert_eq!(next(&mut s, WakeReasons::START).await, (Due::Round, settle));
-        round(&mut s, WakeReasons::START, true, false);
-        let burst = Instant::now();
+        assert_eq!(c.next_round_at(WakeReasons::MANUAL), c.now + settle);
+        assert_eq!(c.next(WakeReasons::START), (Due::Round, settle));
+        c.round(WakeReasons::START, true, false);
+        let burst = c.now;
         // A change every 2 s: each pushes the round back, until rebalance_wait after the first.
         let mut ran_at = None;
         for _ in 0..20 {
-            s.membership_changed();
-            let at = s.next_round_at(WakeReasons::MEMBERSHIP_CHANGED);
-            if at <= Instant::now() + 2 * Duration::from_secs(1) {
+            c.s.membership_changed(c.now);
+            let at = c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED);
+            if at <= c.now + 2 * Duration::from_secs(1) {
                 ran_at = Some(at);
                 break;
             }
-            tokio::time::advance(Duration::from_secs(2)).await;
+            c.advance(Duration::from_secs(2));
         }
         assert_eq!(ran_at, Some(burst + i.rebalance_wait));
         // Another reason runs at once (after rebalance_min) despite the settling.
         assert_eq!(
-            s.next_round_at(WakeReasons::MEMBERSHIP_CHANGED | WakeReasons::MANUAL),
-            Instant::now()
+            c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED | WakeReasons::MANUAL),
+            c.now
         );
-        s.start_round(WakeReasons::MEMBERSHIP_CHANGED);
-        s.end_round(true, false);
+        c.round(WakeReasons::MEMBERSHIP_CHANGED, true, false);
         // Settled: the next change waits `settle` from now.
-        s.membership_changed();
+        c.s.membership_changed(c.now);
         assert_eq!(
-            s.next_round_at(WakeReasons::MEMBERSHIP_CHANGED),
-            Instant::now() + settle
+            c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED),
+            c.now + settle
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn renewal_and_persistence_tick_at_their_periods_and_come_before_a_round() {
+    #[test]
+    fn renewal_and_persistence_tick_at_their_periods_and_come_before_a_round() {
         let i = Intervals {
             lock_renew: Duration::from_secs(4),
             persist_offsets: Duration::from_secs(6),
             ..intervals()
         };
-        let mut s = Schedule::new(i, true);
-        round(&mut s, WakeReasons::START, true, false);
-        let start = Instant::now();
+        let mut c = Clock::new(i, true);
+        c.round(WakeReasons::START, true, false);
+        let start = c.now;
         let mut seen = Vec::new();
         // A wake-up is pending all along: the round is due at once every time, yet the timers
         // still fire when they are due.
-        while start.elapsed() <= Duration::from_secs(12) {
-            let due = s.due(WakeReasons::MANUAL, None).await;
+        while c.now - start <= Duration::from_secs(12) {
+            let (due, _) = c.next(WakeReasons::MANUAL);
             if due == Due::Round {
                 // A round that takes a whole second.
-                s.start_round(WakeReasons::MANUAL);
-                tokio::time::advance(Duration::from_secs(1)).await;
-                s.end_round(true, false);
+                c.s.start_round(c.now, WakeReasons::MANUAL);
+                c.advance(Duration::from_secs(1));
+                c.s.end_round(c.now, true, false);
             } else {
-                seen.push((due, start.elapsed().as_secs()));
+                seen.push((due, (c.now - start).as_secs()));
             }
         }
         assert_eq!(
@@ -393,33 +466,75 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn an_added_retry_is_due_at_its_time_before_a_round() {
-        let i = intervals();
-        let mut s = Schedule::new(i, false);
-        round(&mut s, WakeReasons::START, true, false);
-        let at = Instant::now() + 3 * MS;
-        let start = Instant::now();
-        assert_eq!(s.due(WakeReasons::NONE, Some(at)).await, Due::AddedRetry);
-        assert_eq!(start.elapsed(), 3 * MS);
-        // Due at the same time as a round: the retry first.
-        tokio::time::advance(i.rebalance_min).await;
-        let now = Instant::now();
-        assert_eq!(s.due(WakeReasons::MANUAL, Some(now)).await, Due::AddedRetry);
-        assert_eq!(s.due(WakeReasons::MANUAL, None).await, Due::Round);
+    #[test]
+    fn a_tick_taken_late_moves_the_next_one_a_period_after_it_and_never_bursts() {
+        let i = Intervals {
+            persist_offsets: Duration::from_secs(5),
+            // No round in the way.
+            rebalance_wait: Duration::from_secs(60),
+            ..intervals()
+        };
+        let mut c = Clock::new(i, false);
+        c.round(WakeReasons::START, true, false);
+        let start = c.now;
+        // Busy until 12 s: the tick due at 5 s (and the one of 10 s) is taken once, then 5 s
+        // after that.
+        c.advance(Duration::from_secs(12));
+        assert_eq!(
+            c.s.take_due(c.now, WakeReasons::NONE, None),
+            Some(Due::Persistence)
+        );
+        assert_eq!(c.s.take_due(c.now, WakeReasons::NONE, None), None);
+        assert_eq!(
+            c.s.next_at(c.now, WakeReasons::NONE, None),
+            start + Duration::from_secs(17)
+        );
+        // Taken a little late (within tokio's 5 ms): the period holds.
+        c.now = start + Duration::from_secs(17) + 4 * MS;
+        assert_eq!(
+            c.s.take_due(c.now, WakeReasons::NONE, None),
+            Some(Due::Persistence)
+        );
+        assert_eq!(
+            c.s.next_at(c.now, WakeReasons::NONE, None),
+            start + Duration::from_secs(22)
+        );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn nothing_renews_without_locks() {
-        let mut s = Schedule::new(intervals(), false);
-        round(&mut s, WakeReasons::START, true, false);
+    #[test]
+    fn an_added_retry_is_due_at_its_time_before_a_round() {
+        let i = intervals();
+        let mut c = Clock::new(i, false);
+        c.round(WakeReasons::START, true, false);
+        let at = c.now + 3 * MS;
+        assert_eq!(
+            c.next_with(WakeReasons::NONE, Some(at)),
+            (Due::AddedRetry, 3 * MS)
+        );
+        // Due at the same time as a round: the retry first.
+        c.advance(i.rebalance_min);
+        let now = c.now;
+        assert_eq!(
+            c.next_with(WakeReasons::MANUAL, Some(now)),
+            (Due::AddedRetry, Duration::ZERO)
+        );
+        assert_eq!(
+            c.next_with(WakeReasons::MANUAL, None),
+            (Due::Round, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn nothing_renews_without_locks() {
+        let mut c = Clock::new(intervals(), false);
+        c.round(WakeReasons::START, true, false);
         let mut rounds = 0;
         while rounds < 3 {
-            match next(&mut s, WakeReasons::NONE).await.0 {
+            match c.next(WakeReasons::NONE).0 {
                 Due::Renewal | Due::AddedRetry => panic!("nothing to renew or retry"),
                 Due::Persistence => {}
                 Due::Round => {
-                    round(&mut s, WakeReasons::NONE, true, false);
+                    c.round(WakeReasons::NONE, true, false);
                     rounds += 1;
                 }
             }

@@ -13,7 +13,7 @@ use crate::consume::testing::{
     OrderlyRecorder, Recorder, TestSource, concurrent, lease_with_state, orderly, queue,
 };
 use crate::consume::{ConsumeOptions, PullError, PullResult};
-use crate::listener::LeaseState;
+use crate::lease::LeaseState;
 use crate::{QueueLease, RemoteError, StartPosition};
 
 fn spawn(shared: &Arc<Shared>, lease: &QueueLease) -> JoinHandle<()> {

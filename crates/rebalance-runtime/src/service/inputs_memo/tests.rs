@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::allocation::Allocation;
 use crate::assignment::fingerprint;
-use crate::listener::{RemovalReason, StartPosition};
+use crate::lease_terms::{RemovalReason, StartPosition};
 use crate::service::diff::{Change, Target, diff};
 use crate::table::{NewQueue, ProcessQueueTable};
 
