@@ -387,7 +387,7 @@ impl QueueLease {
         &self,
         processing: F,
     ) -> impl std::future::Future<Output = F::Output> {
-        crate::callbacks::as_callback_of(self.state.activity.serial, processing)
+        crate::app_code::as_callback_of(self.state.activity.serial, processing)
     }
 
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken

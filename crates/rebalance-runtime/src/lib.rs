@@ -76,6 +76,7 @@
 #![warn(missing_docs)]
 
 pub mod allocation;
+mod app_code;
 pub mod assignment;
 mod callbacks;
 pub mod config;

@@ -353,7 +353,7 @@ impl ConsumerHandle {
     /// [`QueueLease::processing`](crate::QueueLease::processing). A shutdown asked for from
     /// there cannot wait for its own end.
     pub fn in_own_callback(&self) -> bool {
-        crate::callbacks::in_callback_of(self.inner.serial)
+        crate::app_code::in_callback_of(self.inner.serial)
     }
 
     /// Waits until the consumer has stopped (after [`shutdown`](Self::shutdown), the

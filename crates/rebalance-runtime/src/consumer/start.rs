@@ -196,7 +196,7 @@ impl ConsumerBuilder {
             }
         };
         let serial = ctx.activity.serial;
-        let service = crate::callbacks::as_callback_of(serial, service.instrument(span.clone()));
+        let service = crate::app_code::as_callback_of(serial, service.instrument(span.clone()));
         tasks.spawn(service);
         tasks.close();
         let handle = ConsumerHandle {

@@ -186,7 +186,7 @@ pub(crate) struct ConsumerActivity {
     /// every lease so flagged (the permit coalesces wake-ups and none is lost).
     pub(crate) persist_wake: tokio::sync::Notify,
     /// Which consumer of the process this is: its application code runs with it in a
-    /// task-local (see `callbacks::as_callback_of`).
+    /// task-local (see `app_code::as_callback_of`).
     pub(crate) serial: u64,
 }
 
