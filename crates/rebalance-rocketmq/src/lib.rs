@@ -3,7 +3,9 @@
 //!
 //! - [`RemotingCodec`]: the remoting frame as a tokio-util codec, with a frame size limit.
 //! - [`Connection`]: one socket, requests multiplexed by `opaque`, server requests handled.
-//! - [`RemotingClient`]: connections shared per address, re-established with backoff.
+//! - [`RemotingClient`]: connections shared per address, re-established with backoff; an
+//!   [`AddressMap`] dials brokers that advertise addresses this client cannot reach (NAT, port
+//!   forwarding, a sidecar) where it can.
 //! - [`NameServerClient`]: the runtime's [`NameServer`](rebalance_runtime::NameServer), over a
 //!   `host:port;host:port` list with failover.
 //! - [`BrokerClient`]: the runtime's [`GroupDirectory`](rebalance_runtime::GroupDirectory),
@@ -56,6 +58,7 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+pub mod address_map;
 pub mod admin;
 pub mod broker;
 pub mod client;
@@ -77,6 +80,7 @@ pub mod testkit;
 pub mod tls;
 
 pub use acl::{Credentials, CredentialsError};
+pub use address_map::AddressMap;
 pub use admin::{Admin, TopicConfig};
 pub use broker::{
     BrokerClient, ConsumerConnection, DuplicateClientId, MemberRunningInfo, QueueProgress,
