@@ -18,8 +18,11 @@
 //! ```
 
 mod disk;
+mod fault_proxy;
 mod ports;
 mod process;
+
+pub use fault_proxy::{Direction, FaultProxy, MAX_CONNECTIONS, ProxyCounters, ResetPoint};
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
