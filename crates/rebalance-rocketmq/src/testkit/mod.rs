@@ -18,7 +18,7 @@
 //! ```
 
 mod disk;
-mod fault_proxy;
+pub mod fault_proxy;
 mod ports;
 mod process;
 
