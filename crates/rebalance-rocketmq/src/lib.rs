@@ -22,7 +22,8 @@
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
 //!   override and client certificates.
-//! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
+//! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests, and a
+//!   fault-injection proxy to put between one client and a server.
 //!
 //! **Subscriptions in the heartbeat**: every subscription is sent as the Java client sends it:
 //! `subString` the tag expression (`*` for every tag), `tagsSet` its tags and `codeSet` their
