@@ -1,7 +1,7 @@
 //! One proxied connection: a task that owns the client's socket and the server's, and moves the
 //! bytes each way through the faults.
 //!
-//! Each direction is a reader and a writer joined by a bounded channel of chunks: the reader
+//! Each direction is a reader and a writer joined by a channel of chunks, bounded in bytes: the reader
 //! stamps each chunk with the instant it is due (read time, latency, jitter; never before the
 //! previous chunk, so bytes keep their order) and decides, frame by frame
 //! ([`FrameCursor`](super::framing::FrameCursor)), what is dropped and where the connection is
@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -25,8 +25,11 @@ use super::framing::{CutAt, Fate, FrameCursor, Piece};
 
 /// The most read from a socket at once.
 pub(super) const CHUNK: usize = 16 * 1024;
-/// Chunks read but not yet written, per direction: with [`CHUNK`], at most 512 KiB.
-pub(super) const IN_FLIGHT: usize = 32;
+/// Bytes read but not yet written, per direction (a budget the reader takes from and the writer
+/// gives back): latency does not bound the throughput below this much per latency period.
+pub(super) const IN_FLIGHT_BYTES: usize = 512 * 1024;
+/// Chunks read but not yet written, per direction (each at least a byte).
+const IN_FLIGHT_CHUNKS: usize = 4096;
 /// How long the proxy tries to reach the server for one connection.
 const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -158,13 +161,19 @@ async fn pipe(
     let (mut server_read, mut server_write) = server.split();
     // Set when a request picked for a `MidReply` reset has gone through.
     let cut_next_reply = AtomicBool::new(false);
-    let (to_server_tx, to_server_rx) = mpsc::channel(IN_FLIGHT);
-    let (to_client_tx, to_client_rx) = mpsc::channel(IN_FLIGHT);
+    let (to_server_tx, to_server_rx) = mpsc::channel(IN_FLIGHT_CHUNKS);
+    let (to_client_tx, to_client_rx) = mpsc::channel(IN_FLIGHT_CHUNKS);
+    let to_server_budget = Semaphore::new(IN_FLIGHT_BYTES);
+    let to_client_budget = Semaphore::new(IN_FLIGHT_BYTES);
     let side = |direction| Side {
         direction,
         shared,
         faults: shared.faults.subscribe(),
         cut_next_reply: &cut_next_reply,
+        budget: match direction {
+            Direction::ToClient => &to_client_budget,
+            _ => &to_server_budget,
+        },
     };
     let outcome = tokio::try_join!(
         side(Direction::ToServer).read(&mut client_read, to_server_tx, Jitter::new(seed)),
@@ -201,6 +210,8 @@ struct Side<'a> {
     shared: &'a Shared,
     faults: watch::Receiver<Faults>,
     cut_next_reply: &'a AtomicBool,
+    /// Bytes this direction may still read before its writer has written them.
+    budget: &'a Semaphore,
 }
 
 impl Side<'_> {
@@ -212,10 +223,10 @@ impl Side<'_> {
     ) -> Result<(), Stop> {
         let mut cursor = FrameCursor::default();
         let mut last_due = Instant::now();
+        let mut scratch = vec![0u8; CHUNK];
         loop {
             while_black_holed(&mut self.faults).await;
-            let mut buffer = BytesMut::with_capacity(CHUNK);
-            let read = source.read_buf(&mut buffer).await;
+            let read = source.read(&mut scratch).await;
             let faults = self.faults.borrow().clone();
             let shaping = faults.shaping(self.direction);
             let due =
@@ -233,16 +244,24 @@ impl Side<'_> {
                     return Err(Stop::Io);
                 }
             };
-            let chunk = buffer.freeze();
-            let pieces = cursor.feed(&chunk[..n], faults.byte_limit(self.direction), || {
+            let chunk = &scratch[..n];
+            let pieces = cursor.feed(chunk, faults.byte_limit(self.direction), || {
                 self.fate(&faults)
             });
             for piece in pieces {
                 let item = match piece {
-                    Piece::Forward(range) => Item::Data {
-                        due,
-                        bytes: chunk.slice(range),
-                    },
+                    Piece::Forward(range) => {
+                        // At most CHUNK: always within the budget, and a u32.
+                        let len = u32::try_from(range.len()).unwrap_or(u32::MAX);
+                        match self.budget.acquire_many(len).await {
+                            Ok(permit) => permit.forget(),
+                            Err(_) => return Ok(()), // never closed
+                        }
+                        Item::Data {
+                            due,
+                            bytes: Bytes::copy_from_slice(&chunk[range]),
+                        }
+                    }
                     Piece::Drop { frames, .. } => {
                         Counters::add(&self.shared.counters.replies_dropped, frames);
                         continue;
@@ -344,6 +363,7 @@ impl Side<'_> {
                         self.shared
                             .counters
                             .delivered(self.direction, piece.len() as u64);
+                        self.budget.add_permits(piece.len());
                     }
                 }
                 Item::End { .. } => {

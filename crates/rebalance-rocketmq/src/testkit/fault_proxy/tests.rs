@@ -159,6 +159,35 @@ async fn latency_is_added_each_way_and_jitter_stays_within_its_bound() {
     assert!(started.elapsed() < MS, "healed");
 }
 
+/// Latency delays the bytes, it does not throttle them: requests sent every millisecond for
+/// 300 ms with 100 ms each way are all answered 200 ms after the last one was sent (more chunks
+/// are in flight than a per-chunk bound would let through).
+#[tokio::test(start_paused = true)]
+async fn latency_does_not_limit_the_throughput() {
+    let server = echo_server().await;
+    let proxy = FaultProxy::start(&server.addr).await.unwrap();
+    proxy.set_latency(Direction::Both, 100 * MS, Duration::ZERO);
+    let (mut sink, mut stream) = framed(proxy.addr()).await.split();
+    let started = Instant::now();
+    let answers = tokio::spawn(async move {
+        let mut codes = Vec::new();
+        while codes.len() < 300 {
+            codes.push(stream.next().await.unwrap().unwrap().opaque);
+        }
+        codes
+    });
+    for code in 0..300 {
+        let mut request = RemotingCommand::request(code);
+        request.opaque = code;
+        sink.send(request).await.unwrap();
+        tokio::time::sleep(MS).await;
+    }
+    let codes = answers.await.unwrap();
+    assert_eq!(codes, (0..300).collect::<Vec<_>>(), "in order");
+    let took = started.elapsed();
+    assert!(took >= 499 * MS && took < 520 * MS, "{took:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_bandwidth_limit_holds_in_its_direction_only() {
     let server = echo_server().await;
