@@ -9,7 +9,8 @@
 //!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
 //!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
-//!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898]
+//!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898] \
+//!     [--connect-via ADVERTISED=ACTUAL]...
 //! ```
 //!
 //! **Production clusters.** `--access-key` and `--secret-key` sign every request (ACL); the
@@ -21,6 +22,10 @@
 //! `NAME`, and `--tls-insecure` trusts any certificate (test clusters only); each implies
 //! `--tls`. `--metrics ADDR` serves the runtime's metrics in the Prometheus text format at
 //! `http://ADDR/metrics` (see `metrics_endpoint.rs` and the README's table).
+//! `--connect-via ADVERTISED=ACTUAL` (repeatable, both `host:port`) dials a server at `ACTUAL`
+//! when the route (or `--namesrv`) names it `ADVERTISED`: a broker behind NAT, port forwarding
+//! or a sidecar registers an address this host cannot reach (`AddressMap`; TLS still checks
+//! the advertised name).
 //!
 //! `--consume` consumes the messages with the runtime's push consumer, pulling them from the
 //! brokers: concurrently, or each queue in order with `--orderly`. `--fail-every N` fails the
@@ -79,7 +84,7 @@ use rebalance::runtime::consume::{
 use rebalance::runtime::{ConsumerBuilder, ListenerError, default_client_id};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::tls::TlsConfig;
-use rebalance_rocketmq::{BrokerClient, Credentials, NameServerClient, Namespace};
+use rebalance_rocketmq::{AddressMap, BrokerClient, Credentials, NameServerClient, Namespace};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -178,6 +183,10 @@ struct Args {
     /// Serves the metrics in the Prometheus text format at this address (`host:port`).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
+    /// Dials the server advertised as ADVERTISED (a broker's address in the route, or a name
+    /// server's) at ACTUAL (repeatable): brokers behind NAT or port forwarding.
+    #[arg(long = "connect-via", value_name = "ADVERTISED=ACTUAL", value_parser = parse_override)]
+    connect_via: Vec<(String, String)>,
 }
 
 /// A secret whose `Debug` does not show it.
@@ -208,6 +217,9 @@ impl Args {
         }
         if let Some(namespace) = &self.namespace {
             builder = builder.namespace(Namespace::new(namespace.clone())?);
+        }
+        for (advertised, actual) in &self.connect_via {
+            builder = builder.connect_via(advertised.as_str(), actual.as_str());
         }
         if self.tls || self.tls_ca.is_some() || self.tls_server_name.is_some() || self.tls_insecure
         {
@@ -248,6 +260,10 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `key=value`; the value is JSON when it parses as JSON, a string otherwise.
+fn parse_override(text: &str) -> Result<(String, String), String> {
+    AddressMap::parse_entry(text).map_err(|e| e.to_string())
+}
+
 fn parse_param(text: &str) -> Result<(String, Value), String> {
     let (key, value) = text
         .split_once('=')

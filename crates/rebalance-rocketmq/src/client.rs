@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use crate::acl::{self, Credentials};
+use crate::address_map::AddressMap;
 use crate::command::RemotingCommand;
 use crate::connection::{Connection, ConnectionConfig, panic_message};
 use crate::denial::{Denials, Op};
@@ -135,6 +136,8 @@ struct Inner {
     credentials: Option<Credentials>,
     /// The resources the servers refused this client, each logged once.
     denials: Denials,
+    /// Where to dial each advertised address; read at each connection attempt only.
+    address_map: std::sync::RwLock<Arc<AddressMap>>,
     /// TLS on every connection, when set.
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::TlsConfig>,
@@ -153,6 +156,11 @@ struct Inner {
 /// Made [`with_credentials`](Self::with_credentials), it signs every request it sends (ACL 1.0,
 /// see [`acl`](crate::acl)), sync and one-way, to every server; the answers it writes to the
 /// servers' own requests are not signed.
+///
+/// With an [`AddressMap`] ([`with_address_map`](Self::with_address_map)), it dials the servers
+/// whose advertised addresses this host cannot reach (a broker behind NAT, port forwarding or a
+/// sidecar) at the addresses it can; everything else, TLS server names included, keeps the
+/// advertised address (see [`address_map`](crate::address_map)).
 ///
 /// Cheap to clone; the connections close when the last clone is dropped.
 #[derive(Clone)]
@@ -198,6 +206,7 @@ impl RemotingClient {
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
                 credentials,
                 denials: Denials::default(),
+                address_map: std::sync::RwLock::new(Arc::new(AddressMap::new())),
                 #[cfg(feature = "tls")]
                 tls: None,
             }),
@@ -240,16 +249,78 @@ impl RemotingClient {
         self.inner.tls.as_ref()
     }
 
-    /// Opens a connection to `addr`, over TLS when the client has a TLS configuration.
+    /// This client, dialing the advertised addresses `map` names at the addresses it gives
+    /// (see [`address_map`](crate::address_map): brokers behind NAT, port forwarding or a
+    /// sidecar). Replaces the previous map; see [`set_address_map`](Self::set_address_map).
+    ///
+    /// ```
+    /// use rebalance_rocketmq::{AddressMap, ClientConfig, NameServerClient, RemotingClient};
+    ///
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let map = AddressMap::new().with("10.0.0.5:10911", "127.0.0.1:20911")?;
+    /// let remoting = RemotingClient::new(ClientConfig::default()).with_address_map(map);
+    /// let name_server = NameServerClient::new(remoting, "nameserver.example:9876")?;
+    /// # Ok(()) }
+    /// # demo().unwrap();
+    /// ```
+    #[must_use]
+    pub fn with_address_map(self, map: AddressMap) -> Self {
+        self.set_address_map(map);
+        self
+    }
+
+    /// Replaces the address map of this client and of every clone of it. It applies to the
+    /// connections opened from now on: a connection already open keeps the path it was dialed
+    /// on until it closes ([`close`](Self::close) an address to move it at once).
+    pub fn set_address_map(&self, map: AddressMap) {
+        for (advertised, actual) in map.iter() {
+            tracing::info!(advertised, actual, "address override");
+        }
+        let mut slot = self
+            .inner
+            .address_map
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        *slot = Arc::new(map);
+    }
+
+    /// The address map in use (empty unless one was given).
+    pub fn address_map(&self) -> Arc<AddressMap> {
+        let slot = self.inner.address_map.read();
+        slot.unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Opens a connection to `addr` (dialing its override, if it has one), over TLS when the
+    /// client has a TLS configuration.
     async fn open(&self, addr: &str) -> Result<Connection, TransportError> {
         let config = &self.inner.config;
         let handler = self.inner.questions.clone();
+        let map = self.address_map();
+        let dial = map.dial_address(addr);
+        if dial != addr {
+            tracing::debug!(addr, dial, "dialing an overridden address");
+        }
         #[cfg(feature = "tls")]
         if let Some(tls) = &self.inner.tls {
             let timeout = config.connect_timeout;
-            return Connection::connect_tls(addr, timeout, config.connection, tls, handler).await;
+            return Connection::connect_tls_via(
+                addr,
+                dial,
+                timeout,
+                config.connection,
+                tls,
+                handler,
+            )
+            .await;
         }
-        Connection::connect(addr, config.connect_timeout, config.connection, handler).await
+        Connection::connect_via(
+            addr,
+            dial,
+            config.connect_timeout,
+            config.connection,
+            handler,
+        )
+        .await
     }
 
     /// The client's configuration.
@@ -1187,6 +1258,77 @@ mod tests {
             matches!(&err, TransportError::BackingOff { retry_in, .. } if *retry_in > Duration::from_millis(50)),
             "{err}"
         );
+    }
+
+    /// A broker behind a port forward: every call to its advertised address dials the
+    /// forward, over one connection that keeps the advertised address as its identity; other
+    /// addresses are dialed as they are; a failure names both addresses.
+    #[tokio::test]
+    async fn an_address_override_dials_the_mapped_address_under_the_advertised_one() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let actual = listener.local_addr().unwrap().to_string();
+        tokio::spawn(echo_server(listener, 1));
+        let advertised = "10.255.255.1:10911";
+        let unreachable = refused_address();
+        let map = AddressMap::new()
+            .with(advertised, actual.as_str())
+            .unwrap()
+            .with("10.255.255.2:10911", unreachable.as_str())
+            .unwrap();
+        let client = RemotingClient::default().with_address_map(map.clone());
+        assert_eq!(*client.clone().address_map(), map, "clones share the map");
+        for n in 1..=3 {
+            let answer = client
+                .invoke(advertised, RemotingCommand::request(n))
+                .await
+                .unwrap();
+            assert_eq!(answer.remark.as_deref(), Some(n.to_string().as_str()));
+        }
+        let conn = client.connection(advertised).await.unwrap();
+        assert_eq!(conn.addr(), advertised);
+        assert_eq!(client.address_count(), 1);
+        let err = client
+            .invoke("10.255.255.2:10911", RemotingCommand::request(1))
+            .await
+            .unwrap_err();
+        match &err {
+            TransportError::Connect { addr, reason } => {
+                assert_eq!(addr, "10.255.255.2:10911");
+                assert!(reason.contains(&unreachable), "{reason}");
+            }
+            other => panic!("not a connection error: {other}"),
+        }
+    }
+
+    /// A new map applies to the connections opened after it; an open one keeps its path until
+    /// it is closed.
+    #[tokio::test]
+    async fn a_new_address_map_applies_from_the_next_connection() {
+        let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let first_addr = first.local_addr().unwrap().to_string();
+        let second = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let second_addr = second.local_addr().unwrap().to_string();
+        // The first server answers with 1000 + the code, the second with the code.
+        tokio::spawn(async move {
+            let (socket, _) = first.accept().await.unwrap();
+            let mut framed = Framed::new(socket, RemotingCodec::default());
+            while let Some(Ok(req)) = framed.next().await {
+                let remark = Some((1000 + req.code).to_string());
+                let _ = framed
+                    .send(RemotingCommand::response(0, req.opaque, remark))
+                    .await;
+            }
+        });
+        tokio::spawn(echo_server(second, 1));
+        let advertised = "broker-a.example:10911";
+        let client = RemotingClient::default()
+            .with_address_map(AddressMap::new().with(advertised, first_addr).unwrap());
+        let ask = |n| client.invoke(advertised, RemotingCommand::request(n));
+        assert_eq!(ask(1).await.unwrap().remark.as_deref(), Some("1001"));
+        client.set_address_map(AddressMap::new().with(advertised, second_addr).unwrap());
+        assert_eq!(ask(2).await.unwrap().remark.as_deref(), Some("1002"));
+        client.close(advertised);
+        assert_eq!(ask(3).await.unwrap().remark.as_deref(), Some("3"));
     }
 
     /// Moves the clock on by `by` at once (real time runs again afterwards, for the sockets).

@@ -228,6 +228,40 @@ impl Drop for Handle {
     }
 }
 
+/// A TCP connection to `dial` (for the server advertised as `addr`) by `deadline` (the end of
+/// `connect_timeout`), with `TCP_NODELAY`. A failure names `addr`, and `dial` when it differs.
+pub(crate) async fn tcp_connect(
+    addr: &str,
+    dial: &str,
+    deadline: Instant,
+    connect_timeout: Duration,
+) -> Result<TcpStream, TransportError> {
+    let via = if dial == addr {
+        String::new()
+    } else {
+        format!(" (dialing {dial}, its address override)")
+    };
+    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(dial)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            return Err(TransportError::Connect {
+                addr: addr.to_string(),
+                reason: format!("{e}{via}"),
+            });
+        }
+        Err(_) => {
+            return Err(TransportError::Connect {
+                addr: addr.to_string(),
+                reason: format!("no connection within {connect_timeout:?}{via}"),
+            });
+        }
+    };
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(addr, error = %e, "cannot set TCP_NODELAY");
+    }
+    Ok(stream)
+}
+
 /// A connection to one server. Cheap to clone; the socket closes when the last clone is
 /// dropped or [`close`](Self::close) is called.
 #[derive(Clone)]
@@ -252,25 +286,23 @@ impl Connection {
         config: ConnectionConfig,
         handler: Arc<dyn ServerRequestHandler>,
     ) -> Result<Connection, TransportError> {
-        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                return Err(TransportError::Connect {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                });
-            }
-            Err(_) => {
-                return Err(TransportError::Connect {
-                    addr: addr.to_string(),
-                    reason: format!("no connection within {connect_timeout:?}"),
-                });
-            }
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(addr, error = %e, "cannot set TCP_NODELAY");
-        }
-        tracing::debug!(addr, "connected");
+        Self::connect_via(addr, addr, connect_timeout, config, handler).await
+    }
+
+    /// Connects to the server advertised as `addr` by dialing `dial` (the same address, or its
+    /// override in an [`AddressMap`](crate::AddressMap)), within `connect_timeout`. The
+    /// connection is `addr`'s: its [`addr`](Self::addr), its logs and its errors name `addr`
+    /// (and the errors `dial` too, when it differs).
+    pub(crate) async fn connect_via(
+        addr: &str,
+        dial: &str,
+        connect_timeout: Duration,
+        config: ConnectionConfig,
+        handler: Arc<dyn ServerRequestHandler>,
+    ) -> Result<Connection, TransportError> {
+        let deadline = Instant::now() + connect_timeout;
+        let stream = tcp_connect(addr, dial, deadline, connect_timeout).await?;
+        tracing::debug!(addr, dial, "connected");
         Ok(Self::from_stream(stream, addr, config, handler))
     }
 

@@ -103,7 +103,7 @@ impl From<TransportError> for RemoteError {
     }
 }
 
-/// A name server address list that cannot be used.
+/// A name server address list, or an address override, that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum AddressError {
@@ -113,6 +113,19 @@ pub enum AddressError {
     /// An entry is not `host:port`.
     #[error("`{0}` is not a host:port address")]
     Malformed(String),
+    /// An address override is not `ADVERTISED=ACTUAL` (see [`AddressMap`](crate::AddressMap)).
+    #[error("`{0}` is not an address override ADVERTISED=ACTUAL (host:port=host:port)")]
+    MalformedOverride(String),
+    /// One advertised address mapped to two addresses to dial.
+    #[error("`{advertised}` is mapped to both `{first}` and `{second}`; keep one")]
+    ConflictingOverride {
+        /// The advertised address.
+        advertised: String,
+        /// The address it was mapped to first.
+        first: String,
+        /// The other address.
+        second: String,
+    },
 }
 
 #[cfg(test)]

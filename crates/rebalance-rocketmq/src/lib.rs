@@ -3,7 +3,9 @@
 //!
 //! - [`RemotingCodec`]: the remoting frame as a tokio-util codec, with a frame size limit.
 //! - [`Connection`]: one socket, requests multiplexed by `opaque`, server requests handled.
-//! - [`RemotingClient`]: connections shared per address, re-established with backoff.
+//! - [`RemotingClient`]: connections shared per address, re-established with backoff; an
+//!   [`AddressMap`] dials brokers that advertise addresses this client cannot reach (NAT, port
+//!   forwarding, a sidecar) where it can.
 //! - [`NameServerClient`]: the runtime's [`NameServer`](rebalance_runtime::NameServer), over a
 //!   `host:port;host:port` list with failover.
 //! - [`BrokerClient`]: the runtime's [`GroupDirectory`](rebalance_runtime::GroupDirectory),
@@ -20,7 +22,8 @@
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
 //!   override and client certificates.
-//! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests.
+//! - `testkit` (feature `testkit`): real name servers and brokers on loopback for tests, and a
+//!   fault-injection proxy to put between one client and a server.
 //!
 //! **Subscriptions in the heartbeat**: every subscription is sent as the Java client sends it:
 //! `subString` the tag expression (`*` for every tag), `tagsSet` its tags and `codeSet` their
@@ -56,6 +59,7 @@
 #![warn(missing_docs)]
 
 pub mod acl;
+pub mod address_map;
 pub mod admin;
 pub mod broker;
 pub mod client;
@@ -77,6 +81,7 @@ pub mod testkit;
 pub mod tls;
 
 pub use acl::{Credentials, CredentialsError};
+pub use address_map::AddressMap;
 pub use admin::{Admin, TopicConfig};
 pub use broker::{
     BrokerClient, ConsumerConnection, DuplicateClientId, MemberRunningInfo, QueueProgress,

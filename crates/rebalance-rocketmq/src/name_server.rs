@@ -131,6 +131,7 @@ impl NameServerClient {
             config: ClientConfig::default(),
             credentials: None,
             namespace: None,
+            overrides: Vec::new(),
             #[cfg(feature = "tls")]
             tls: None,
         }
@@ -281,11 +282,24 @@ pub struct NameServerClientBuilder {
     config: ClientConfig,
     credentials: Option<Credentials>,
     namespace: Option<Namespace>,
+    /// Address overrides, `(advertised, actual)`, checked by `build`.
+    overrides: Vec<(String, String)>,
     #[cfg(feature = "tls")]
     tls: Option<crate::tls::TlsConfig>,
 }
 
 impl NameServerClientBuilder {
+    /// Dials `advertised` (a broker's address as the routes give it, or a name server's) at
+    /// `actual`, for the client and everything built from it: a broker behind NAT, port
+    /// forwarding or a sidecar advertises an address this host cannot reach (see
+    /// [`AddressMap`](crate::AddressMap), which says what keeps the advertised address, TLS
+    /// server names included). Both must be `host:port`; [`build`](Self::build) refuses them
+    /// otherwise, and one advertised address mapped to two addresses.
+    pub fn connect_via(mut self, advertised: impl Into<String>, actual: impl Into<String>) -> Self {
+        self.overrides.push((advertised.into(), actual.into()));
+        self
+    }
+
     /// Runs every connection of the client, and of everything built from it (name servers and
     /// brokers), over TLS with `tls` (feature `tls`; see [`crate::tls`]).
     #[cfg(feature = "tls")]
@@ -325,6 +339,13 @@ impl NameServerClientBuilder {
             Some(tls) => remoting.using_tls(tls),
             None => remoting,
         };
+        if !self.overrides.is_empty() {
+            let mut map = crate::AddressMap::new();
+            for (advertised, actual) in self.overrides {
+                map.insert(advertised, actual)?;
+            }
+            remoting.set_address_map(map);
+        }
         NameServerClient::with_parts(remoting, &self.addresses, self.namespace)
     }
 }
@@ -363,5 +384,30 @@ mod tests {
         let client = NameServerClient::from_addresses("a:1;b:2").unwrap();
         assert_eq!(client.addresses(), ["a:1", "b:2"]);
         assert_eq!(client.preferred_address(), "a:1");
+    }
+
+    #[test]
+    fn the_builder_checks_its_address_overrides() {
+        let client = NameServerClient::builder("a:1")
+            .connect_via("10.0.0.5:10911", "127.0.0.1:20911")
+            .build()
+            .unwrap();
+        let map = client.remoting().address_map();
+        assert_eq!(map.dial_address("10.0.0.5:10911"), "127.0.0.1:20911");
+        assert_eq!(map.dial_address("a:1"), "a:1");
+        let err = NameServerClient::builder("a:1")
+            .connect_via("10.0.0.5", "127.0.0.1:20911")
+            .build()
+            .unwrap_err();
+        assert_eq!(err, AddressError::Malformed("10.0.0.5".into()));
+        let err = NameServerClient::builder("a:1")
+            .connect_via("b:2", "c:3")
+            .connect_via("b:2", "d:4")
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(err, AddressError::ConflictingOverride { .. }),
+            "{err}"
+        );
     }
 }

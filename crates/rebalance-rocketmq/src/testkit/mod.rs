@@ -16,10 +16,16 @@
 //! let name_server = rebalance_rocketmq::NameServerClient::from_addresses(&cluster.namesrv_addr())?;
 //! # Ok(()) }
 //! ```
+//!
+//! [`FaultProxy`] gives one client a bad network to a server (latency, bandwidth, resets, a
+//! black hole, dropped replies) while the others reach it directly: see [`fault_proxy`].
 
 mod disk;
+pub mod fault_proxy;
 mod ports;
 mod process;
+
+pub use fault_proxy::{Direction, FaultProxy, MAX_CONNECTIONS, ProxyCounters, ResetPoint};
 
 use std::ffi::OsString;
 use std::fmt::Write as _;

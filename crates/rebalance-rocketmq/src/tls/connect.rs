@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
 use rustls_pki_types::ServerName;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::TlsConfig;
-use crate::connection::{Connection, ConnectionConfig, ServerRequestHandler};
+use crate::connection::{Connection, ConnectionConfig, ServerRequestHandler, tcp_connect};
 use crate::error::TransportError;
 
 impl Connection {
@@ -26,26 +25,23 @@ impl Connection {
         tls: &TlsConfig,
         handler: Arc<dyn ServerRequestHandler>,
     ) -> Result<Connection, TransportError> {
+        Self::connect_tls_via(addr, addr, connect_timeout, config, tls, handler).await
+    }
+
+    /// [`connect_tls`](Self::connect_tls) to the server advertised as `addr`, dialing `dial`
+    /// (its override in an [`AddressMap`](crate::AddressMap)): the certificate is checked
+    /// against the name `addr` gives (or `tls`'s override), never against `dial`'s host.
+    pub(crate) async fn connect_tls_via(
+        addr: &str,
+        dial: &str,
+        connect_timeout: Duration,
+        config: ConnectionConfig,
+        tls: &TlsConfig,
+        handler: Arc<dyn ServerRequestHandler>,
+    ) -> Result<Connection, TransportError> {
         let server_name = server_name_for(tls, addr)?;
         let deadline = Instant::now() + connect_timeout;
-        let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
-                return Err(TransportError::Connect {
-                    addr: addr.to_string(),
-                    reason: e.to_string(),
-                });
-            }
-            Err(_) => {
-                return Err(TransportError::Connect {
-                    addr: addr.to_string(),
-                    reason: format!("no connection within {connect_timeout:?}"),
-                });
-            }
-        };
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(addr, error = %e, "cannot set TCP_NODELAY");
-        }
+        let stream = tcp_connect(addr, dial, deadline, connect_timeout).await?;
         let name = server_name.to_str().into_owned();
         let connector = TlsConnector::from(tls.client.clone());
         let stream = match tokio::time::timeout_at(deadline, connector.connect(server_name, stream))

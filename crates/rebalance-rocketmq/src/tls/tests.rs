@@ -262,6 +262,38 @@ async fn the_server_name_override_checks_the_name_the_certificate_holds() {
     );
 }
 
+/// A broker behind a port forward: the client dials the forward, but checks the certificate
+/// against the name the broker advertises, never against the address it dialed (a tunnel must
+/// not make the client trust what it would refuse on a direct connection).
+#[tokio::test]
+async fn an_address_override_checks_the_advertised_name_not_the_dialed_one() {
+    let ca = Ca::new("cluster CA");
+    let server = tls_server(&ca.leaf(&["broker-a.internal"]), None).await;
+    let port = server.addr.rsplit_once(':').unwrap().1;
+    let advertised = format!("broker-a.internal:{port}");
+    let elsewhere = format!("broker-b.internal:{port}");
+    let map = crate::AddressMap::new()
+        .with(advertised.as_str(), server.addr.as_str())
+        .unwrap()
+        .with(elsewhere.as_str(), server.addr.as_str())
+        .unwrap();
+    let client =
+        client(TlsConfig::builder().ca_pem(ca.pem()).build().unwrap()).with_address_map(map);
+    assert_eq!(
+        ask(&client, &advertised).await.unwrap(),
+        "sni=Some(\"broker-a.internal\") client_cert=false"
+    );
+    // The same server under another advertised name: its certificate does not hold that name.
+    match ask(&client, &elsewhere).await.unwrap_err() {
+        TransportError::CertificateNotTrusted { addr, reason } => {
+            assert_eq!(addr, elsewhere);
+            assert!(reason.contains("`broker-b.internal`"), "{reason}");
+        }
+        other => panic!("not a certificate error: {other:?}"),
+    }
+    assert_eq!(server.accepted.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn an_expired_certificate_is_not_trusted() {
     let ca = Ca::new("cluster CA");
