@@ -279,6 +279,22 @@ fn the_java_layout_and_names_that_cannot_be_directories() {
     }
 }
 
+#[test]
+fn a_java_clients_file_is_found_in_its_layout_and_read_as_is() {
+    let root = tempfile::tempdir().unwrap();
+    let java_file = root
+        .path()
+        .join("10.0.0.1@DEFAULT")
+        .join("G")
+        .join("offsets.json");
+    write(&java_file, JAVA_FILE.as_bytes());
+    let store = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "G").unwrap();
+    assert_eq!(store.path(), java_file);
+    assert_eq!(store.offsets(), java_table());
+    let same = FileOffsetStore::in_dir(root.path().join("10.0.0.1@DEFAULT"), "G").unwrap();
+    assert_eq!(same.path(), java_file);
+}
+
 // ----- The store -----
 
 #[tokio::test]
