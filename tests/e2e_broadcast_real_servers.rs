@@ -58,10 +58,10 @@ async fn a_broadcasting_consumer_killed_and_restarted_resumes_from_its_offset_fi
     )
     .await;
 
-    // Killed while messages stream in: what it consumed after the last persistence tick is
-    // not in the file.
+    // Killed while messages stream in, 7 s after they began: the persistence tick (5 s) put
+    // some of them in the file, and what was consumed after the last tick is not there.
     let stream = producer.stream("stream", 40);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
     consumer.sigkill();
     let persisted = file_offsets(&offsets_dir, topic);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -116,14 +116,14 @@ async fn a_broadcasting_consumer_killed_and_restarted_resumes_from_its_offset_fi
         second_total < delivery.by_body.len(),
         "the restart did not start over"
     );
+    consumer.assert_running();
+    consumer.sigterm(Duration::from_secs(30)).await;
+    // The clean leave persisted every queue's end, keeping the table before as the backup.
+    let final_offsets = file_offsets(&offsets_dir, topic);
+    assert_eq!(final_offsets, queue_ends, "the offsets after a clean leave");
     assert!(
         offsets_dir.join(topic).join("offsets.json.bak").exists(),
         "a write keeps the previous table as offsets.json.bak"
     );
-    consumer.assert_running();
-    consumer.sigterm(Duration::from_secs(30)).await;
-    // The clean leave persisted every queue's end.
-    let final_offsets = file_offsets(&offsets_dir, topic);
-    assert_eq!(final_offsets, queue_ends, "the offsets after a clean leave");
     log.assert_no_garbage();
 }
