@@ -8,6 +8,7 @@
 //!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
 //!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
 //!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
+//!     [--broadcast [--offsets-dir DIR]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
 //!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898] \
 //!     [--connect-via ADVERTISED=ACTUAL]...
@@ -39,6 +40,15 @@
 //! consuming it and committed. `--consume-from` says where a queue nobody has consumed yet
 //! starts: at its end (`last`, the default, as the Java client), or at its oldest message
 //! (`first`).
+//!
+//! `--broadcast` joins the group in broadcasting mode: this client takes every queue of the
+//! topic and keeps its own offsets, in memory (a restart starts each queue over at its
+//! `--consume-from` position), or with `--offsets-dir DIR` in the file
+//! `DIR/{group}/offsets.json`, in the Java client's format (`FileOffsetStore`), so that a
+//! restart with the same directory resumes where the last run's offsets were persisted (every
+//! 5 s, and at a clean shutdown). A file that cannot be read is an error before the consumer
+//! starts. Pointing `DIR` at `~/.rocketmq_offsets/{ip}@DEFAULT` shares a Java broadcasting
+//! consumer's file.
 //!
 //! `--heartbeat-interval` must stay well below the brokers' `channelExpiredTimeout` (120 s by
 //! default): a client silent for longer is dropped from the group until its next heartbeat,
@@ -76,15 +86,19 @@ use async_trait::async_trait;
 use clap::Parser;
 use rebalance::core::strategy::{Params, build_strategy};
 use rebalance::runtime::assignment::Assignment;
-use rebalance::runtime::config::{ConsumeFrom, Intervals};
+use rebalance::runtime::config::{ConsumeFrom, Intervals, MessageModel};
 use rebalance::runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
     OrderlyListener, OrderlyResult, PushConsumer,
 };
-use rebalance::runtime::{ConsumerBuilder, ListenerError, default_client_id};
+use rebalance::runtime::{
+    ConsumerBuilder, ListenerError, LocalOffsetStore, OffsetStore, default_client_id,
+};
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::tls::TlsConfig;
-use rebalance_rocketmq::{AddressMap, BrokerClient, Credentials, NameServerClient, Namespace};
+use rebalance_rocketmq::{
+    AddressMap, BrokerClient, Credentials, FileOffsetStore, NameServerClient, Namespace,
+};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -187,6 +201,14 @@ struct Args {
     /// server's) at ACTUAL (repeatable): brokers behind NAT or port forwarding.
     #[arg(long = "connect-via", value_name = "ADVERTISED=ACTUAL", value_parser = parse_override)]
     connect_via: Vec<(String, String)>,
+    /// Broadcasting: this client takes every queue, with offsets of its own (in memory, or in
+    /// `--offsets-dir`).
+    #[arg(long)]
+    broadcast: bool,
+    /// With `--broadcast`: keeps the offsets in `DIR/{group}/offsets.json` (the Java client's
+    /// format), so that a restart resumes where the last run stopped.
+    #[arg(long, value_name = "DIR", requires = "broadcast")]
+    offsets_dir: Option<PathBuf>,
 }
 
 /// A secret whose `Debug` does not show it.
@@ -395,6 +417,17 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let brokers = BrokerClient::new(name_server.clone());
+    // Broadcasting keeps offsets per client: in a file (opened now, so that one that cannot be
+    // read stops us before the consumer starts) or in memory. Clustering: at the brokers.
+    let (message_model, offsets): (MessageModel, Arc<dyn OffsetStore>) = if args.broadcast {
+        let offsets: Arc<dyn OffsetStore> = match &args.offsets_dir {
+            Some(dir) => Arc::new(FileOffsetStore::in_dir(dir, &args.group)?),
+            None => Arc::new(LocalOffsetStore::new()),
+        };
+        (MessageModel::Broadcasting, offsets)
+    } else {
+        (MessageModel::Clustering, Arc::new(brokers.clone()))
+    };
     let client_id = args
         .client_id
         .clone()
@@ -429,7 +462,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 })
                 .name_server(Arc::new(name_server))
                 .directory(Arc::new(brokers.clone()))
-                .offset_store(Arc::new(brokers.clone()))
+                .offset_store(offsets)
                 .locker(Arc::new(brokers))
                 .client_id(client_id)
         }
@@ -448,6 +481,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         });
         let builder = PushConsumer::builder(args.group.as_str())
             .configure(member)
+            .message_model(message_model)
             .subscribe_tags(args.topic.as_str(), &args.tags)?
             .options(options)
             .source(Arc::new(brokers));
@@ -463,6 +497,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         (consumer, Some(push))
     } else {
         let consumer = member(Consumer::builder(args.group.as_str()))
+            .message_model(message_model)
             .subscribe_tags(args.topic.as_str(), &args.tags)?
             .listener(printer)
             .start()

@@ -18,6 +18,8 @@
 //!   properties, message ids) without panicking on any input.
 //! - [`ServerQuestions`]: the brokers' requests to the client (membership changes, running
 //!   info, consumer status, offset resets), answered from the consumers this process runs.
+//! - [`FileOffsetStore`]: a broadcasting consumer's offsets in a local file, in the Java
+//!   client's layout and format, written atomically ([`offset_file`]).
 //! - [`Admin`]: topic creation and max offsets, for tests and tools.
 //! - [`MessageSender`]: SEND_MESSAGE to the queue a producer chose.
 //! - `tls` (feature `tls`): TLS on every connection, with a private CA, a server-name
@@ -72,8 +74,10 @@ pub mod message;
 pub mod name_server;
 pub mod namespace;
 mod notify;
+pub mod offset_file;
 pub mod producer;
 pub mod questions;
+mod queue_keys;
 pub mod route;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -94,6 +98,7 @@ pub use error::{AddressError, TransportError};
 pub use name_server::{NameServerClient, NameServerClientBuilder};
 pub use namespace::{Namespace, NamespaceError};
 pub use notify::MembershipNotifier;
+pub use offset_file::{FileOffsetStore, OffsetFileError};
 pub use producer::{Message, MessageSender, SendResult, SendStatus};
 pub use questions::ServerQuestions;
 pub use route::RouteCache;

@@ -54,6 +54,10 @@ pub enum RemoteError {
         /// The group.
         group: String,
     },
+    /// A store in this process's own storage failed (a local offset file that cannot be
+    /// written), or was used in a way it cannot serve. The text names what and where.
+    #[error("local storage: {0}")]
+    Storage(String),
 }
 
 /// Why a topic's route could not be fetched.

@@ -126,9 +126,10 @@ pub trait OffsetStore: Send + Sync + 'static {
 /// own progress, as broadcasting needs ([`OffsetScope::Client`]).
 ///
 /// The offsets live as long as the value: a restarted process starts each queue from the
-/// consumer's [`ConsumeFrom`](crate::config::ConsumeFrom) position again (the Java client keeps them in a
-/// local file; implement [`OffsetStore`] with [`OffsetScope::Client`] over a file or a database
-/// for that). Offsets survive a queue's release and re-addition within the process, so a queue
+/// consumer's [`ConsumeFrom`](crate::config::ConsumeFrom) position again. To keep them across
+/// restarts, use the RocketMQ transport's `FileOffsetStore` (`rebalance_rocketmq`: the Java
+/// client's local offset file), or implement [`OffsetStore`] with [`OffsetScope::Client`] over
+/// a database. Offsets survive a queue's release and re-addition within the process, so a queue
 /// that comes back (a topic that reappears) continues where it stopped. Never share one
 /// instance between consumers of the same group: they would share one offset again.
 ///

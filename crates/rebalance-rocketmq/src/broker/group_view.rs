@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::questions::{parse_queue_key, stringify_object_keys};
+use crate::queue_keys::{parse_queue_key, stringify_object_keys};
 
 /// One queue in a broker's GET_CONSUME_STATS answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,6 @@
 //! ([`GroupDirectory::consumer_started`](rebalance_runtime::GroupDirectory::consumer_started))
 //! and forgotten once stopped.
 
-mod queue_keys;
 mod running_json;
 
 use std::sync::{Arc, Weak};
@@ -31,7 +30,7 @@ use crate::connection::ServerRequestHandler;
 use crate::namespace::Namespace;
 use crate::notify::MembershipNotifier;
 
-pub(crate) use queue_keys::{parse_queue_key, queue_key, stringify_object_keys};
+use crate::queue_keys::{parse_queue_key, queue_key, stringify_object_keys};
 
 /// A started consumer, as the questions reach it.
 #[derive(Debug, Clone)]

@@ -7,9 +7,9 @@ use rebalance_runtime::config::ConsumeOrder;
 use rebalance_runtime::running::{RunningInfo, epoch_millis};
 use serde_json::{Map, Value, json};
 
-use super::queue_keys::queue_key;
 use crate::broker::wire::{CONSUME_PASSIVELY, EXPRESSION_TYPE_TAG, java_hash_code};
 use crate::namespace::Namespace;
+use crate::queue_keys::queue_key;
 
 /// Java's `MQVersion` name of the protocol version this client announces (475).
 pub(crate) const CLIENT_VERSION_DESC: &str = "V5_3_1";

@@ -64,11 +64,12 @@ pub enum ConsumerError {
     /// Broadcasting was configured with an offset store shared by the group (such as the
     /// broker's, which [`ConsumerBuilder::cluster`](super::ConsumerBuilder::cluster) sets): every client would overwrite the
     /// others' progress. Give the consumer a per-client store with
-    /// [`ConsumerBuilder::offset_store`](super::ConsumerBuilder::offset_store) (after `cluster`), e.g. [`LocalOffsetStore`](crate::LocalOffsetStore).
+    /// [`ConsumerBuilder::offset_store`](super::ConsumerBuilder::offset_store) (after `cluster`), e.g. [`LocalOffsetStore`](crate::LocalOffsetStore)
+    /// (in memory) or the RocketMQ transport's `FileOffsetStore` (in a local file).
     #[error(
         "broadcasting needs a per-client offset store, but the configured one is shared by the group \
          (every client would overwrite the others' progress); set one with `offset_store` after \
-         `cluster`, e.g. `LocalOffsetStore`"
+         `cluster`, e.g. `LocalOffsetStore` (in memory) or `FileOffsetStore` (in a local file)"
     )]
     SharedOffsetStore,
     /// A task of the consumer panicked (a panic in a transport or another component the runtime

@@ -1,6 +1,8 @@
 //! Maps keyed by message queues, as fastjson writes them: the key is a JSON object, not a
 //! string (`{"offsetTable":{{"topic":"T","brokerName":"b","queueId":0}:42}}`), which is not
-//! JSON. Java's tools need that form from us, and brokers send it to us.
+//! JSON. Java's tools need that form from us, and brokers send it to us (the `questions/` and
+//! `broker/group_view.rs`); the Java client's broadcasting offset file is written in it too
+//! (`offset_file/`).
 
 use std::borrow::Cow;
 
@@ -107,14 +109,51 @@ pub(crate) fn parse_queue_key(key: &str) -> Option<MessageQueue> {
         .map(MessageQueue::from)
 }
 
+/// A queue's fields as fastjson writes them: names in Java's alphabetical order, values as
+/// JSON text.
+fn key_fields(queue: &MessageQueue) -> [(&'static str, String); 3] {
+    // A string serializes infallibly.
+    let text = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    [
+        ("brokerName", text(&queue.broker_name)),
+        ("queueId", queue.queue_id.to_string()),
+        ("topic", text(&queue.topic)),
+    ]
+}
+
 /// A queue as a fastjson object key (fields in Java's alphabetical order).
 pub(crate) fn queue_key(queue: &MessageQueue) -> String {
-    let object = serde_json::json!({
-        "brokerName": &*queue.broker_name,
-        "queueId": queue.queue_id,
-        "topic": &*queue.topic,
-    });
-    object.to_string()
+    let fields: Vec<String> = key_fields(queue)
+        .iter()
+        .map(|(name, value)| format!("\"{name}\":{value}"))
+        .collect();
+    format!("{{{}}}", fields.join(","))
+}
+
+/// Appends `queue` as a fastjson object key pretty-printed (`toJSONString(…, PrettyFormat)`):
+/// the opening brace where `out` ends, each field on a line of its own after `field_indent`,
+/// and the closing brace on a line of its own after `close_indent`.
+pub(crate) fn push_pretty_queue_key(
+    out: &mut String,
+    queue: &MessageQueue,
+    field_indent: &str,
+    close_indent: &str,
+) {
+    out.push('{');
+    for (i, (name, value)) in key_fields(queue).iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('\n');
+        out.push_str(field_indent);
+        out.push('"');
+        out.push_str(name);
+        out.push_str("\":");
+        out.push_str(value);
+    }
+    out.push('\n');
+    out.push_str(close_indent);
+    out.push('}');
 }
 
 #[cfg(test)]

@@ -1,0 +1,91 @@
+//! Replacing the offset file so that a crash at any point leaves the old table or the new one,
+//! never a damaged file or none (the Java client rewrites the file in place, and a crash
+//! mid-write leaves it truncated).
+//!
+//! [`replace`] does, in `offsets.json`'s directory:
+//!
+//! 1. write the new text to `offsets.json.tmp` and fsync it;
+//! 2. if `offsets.json` exists, rename it to `offsets.json.bak` (replacing the older backup);
+//! 3. rename `offsets.json.tmp` to `offsets.json`;
+//! 4. fsync the directory, so that both renames are durable before the write is reported done.
+//!
+//! After a crash: during 1, `offsets.json` is untouched (old); between 2 and 3, `offsets.json`
+//! is missing and `offsets.json.bak` holds the old table, which is what the open rule
+//! (`files::load`) and the Java client read when the main file is missing; after 3, the new
+//! table. Any subset of the two renames reaching the disk before a power loss gives one of
+//! these states too, since the temporary file's data is synced before either.
+//!
+//! The steps go through [`Steps`], so that tests can stop a write after any number of bytes
+//! or between any two steps (a process crash; what a power loss does to data not yet synced is
+//! the file system's, and the fsyncs are what this code does about it).
+
+use std::io::Write;
+use std::path::Path;
+
+use super::files::OffsetFiles;
+
+/// The file system operations a write is made of.
+pub(super) trait Steps {
+    /// Creates or truncates `path`, writes `bytes` and syncs them to disk.
+    fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()>;
+    /// Syncs the directory `dir` (its entries: the renames) to disk.
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()>;
+}
+
+/// The real file system.
+pub(super) struct RealSteps;
+
+impl Steps for RealSteps {
+    fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = std::fs::File::create(path)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    }
+
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            std::fs::File::open(dir)?.sync_all()
+        }
+        // Windows cannot open a directory as a file; its renames are not synced separately.
+        #[cfg(not(unix))]
+        {
+            let _ = dir;
+            Ok(())
+        }
+    }
+}
+
+/// Replaces the table of `files` with `text` (see the module's documentation). Which step
+/// failed is in the error's message.
+pub(super) fn replace(
+    files: &OffsetFiles,
+    text: &[u8],
+    steps: &mut impl Steps,
+) -> std::io::Result<()> {
+    let at = |step: &str, path: &Path| {
+        let step = step.to_string();
+        let path = path.display().to_string();
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step} {path}: {e}"))
+    };
+    steps
+        .write_synced(&files.tmp, text)
+        .map_err(at("writing", &files.tmp))?;
+    if files.main.exists() {
+        steps
+            .rename(&files.main, &files.bak)
+            .map_err(at("keeping the previous table as", &files.bak))?;
+    }
+    steps
+        .rename(&files.tmp, &files.main)
+        .map_err(at("renaming the new table to", &files.main))?;
+    steps
+        .sync_dir(&files.dir)
+        .map_err(at("syncing the directory", &files.dir))
+}

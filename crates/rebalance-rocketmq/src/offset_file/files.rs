@@ -1,0 +1,184 @@
+//! Where an offset table lives (the file, its `.bak` and the temporary file of a write, in one
+//! directory), the Java client's path layout, and the rule that reads a table at open.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::format::{OffsetTable, parse};
+use super::{MAX_OFFSET_FILE_BYTES, OffsetFileError};
+
+/// The file's name in the Java layout.
+pub const OFFSET_FILE_NAME: &str = "offsets.json";
+
+/// The Java client's default directory under the home directory (`rocketmq.client
+/// .localOffsetStoreDir` unset).
+const JAVA_DEFAULT_DIR: &str = ".rocketmq_offsets";
+
+/// The files of one offset table.
+#[derive(Debug, Clone)]
+pub(super) struct OffsetFiles {
+    /// The table (`offsets.json`).
+    pub(super) main: PathBuf,
+    /// The table before the last write (`offsets.json.bak`).
+    pub(super) bak: PathBuf,
+    /// A write under way (`offsets.json.tmp`); never read.
+    pub(super) tmp: PathBuf,
+    /// Their directory.
+    pub(super) dir: PathBuf,
+}
+
+impl OffsetFiles {
+    /// The files of the table at `main`.
+    pub(super) fn new(main: PathBuf) -> Self {
+        let with_suffix = |suffix: &str| {
+            let mut name = main.as_os_str().to_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
+        };
+        let dir = match main.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        Self {
+            bak: with_suffix(".bak"),
+            tmp: with_suffix(".tmp"),
+            dir,
+            main,
+        }
+    }
+}
+
+/// `name` as one directory of a path, or why it cannot be one.
+fn component<'a>(what: &'static str, name: &'a str) -> Result<&'a str, OffsetFileError> {
+    let bad = name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\', '\0']);
+    if bad {
+        return Err(OffsetFileError::BadName {
+            what,
+            value: name.to_string(),
+        });
+    }
+    Ok(name)
+}
+
+/// `{dir}/{group}/offsets.json`.
+pub(super) fn group_path(dir: &Path, group: &str) -> Result<PathBuf, OffsetFileError> {
+    Ok(dir.join(component("group", group)?).join(OFFSET_FILE_NAME))
+}
+
+/// `{store_dir}/{client_id}/{group}/offsets.json`, the Java client's layout.
+pub(super) fn java_path(
+    store_dir: &Path,
+    client_id: &str,
+    group: &str,
+) -> Result<PathBuf, OffsetFileError> {
+    group_path(&store_dir.join(component("client id", client_id)?), group)
+}
+
+/// `~/.rocketmq_offsets`, the Java client's default directory.
+pub(super) fn java_default_dir() -> Result<PathBuf, OffsetFileError> {
+    // Deprecated before Rust 1.86 for Windows' sake; it reads HOME first, as wanted here.
+    #[allow(deprecated)]
+    let home = std::env::home_dir().filter(|h| !h.as_os_str().is_empty());
+    home.map(|h| h.join(JAVA_DEFAULT_DIR))
+        .ok_or(OffsetFileError::NoHome)
+}
+
+/// Where a table was read from at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Source {
+    /// `offsets.json`.
+    Main,
+    /// `offsets.json.bak`, because `offsets.json` did not exist.
+    Backup,
+    /// Neither file exists: no offsets yet.
+    Nothing,
+}
+
+/// The table of `files`, by this rule:
+///
+/// - `offsets.json` exists: its table, or an error if it is not one (empty, truncated,
+///   garbage, too large), never the backup in its place;
+/// - it does not exist and `offsets.json.bak` does: the backup's table (or an error);
+/// - neither exists: no offsets.
+pub(super) fn load(files: &OffsetFiles) -> Result<(OffsetTable, Source), OffsetFileError> {
+    if let Some(bytes) = read_bounded(&files.main)? {
+        return match parse(&bytes) {
+            Ok(table) => Ok((table, Source::Main)),
+            Err(reason) => Err(OffsetFileError::Corrupt {
+                path: files.main.clone(),
+                reason,
+                advice: advice_for_main(files),
+            }),
+        };
+    }
+    match read_bounded(&files.bak)? {
+        Some(bytes) => match parse(&bytes) {
+            Ok(table) => Ok((table, Source::Backup)),
+            Err(reason) => Err(OffsetFileError::Corrupt {
+                path: files.bak.clone(),
+                reason,
+                advice: format!(
+                    "{} is missing, so this backup would be used: delete it to start over from \
+                     the consumer's ConsumeFrom position",
+                    files.main.display()
+                ),
+            }),
+        },
+        None => Ok((OffsetTable::new(), Source::Nothing)),
+    }
+}
+
+/// What to do about a corrupt `offsets.json`: whether its backup could be used.
+fn advice_for_main(files: &OffsetFiles) -> String {
+    let backup = read_bounded(&files.bak)
+        .ok()
+        .flatten()
+        .and_then(|bytes| parse(&bytes).ok());
+    match backup {
+        Some(table) => format!(
+            "its backup {} is readable and holds {} offsets, from before the last write: move it \
+             over {} to resume from them, or delete both files to start over from the \
+             consumer's ConsumeFrom position",
+            files.bak.display(),
+            table.len(),
+            files.main.display()
+        ),
+        None => format!(
+            "there is no readable backup ({}): delete the file to start over from the \
+             consumer's ConsumeFrom position",
+            files.bak.display()
+        ),
+    }
+}
+
+/// The bytes of `path`, `None` if it does not exist; at most [`MAX_OFFSET_FILE_BYTES`].
+pub(super) fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, OffsetFileError> {
+    let read_error = |source| OffsetFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(read_error(e)),
+    };
+    let too_large = |size| OffsetFileError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        limit: MAX_OFFSET_FILE_BYTES,
+    };
+    let size = file.metadata().map_err(read_error)?.len();
+    if size > MAX_OFFSET_FILE_BYTES {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    // One byte over the limit tells a file that grew while read.
+    file.take(MAX_OFFSET_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    let read = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    if read > MAX_OFFSET_FILE_BYTES {
+        return Err(too_large(read));
+    }
+    Ok(Some(bytes))
+}

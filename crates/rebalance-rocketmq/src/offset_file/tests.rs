@@ -1,0 +1,509 @@
+use std::io::Write;
+use std::path::Path;
+
+use proptest::prelude::*;
+
+use super::atomic::Steps;
+use super::files::{OffsetFiles, Source, load};
+use super::format::{parse, render};
+use super::*;
+
+/// The spec's example of a file the Java client wrote (`rocketmq-pop-litepull.md` §4.2):
+/// fastjson's pretty format, tabs, queue objects as keys, fields in alphabetical order.
+const JAVA_FILE: &str = "{\n\t\"offsetTable\":{{\n\t\t\t\"brokerName\":\"broker-a\",\n\t\t\t\"queueId\":0,\n\t\t\t\"topic\":\"T\"\n\t\t}:42,{\n\t\t\t\"brokerName\":\"broker-a\",\n\t\t\t\"queueId\":1,\n\t\t\t\"topic\":\"T\"\n\t\t}:17\n\t}\n}";
+
+fn q(topic: &str, broker: &str, id: i32) -> MessageQueue {
+    MessageQueue::new(topic, broker, id)
+}
+
+fn table(entries: &[(MessageQueue, i64)]) -> OffsetTable {
+    entries.iter().cloned().collect()
+}
+
+fn java_table() -> OffsetTable {
+    table(&[(q("T", "broker-a", 0), 42), (q("T", "broker-a", 1), 17)])
+}
+
+fn files_in(dir: &Path) -> OffsetFiles {
+    OffsetFiles::new(dir.join("G").join(OFFSET_FILE_NAME))
+}
+
+fn write(path: &Path, text: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn a_file_as_java_writes_it_is_read_as_is() {
+    assert_eq!(parse(JAVA_FILE.as_bytes()), Ok(java_table()));
+}
+
+#[test]
+fn what_we_write_is_the_java_layout() {
+    assert_eq!(render(&java_table()), JAVA_FILE);
+    assert_eq!(render(&OffsetTable::new()), "{\n\t\"offsetTable\":{}\n}");
+    assert_eq!(
+        parse(render(&OffsetTable::new()).as_bytes()),
+        Ok(OffsetTable::new())
+    );
+}
+
+#[test]
+fn keys_in_any_order_any_whitespace_and_string_keys_are_read() {
+    let expected = java_table();
+    for text in [
+        // The Rust broker's field order, compact.
+        r#"{"offsetTable":{{"topic":"T","brokerName":"broker-a","queueId":0}:42,{"queueId":1,"topic":"T","brokerName":"broker-a"}:17}}"#,
+        // Spaces and CRLF, other fields beside the table.
+        "{ \"version\" : 3 ,\r\n \"offsetTable\" : { { \"topic\" : \"T\" , \"queueId\" : 0 , \"brokerName\" : \"broker-a\" } : 42 ,\r\n{\"brokerName\":\"broker-a\",\"queueId\":1,\"topic\":\"T\"} : 17 } }",
+        // Keys written as JSON strings holding the queue object.
+        r#"{"offsetTable":{"{\"brokerName\":\"broker-a\",\"queueId\":0,\"topic\":\"T\"}":42,"{\"brokerName\":\"broker-a\",\"queueId\":1,\"topic\":\"T\"}":17}}"#,
+    ] {
+        assert_eq!(parse(text.as_bytes()), Ok(expected.clone()), "{text}");
+    }
+    // A missing or null table is an empty one, as Java reads it; a later duplicate wins.
+    assert_eq!(parse(b"{}"), Ok(OffsetTable::new()));
+    assert_eq!(parse(br#"{"offsetTable":null}"#), Ok(OffsetTable::new()));
+    let twice = r#"{"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:1,{"topic":"T","brokerName":"b","queueId":0}:2}}"#;
+    assert_eq!(parse(twice.as_bytes()), Ok(table(&[(q("T", "b", 0), 2)])));
+}
+
+#[test]
+fn anything_but_an_offset_table_is_an_error_saying_why() {
+    for (text, why) in [
+        ("", "empty"),
+        (" \n\t", "whitespace"),
+        ("null", "not an offset table"),
+        ("[1,2]", "not an offset table"),
+        ("{\"offsetTable\":[]}", "not an offset table"),
+        ("{\"offsetTable\":{\"T\":1}}", "not a message queue"),
+        (
+            "{\"offsetTable\":{{\"topic\":\"T\",\"brokerName\":\"b\"}:1}}",
+            "not a message queue",
+        ),
+        (
+            "{\"offsetTable\":{{\"topic\":\"T\",\"brokerName\":\"b\",\"queueId\":0}:\"1\"}}",
+            "not an integer",
+        ),
+        (
+            "{\"offsetTable\":{{\"topic\":\"T\",\"brokerName\":\"b\",\"queueId\":0}:1.5}}",
+            "not an integer",
+        ),
+        ("{\"offsetTable\":{}} {}", "not an offset table"),
+    ] {
+        let reason = parse(text.as_bytes()).expect_err(text);
+        assert!(reason.contains(why), "{text}: {reason}");
+    }
+    let reason = parse(&[0xff, 0xfe, b'{']).unwrap_err();
+    assert!(reason.contains("UTF-8"), "{reason}");
+}
+
+fn names() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[A-Za-z0-9%_-]{1,12}",
+        // Quotes, backslashes, braces, colons, control characters and any Unicode.
+        "[\"\\\\{}:,\\x00-\\x1f\u{e9}\u{4e2d}\u{1f600}a-z]{0,12}",
+        any::<String>(),
+    ]
+}
+
+fn tables() -> impl Strategy<Value = OffsetTable> {
+    prop::collection::btree_map(
+        (names(), names(), any::<i32>()).prop_map(|(t, b, id)| MessageQueue::new(t, b, id)),
+        any::<i64>(),
+        0..6,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Whatever the names and offsets, what is written reads back the same.
+    #[test]
+    fn what_is_written_reads_back(table in tables()) {
+        prop_assert_eq!(parse(render(&table).as_bytes()), Ok(table));
+    }
+
+    /// A file cut anywhere (a crash during Java's in-place write) is an error, never a shorter
+    /// table.
+    #[test]
+    fn a_truncated_file_is_an_error(table in tables(), cut in any::<prop::sample::Index>()) {
+        let text = render(&table);
+        let at = cut.index(text.len());
+        let cut = &text.as_bytes()[..at];
+        prop_assert!(parse(cut).is_err(), "{:?} parsed", String::from_utf8_lossy(cut));
+    }
+
+    /// Any bytes are parsed without panicking.
+    #[test]
+    fn any_bytes_are_parsed_without_panicking(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        let _ = parse(&bytes);
+    }
+
+    /// Text close to an offset file is parsed without panicking.
+    #[test]
+    fn offset_like_text_is_parsed_without_panicking(text in "[{}\\[\\]\":,0-9a-zA-Z \\\\-]{0,120}") {
+        let _ = parse(format!("{{\"offsetTable\":{text}").as_bytes());
+        let _ = parse(text.as_bytes());
+    }
+}
+
+// ----- The open rule -----
+
+#[test]
+fn no_file_is_no_offsets_and_nothing_is_written_until_a_persist() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    assert_eq!(store.path(), dir.path().join("G").join("offsets.json"));
+    assert!(store.offsets().is_empty());
+    assert!(!store.path().exists());
+    // The probe left nothing behind.
+    assert_eq!(std::fs::read_dir(dir.path().join("G")).unwrap().count(), 0);
+}
+
+#[test]
+fn the_main_file_wins_over_its_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    write(&files.bak, b"garbage");
+    assert_eq!(load(&files).unwrap(), (java_table(), Source::Main));
+}
+
+#[test]
+fn a_missing_main_file_is_resumed_from_its_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.bak, JAVA_FILE.as_bytes());
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    assert_eq!(store.offsets(), java_table());
+}
+
+#[test]
+fn a_corrupt_backup_of_a_missing_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.bak, &JAVA_FILE.as_bytes()[..30]);
+    let error = FileOffsetStore::open(&files.main).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(&error, OffsetFileError::Corrupt { path, .. } if *path == files.bak),
+        "{error:?}"
+    );
+    assert!(text.contains(&files.bak.display().to_string()), "{text}");
+}
+
+#[test]
+fn an_empty_or_truncated_main_file_is_an_error_even_with_a_good_backup() {
+    for main in [&b""[..], &JAVA_FILE.as_bytes()[..JAVA_FILE.len() - 1]] {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        write(&files.main, main);
+        write(&files.bak, JAVA_FILE.as_bytes());
+        let error = FileOffsetStore::open(&files.main).unwrap_err();
+        let OffsetFileError::Corrupt { path, advice, .. } = &error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(path, &files.main);
+        assert!(advice.contains("holds 2 offsets"), "{advice}");
+        let text = error.to_string();
+        assert!(text.contains(&files.main.display().to_string()), "{text}");
+        assert!(text.contains(&files.bak.display().to_string()), "{text}");
+    }
+}
+
+#[test]
+fn a_garbage_main_file_without_a_backup_is_an_error_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, b"{\"offsetTable\":{{\"brokerName\":\"b\"");
+    let error = FileOffsetStore::open(&files.main).unwrap_err();
+    assert!(error.to_string().contains("no readable backup"), "{error}");
+}
+
+#[test]
+fn a_file_over_the_limit_is_refused_unread() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    std::fs::create_dir_all(&files.dir).unwrap();
+    // Sparse: nothing is written.
+    std::fs::File::create(&files.main)
+        .unwrap()
+        .set_len(MAX_OFFSET_FILE_BYTES + 1)
+        .unwrap();
+    let error = FileOffsetStore::open(&files.main).unwrap_err();
+    assert!(
+        matches!(error, OffsetFileError::TooLarge { size, .. } if size == MAX_OFFSET_FILE_BYTES + 1),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn a_directory_that_cannot_be_made_is_an_error_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("file");
+    write(&blocker, b"not a directory");
+    let error = FileOffsetStore::in_dir(&blocker, "G").unwrap_err();
+    assert!(
+        matches!(&error, OffsetFileError::NotWritable { dir, .. } if *dir == blocker.join("G")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn the_java_layout_and_names_that_cannot_be_directories() {
+    let root = Path::new("/var/offsets");
+    assert_eq!(
+        files::java_path(root, "10.0.0.1@DEFAULT", "NS%G").unwrap(),
+        Path::new("/var/offsets/10.0.0.1@DEFAULT/NS%G/offsets.json")
+    );
+    for (client, group) in [
+        ("", "G"),
+        ("..", "G"),
+        ("a/b", "G"),
+        ("c", ""),
+        ("c", "."),
+        ("c", "x\\y"),
+        ("c", "x\0"),
+    ] {
+        assert!(
+            matches!(
+                files::java_path(root, client, group),
+                Err(OffsetFileError::BadName { .. })
+            ),
+            "{client:?} {group:?}"
+        );
+    }
+    if let Ok(dir) = files::java_default_dir() {
+        assert!(dir.ends_with(".rocketmq_offsets"), "{}", dir.display());
+    }
+}
+
+#[test]
+fn a_java_clients_file_is_found_in_its_layout_and_read_as_is() {
+    let root = tempfile::tempdir().unwrap();
+    let java_file = root
+        .path()
+        .join("10.0.0.1@DEFAULT")
+        .join("G")
+        .join("offsets.json");
+    write(&java_file, JAVA_FILE.as_bytes());
+    let store = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "G").unwrap();
+    assert_eq!(store.path(), java_file);
+    assert_eq!(store.offsets(), java_table());
+    let same = FileOffsetStore::in_dir(root.path().join("10.0.0.1@DEFAULT"), "G").unwrap();
+    assert_eq!(same.path(), java_file);
+}
+
+// ----- The store -----
+
+#[tokio::test]
+async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    let other = q("U", "broker-b", 3);
+    let answers = store
+        .persist_many("G", &[(q("T", "broker-a", 0), 50), (other.clone(), 9)])
+        .await;
+    assert_eq!(answers, vec![Ok(()), Ok(())]);
+    // Queue 1 was not persisted now: its entry is kept (Java since 5.2.0).
+    let expected = table(&[
+        (q("T", "broker-a", 0), 50),
+        (q("T", "broker-a", 1), 17),
+        (other, 9),
+    ]);
+    assert_eq!(
+        std::fs::read_to_string(&files.main).unwrap(),
+        render(&expected)
+    );
+    assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
+    assert!(!files.tmp.exists());
+    assert_eq!(store.read("G", &q("T", "broker-a", 1)).await, Ok(Some(17)));
+    assert_eq!(
+        FileOffsetStore::open(&files.main).unwrap().offsets(),
+        expected
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_offset_is_not_written_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    let queue = q("T", "b", 0);
+    store.persist("G", &queue, 5).await.unwrap();
+    assert!(store.path().exists());
+    std::fs::remove_file(store.path()).unwrap();
+    store.persist_many("G", &[(queue.clone(), 5)]).await[0]
+        .clone()
+        .unwrap();
+    store.persist("G", &queue, 5).await.unwrap();
+    assert!(!store.path().exists(), "nothing changed, nothing written");
+    store.persist("G", &queue, 6).await.unwrap();
+    assert_eq!(
+        FileOffsetStore::open(store.path()).unwrap().offsets(),
+        table(&[(queue, 6)])
+    );
+}
+
+#[tokio::test]
+async fn a_failed_write_is_an_error_naming_the_file_and_is_written_at_the_next_persist() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    // A directory where the temporary file goes: creating it fails, even as root.
+    std::fs::create_dir_all(&files.tmp).unwrap();
+    let queue = q("T", "b", 0);
+    let answers = store.persist_many("G", &[(queue.clone(), 7)]).await;
+    let Err(RemoteError::Storage(text)) = &answers[0] else {
+        panic!("{answers:?}");
+    };
+    assert!(text.contains(&files.main.display().to_string()), "{text}");
+    assert!(!files.main.exists());
+    std::fs::remove_dir(&files.tmp).unwrap();
+    // Nothing new to record, but the file is behind: written now.
+    assert_eq!(
+        store.persist_many("G", &[(queue.clone(), 7)]).await,
+        vec![Ok(())]
+    );
+    assert_eq!(
+        FileOffsetStore::open(&files.main).unwrap().offsets(),
+        table(&[(queue, 7)])
+    );
+}
+
+#[tokio::test]
+async fn a_store_serves_one_group_and_keeps_released_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    let queue = q("T", "b", 0);
+    assert_eq!(store.read("G", &queue).await, Ok(None));
+    store.persist("G", &queue, 3).await.unwrap();
+    store.remove("G", &queue).await.unwrap();
+    assert_eq!(
+        store.read_many("G", std::slice::from_ref(&queue)).await,
+        vec![Ok(Some(3))]
+    );
+    let refused = store.read("H", &queue).await.unwrap_err();
+    assert!(refused.to_string().contains("group `G`"), "{refused}");
+    assert!(store.persist_many("H", &[(queue, 1)]).await[0].is_err());
+    assert_eq!(store.scope(), OffsetScope::Client);
+}
+
+// ----- Crashes during a write -----
+
+/// A process that dies after `budget` units of work: creating a file, each byte written,
+/// the fsync, each rename and the directory's sync cost one each.
+struct CrashAfter {
+    budget: usize,
+}
+
+impl CrashAfter {
+    fn spend(&mut self, units: usize) -> usize {
+        let spent = units.min(self.budget);
+        self.budget -= spent;
+        spent
+    }
+}
+
+fn crashed() -> std::io::Error {
+    std::io::Error::other("crashed")
+}
+
+impl Steps for CrashAfter {
+    fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        if self.spend(1) == 0 {
+            return Err(crashed());
+        }
+        let mut file = std::fs::File::create(path)?;
+        let written = self.spend(bytes.len());
+        file.write_all(&bytes[..written])?;
+        if written < bytes.len() || self.spend(1) == 0 {
+            return Err(crashed());
+        }
+        // What is written is in the page cache: a process crash keeps it either way.
+        Ok(())
+    }
+
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        if self.spend(1) == 0 {
+            return Err(crashed());
+        }
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&mut self, _dir: &Path) -> std::io::Result<()> {
+        if self.spend(1) == 0 {
+            return Err(crashed());
+        }
+        Ok(())
+    }
+}
+
+/// How the files stand before the write that crashes.
+#[derive(Debug, Clone)]
+struct Before {
+    /// `offsets.json`.
+    main: Option<OffsetTable>,
+    /// `offsets.json.bak`.
+    bak: Option<OffsetTable>,
+    /// A temporary file left by an earlier crash.
+    stale_tmp: bool,
+}
+
+fn befores() -> impl Strategy<Value = Before> {
+    (
+        prop::option::of(tables()),
+        prop::option::of(tables()),
+        any::<bool>(),
+    )
+        .prop_map(|(main, bak, stale_tmp)| Before {
+            main,
+            bak,
+            stale_tmp,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A crash at any point of a write leaves the old offsets or the new ones, never an
+    /// unreadable file or no offsets; and the next write after the crash works.
+    #[test]
+    fn a_crash_at_any_point_of_a_write_leaves_the_old_or_the_new_offsets(
+        before in befores(),
+        new in tables(),
+        newer in tables(),
+        crash_at in any::<prop::sample::Index>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        std::fs::create_dir_all(&files.dir).unwrap();
+        if let Some(main) = &before.main {
+            std::fs::write(&files.main, render(main)).unwrap();
+        }
+        if let Some(bak) = &before.bak {
+            std::fs::write(&files.bak, render(bak)).unwrap();
+        }
+        if before.stale_tmp {
+            std::fs::write(&files.tmp, "{\"offsetTable\":{{\"bro").unwrap();
+        }
+        let (old, _) = load(&files).unwrap();
+        let text = render(&new);
+        // Every unit of a whole write: create, bytes, fsync, [rename to .bak], rename, sync.
+        let total = 1 + text.len() + 1 + usize::from(files.main.exists()) + 1 + 1;
+        let budget = crash_at.index(total + 1);
+        let outcome = atomic::replace(&files, text.as_bytes(), &mut CrashAfter { budget });
+        prop_assert_eq!(outcome.is_ok(), budget == total);
+        let (after, _) = load(&files).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if budget == total {
+            prop_assert_eq!(&after, &new);
+        } else {
+            prop_assert!(after == old || after == new, "after {budget} of {total}: {after:?}");
+        }
+        // The store opened after the crash writes again.
+        atomic::replace(&files, render(&newer).as_bytes(), &mut atomic::RealSteps).unwrap();
+        prop_assert_eq!(load(&files).unwrap().0, newer);
+    }
+}
