@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use rebalance::runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
 };
-use rebalance::runtime::memory::{InMemoryCluster, OutgoingMessage};
+use rebalance::runtime::memory::{ClusterMessages, InMemoryCluster, OutgoingMessage};
 use tokio::time::Instant;
 
 /// Every member's deliveries, by message id.
@@ -50,11 +50,9 @@ async fn join(
     deliveries: &Deliveries,
     epoch: Instant,
 ) -> Result<PushConsumerHandle, Box<dyn std::error::Error>> {
-    let client = cluster.client(format!("10.0.0.1@{name}"));
     let consumer = PushConsumer::builder("orders-group")
+        .cluster(cluster.client(format!("10.0.0.1@{name}")))
         .subscribe("Orders")
-        .configure(|c| c.cluster(client.clone()))
-        .source(Arc::new(client))
         .concurrently(Arc::new(Orders {
             deliveries: deliveries.clone(),
         }))

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use rebalance::runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer,
 };
-use rebalance::runtime::memory::{InMemoryCluster, OutgoingMessage};
+use rebalance::runtime::memory::{ClusterMessages, InMemoryCluster, OutgoingMessage};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

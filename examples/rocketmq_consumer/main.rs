@@ -92,12 +92,12 @@ use rebalance::runtime::consume::{
     OrderlyListener, OrderlyResult, PushConsumer,
 };
 use rebalance::runtime::{
-    ConsumerBuilder, ListenerError, LocalOffsetStore, OffsetStore, default_client_id,
+    ListenerError, LocalOffsetStore, MemberOptions, OffsetStore, default_client_id,
 };
 use rebalance::{ClientId, Consumer, MessageQueue, QueueLease, QueueListener, RemovedQueue};
 use rebalance_rocketmq::tls::TlsConfig;
 use rebalance_rocketmq::{
-    AddressMap, BrokerClient, Credentials, FileOffsetStore, NameServerClient, Namespace,
+    AddressMap, Credentials, FileOffsetStore, NameServerClient, Namespace, RocketMq,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -400,7 +400,7 @@ async fn main() -> ExitCode {
 async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let params: Params = args.params.iter().cloned().collect();
     let strategy = build_strategy(&args.strategy, &params)?;
-    let name_server = args.name_server()?;
+    let cluster = RocketMq::from(args.name_server()?);
     // The endpoint is up before the consumer starts, so the first round is already seen.
     let _metrics = match args.metrics {
         Some(addr) => {
@@ -416,18 +416,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
         None => None,
     };
-    let brokers = BrokerClient::new(name_server.clone());
     // Broadcasting keeps offsets per client: in a file (opened now, so that one that cannot be
     // read stops us before the consumer starts) or in memory. Clustering: at the brokers.
-    let (message_model, offsets): (MessageModel, Arc<dyn OffsetStore>) = if args.broadcast {
-        let offsets: Arc<dyn OffsetStore> = match &args.offsets_dir {
-            Some(dir) => Arc::new(FileOffsetStore::in_dir(dir, &args.group)?),
-            None => Arc::new(LocalOffsetStore::new()),
+    let (message_model, own_offsets): (MessageModel, Option<Arc<dyn OffsetStore>>) =
+        if args.broadcast {
+            let offsets: Arc<dyn OffsetStore> = match &args.offsets_dir {
+                Some(dir) => Arc::new(FileOffsetStore::in_dir(dir, &args.group)?),
+                None => Arc::new(LocalOffsetStore::new()),
+            };
+            (MessageModel::Broadcasting, Some(offsets))
+        } else {
+            (MessageModel::Clustering, None)
         };
-        (MessageModel::Broadcasting, offsets)
-    } else {
-        (MessageModel::Clustering, Arc::new(brokers.clone()))
-    };
     let client_id = args
         .client_id
         .clone()
@@ -439,7 +439,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     });
     // What both kinds of consumer share: the cluster, the strategy, the rounds, the id.
     let member = {
-        let brokers = brokers.clone();
+        let cluster = cluster.clone();
         let rebalance_wait = args.rebalance_interval;
         let heartbeat = args.heartbeat_interval;
         let consume_from = match args.consume_from {
@@ -449,8 +449,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let retry = !args.no_retry_topic;
         let exclusive = args.exclusive_hand_off;
         let client_id = client_id.clone();
-        move |builder: ConsumerBuilder| {
-            builder
+        move |member: MemberOptions| {
+            let member = member
+                .cluster(cluster)
                 .consume_retry_topic(retry)
                 .exclusive_hand_off(exclusive)
                 .strategy(strategy)
@@ -460,11 +461,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                     heartbeat,
                     ..Intervals::default()
                 })
-                .name_server(Arc::new(name_server))
-                .directory(Arc::new(brokers.clone()))
-                .offset_store(offsets)
-                .locker(Arc::new(brokers))
-                .client_id(client_id)
+                .client_id(client_id);
+            match own_offsets {
+                Some(offsets) => member.offset_store(offsets),
+                None => member,
+            }
         }
     };
     let (consumer, push) = if args.consume {
@@ -481,10 +482,10 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         });
         let builder = PushConsumer::builder(args.group.as_str())
             .configure(member)
+            .source(Arc::new(cluster))
             .message_model(message_model)
             .subscribe_tags(args.topic.as_str(), &args.tags)?
-            .options(options)
-            .source(Arc::new(brokers));
+            .options(options);
         let builder = if args.orderly {
             builder.orderly(handler)
         } else {
@@ -496,7 +497,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         tokio::spawn(print_changes(consumer.watch(), printer.clone()));
         (consumer, Some(push))
     } else {
-        let consumer = member(Consumer::builder(args.group.as_str()))
+        let consumer = Consumer::builder(args.group.as_str())
+            .configure(member)
             .message_model(message_model)
             .subscribe_tags(args.topic.as_str(), &args.tags)?
             .listener(printer)

@@ -15,10 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
 use std::time::Duration;
 
+use rebalance_consume::MessageSource;
 use rebalance_core::strategy::{Params, StrategyConfigError, build_strategy};
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_rocketmq::{AddressError, BrokerClient, ClientConfig, MemberRunningInfo};
-use rebalance_runtime::consume::MessageSource;
 use rebalance_runtime::subscription::is_retry_topic;
 use rebalance_runtime::{OffsetStore, RemoteError, RouteError};
 use serde_json::{Value, json};

@@ -10,12 +10,12 @@ use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rebalance_consume::property;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::producer::{Message, MessageSender, SendResult};
 use rebalance_rocketmq::{AddressError, ClientConfig};
 use rebalance_runtime::RemoteError;
-use rebalance_runtime::consume::property;
 use rebalance_runtime::producer::{
     Producer, ProducerError, ProducerHandle, SelectByHash, SelectError,
 };

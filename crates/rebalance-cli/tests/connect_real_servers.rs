@@ -6,11 +6,11 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use rebalance_consume::{MessageSource, PullRequest, PullResult};
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 use rebalance_rocketmq::{BrokerClient, Credentials, NameServerClient, Namespace};
 use rebalance_runtime::config::{ConsumeFrom, ConsumeOrder, MessageModel};
-use rebalance_runtime::consume::{MessageSource, PullRequest, PullResult};
 use rebalance_runtime::subscription::{Subscription, TagExpression};
 use rebalance_runtime::{GroupDirectory, Registration};
 use serde_json::Value;

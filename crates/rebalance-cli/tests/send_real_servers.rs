@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use rebalance_consume::{Message, MessageSource, PullRequest, PullResult};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::consume::{Message, MessageSource, PullRequest, PullResult};
 use rebalance_runtime::subscription::TagExpression;
 use serde_json::Value;
 

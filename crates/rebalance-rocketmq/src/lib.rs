@@ -11,7 +11,7 @@
 //! - [`BrokerClient`]: the runtime's [`GroupDirectory`](rebalance_runtime::GroupDirectory),
 //!   [`OffsetStore`](rebalance_runtime::OffsetStore) and
 //!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers, and the consume layer's
-//!   [`MessageSource`](rebalance_runtime::consume::MessageSource): PULL_MESSAGE with long
+//!   [`MessageSource`](rebalance_consume::MessageSource): PULL_MESSAGE with long
 //!   polling ([`broker::pull`]), CONSUMER_SEND_MSG_BACK with its fallback to the retry topic
 //!   ([`broker::send_back`]), and the queues' min, max and by-time offsets.
 //! - [`message`]: the stored-message records of a pull's answer, decoded (compressed bodies,
@@ -65,6 +65,7 @@ pub mod address_map;
 pub mod admin;
 pub mod broker;
 pub mod client;
+mod cluster;
 pub mod codec;
 pub mod command;
 pub mod connection;
@@ -91,6 +92,7 @@ pub use broker::{
     BrokerClient, ConsumerConnection, DuplicateClientId, MemberRunningInfo, QueueProgress,
 };
 pub use client::{ClientConfig, RemotingClient};
+pub use cluster::{RocketMq, RocketMqBuilder};
 pub use codec::{CodecError, RemotingCodec};
 pub use command::{RemotingCommand, request_code, response_code};
 pub use connection::{Connection, ConnectionConfig, ServerRequestHandler};

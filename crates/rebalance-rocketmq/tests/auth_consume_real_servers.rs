@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, MessageSource, PullError,
+    PullRequest, PushConsumer,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 use rebalance_rocketmq::{BrokerClient, Credentials, NameServerClient};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::config::{ConsumeFrom, Intervals};
-use rebalance_runtime::consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, MessageSource, PullError,
-    PullRequest, PushConsumer,
-};
 use rebalance_runtime::subscription::TagExpression;
 
 use common::{eventually, init_tracing};

@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
-use rebalance_rocketmq::{BrokerClient, NameServerClient};
+use rebalance_rocketmq::{NameServerClient, RocketMq};
 use rebalance_runtime::config::{ConsumeFrom, Intervals};
-use rebalance_runtime::consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
-};
 
 use common::{eventually, init_tracing};
 
@@ -53,16 +53,15 @@ async fn member(
     seen: &Seen,
     fail_first: BTreeSet<String>,
 ) -> PushConsumerHandle {
-    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
-    let brokers = BrokerClient::new(name_server.clone());
     let id = common::client_id(label);
     let recorder = Arc::new(Recorder {
         client: label.to_string(),
         seen: seen.clone(),
         fail_first,
     });
-    let source = Arc::new(brokers.clone());
+    // The cluster in one value: name servers, brokers, pulls.
     PushConsumer::builder(group)
+        .cluster(RocketMq::connect(&cluster.namesrv_addr()).unwrap())
         .configure(|b| {
             // A fresh topic read from its first offset: with the default `LastOffset`, a
             // message sent between the assignment and the pull loop's start-offset lookup
@@ -77,13 +76,8 @@ async fn member(
                     heartbeat: Duration::from_secs(3),
                     ..Intervals::default()
                 })
-                .name_server(Arc::new(name_server))
-                .directory(Arc::new(brokers.clone()))
-                .offset_store(Arc::new(brokers.clone()))
-                .locker(Arc::new(brokers))
         })
         .subscribe(topic)
-        .source(source)
         .concurrently(recorder)
         .start()
         .await

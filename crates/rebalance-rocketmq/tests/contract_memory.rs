@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use contract::{Backend, Deviation};
+use rebalance_consume::MessageSource;
+use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
 use rebalance_core::MessageQueue;
-use rebalance_runtime::consume::MessageSource;
-use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster, OutgoingMessage};
+use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster};
 use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
 
 struct Memory {

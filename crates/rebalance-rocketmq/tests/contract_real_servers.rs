@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use contract::{Backend, Deviation};
+use rebalance_consume::MessageSource;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::consume::MessageSource;
 use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
 
 /// What the Rust broker 1.0 decides differently from Java's (see [`Deviation`]).

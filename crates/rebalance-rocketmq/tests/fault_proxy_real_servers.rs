@@ -8,12 +8,12 @@ mod common;
 
 use std::time::Duration;
 
+use rebalance_consume::{MessageSource, PullRequest, PullResult, property};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::{FaultProxy, TestCluster};
 use rebalance_rocketmq::{BrokerClient, ClientConfig, NameServerClient};
-use rebalance_runtime::consume::{MessageSource, PullRequest, PullResult, property};
 use rebalance_runtime::subscription::TagExpression;
 use rebalance_runtime::{GroupDirectory, RemoteError};
 use tokio::time::Instant;

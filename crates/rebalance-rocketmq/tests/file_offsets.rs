@@ -11,13 +11,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::FileOffsetStore;
 use rebalance_runtime::config::{ConsumeFrom, Intervals, MessageModel};
-use rebalance_runtime::consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
-};
-use rebalance_runtime::memory::{ClusterClient, InMemoryCluster, OutgoingMessage};
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use tokio::time::sleep;
 
 const GROUP: &str = "G";

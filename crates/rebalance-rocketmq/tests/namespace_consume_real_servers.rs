@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient, Namespace};
 use rebalance_runtime::config::{ConsumeFrom, Intervals};
-use rebalance_runtime::consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
-};
 
 use common::{eventually, init_tracing};
 

@@ -9,15 +9,15 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use rebalance_consume::{
+    Message, MessageSource, PullError, PullRequest, PullResult, SendBack, property,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::QueueLocker;
-use rebalance_runtime::consume::{
-    Message, MessageSource, PullError, PullRequest, PullResult, SendBack, property,
-};
 use rebalance_runtime::subscription::TagExpression;
 use tokio::time::Instant;
 

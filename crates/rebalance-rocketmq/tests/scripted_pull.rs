@@ -6,10 +6,10 @@ mod scripted;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rebalance_consume::{Message, MessageSource, PullError, PullRequest, SendBack};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::properties;
 use rebalance_rocketmq::{BrokerClient, NameServerClient, RemotingCommand, request_code};
-use rebalance_runtime::consume::{Message, MessageSource, PullError, PullRequest, SendBack};
 use rebalance_runtime::subscription::TagExpression;
 use rebalance_runtime::{GroupDirectory, RemoteError};
 use scripted::scripted;

@@ -86,16 +86,19 @@ pub(crate) fn with_sources(error: &(dyn std::error::Error + 'static)) -> String 
     message
 }
 
-/// Runs `future`, catching a panic as its message.
-pub(crate) async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
+/// Runs `future`, catching a panic as its message: for calling code you do not own (a listener,
+/// a message source) so that its panic becomes an error of that call, never of the calling
+/// task. The panic still goes through the process's panic hook, and with `panic = "abort"`
+/// nothing can be caught.
+pub async fn caught<T>(future: impl Future<Output = T>) -> Result<T, String> {
     AssertUnwindSafe(future)
         .catch_unwind()
         .await
         .map_err(|panic| panic_message(&*panic))
 }
 
-/// The message of a caught panic.
-pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+/// The message of a caught panic (its `&str` or `String` payload).
+pub fn panic_message(panic: &(dyn Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

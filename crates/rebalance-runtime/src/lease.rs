@@ -378,6 +378,16 @@ impl QueueLease {
         self.state.committed()
     }
 
+    /// `Some(force_unlock_after)` when the runtime, releasing this queue, waits for its
+    /// [consume guards](Self::consume_guard) before it unlocks the queue at the broker (the
+    /// consumer locks its queues: ordered consumption, or an exclusive hand-off), for that long
+    /// at most; `None` when nothing waits for them. A consumer built on the lease holds a guard
+    /// around each batch when this is `Some`, so that the queue's next owner starts only after
+    /// the batch is committed.
+    pub fn guarded_release(&self) -> Option<Duration> {
+        self.state.activity.guarded_release
+    }
+
     /// Runs `processing`, the processing of a batch of this queue, as the consumer's
     /// application code: a [`shutdown`](crate::ConsumerHandle::shutdown) of the consumer asked
     /// for from inside it starts the shutdown and returns at once, instead of waiting for the

@@ -80,7 +80,6 @@ mod app_code;
 pub mod assignment;
 mod callbacks;
 pub mod config;
-pub mod consume;
 mod consumer;
 mod context;
 mod directory;
@@ -90,6 +89,7 @@ mod lease;
 mod lease_terms;
 mod listener;
 mod locker;
+#[cfg(feature = "memory")]
 pub mod memory;
 pub mod metrics;
 mod name_server;
@@ -102,12 +102,21 @@ pub mod running;
 mod service;
 pub mod subscription;
 mod table;
+#[cfg(feature = "test-util")]
+pub mod testing;
 pub mod wake;
+
+/// Calling code you do not own (a listener, a message source, a strategy) so that its panic
+/// becomes an error of that call, never of the calling task: what the runtime does for its own
+/// callbacks, for a consume layer built on the lease seam to do the same.
+pub mod containment {
+    pub use crate::callbacks::{caught, panic_message};
+}
 
 // What the quickstart and the README use.
 pub use consumer::{
-    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, NotReady,
-    TopicNotReady, WeakConsumerHandle, default_client_id,
+    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, MemberOptions,
+    NotReady, TopicNotReady, WeakConsumerHandle, default_client_id,
 };
 pub use lease::{ConsumeGuard, QueueLease};
 pub use lease_terms::{RemovalReason, RemovedQueue, StartPosition};

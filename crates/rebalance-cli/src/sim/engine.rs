@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::memory::ClusterMessages;
+use rebalance_consume::{PushConsumer, PushConsumerError, PushConsumerHandle};
 use rebalance_core::route::perm;
 use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
-use rebalance_runtime::consume::{PushConsumer, PushConsumerError, PushConsumerHandle};
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::subscription::retry_topic;
 use rebalance_runtime::{
-    Consumer, ConsumerBuilder, ConsumerHandle, ListenerError, QueueLease, QueueListener,
+    Consumer, ConsumerHandle, ListenerError, MemberOptions, QueueLease, QueueListener,
     RemovalReason, RemovedQueue, allocation::Allocation, config::ConsumeFrom, config::Intervals,
 };
 use tokio::time::Instant;
@@ -340,8 +341,8 @@ struct Run<'a> {
 
 impl Run<'_> {
     /// The settings every client has, whether it carries messages or not.
-    fn configure(&self, id: &ClientId, builder: ConsumerBuilder) -> ConsumerBuilder {
-        builder
+    fn configure(&self, id: &ClientId, member: MemberOptions) -> MemberOptions {
+        member
             .client_id(id.clone())
             .allocation(self.allocation.clone())
             .intervals(match self.config.settle {
@@ -371,8 +372,8 @@ impl Run<'_> {
                 self.start_push(index, &id, traffic, messages).await?
             }
             _ => {
-                let mut builder = self
-                    .configure(&id, Consumer::builder(GROUP))
+                let mut builder = Consumer::builder(GROUP)
+                    .configure(|member| self.configure(&id, member))
                     .listener(Arc::new(self.recorder(&id)));
                 for topic in &self.topics {
                     builder = builder.subscribe(topic.as_str());
@@ -403,8 +404,8 @@ impl Run<'_> {
     ) -> Result<Member, SimError> {
         let listener = Arc::new(messages.listener(id.clone(), traffic.consume_time));
         let mut builder = PushConsumer::builder(GROUP)
-            .configure(|builder| {
-                self.configure(id, builder)
+            .configure(|member| {
+                self.configure(id, member)
                     .consume_from(ConsumeFrom::FirstOffset)
                     .exclusive_hand_off(traffic.exclusive_hand_off)
             })

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rebalance_core::{ClientId, MessageQueue};
-use rebalance_runtime::consume::{
+use rebalance_consume::memory::ClusterMessages;
+use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, OrderlyContext, OrderlyListener,
     OrderlyResult,
 };
+use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::InMemoryCluster;
 use tokio::time::Instant;
 
@@ -144,7 +145,7 @@ impl Recorder {
             tokio::time::sleep_until(self.epoch + at).await;
             for topic in &topics {
                 let body = format!("{topic}#{}", self.lock().outcome.produced.len());
-                let message = rebalance_runtime::memory::OutgoingMessage::new(body);
+                let message = rebalance_consume::memory::OutgoingMessage::new(body);
                 match cluster.send(topic, message) {
                     Ok(receipt) => {
                         let mut record = self.lock();

@@ -49,7 +49,7 @@ struct Inner {
 /// UNREGISTER_CLIENT, and NOTIFY_CONSUMER_IDS_CHANGED as membership changes),
 /// [`OffsetStore`](rebalance_runtime::OffsetStore) (QUERY/UPDATE_CONSUMER_OFFSET) and
 /// [`QueueLocker`](rebalance_runtime::QueueLocker) (LOCK/UNLOCK_BATCH_MQ), and the consume
-/// layer's [`MessageSource`](rebalance_runtime::consume::MessageSource) (PULL_MESSAGE,
+/// layer's [`MessageSource`](rebalance_consume::MessageSource) (PULL_MESSAGE,
 /// CONSUMER_SEND_MSG_BACK and its fallback, GET_MIN_OFFSET, GET_MAX_OFFSET,
 /// SEARCH_OFFSET_BY_TIMESTAMP; see [`pull`] and [`send_back`]).
 ///

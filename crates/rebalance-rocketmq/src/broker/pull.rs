@@ -21,8 +21,8 @@
 
 use std::time::Duration;
 
+use rebalance_consume::{PullError, PullRequest, PullResult, property};
 use rebalance_runtime::RemoteError;
-use rebalance_runtime::consume::{PullError, PullRequest, PullResult, property};
 use rebalance_runtime::subscription::TagExpression;
 use tokio::time::Instant;
 
@@ -324,8 +324,8 @@ impl BrokerClient {
 
 #[cfg(test)]
 mod tests {
+    use rebalance_consume::Message;
     use rebalance_core::MessageQueue;
-    use rebalance_runtime::consume::Message;
 
     use super::*;
 

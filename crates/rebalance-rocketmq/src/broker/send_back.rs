@@ -25,9 +25,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use rebalance_consume::{SendBack, property};
 use rebalance_core::MessageQueue;
 use rebalance_runtime::RemoteError;
-use rebalance_runtime::consume::{SendBack, property};
 use rebalance_runtime::subscription::retry_topic;
 
 use super::{BrokerClient, refused};
@@ -286,7 +286,7 @@ impl BrokerClient {
 
 #[cfg(test)]
 mod tests {
-    use rebalance_runtime::consume::Message;
+    use rebalance_consume::Message;
 
     use super::*;
     use crate::message::properties;

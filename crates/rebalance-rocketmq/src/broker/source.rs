@@ -1,9 +1,9 @@
 //! The broker client as the consume layer's [`MessageSource`].
 
 use async_trait::async_trait;
+use rebalance_consume::{MessageSource, PullError, PullRequest, PullResult, SendBack};
 use rebalance_core::MessageQueue;
 use rebalance_runtime::RemoteError;
-use rebalance_runtime::consume::{MessageSource, PullError, PullRequest, PullResult, SendBack};
 
 use super::BrokerClient;
 

@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use bytes::Bytes;
+use rebalance_consume::{Message, property};
 use rebalance_core::MessageQueue;
-use rebalance_runtime::consume::{Message, property};
 
 use super::compression::Compression;
 use super::{id, properties};

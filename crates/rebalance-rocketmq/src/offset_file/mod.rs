@@ -96,7 +96,7 @@ pub const MAX_OFFSET_FILE_BYTES: u64 = 32 * 1024 * 1024;
 /// use std::sync::Arc;
 /// use rebalance_rocketmq::FileOffsetStore;
 /// use rebalance_runtime::config::MessageModel;
-/// use rebalance_runtime::consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+/// use rebalance_consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
 /// use rebalance_runtime::memory::InMemoryCluster;
 ///
 /// struct Print;

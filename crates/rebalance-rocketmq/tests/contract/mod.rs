@@ -15,11 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::{Message, MessageSource, PullRequest, PullResult, SendBack, property};
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::config::{ConsumeFrom, ConsumeOrder, MessageModel};
-use rebalance_runtime::consume::{
-    Message, MessageSource, PullRequest, PullResult, SendBack, property,
-};
 use rebalance_runtime::subscription::Subscription;
 use rebalance_runtime::subscription::TagExpression;
 use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker, Registration, RemoteError};

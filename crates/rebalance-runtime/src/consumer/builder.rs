@@ -9,7 +9,7 @@ use rebalance_core::assignor::{AssignorRef, AssignorRegistry};
 use rebalance_core::strategy::{Params, StrategyRegistry, UnknownParams};
 use tokio_util::sync::CancellationToken;
 
-use super::{ClusterServices, ConsumerError};
+use super::{ClusterServices, ConsumerError, MemberOptions};
 use crate::allocation::Allocation;
 use crate::config::{AddedFailurePolicy, ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::context::Subscriptions;
@@ -214,18 +214,6 @@ impl ConsumerBuilder {
         self
     }
 
-    /// `Some(force_unlock_after)` when a consumer so configured locks its queues at the broker
-    /// (ordered consumption, or an exclusive hand-off, in clustering mode): its release then
-    /// waits for the batch under a lease's consume guard, for that long at most.
-    pub(crate) fn guarded_release(&self) -> Option<std::time::Duration> {
-        crate::context::uses_locks(
-            self.message_model,
-            self.consume_order,
-            self.exclusive_hand_off,
-        )
-        .then_some(self.intervals.force_unlock_after)
-    }
-
     /// What to do when [`QueueListener::queues_added`] fails (default: call it again with
     /// backoff, see [`AddedFailurePolicy`]).
     pub fn on_queues_added_failure(mut self, policy: AddedFailurePolicy) -> Self {
@@ -364,6 +352,23 @@ impl ConsumerBuilder {
     pub fn listener(mut self, listener: Arc<dyn QueueListener>) -> Self {
         self.listener = Some(listener);
         self
+    }
+
+    /// Sets how the consumer is a member of its group through [`MemberOptions`] (cluster
+    /// access, allocation, timers, identity): the same setters as this builder's, for a
+    /// configuration shared with a consume layer's builder (`PushConsumerBuilder::configure`
+    /// takes the same function).
+    pub fn configure(self, configure: impl FnOnce(MemberOptions) -> MemberOptions) -> Self {
+        configure(MemberOptions::new(self)).into_builder()
+    }
+
+    /// [`configure`](Self::configure) with a function that may fail (a strategy named with
+    /// [`MemberOptions::strategy_named`], say).
+    pub fn try_configure(
+        self,
+        configure: impl FnOnce(MemberOptions) -> Result<MemberOptions, ConsumerError>,
+    ) -> Result<Self, ConsumerError> {
+        configure(MemberOptions::new(self)).map(MemberOptions::into_builder)
     }
 
     /// Shuts the consumer down when `token` is cancelled (it becomes the parent of the

@@ -76,6 +76,12 @@ impl ConsumerBuilder {
             .ok_or(ConsumerError::Missing("a queue listener"))?;
         let retry_topic =
             retry_subscription(&self.group, self.message_model, self.consume_retry_topic);
+        let guarded_release = uses_locks(
+            self.message_model,
+            self.consume_order,
+            self.exclusive_hand_off,
+        )
+        .then_some(self.intervals.force_unlock_after);
         let ctx = Arc::new(Context {
             group: self.group,
             client_id,
@@ -98,7 +104,9 @@ impl ConsumerBuilder {
             locker,
             listener,
             retry_topic,
-            activity: Arc::new(crate::running::ConsumerActivity::new()),
+            activity: Arc::new(
+                crate::running::ConsumerActivity::new().guarding_releases(guarded_release),
+            ),
         });
         Ok(Checked {
             ctx,

@@ -7,7 +7,9 @@
 //! - `ready`: [`ConsumerHandle::ready`] and why a topic is not ready ([`TopicNotReady`]);
 //! - `errors`: [`ConsumerError`];
 //! - `cluster`: [`ClusterServices`], one value for every outside-world trait;
-//! - `identity`: which client id a consumer registers ([`default_client_id`]).
+//! - `identity`: which client id a consumer registers ([`default_client_id`]);
+//! - `member`: [`MemberOptions`], how a consumer is a member of its group, for a consume layer to
+//!   hand out.
 
 mod builder;
 mod checks;
@@ -15,6 +17,7 @@ mod cluster;
 mod errors;
 mod handle;
 mod identity;
+mod member;
 mod ready;
 mod start;
 
@@ -23,4 +26,5 @@ pub use cluster::ClusterServices;
 pub use errors::ConsumerError;
 pub use handle::{ConsumerHandle, WeakConsumerHandle};
 pub use identity::default_client_id;
+pub use member::MemberOptions;
 pub use ready::{NotReady, TopicNotReady};

@@ -50,6 +50,11 @@ impl ClusterCall {
     }
 }
 
+/// The error of a call failed on purpose (a fault, or a lost reply).
+pub(super) fn injected(operation: ClusterCall) -> crate::RemoteError {
+    crate::RemoteError::Unreachable(format!("injected failure of {operation:?}"))
+}
+
 /// What happens to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {

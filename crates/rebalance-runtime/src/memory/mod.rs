@@ -41,10 +41,10 @@
 //! [`RemoteError::ClientIdInUse`], which `start()` reports, instead of letting two consumers
 //! with one id take the same queues (a RocketMQ broker accepts both).
 
+mod extension;
 mod faults;
-mod log;
-mod messages;
 
+use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -56,13 +56,9 @@ use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use self::extension::{Admission, CLUSTER_EPOCH_MS};
 pub use self::faults::ClusterCall;
-use self::faults::{Fault, Faults};
-use self::messages::injected;
-pub use self::messages::{
-    CLUSTER_EPOCH_MS, DELAY_LEVELS, DLQ_TOPIC_PREFIX, OutgoingMessage, SendError, SendReceipt,
-    delay_of_level, dlq_topic,
-};
+use self::faults::{Fault, Faults, injected};
 use crate::directory::Registration;
 use crate::{
     GroupDirectory, LockOutcome, NameServer, OffsetStore, QueueLocker, RemoteError, RouteError,
@@ -179,8 +175,11 @@ struct State {
     config: ClusterConfig,
     inner: Mutex<Inner>,
     offsets: DashMap<(Arc<str>, MessageQueue), i64>,
-    /// Taken after `inner` when both are needed, never before.
-    messages: Mutex<messages::Messages>,
+    /// One value of each type kept for the cluster by what is built on it (the consume
+    /// layer's message store: [`InMemoryCluster::extension`]).
+    extensions: Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+    /// When the cluster was created, on tokio's clock.
+    start: Instant,
     /// The route data every client of the cluster shares (one process, many clients).
     routes_derived: RouteShare,
 }
@@ -210,7 +209,8 @@ impl InMemoryCluster {
                 config,
                 inner: Mutex::new(Inner::default()),
                 offsets: DashMap::new(),
-                messages: Mutex::new(messages::Messages::new()),
+                extensions: Mutex::new(HashMap::new()),
+                start: Instant::now(),
                 routes_derived: RouteShare::new(),
             }),
         }

@@ -188,6 +188,10 @@ pub(crate) struct ConsumerActivity {
     /// Which consumer of the process this is: its application code runs with it in a
     /// task-local (see `app_code::as_callback_of`).
     pub(crate) serial: u64,
+    /// `Some(force_unlock_after)` when the consumer locks its queues at the broker (ordered
+    /// consumption, or an exclusive hand-off): a release then waits that long at most for the
+    /// queue's consume guards ([`QueueLease::guarded_release`](crate::QueueLease::guarded_release)).
+    pub(crate) guarded_release: Option<std::time::Duration>,
 }
 
 /// Numbers the consumers of the process.
@@ -201,7 +205,18 @@ impl ConsumerActivity {
             meter: ConsumeMeter::new(clocks.instant),
             persist_wake: tokio::sync::Notify::new(),
             serial: NEXT_CONSUMER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            guarded_release: None,
         }
+    }
+
+    /// The activity of a consumer whose releases wait for consume guards that long at most
+    /// (see [`ConsumerActivity::guarded_release`]).
+    pub(crate) fn guarding_releases(
+        mut self,
+        force_unlock_after: Option<std::time::Duration>,
+    ) -> Self {
+        self.guarded_release = force_unlock_after;
+        self
     }
 }
 

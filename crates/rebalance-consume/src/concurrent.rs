@@ -1,0 +1,408 @@
+//! Concurrent consumption: the workers that take batches from the work queue, call the
+//! [`ConcurrentListener`], send failed messages back and report to each lease's pull loop.
+
+use std::future::{Future, poll_fn};
+use std::sync::Arc;
+use std::task::Poll;
+
+use tokio_util::sync::CancellationToken;
+
+use super::calls;
+use super::config::EXPIRED_DELAY_LEVEL;
+use super::link::{Ack, Guard, LeaseLink};
+use super::shared::Shared;
+use super::work::WorkQueue;
+use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
+use rebalance_runtime::containment::caught;
+use rebalance_runtime::subscription::is_retry_topic;
+
+/// One worker: consumes batches until `stop` is cancelled (finishing the batch in hand).
+pub(crate) async fn run_worker(
+    shared: Arc<Shared>,
+    listener: Arc<dyn ConcurrentListener>,
+    work: Arc<WorkQueue>,
+    stop: CancellationToken,
+) {
+    let size = shared.options.consume_batch_size;
+    let mut messages = Vec::with_capacity(size);
+    while let Some(taken) = work.next(size, &mut messages, &stop).await {
+        consume(&shared, &*listener, &taken.link, taken.epoch, &mut messages).await;
+        messages.clear();
+    }
+}
+
+/// Consumes one batch of a lease (taken in the buffer's `epoch`) and reports it to the
+/// lease's loop. `messages` is left empty or holding what was not reported.
+pub(crate) async fn consume(
+    shared: &Shared,
+    listener: &dyn ConcurrentListener,
+    link: &LeaseLink,
+    epoch: u64,
+    messages: &mut Vec<Message>,
+) {
+    let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
+        return;
+    };
+    let (first, last) = (first.queue_offset(), last.queue_offset());
+    if !link.begin() {
+        // Handed off before it started: dropped unprocessed (the commit offset stays before
+        // it, so the next owner consumes it).
+        return;
+    }
+    let guard = match link.consume_guard().await {
+        Guard::Unneeded => None,
+        Guard::Held(guard) => Some(guard),
+        Guard::Refused => {
+            // Not processed: the batch stays buffered (before the commit offset), consumed
+            // again locally when the lock is renewed, or by the next owner once handed off.
+            tracing::debug!(queue = ?link.queue(), first, "no consume guard; the batch waits");
+            link.report(Ack {
+                epoch,
+                first,
+                last,
+                retry: std::mem::take(messages),
+                finished: true,
+                guard: None,
+            });
+            return;
+        }
+    };
+    restore_topics(messages);
+    let mut context = ConcurrentContext::new(link.queue().clone());
+    let in_flight = shared.in_flight.enter(link.queue(), first, last);
+    let started = tokio::time::Instant::now();
+    let batch = messages.len();
+    // `expired`: messages of the batch already sent back because it timed out (no longer
+    // buffered).
+    let (consumed, expired) = {
+        let call = caught(link.processing(listener.consume(messages, &mut context)));
+        let expiry = Expiry {
+            shared,
+            link,
+            epoch,
+            messages,
+            first,
+            last,
+        };
+        match expiry.run(call).await {
+            Outcome::Done(Ok(result), sent_back) => {
+                (context.consumed(result, messages.len()), sent_back)
+            }
+            Outcome::Done(Err(panic), sent_back) => {
+                tracing::error!(queue = ?link.queue(), first, panic = %panic, "the listener panicked; reconsuming the batch later");
+                (0, sent_back)
+            }
+            Outcome::Expired => {
+                let took = started.elapsed();
+                link.record_consumed(0, batch, took);
+                link.report(Ack {
+                    epoch,
+                    first,
+                    last,
+                    retry: Vec::new(),
+                    finished: true,
+                    guard,
+                });
+                return;
+            }
+        }
+    };
+    drop(in_flight);
+    let failed = batch.saturating_sub(consumed);
+    let took = started.elapsed();
+    link.record_consumed(consumed, failed, took);
+    let retry = if consumed == messages.len() {
+        Vec::new()
+    } else if shared.broadcasting {
+        tracing::warn!(queue = ?link.queue(), count = messages.len() - consumed, "broadcasting: messages the listener failed are dropped");
+        Vec::new()
+    } else {
+        // Those sent back when the batch timed out are no longer buffered: not again (Java's
+        // `!processQueue.containsMessage`).
+        let mut failed = messages.split_off(consumed);
+        failed.retain(|m| !expired.contains(&m.queue_offset()));
+        if link.is_dropped() {
+            // Handed off meanwhile: not sent back; they stay before the final commit offset,
+            // and the next owner consumes them.
+            failed
+        } else {
+            send_back(shared, link, failed, context.delay_level).await
+        }
+    };
+    link.report(Ack {
+        epoch,
+        first,
+        last,
+        retry,
+        finished: true,
+        guard,
+    });
+}
+
+/// Sends failed messages back; returns those whose send-back failed (consumed again locally
+/// later, as in Java, with their reconsume count raised).
+async fn send_back(
+    shared: &Shared,
+    link: &LeaseLink,
+    failed: Vec<Message>,
+    delay_level: i32,
+) -> Vec<Message> {
+    let mut retry = Vec::new();
+    for message in failed {
+        let request = SendBack::new(&shared.group, &message)
+            .with_delay_level(delay_level)
+            .with_max_reconsume_times(shared.options.max_reconsume_times);
+        match calls::send_back(&*shared.source, request).await {
+            Ok(()) => {
+                tracing::debug!(queue = ?link.queue(), offset = message.queue_offset(), "sent back for redelivery")
+            }
+            Err(e) => {
+                tracing::warn!(queue = ?link.queue(), offset = message.queue_offset(), error = %e, "send-back failed; consuming the message again here in 5 s");
+                let times = message.reconsume_times().saturating_add(1);
+                retry.push(message.with_reconsume_times(times));
+            }
+        }
+    }
+    retry
+}
+
+/// Shows a retry topic's messages under the topic they came from.
+pub(crate) fn restore_topics(messages: &mut Vec<Message>) {
+    if !messages.iter().any(|m| is_retry_topic(&m.queue().topic)) {
+        return;
+    }
+    *messages = std::mem::take(messages)
+        .into_iter()
+        .map(|message| match message.property(property::RETRY_TOPIC) {
+            Some(topic) if is_retry_topic(&message.queue().topic) => {
+                let topic = topic.to_owned();
+                message.with_topic(topic)
+            }
+            _ => message,
+        })
+        .collect();
+}
+
+/// How a listener call ended.
+enum Outcome<T> {
+    /// It ended, with the offsets of the messages sent back when it timed out (some send-backs
+    /// failed, so the batch was not acknowledged).
+    Done(T, Vec<i64>),
+    /// It ran past `consume_timeout`: its messages were sent back and acknowledged.
+    Expired,
+}
+
+/// Watches a listener call for `consume_timeout`.
+struct Expiry<'a> {
+    shared: &'a Shared,
+    link: &'a LeaseLink,
+    epoch: u64,
+    messages: &'a [Message],
+    first: i64,
+    last: i64,
+}
+
+impl Expiry<'_> {
+    /// Awaits `call`; past `consume_timeout`, sends the batch back (so that it no longer holds
+    /// the commit offset), acknowledges it and still waits for the call to end.
+    async fn run<T>(self, call: impl Future<Output = T>) -> Outcome<T> {
+        tokio::pin!(call);
+        // Most calls end at once: no timer for them.
+        if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
+            return Outcome::Done(done, Vec::new());
+        }
+        let timeout = self.shared.options.consume_timeout;
+        tokio::select! {
+            done = &mut call => return Outcome::Done(done, Vec::new()),
+            _ = tokio::time::sleep(timeout) => {}
+        }
+        tracing::warn!(queue = ?self.link.queue(), first = self.first, ?timeout, "consumption timed out; sending the batch back");
+        let mut retry = Vec::new();
+        let mut sent_back = Vec::new();
+        if !self.shared.broadcasting {
+            for message in self.messages {
+                let request = SendBack::new(&self.shared.group, message)
+                    .with_delay_level(EXPIRED_DELAY_LEVEL)
+                    .with_max_reconsume_times(self.shared.options.max_reconsume_times);
+                if let Err(e) = calls::send_back(&*self.shared.source, request).await {
+                    tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
+                    retry.push(message.queue_offset());
+                } else {
+                    sent_back.push(message.queue_offset());
+                }
+            }
+        }
+        if retry.is_empty() {
+            self.link.report(Ack {
+                epoch: self.epoch,
+                first: self.first,
+                last: self.last,
+                retry: Vec::new(),
+                finished: false,
+                guard: None,
+            });
+            call.await;
+            return Outcome::Expired;
+        }
+        Outcome::Done(call.await, sent_back)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+    use crate::link::AckReceiver;
+    use crate::metrics::TopicMetrics;
+    use crate::shared::Mode;
+    use crate::testing::TestSource;
+    use crate::{ConsumeOptions, ConsumeResult};
+
+    /// Records the topics it sees; sleeps `delay`; fails everything when `fail`.
+    #[derive(Default)]
+    struct Seen {
+        delay: Duration,
+        fail: bool,
+        topics: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl ConcurrentListener for Seen {
+        async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+            tokio::time::sleep(self.delay).await;
+            let mut topics = self.topics.lock().unwrap();
+            topics.extend(messages.iter().map(|m| m.topic().to_owned()));
+            if self.fail {
+                ConsumeResult::ReconsumeLater
+            } else {
+                ConsumeResult::Success
+            }
+        }
+    }
+
+    fn shared(source: Arc<TestSource>, broadcasting: bool, options: ConsumeOptions) -> Shared {
+        Shared::new(
+            Arc::from("G"),
+            source,
+            options,
+            broadcasting,
+            Mode::Concurrent {
+                work: Arc::new(WorkQueue::default()),
+            },
+            HashMap::new(),
+        )
+    }
+
+    fn link(queue: &MessageQueue) -> (Arc<LeaseLink>, AckReceiver) {
+        let link = Arc::new(LeaseLink::new(
+            queue.clone(),
+            Arc::new(TopicMetrics::new("G", &queue.topic)),
+        ));
+        let acks = AckReceiver::new(&link);
+        (link, acks)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_topic_messages_are_shown_under_their_original_topic() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source, false, ConsumeOptions::default());
+        let retry = MessageQueue::new("%RETRY%G", "b", 0);
+        let messages = vec![
+            Message::new(retry.clone(), 0, "x").with_property(property::RETRY_TOPIC, "Orders"),
+            Message::new(retry.clone(), 1, "y"),
+        ];
+        let listener = Seen::default();
+        let (link, mut acks) = link(&retry);
+        consume(&shared, &listener, &link, 0, &mut { messages }).await;
+        assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
+        let ack = acks.recv().await;
+        assert_eq!(
+            (ack.first, ack.last, ack.retry.len(), ack.finished),
+            (0, 1, 0, true)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_send_back_that_panics_keeps_the_message_for_a_local_retry() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.panicking_send_backs = 1);
+        let shared = shared(source.clone(), false, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
+        let ack = acks.recv().await;
+        let kept: Vec<(i64, i32)> = ack
+            .retry
+            .iter()
+            .map(|m| (m.queue_offset(), m.reconsume_times()))
+            .collect();
+        assert_eq!(kept, vec![(7, 1)], "kept, counted once more");
+        assert!(ack.finished);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn broadcasting_drops_failures() {
+        let source = Arc::new(TestSource::default());
+        let shared = shared(source.clone(), true, ConsumeOptions::default());
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            fail: true,
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 7, "x")];
+        consume(&shared, &listener, &link, 0, &mut messages).await;
+        let ack = acks.recv().await;
+        assert!(ack.retry.is_empty(), "acknowledged, not kept");
+        assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_stuck_past_the_consume_timeout_is_sent_back_and_acknowledged() {
+        let source = Arc::new(TestSource::default());
+        let options = ConsumeOptions {
+            consume_timeout: Duration::from_secs(60),
+            ..ConsumeOptions::default()
+        };
+        let shared = shared(source.clone(), false, options);
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            delay: Duration::from_secs(100),
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 3, "x")];
+        let started = tokio::time::Instant::now();
+        let consumed = consume(&shared, &listener, &link, 0, &mut messages);
+        tokio::pin!(consumed);
+        tokio::select! {
+            _ = &mut consumed => panic!("the listener is still running"),
+            ack = acks.recv() => {
+                assert_eq!(started.elapsed(), Duration::from_secs(60));
+                assert_eq!((ack.first, ack.finished), (3, false));
+            }
+        }
+        let sent: Vec<(i64, i32)> = source.with(|s| {
+            s.sent_back
+                .iter()
+                .map(|(m, l)| (m.queue_offset(), *l))
+                .collect()
+        });
+        assert_eq!(sent, vec![(3, EXPIRED_DELAY_LEVEL)]);
+        consumed.await;
+        assert_eq!(started.elapsed(), Duration::from_secs(100));
+        let last = acks.recv().await;
+        assert!(last.finished);
+    }
+}

@@ -1,0 +1,346 @@
+//! [`LeaseLink`]: what the consumers of a lease's messages share with its pull loop: where to
+//! report what they consumed, and whether the lease is being handed off.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rebalance_core::MessageQueue;
+use tokio::sync::Notify;
+
+use super::Message;
+use crate::metrics::TopicMetrics;
+use rebalance_runtime::QueueLease;
+
+/// Set in [`LeaseLink::state`] once the lease is handed off: no new batch starts.
+const DROPPED: u64 = 1 << 63;
+
+/// What a consumer of a batch reports to the lease's pull loop.
+#[derive(Debug)]
+pub(crate) struct Ack {
+    /// The buffer's epoch the batch was taken in.
+    pub(crate) epoch: u64,
+    /// The batch's first and last offsets: every buffered message between them belongs to it.
+    pub(crate) first: i64,
+    pub(crate) last: i64,
+    /// Messages of the batch that are not consumed and stay buffered: to be consumed again
+    /// locally later (their send-back failed), unless the lease is handed off meanwhile.
+    pub(crate) retry: Vec<Message>,
+    /// Whether the batch has left the listener (false for a batch sent back because it timed
+    /// out while the listener still runs).
+    pub(crate) finished: bool,
+    /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
+    /// pull loop commits, then drops it, so the queue is never unlocked between the two.
+    pub(crate) guard: Option<rebalance_runtime::ConsumeGuard>,
+}
+
+impl Ack {
+    /// Whether `offset` stays buffered.
+    pub(crate) fn keeps(&self, offset: i64) -> bool {
+        self.retry.iter().any(|m| m.queue_offset() == offset)
+    }
+}
+
+/// Shared by a lease's pull loop and the tasks consuming its messages. A new loop (a new
+/// lease, or a restart) gets a new link, so an old consumer can never report into it.
+#[derive(Debug)]
+pub(crate) struct LeaseLink {
+    queue: MessageQueue,
+    /// The reports waiting for the pull loop.
+    inbox: Inbox,
+    /// [`DROPPED`] | the number of batches that started consumption.
+    state: AtomicU64,
+    /// How many batches reported that they left the listener.
+    finished: AtomicU64,
+    /// The lease whose consume guard each batch holds, when the consumer locks its queues.
+    guarded: Option<QueueLease>,
+    /// The lease consumption is recorded on, for the running info.
+    recorded: Option<QueueLease>,
+    /// The topic's metric handles, shared by its queues.
+    metrics: Arc<TopicMetrics>,
+}
+
+/// Whether a batch may run, for [`LeaseLink::consume_guard`].
+#[derive(Debug)]
+pub(crate) enum Guard {
+    /// Its queue is not locked: nothing to hold.
+    Unneeded,
+    /// Held: the runtime does not unlock the queue until it is dropped.
+    Held(rebalance_runtime::ConsumeGuard),
+    /// Refused: the queue is released, or its lock is stale; the batch must not run now.
+    Refused,
+}
+
+/// The reports of a lease's consumers waiting for its pull loop: a list, allocated only once
+/// something is reported (an idle queue's holds nothing), and a wake-up. A channel would cost
+/// an idle queue a block of 32 slots (about 2 KiB).
+#[derive(Debug)]
+struct Inbox {
+    /// `None` once the loop's [`AckReceiver`] is gone: a report is dropped then, and with it
+    /// the consume guard it carries.
+    acks: Mutex<Option<Vec<Ack>>>,
+    /// Notified after each report; a notification with nobody waiting is kept for the next
+    /// wait, so none is lost.
+    ready: Notify,
+}
+
+/// The pull loop's end of a [`LeaseLink`]: the reports, in the order they were made. Dropping
+/// it closes the link (later reports are dropped).
+#[derive(Debug)]
+pub(crate) struct AckReceiver {
+    link: Arc<LeaseLink>,
+    /// Taken from the inbox and not yet received.
+    taken: VecDeque<Ack>,
+}
+
+impl AckReceiver {
+    /// The receiver of `link`'s reports (one per link).
+    pub(crate) fn new(link: &Arc<LeaseLink>) -> Self {
+        Self {
+            link: link.clone(),
+            taken: VecDeque::new(),
+        }
+    }
+
+    /// The next report, if one was made.
+    pub(crate) fn try_recv(&mut self) -> Option<Ack> {
+        if self.taken.is_empty() {
+            let mut acks = self
+                .link
+                .inbox
+                .acks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(acks) = acks.as_mut() {
+                self.taken.extend(acks.drain(..));
+            }
+        }
+        self.taken.pop_front()
+    }
+
+    /// Waits for the next report. Cancel-safe: a report taken is kept for the next call.
+    pub(crate) async fn recv(&mut self) -> Ack {
+        loop {
+            if let Some(ack) = self.try_recv() {
+                return ack;
+            }
+            self.link.inbox.ready.notified().await;
+        }
+    }
+}
+
+impl Drop for AckReceiver {
+    fn drop(&mut self) {
+        let left = self
+            .link
+            .inbox
+            .acks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        drop(left);
+    }
+}
+
+impl LeaseLink {
+    /// A link for `queue`; its pull loop receives the reports with an [`AckReceiver`].
+    pub(crate) fn new(queue: MessageQueue, metrics: Arc<TopicMetrics>) -> Self {
+        Self {
+            queue,
+            inbox: Inbox {
+                acks: Mutex::new(Some(Vec::new())),
+                ready: Notify::new(),
+            },
+            state: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            guarded: None,
+            recorded: None,
+            metrics,
+        }
+    }
+
+    /// The topic's metric handles.
+    pub(crate) fn metrics(&self) -> &Arc<TopicMetrics> {
+        &self.metrics
+    }
+
+    /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
+    /// Records each batch's outcome on `lease` (see [`QueueLease::record_consumed`]).
+    pub(crate) fn recorded_on(mut self, lease: QueueLease) -> Self {
+        self.recorded = Some(lease);
+        self
+    }
+
+    /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`: on
+    /// the lease (for the running info) and in the metrics.
+    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
+        if let Some(lease) = &self.recorded {
+            lease.record_consumed(ok as u64, failed as u64, spent);
+        }
+        self.metrics.consumed(ok, failed, spent);
+    }
+
+    /// Runs `processing`, a batch of the lease's messages in the listener, as the consumer's
+    /// application code ([`QueueLease::processing`]): a shutdown asked for from inside it does
+    /// not wait for itself.
+    pub(crate) fn processing<F: std::future::Future>(
+        &self,
+        processing: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        match &self.recorded {
+            Some(lease) => futures_util::future::Either::Left(lease.processing(processing)),
+            None => futures_util::future::Either::Right(processing),
+        }
+    }
+
+    pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
+        self.guarded = Some(lease);
+        self
+    }
+
+    /// Waits for the right to run one batch: the lease's consume guard when the consumer locks
+    /// its queues; refused once the lease is handed off (before or while waiting), or while its
+    /// lock is stale.
+    pub(crate) async fn consume_guard(&self) -> Guard {
+        let Some(lease) = &self.guarded else {
+            return Guard::Unneeded;
+        };
+        match lease.consume_guard().await {
+            Some(guard) if !self.is_dropped() => Guard::Held(guard),
+            _ => Guard::Refused,
+        }
+    }
+
+    pub(crate) fn queue(&self) -> &MessageQueue {
+        &self.queue
+    }
+
+    /// Registers a batch starting consumption; false once the lease is handed off (the batch
+    /// is then dropped unprocessed).
+    pub(crate) fn begin(&self) -> bool {
+        self.state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |state| {
+                (state & DROPPED == 0).then_some(state + 1)
+            })
+            .is_ok()
+    }
+
+    /// Stops new batches from starting; returns how many started before.
+    pub(crate) fn drop_lease(&self) -> u64 {
+        self.state.fetch_or(DROPPED, Ordering::AcqRel) & !DROPPED
+    }
+
+    /// Whether the lease is handed off.
+    pub(crate) fn is_dropped(&self) -> bool {
+        self.state.load(Ordering::Acquire) & DROPPED != 0
+    }
+
+    /// Reports a batch to the pull loop (ignored when the loop is gone).
+    pub(crate) fn report(&self, ack: Ack) {
+        if ack.finished {
+            self.finished.fetch_add(1, Ordering::AcqRel);
+        }
+        let refused = {
+            let mut acks = self
+                .inbox
+                .acks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            match acks.as_mut() {
+                Some(acks) => {
+                    acks.push(ack);
+                    None
+                }
+                None => Some(ack),
+            }
+        };
+        match refused {
+            // Dropped outside the lock: it may release the queue's consume guard.
+            Some(ack) => drop(ack),
+            None => self.inbox.ready.notify_one(),
+        }
+    }
+
+    /// How many batches are in the listener (started and not finished).
+    pub(crate) fn in_flight(&self) -> u64 {
+        let started = self.state.load(Ordering::Acquire) & !DROPPED;
+        started.saturating_sub(self.finished.load(Ordering::Acquire))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn test_metrics() -> Arc<TopicMetrics> {
+        Arc::new(TopicMetrics::new("G", "T"))
+    }
+
+    fn ack(first: i64) -> Ack {
+        Ack {
+            epoch: 0,
+            first,
+            last: first,
+            retry: Vec::new(),
+            finished: true,
+            guard: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reports_arrive_in_order_and_a_wake_up_is_never_lost() {
+        let link = Arc::new(LeaseLink::new(
+            MessageQueue::new("T", "b", 0),
+            test_metrics(),
+        ));
+        let mut acks = AckReceiver::new(&link);
+        assert!(acks.try_recv().is_none());
+        // Reported before anyone waits: the wake-up is kept.
+        link.report(ack(1));
+        link.report(ack(2));
+        assert_eq!(acks.recv().await.first, 1);
+        assert_eq!(acks.try_recv().map(|a| a.first), Some(2));
+        let waiter = {
+            let link = link.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                link.report(ack(3));
+            })
+        };
+        assert_eq!(acks.recv().await.first, 3);
+        waiter.await.unwrap();
+        assert_eq!(link.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn reports_after_the_receiver_is_gone_are_dropped_with_their_guard() {
+        let link = Arc::new(LeaseLink::new(
+            MessageQueue::new("T", "b", 0),
+            test_metrics(),
+        ));
+        let (lease, state) =
+            crate::testing::lease(link.queue(), rebalance_runtime::StartPosition::Offset(0));
+        let acks = AckReceiver::new(&link);
+        let mut kept = ack(1);
+        kept.guard = lease.consume_guard().await;
+        assert!(state.guard_held());
+        link.report(kept);
+        drop(acks);
+        assert!(!state.guard_held(), "closing drops what was waiting");
+        let mut late = ack(2);
+        late.guard = lease.consume_guard().await;
+        link.report(late);
+        assert!(!state.guard_held(), "a late report is dropped at once");
+    }
+
+    #[test]
+    fn no_batch_begins_after_the_drop() {
+        let link = LeaseLink::new(MessageQueue::new("T", "b", 0), test_metrics());
+        assert!(link.begin());
+        assert!(link.begin());
+        assert_eq!(link.drop_lease(), 2);
+        assert!(link.is_dropped());
+        assert!(!link.begin());
+        assert_eq!(link.drop_lease(), 2);
+    }
+}

@@ -1,0 +1,445 @@
+//! [`PushConsumer`]: a consumer group member that pulls, buffers and consumes its queues'
+//! messages with a [`ConcurrentListener`] or an [`OrderlyListener`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::concurrent::run_worker;
+use super::config::{ConsumeOptions, ConsumeOptionsError};
+use super::leases::Leases;
+use super::shared::{Mode, Shared};
+use super::work::WorkQueue;
+use super::{ConcurrentListener, MessageSource, OrderlyListener};
+use rebalance_runtime::config::{ConsumeOrder, MessageModel};
+use rebalance_runtime::subscription::TagExpression;
+use rebalance_runtime::{
+    ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, MemberOptions,
+};
+
+/// How often a shutdown without `await_in_flight` says which batches it still waits for.
+const STILL_WAITING_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Entry point: `PushConsumer::builder("group")`.
+#[derive(Debug, Clone, Copy)]
+pub struct PushConsumer;
+
+impl PushConsumer {
+    /// A builder for a member of `group` that consumes messages.
+    pub fn builder(group: impl Into<String>) -> PushConsumerBuilder {
+        let group = group.into();
+        PushConsumerBuilder {
+            consumer: Consumer::builder(group.clone()),
+            group,
+            subscriptions: HashMap::new(),
+            message_model: MessageModel::default(),
+            options: ConsumeOptions::default(),
+            source: None,
+            listener: None,
+        }
+    }
+}
+
+/// Why a push consumer could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PushConsumerError {
+    /// A required part was not configured.
+    #[error("the push consumer needs {0}; set it on the builder")]
+    Missing(&'static str),
+    /// The consume options cannot be used.
+    #[error("consume options: {0}")]
+    Options(#[from] ConsumeOptionsError),
+    /// The consumer under it could not start.
+    #[error(transparent)]
+    Consumer(#[from] ConsumerError),
+}
+
+enum ListenerKind {
+    Concurrent(Arc<dyn ConcurrentListener>),
+    Orderly(Arc<dyn OrderlyListener>),
+}
+
+/// Configures a push consumer: its cluster ([`cluster`](Self::cluster): the group's services
+/// and the [`MessageSource`] in one value), how it is a member of its group
+/// ([`configure`](Self::configure)), its subscriptions, a listener, and [`ConsumeOptions`].
+#[must_use]
+pub struct PushConsumerBuilder {
+    consumer: ConsumerBuilder,
+    group: String,
+    subscriptions: HashMap<String, TagExpression>,
+    message_model: MessageModel,
+    options: ConsumeOptions,
+    source: Option<Arc<dyn MessageSource>>,
+    listener: Option<ListenerKind>,
+}
+
+impl std::fmt::Debug for PushConsumerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumerBuilder")
+            .field("consumer", &self.consumer)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumerBuilder {
+    /// The cluster: everything the group member and the consume layer need from outside, in
+    /// one value (`rebalance_rocketmq::RocketMq`, or the in-memory cluster's `ClusterClient`):
+    /// its name server, directory, offset store and locker, and its [`MessageSource`]. Call
+    /// [`source`](Self::source) or [`configure`](Self::configure) afterwards to replace a part
+    /// (a broadcasting consumer's own offset store, say).
+    pub fn cluster<C>(mut self, cluster: C) -> Self
+    where
+        C: ClusterServices + MessageSource + Clone,
+    {
+        self.source = Some(Arc::new(cluster.clone()));
+        self.consumer = self.consumer.cluster(cluster);
+        self
+    }
+
+    /// How the consumer is a member of its group ([`MemberOptions`]: cluster access, strategy,
+    /// intervals, client id, `exclusive_hand_off`...). What it consumes (topics, tags, listener,
+    /// order, message model) is this builder's.
+    pub fn configure(mut self, configure: impl FnOnce(MemberOptions) -> MemberOptions) -> Self {
+        self.consumer = self.consumer.configure(configure);
+        self
+    }
+
+    /// [`configure`](Self::configure) with a function that may fail (a strategy named with
+    /// [`MemberOptions::strategy_named`], say).
+    pub fn try_configure(
+        mut self,
+        configure: impl FnOnce(MemberOptions) -> Result<MemberOptions, ConsumerError>,
+    ) -> Result<Self, ConsumerError> {
+        self.consumer = self.consumer.try_configure(configure)?;
+        Ok(self)
+    }
+
+    /// Subscribes every tag of a topic.
+    pub fn subscribe(mut self, topic: impl Into<String>) -> Self {
+        let topic = topic.into();
+        self.consumer = self.consumer.subscribe(topic.clone());
+        self.subscriptions.insert(topic, TagExpression::all());
+        self
+    }
+
+    /// Subscribes the tags of a topic named by `expression` (see
+    /// [`ConsumerBuilder::subscribe_tags`]).
+    pub fn subscribe_tags(
+        mut self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<Self, ConsumerError> {
+        let topic = topic.into();
+        self.consumer = self.consumer.subscribe_tags(topic.clone(), expression)?;
+        if let Ok(expression) = TagExpression::parse(expression) {
+            self.subscriptions.insert(topic, expression);
+        }
+        Ok(self)
+    }
+
+    /// Clustering (default) or broadcasting. Broadcasting drops the messages its listener
+    /// fails (they are not sent back), as the Java client does.
+    pub fn message_model(mut self, model: MessageModel) -> Self {
+        self.consumer = self.consumer.message_model(model);
+        self.message_model = model;
+        self
+    }
+
+    /// How messages are pulled, buffered and consumed.
+    pub fn options(mut self, options: ConsumeOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Where messages are pulled from and sent back to.
+    pub fn source(mut self, source: Arc<dyn MessageSource>) -> Self {
+        self.source = Some(source);
+        self
+    }
+
+    /// Consumes with `listener`, several batches at once in any order.
+    pub fn concurrently(mut self, listener: Arc<dyn ConcurrentListener>) -> Self {
+        self.listener = Some(ListenerKind::Concurrent(listener));
+        self
+    }
+
+    /// Consumes with `listener`, each queue in order (the consumer locks its queues).
+    pub fn orderly(mut self, listener: Arc<dyn OrderlyListener>) -> Self {
+        self.listener = Some(ListenerKind::Orderly(listener));
+        self
+    }
+
+    /// Starts the consumer and its workers.
+    pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
+        self.options.validate()?;
+        let source = self
+            .source
+            .ok_or(PushConsumerError::Missing("a message source"))?;
+        let listener = self.listener.ok_or(PushConsumerError::Missing(
+            "a listener (concurrently or orderly)",
+        ))?;
+        let (mode, order, workers) = match listener {
+            ListenerKind::Concurrent(listener) => {
+                let work = Arc::new(WorkQueue::default());
+                let workers = Some((listener, work.clone()));
+                (Mode::Concurrent { work }, ConsumeOrder::Concurrent, workers)
+            }
+            ListenerKind::Orderly(listener) => (
+                Mode::Orderly {
+                    listener,
+                    permits: Arc::new(Semaphore::new(self.options.consume_concurrency)),
+                },
+                ConsumeOrder::Orderly,
+                None,
+            ),
+        };
+        let consumer = self.consumer.consume_order(order);
+        let shared = Arc::new(Shared::new(
+            Arc::from(self.group.as_str()),
+            source,
+            self.options,
+            self.message_model == MessageModel::Broadcasting,
+            mode,
+            self.subscriptions,
+        ));
+        let leases = Arc::new(Leases::new(shared.clone()));
+        let consumer = consumer.listener(leases.clone()).start().await?;
+        let stop = consumer.token().child_token();
+        let tasks = TaskTracker::new();
+        let mut aborts = Vec::new();
+        if let Some((listener, work)) = workers {
+            for _ in 0..self.options.consume_concurrency {
+                let worker =
+                    run_worker(shared.clone(), listener.clone(), work.clone(), stop.clone());
+                aborts.push(tasks.spawn(worker).abort_handle());
+            }
+        }
+        aborts.push(
+            tasks
+                .spawn(leases.clone().watch(stop.clone()))
+                .abort_handle(),
+        );
+        tasks.close();
+        Ok(PushConsumerHandle {
+            inner: Arc::new(Inner {
+                consumer,
+                shared,
+                leases,
+                stop,
+                tasks,
+                aborts,
+            }),
+        })
+    }
+}
+
+struct Inner {
+    consumer: ConsumerHandle,
+    shared: Arc<Shared>,
+    leases: Arc<Leases>,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+    aborts: Vec<tokio::task::AbortHandle>,
+}
+
+/// A running push consumer. Cheap to clone; dropping every handle shuts it down.
+///
+/// `PushConsumer::builder(..)...start().await?;` written as a statement would drop the handle
+/// at once, so the compiler warns about it (the type is `#[must_use]`):
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use std::sync::Arc;
+/// # use rebalance_consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+/// # use rebalance_runtime::memory::InMemoryCluster;
+/// # struct Noop;
+/// # #[async_trait::async_trait]
+/// # impl ConcurrentListener for Noop {
+/// #     async fn consume(&self, _: &[Message], _: &mut ConcurrentContext) -> ConsumeResult { ConsumeResult::Success }
+/// # }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = InMemoryCluster::new();
+/// # let client = cluster.client("c1@1");
+/// PushConsumer::builder("G")
+///     .subscribe("T")
+///     .configure(|c| c.cluster(client.clone()))
+///     .source(Arc::new(client))
+///     .concurrently(Arc::new(Noop))
+///     .start()
+///     .await?; // error: unused `PushConsumerHandle` that must be used
+/// # Ok(()) }
+/// ```
+///
+/// Keep it instead:
+///
+/// ```no_run
+/// #![deny(unused_must_use)]
+/// # use std::sync::Arc;
+/// # use rebalance_consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+/// # use rebalance_runtime::memory::InMemoryCluster;
+/// # struct Noop;
+/// # #[async_trait::async_trait]
+/// # impl ConcurrentListener for Noop {
+/// #     async fn consume(&self, _: &[Message], _: &mut ConcurrentContext) -> ConsumeResult { ConsumeResult::Success }
+/// # }
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// # let cluster = InMemoryCluster::new();
+/// # let client = cluster.client("c1@1");
+/// let _consumer = PushConsumer::builder("G")
+///     .subscribe("T")
+///     .configure(|c| c.cluster(client.clone()))
+///     .source(Arc::new(client))
+///     .concurrently(Arc::new(Noop))
+///     .start()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "dropping the last PushConsumerHandle shuts the push consumer down at once (it consumes nothing): keep the handle for as long as it should consume, and call `shutdown().await` to stop it"]
+pub struct PushConsumerHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PushConsumerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushConsumerHandle")
+            .field("consumer", &self.inner.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PushConsumerHandle {
+    /// The consumer group member underneath: its assignment, watches, round reports.
+    pub fn consumer(&self) -> &ConsumerHandle {
+        &self.inner.consumer
+    }
+
+    /// Waits until every subscribed topic had a balanced round, for at most `timeout` (see
+    /// [`ConsumerHandle::ready`]): a service that would consume nothing (a misspelled topic, a
+    /// name server it cannot reach) fails at start instead of in silence.
+    pub async fn ready(&self, timeout: std::time::Duration) -> Result<(), ConsumerError> {
+        self.inner.consumer.ready(timeout).await
+    }
+
+    /// Subscribes every tag of a topic at run time (see [`ConsumerHandle::subscribe`]).
+    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        self.inner
+            .shared
+            .set_expression(topic.clone(), TagExpression::all());
+        self.inner.consumer.subscribe(topic)
+    }
+
+    /// Subscribes the tags of a topic named by `expression` at run time (see
+    /// [`ConsumerHandle::subscribe_tags`]); the next pulls of its queues use it.
+    pub fn subscribe_tags(
+        &self,
+        topic: impl Into<String>,
+        expression: &str,
+    ) -> Result<bool, ConsumerError> {
+        let topic = topic.into();
+        let changed = self
+            .inner
+            .consumer
+            .subscribe_tags(topic.clone(), expression)?;
+        if let Ok(expression) = TagExpression::parse(expression) {
+            self.inner.shared.set_expression(topic, expression);
+        }
+        Ok(changed)
+    }
+
+    /// Unsubscribes a topic (its queues are handed off).
+    pub fn unsubscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
+        self.inner.consumer.unsubscribe(topic)
+    }
+
+    /// Hands every queue off (batches in the listener finish and are committed, buffered
+    /// messages are dropped), persists offsets, unregisters, stops the workers, and returns
+    /// when all of that is done.
+    ///
+    /// With [`ConsumeOptions::await_in_flight`] set, the workers (and the ordered batches a
+    /// hand-off left running) get that long after the hand-off to finish their batches; those still in the listener then are abandoned (their
+    /// tasks aborted, the listener's futures dropped) and named in an error event: their
+    /// messages are not committed, so the queues' next owners consume them again. Without it,
+    /// shutdown waits for every batch, warning every 30 s about those still running.
+    ///
+    /// Called from inside a listener call (a service that stops itself on a fatal error), it
+    /// starts the shutdown and returns at once: the shutdown waits for the batches in the
+    /// listener, this one included, so it cannot wait for its own end there. The batch is
+    /// committed like any other when it returns; [`join`](Self::join), from elsewhere, waits
+    /// for the end.
+    pub async fn shutdown(&self) {
+        if self.inner.consumer.in_own_callback() {
+            tracing::info!(
+                "shutdown asked for from a listener call: it goes on once the call returns"
+            );
+            let this = self.clone();
+            tokio::spawn(async move { this.shut_down().await });
+            return;
+        }
+        self.shut_down().await;
+    }
+
+    async fn shut_down(&self) {
+        self.inner.consumer.shutdown().await;
+        self.stop_workers().await;
+    }
+
+    /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]), then stops the
+    /// workers as [`shutdown`](Self::shutdown) does.
+    pub async fn join(&self) -> Result<(), ConsumerError> {
+        let result = self.inner.consumer.join().await;
+        self.stop_workers().await;
+        result
+    }
+
+    /// Stops the workers: each finishes its batch, bounded by `await_in_flight`.
+    async fn stop_workers(&self) {
+        let inner = &self.inner;
+        inner.stop.cancel();
+        inner.shared.outliving.close();
+        let all = || async {
+            inner.tasks.wait().await;
+            inner.shared.outliving.wait().await;
+        };
+        let Some(limit) = inner.shared.options.await_in_flight else {
+            while tokio::time::timeout(STILL_WAITING_EVERY, all())
+                .await
+                .is_err()
+            {
+                let batches = inner.shared.in_flight.list();
+                tracing::warn!(
+                    count = batches.len(),
+                    ?batches,
+                    "shutdown is waiting for batches still in the listener (set await_in_flight to bound the wait)"
+                );
+            }
+            return;
+        };
+        if tokio::time::timeout(limit, all()).await.is_ok() {
+            return;
+        }
+        let batches = inner.shared.in_flight.list();
+        tracing::error!(count = batches.len(), ?batches, await_in_flight = ?limit, "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again");
+        for task in &inner.aborts {
+            task.abort();
+        }
+        inner.shared.abandon.cancel();
+        all().await;
+    }
+
+    /// Stops everything at once, handing nothing off and without unregistering, as if the
+    /// process had died (for tests and simulations).
+    pub fn abort(&self) {
+        self.inner.consumer.abort();
+        self.inner.leases.abort_all();
+        for task in &self.inner.aborts {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The metrics a push consumer records (its own, `rebalance_consume::metrics`, and the
+//! runtime's), read from a recorder installed for the test's thread only (the runtime is
+//! single-threaded, so every task records into it).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics_util::registry::{AtomicStorage, Registry};
+use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+use rebalance_consume::metrics as consume_names;
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer,
+};
+use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::metrics as names;
+use tokio::sync::watch;
+use tokio::time::sleep;
+
+/// Keeps every metric's value (reading does not reset it).
+#[derive(Clone)]
+struct TestRecorder(Arc<Registry<Key, AtomicStorage>>);
+
+impl Recorder for TestRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        self.0
+            .get_or_create_counter(key, |c| Counter::from_arc(c.clone()))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        self.0
+            .get_or_create_gauge(key, |g| Gauge::from_arc(g.clone()))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        self.0
+            .get_or_create_histogram(key, |h| Histogram::from_arc(h.clone()))
+    }
+}
+
+impl TestRecorder {
+    fn new() -> Self {
+        Self(Arc::new(Registry::atomic()))
+    }
+
+    /// Whether `key` has every label of `labels`.
+    fn matches(key: &Key, name: &str, labels: &[(&str, &str)]) -> bool {
+        key.name() == name
+            && labels
+                .iter()
+                .all(|(k, v)| key.labels().any(|l| l.key() == *k && l.value() == *v))
+    }
+
+    /// The sum of the counters `name` with `labels`.
+    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.0
+            .get_counter_handles()
+            .iter()
+            .filter(|(k, _)| Self::matches(k, name, labels))
+            .map(|(_, c)| c.load(Ordering::SeqCst))
+            .sum()
+    }
+
+    /// The sum of the gauges `name` with `labels`.
+    fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0
+            .get_gauge_handles()
+            .iter()
+            .filter(|(k, _)| Self::matches(k, name, labels))
+            .map(|(_, g)| f64::from_bits(g.load(Ordering::SeqCst)))
+            .sum()
+    }
+
+    /// The values of the histograms `name` with `labels`.
+    fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> Vec<f64> {
+        let mut values = Vec::new();
+        for (key, h) in self.0.get_histogram_handles() {
+            if Self::matches(&key, name, labels) {
+                values.extend(h.data());
+            }
+        }
+        values
+    }
+
+    /// Each counter `name`'s value by the value of its label `by`.
+    fn counters_by(&self, name: &str, by: &str) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (key, c) in self.0.get_counter_handles() {
+            if key.name() != name {
+                continue;
+            }
+            if let Some(label) = key.labels().find(|l| l.key() == by) {
+                *out.entry(label.value().to_string()).or_default() += c.load(Ordering::SeqCst);
+            }
+        }
+        out
+    }
+}
+
+/// Runs `test` on a paused single-threaded runtime with `recorder` as this thread's recorder.
+fn with_recorder<F: Future<Output = ()>>(recorder: &TestRecorder, test: impl FnOnce() -> F) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    metrics::with_local_recorder(recorder, || runtime.block_on(test()));
+}
+
+/// Consumes once the gate opens; fails the first delivery of every message whose body ends
+/// with `fail_suffix`.
+struct Gated {
+    open: watch::Receiver<bool>,
+    fail_suffix: &'static str,
+}
+
+#[async_trait]
+impl ConcurrentListener for Gated {
+    async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+        let mut open = self.open.clone();
+        let _ = open.wait_for(|open| *open).await;
+        let failing = messages
+            .iter()
+            .any(|m| m.reconsume_times() == 0 && m.body().ends_with(self.fail_suffix.as_bytes()));
+        if failing {
+            ConsumeResult::ReconsumeLater
+        } else {
+            ConsumeResult::Success
+        }
+    }
+}
+
+const T: [(&str, &str); 2] = [("group", "G"), ("topic", "T")];
+
+/// Buffers, lag, consumption, send-backs, pulls, queues held, and rounds, across a member's
+/// join and leave: the values a dashboard would show, exactly.
+#[test]
+fn a_push_consumer_records_what_it_buffers_consumes_and_holds() {
+    let recorder = TestRecorder::new();
+    with_recorder(&recorder, || async {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 2, 4);
+        let (gate, open) = watch::channel(false);
+        let start = |id: &'static str| {
+            let client = cluster.client(id);
+            let listener = Arc::new(Gated {
+                open: open.clone(),
+                fail_suffix: "7",
+            });
+            PushConsumer::builder("G")
+                .subscribe("T")
+                .configure(|c| c.cluster(client.clone()).client_id(id))
+                .source(Arc::new(client))
+                .concurrently(listener)
+                .start()
+        };
+        let a = start("a@1").await.unwrap();
+        let b = start("b@1").await.unwrap();
+        sleep(Duration::from_secs(25)).await;
+        // Each queue of T is held once, whoever holds it.
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 8.0);
+        let rounds = recorder.counters_by(names::ROUNDS, "reason");
+        assert!(
+            rounds
+                .iter()
+                .filter(|(r, _)| r.contains("start"))
+                .map(|(_, n)| n)
+                .sum::<u64>()
+                >= 2,
+            "each member's first round: {rounds:?}"
+        );
+        assert!(
+            !recorder
+                .histogram(names::ROUND_DURATION, &[("group", "G")])
+                .is_empty()
+        );
+
+        let mut bytes = 0;
+        for i in 0..40 {
+            let body = format!("m{i}");
+            bytes += body.len();
+            cluster.send("T", OutgoingMessage::new(body)).unwrap();
+        }
+        sleep(Duration::from_secs(1)).await;
+        // Pulled, not consumed (the listener waits): all of it buffered, and all of it lag.
+        assert_eq!(recorder.gauge(consume_names::BUFFERED_MESSAGES, &T), 40.0);
+        assert_eq!(
+            recorder.gauge(consume_names::BUFFERED_BYTES, &T),
+            bytes as f64
+        );
+        assert_eq!(recorder.gauge(consume_names::LAG, &T), 40.0);
+        assert!(
+            recorder.counter(consume_names::PULLS, &[("topic", "T"), ("result", "found")]) >= 1
+        );
+        assert!(
+            !recorder
+                .histogram(consume_names::PULL_DURATION, &T)
+                .is_empty()
+        );
+
+        gate.send_replace(true);
+        sleep(Duration::from_secs(60)).await;
+        // m7, m17, m27 and m37 fail once, are sent back, and come back through the retry topic.
+        assert_eq!(recorder.gauge(consume_names::BUFFERED_MESSAGES, &T), 0.0);
+        assert_eq!(recorder.gauge(consume_names::BUFFERED_BYTES, &T), 0.0);
+        assert_eq!(recorder.gauge(consume_names::LAG, &T), 0.0);
+        assert_eq!(recorder.counter(consume_names::MESSAGES_CONSUMED, &T), 36);
+        assert_eq!(recorder.counter(consume_names::MESSAGES_FAILED, &T), 4);
+        assert_eq!(recorder.counter(consume_names::MESSAGES_SENT_BACK, &T), 4);
+        let retry = [("group", "G"), ("topic", "%RETRY%G")];
+        assert_eq!(
+            recorder.counter(consume_names::MESSAGES_CONSUMED, &retry),
+            4
+        );
+        assert_eq!(recorder.counter(consume_names::MESSAGES_FAILED, &retry), 0);
+        assert_eq!(
+            recorder
+                .histogram(consume_names::CONSUME_DURATION, &T)
+                .len(),
+            40,
+            "one listener call per message (batch size 1)"
+        );
+
+        // b leaves: its queues are removed at its shutdown, and a takes them.
+        let held_by_b = b
+            .consumer()
+            .assignment()
+            .queues
+            .get("T")
+            .map_or(0, Vec::len);
+        assert!(held_by_b > 0);
+        b.shutdown().await;
+        sleep(Duration::from_secs(25)).await;
+        let removed = recorder.counters_by(names::QUEUES_REMOVED, "reason");
+        assert_eq!(
+            recorder.counter(
+                names::QUEUES_REMOVED,
+                &[("topic", "T"), ("reason", "shutdown")]
+            ),
+            held_by_b as u64,
+            "{removed:?}"
+        );
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 8.0);
+        let added = recorder.counter(names::QUEUES_ADDED, &T);
+        let gone = recorder.counter(names::QUEUES_REMOVED, &T);
+        assert_eq!(added - gone, 8, "added {added}, removed {gone}");
+
+        a.shutdown().await;
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 0.0);
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &retry), 0.0);
+    });
+}
