@@ -15,6 +15,7 @@ pub mod produce_sim;
 pub mod rng;
 pub mod send;
 pub mod sim;
+pub mod svg;
 pub mod table;
 #[cfg(test)]
 mod test_args;
