@@ -10,6 +10,8 @@ pub mod connect;
 pub mod describe;
 pub mod jsonl;
 pub mod limits;
+#[cfg(feature = "local-cluster")]
+pub mod local_cluster;
 pub mod plan;
 pub mod produce_sim;
 pub mod rng;
