@@ -196,3 +196,31 @@ fn the_state_of_a_cluster_whose_process_died_is_cleaned_up() {
     );
     assert!(!dir.join("local-cluster.json").exists());
 }
+
+#[test]
+fn a_name_server_port_in_use_is_refused_before_anything_starts() {
+    let servers = fake_servers();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let dir = temp("port");
+    let run = rebalance(
+        &servers,
+        &[
+            "local-cluster",
+            "up",
+            "--namesrv-port",
+            &port,
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run.stderr));
+    assert!(
+        text(&run.stderr).contains(&format!(
+            "port {port} on 127.0.0.1 is in use (a name server already runs there?)"
+        )),
+        "{}",
+        text(&run.stderr)
+    );
+    assert!(!dir.join("namesrv.log").exists(), "no server was started");
+}

@@ -13,10 +13,9 @@ use serde_json::Value;
 const CHURN: &str =
     "join@5s,join@6s,leave:2@10s,crash:3@15s,ns-down@20s,join@30s,ns-up@40s,leave:0@50s";
 
+/// A file in the temporary directory, named for this run (each test removes its own).
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rebalance-sim-svg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    std::env::temp_dir().join(format!("rebalance-sim-svg-{}-{name}", std::process::id()))
 }
 
 /// The attributes of every element whose class list holds `class`.

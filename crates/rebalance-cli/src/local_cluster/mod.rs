@@ -150,6 +150,12 @@ pub enum LocalClusterError {
         /// The directory.
         dir: PathBuf,
     },
+    /// The name server's port is taken.
+    #[error(
+        "port {0} on 127.0.0.1 is in use (a name server already runs there?): stop what uses \
+         it, or give another --namesrv-port (0 picks a free one)"
+    )]
+    PortInUse(u16),
     /// The servers could not be started.
     #[error("the servers did not start: {0}")]
     Start(TestkitError),
@@ -210,8 +216,7 @@ impl LocalClusterError {
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            LocalClusterError::AlreadyRunning { .. }
-                | LocalClusterError::Start(TestkitError::PortInUse(_))
+            LocalClusterError::AlreadyRunning { .. } | LocalClusterError::PortInUse(_)
         )
     }
 }

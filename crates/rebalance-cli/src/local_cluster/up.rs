@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
+use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster, TestkitError};
 use serde_json::json;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -71,7 +71,10 @@ pub fn run(
         dir: Some(dir.clone()),
         ..ClusterOptions::default()
     };
-    let mut cluster = TestCluster::start_with(options).map_err(LocalClusterError::Start)?;
+    let mut cluster = TestCluster::start_with(options).map_err(|e| match e {
+        TestkitError::PortInUse(port) => LocalClusterError::PortInUse(port),
+        other => LocalClusterError::Start(other),
+    })?;
     for k in 1..args.brokers {
         cluster
             .add_broker(&broker_name(k))
