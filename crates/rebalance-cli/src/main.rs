@@ -116,6 +116,21 @@ enum Command {
     /// status is then 1. Limits: at most 100,000,000 messages, 100 retries, a rate up to
     /// 1,000,000 per second.
     Send(send::SendArgs),
+    /// Run the installed RocketMQ name server and broker(s) on 127.0.0.1, to try the consumer
+    /// and these commands on a real cluster: `up` starts them and prints their addresses (the
+    /// name server on 127.0.0.1:9876 by default), Ctrl-C or `down` stops them.
+    ///
+    /// The servers are `rocketmq-namesrv-rust` and `rocketmq-broker-rust` 1.0.0, looked up in
+    /// `$ROCKETMQ_SERVERS_DIR/bin` (default `~/.cache/rocketmq-servers-1.0.0/bin`); when they
+    /// are missing, `up` says how to install them. Their configs, stores and logs live in the
+    /// directory `--dir` names (default: `rebalance-local-cluster` in the temporary directory),
+    /// with the state file `down` and `status` read. The servers never outlive the `up` that
+    /// started them, however it ends.
+    #[cfg(feature = "local-cluster")]
+    LocalCluster {
+        #[command(subcommand)]
+        command: rebalance_cli::local_cluster::LocalClusterCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -155,6 +170,10 @@ fn main() -> ExitCode {
         }),
         Command::Send(args) => to_stdout("send", |out| send::run(&args, out, &mut io::stderr())),
         Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
+        #[cfg(feature = "local-cluster")]
+        Command::LocalCluster { command } => to_stdout("local-cluster", |out| {
+            rebalance_cli::local_cluster::run(&command, out, &mut io::stderr())
+        }),
     };
     match result {
         Ok(code) => code,
@@ -297,6 +316,11 @@ command_error! {
     compare::CompareError => compare::CompareError::Io,
     send::SendError => send::SendError::Io,
     describe::DescribeError => describe::DescribeError::Io,
+}
+
+#[cfg(feature = "local-cluster")]
+command_error! {
+    rebalance_cli::local_cluster::LocalClusterError => rebalance_cli::local_cluster::LocalClusterError::Io,
 }
 
 /// Runs a command writing to (buffered) standard output.

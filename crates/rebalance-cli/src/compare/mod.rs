@@ -27,13 +27,14 @@ pub mod metrics;
 pub mod svg;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use rebalance_core::strategy::{Params, StrategyRef, StrategyRegistry};
 use rebalance_core::{AllocateError, ClientId, MessageQueue};
 use serde_json::{Value, json};
 
 use crate::rng::SplitMix64;
+use crate::svg::{SvgFile, SvgFileError};
 use crate::{limits, table, workload};
 use events::{Event, Members, parse_events};
 use metrics::Owners;
@@ -267,49 +268,11 @@ fn check_sizes(args: &CompareArgs, joins: usize) -> Result<(), CompareError> {
     Ok(())
 }
 
-/// The `--svg` file, created before the comparison runs so that a bad path fails at once; a
-/// file that did not exist before is removed again if the comparison fails.
-struct SvgFile {
-    path: PathBuf,
-    file: std::fs::File,
-    created: bool,
-}
-
-impl SvgFile {
-    fn open(path: &Path) -> Result<Self, CompareError> {
-        let created = !path.exists();
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .map_err(|source| CompareError::Svg {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            file,
-            created,
-        })
-    }
-
-    fn write(mut self, text: &str) -> Result<(), CompareError> {
-        let result = self
-            .file
-            .set_len(0)
-            .and_then(|()| self.file.write_all(text.as_bytes()))
-            .and_then(|()| self.file.flush());
-        result.map_err(|source| CompareError::Svg {
-            path: self.path.clone(),
-            source,
-        })
-    }
-
-    fn abandon(self) {
-        if self.created {
-            // Best effort: the comparison's own error is the one reported.
-            let _ = std::fs::remove_file(&self.path);
+impl From<SvgFileError> for CompareError {
+    fn from(e: SvgFileError) -> Self {
+        CompareError::Svg {
+            path: e.path,
+            source: e.source,
         }
     }
 }

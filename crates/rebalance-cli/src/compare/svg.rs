@@ -1,9 +1,10 @@
 //! The comparison as an SVG chart: queues moved per event against the minimum, and the spread
-//! after each event, one colour per strategy. Plain SVG text, no plotting library.
+//! after each event, one colour per strategy. Plain SVG text through [`crate::svg`].
 
 use std::fmt::Write as _;
 
 use super::{Row, Summary};
+use crate::svg::{PALETTE as COLORS, escape, nice_max};
 
 const WIDTH: f64 = 960.0;
 const PANEL_HEIGHT: f64 = 230.0;
@@ -11,30 +12,6 @@ const LEFT: f64 = 70.0;
 const RIGHT: f64 = 270.0;
 const TOP: f64 = 50.0;
 const GAP: f64 = 80.0;
-const COLORS: [&str; 8] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#9c755f",
-];
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// A "nice" upper bound for an axis: 1, 2 or 5 times a power of ten, at least `max`.
-fn nice_max(max: f64) -> f64 {
-    if max <= 0.0 {
-        return 1.0;
-    }
-    let magnitude = 10f64.powf(max.log10().floor());
-    [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * magnitude)
-        .find(|&v| v >= max)
-        .unwrap_or(10.0 * magnitude)
-}
-
 struct Panel<'a> {
     title: &'a str,
     top: f64,
@@ -162,15 +139,7 @@ pub fn chart(title: &str, rows: &[Row], summaries: &[Summary]) -> String {
     };
     let height = TOP + 2.0 * PANEL_HEIGHT + GAP + 60.0;
     let mut svg = String::new();
-    let _ = writeln!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">"#
-    );
-    let _ = writeln!(
-        svg,
-        r#"<rect width="100%" height="100%" fill="white"/><text x="{LEFT}" y="22" font-size="16" font-weight="bold">{}</text>"#,
-        escape(title)
-    );
+    crate::svg::begin(&mut svg, WIDTH, height, LEFT, title);
     draw_panel(
         &mut svg,
         &Panel {
@@ -230,24 +199,6 @@ pub fn chart(title: &str, rows: &[Row], summaries: &[Summary]) -> String {
             note_y + 14.0 * k as f64
         );
     }
-    svg.push_str("</svg>\n");
+    crate::svg::end(&mut svg);
     svg
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nice_axis_bounds() {
-        assert_eq!(nice_max(0.0), 1.0);
-        assert_eq!(nice_max(3.0), 5.0);
-        assert_eq!(nice_max(10.0), 10.0);
-        assert_eq!(nice_max(101.0), 200.0);
-    }
-
-    #[test]
-    fn escapes_text() {
-        assert_eq!(escape("a<b>&\"c\""), "a&lt;b&gt;&amp;&quot;c&quot;");
-    }
 }

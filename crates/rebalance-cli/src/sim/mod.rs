@@ -3,12 +3,15 @@
 
 pub mod engine;
 pub mod message_report;
+pub mod picture;
 pub mod report;
 pub mod scenario;
 pub mod shared_plans;
+pub mod timeline;
 pub mod traffic;
 
 use std::io::{self, Write};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use rebalance_core::MessageQueue;
@@ -24,6 +27,7 @@ pub use self::report::{Summary, summarize};
 use self::scenario::{Action, Event};
 pub use self::traffic::Traffic;
 use crate::args::parse_param;
+use crate::svg::{SvgFile, SvgFileError};
 use crate::{limits, table};
 
 /// The command's arguments.
@@ -111,6 +115,14 @@ pub struct SimulateArgs {
     /// "queue", "offset", "msg_id", "reconsume_times"}`, after the callback lines.
     #[arg(long)]
     pub messages_log: bool,
+    /// Also draw the run to this SVG file: a row per queue, time across, each stretch in the
+    /// colour of the client that held the queue, unowned stretches hatched in red, double
+    /// ownership under a black bar, the scripted events on the time axis and, with --produce,
+    /// the messages waiting. At most 40 rows (spread over the queues, with a note) and about
+    /// 2 MB for any run. The file is created before the run, so a path that cannot be written
+    /// fails at once; the output on standard output is the same with or without it.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 /// `simulate --settle`: the consumers' adaptive default, or a fixed window.
@@ -211,6 +223,9 @@ pub enum SimulateError {
     /// The simulation failed.
     #[error(transparent)]
     Sim(#[from] engine::SimError),
+    /// The `--svg` file could not be created or written.
+    #[error(transparent)]
+    Svg(#[from] SvgFileError),
     /// Writing failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -218,11 +233,14 @@ pub enum SimulateError {
 
 impl SimulateError {
     /// Whether the arguments are at fault (exit status 2) rather than the run (exit status 1):
-    /// bad arguments, or an event naming a client that is not running.
+    /// bad arguments, an event naming a client that is not running, or an `--svg` file that
+    /// cannot be written.
     pub fn is_usage(&self) -> bool {
         matches!(
             self,
-            SimulateError::Arguments(_) | SimulateError::Sim(engine::SimError::NoSuchClient { .. })
+            SimulateError::Arguments(_)
+                | SimulateError::Svg(_)
+                | SimulateError::Sim(engine::SimError::NoSuchClient { .. })
         )
     }
 }
@@ -327,11 +345,23 @@ pub fn warnings(args: &SimulateArgs) -> Vec<String> {
     }
 }
 
-/// Runs the command.
+/// Runs the command (and draws the run to `--svg`).
 pub fn run(args: &SimulateArgs, out: &mut impl Write) -> Result<Summary, SimulateError> {
     let config = config(args)?;
-    let outcome = simulate(&config)?;
+    let svg = args.svg.as_deref().map(SvgFile::open).transpose()?;
+    let outcome = match simulate(&config) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            if let Some(svg) = svg {
+                svg.abandon();
+            }
+            return Err(e.into());
+        }
+    };
     let summary = summarize(&outcome);
+    if let Some(svg) = svg {
+        svg.write(&picture::draw(&config, &outcome, &summary))?;
+    }
     if args.json {
         write_json(&config, &outcome, &summary, args.messages_log, out)?;
     } else {

@@ -77,3 +77,16 @@ pub fn rebalance_text(args: &[&str]) -> TextRun {
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }
+
+/// Whether process `pid` runs: it exists and has not exited (a zombie waiting for its parent
+/// has exited). Linux (`/proc`).
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command name, which is in parentheses.
+            let (_, rest) = stat.rsplit_once(')')?;
+            rest.split_whitespace().next().map(|s| s != "Z" && s != "X")
+        })
+        .unwrap_or(false)
+}

@@ -1,6 +1,7 @@
 //! Real RocketMQ servers for tests: a name server and brokers on free loopback ports, with their
-//! configuration, stores and logs in a temporary directory, stopped when the cluster is dropped
-//! (also when the test panics), and killed when the test process dies without dropping it.
+//! configuration, stores and logs in a temporary directory (or one given), stopped when the
+//! cluster is dropped (also when the test panics), and killed when the test process dies without
+//! dropping it. `rebalance local-cluster up` runs one for people too.
 //!
 //! The binaries `rocketmq-namesrv-rust` and `rocketmq-broker-rust` are looked up in
 //! `$ROCKETMQ_SERVERS_DIR/bin`, by default `~/.cache/rocketmq-servers-1.0.0/bin`;
@@ -78,6 +79,9 @@ pub enum TestkitError {
     /// No free loopback port was found.
     #[error("no free loopback port found")]
     NoFreePort,
+    /// The port asked for ([`ClusterOptions::namesrv_port`]) is taken.
+    #[error("port {0} on 127.0.0.1 is in use (another name server?)")]
+    PortInUse(u16),
     /// A server exited while starting.
     #[error("{server} exited while starting ({status}); its log ends with\n{log_tail}")]
     Exited {
@@ -207,6 +211,13 @@ pub struct ClusterOptions {
     /// Java 5.2+): an operator's reset is stored by the broker and handed to the next pull.
     /// False: the broker pushes RESET_CONSUMER_CLIENT_OFFSET to the group's clients instead.
     pub server_side_reset: bool,
+    /// The name server's port on 127.0.0.1. `None`: a free one. A port in use is
+    /// [`TestkitError::PortInUse`] at once (not tried again on other ports).
+    pub namesrv_port: Option<u16>,
+    /// The cluster's directory (configs, stores, logs): created if missing, and kept, with its
+    /// stores, when the cluster stops, so that a cluster started on it again finds its topics,
+    /// offsets and messages. `None`: a temporary directory, deleted when the cluster is dropped.
+    pub dir: Option<PathBuf>,
 }
 
 impl Default for ClusterOptions {
@@ -220,6 +231,8 @@ impl Default for ClusterOptions {
             namesrv_tls_test_mode: false,
             broker_advertised_ip: None,
             server_side_reset: true,
+            namesrv_port: None,
+            dir: None,
         }
     }
 }
@@ -235,7 +248,8 @@ struct Broker {
 /// A running name server and its brokers. Dropping it stops every server (SIGTERM, then SIGKILL
 /// after [`ClusterOptions::stop_grace`]) and deletes the directory, unless the thread is
 /// panicking: then the directory is kept with the servers' configs and logs and each broker's
-/// `store/config` (its message data is deleted), and its path printed.
+/// `store/config` (its message data is deleted), and its path printed. A directory given in
+/// [`ClusterOptions::dir`] is always kept whole.
 ///
 /// A broker is not started on a disk more than 90 % used, which broker 1.0 refuses without saying
 /// why: [`TestkitError::DiskTooFull`] says how much to free.
@@ -251,7 +265,25 @@ pub struct TestCluster {
     name_server: ServerProcess,
     brokers: Vec<Broker>,
     // Dropped last: the servers are stopped before their files go.
-    dir: Option<tempfile::TempDir>,
+    dir: Option<ClusterDir>,
+}
+
+/// Where a cluster's files are: a temporary directory of its own, or one it was given.
+#[derive(Debug)]
+enum ClusterDir {
+    /// Deleted when dropped.
+    Temporary(tempfile::TempDir),
+    /// [`ClusterOptions::dir`]: kept.
+    Given(PathBuf),
+}
+
+impl ClusterDir {
+    fn path(&self) -> &Path {
+        match self {
+            ClusterDir::Temporary(dir) => dir.path(),
+            ClusterDir::Given(path) => path,
+        }
+    }
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestkitError {
@@ -298,7 +330,10 @@ impl TestCluster {
             match Self::try_start(options.clone()) {
                 Err(e)
                     if attempt < START_ATTEMPTS
-                        && !matches!(e, TestkitError::DiskTooFull { .. }) =>
+                        && !matches!(
+                            e,
+                            TestkitError::DiskTooFull { .. } | TestkitError::PortInUse(_)
+                        ) =>
                 {
                     tracing::warn!(attempt, error = %e, "test cluster did not start; trying other ports");
                     attempt += 1;
@@ -310,13 +345,27 @@ impl TestCluster {
 
     fn try_start(options: ClusterOptions) -> Result<Self, TestkitError> {
         let binaries = ServerBinaries::locate()?;
-        let dir = tempfile::Builder::new()
-            .prefix("rocketmq-testkit-")
-            .tempdir()
-            .map_err(io("cannot create the cluster directory"))?;
         let mut ports = PortReservation::default();
-        let namesrv_port = ports.any()?;
+        let namesrv_port = match options.namesrv_port {
+            Some(port) => ports.exactly(port)?,
+            None => ports.any()?,
+        };
         let health_port = ports.any()?;
+        let dir = match &options.dir {
+            Some(path) => {
+                std::fs::create_dir_all(path).map_err(io(format!(
+                    "cannot create the cluster directory {}",
+                    path.display()
+                )))?;
+                ClusterDir::Given(path.clone())
+            }
+            None => ClusterDir::Temporary(
+                tempfile::Builder::new()
+                    .prefix("rocketmq-testkit-")
+                    .tempdir()
+                    .map_err(io("cannot create the cluster directory"))?,
+            ),
+        };
         let ns_dir = dir.path().join("namesrv");
         std::fs::create_dir_all(&ns_dir).map_err(io("cannot create the name server directory"))?;
         let mut config = format!(
@@ -595,6 +644,21 @@ diskSpaceCleanForciblyRatio = 98
             .collect()
     }
 
+    /// The servers not running (exited by themselves, or stopped through the kit): `"namesrv"`
+    /// and broker names.
+    pub fn servers_down(&mut self) -> Vec<String> {
+        let mut down = Vec::new();
+        if !self.name_server.is_running() {
+            down.push("namesrv".to_string());
+        }
+        for broker in &mut self.brokers {
+            if !broker.process.is_running() {
+                down.push(broker.name.clone());
+            }
+        }
+        down
+    }
+
     /// The path of a server's log: `"namesrv"` or a broker name.
     pub fn log_path(&self, server: &str) -> Result<PathBuf, TestkitError> {
         if server == "namesrv" {
@@ -718,7 +782,7 @@ impl Drop for TestCluster {
         }
         self.name_server.reap(deadline);
         if std::thread::panicking() {
-            if let Some(dir) = self.dir.take() {
+            if let Some(ClusterDir::Temporary(dir)) = self.dir.take() {
                 let kept = dir.keep();
                 // Message data runs to hundreds of megabytes per broker, and a failing CI run
                 // would leave it behind on each retry: keep what a developer reads.

@@ -51,6 +51,11 @@ impl PortReservation {
         }
     }
 
+    /// Exactly `port`, if it is free.
+    pub(crate) fn exactly(&mut self, port: u16) -> Result<u16, TestkitError> {
+        self.hold(port).ok_or(TestkitError::PortInUse(port))
+    }
+
     /// Any free port.
     pub(crate) fn any(&mut self) -> Result<u16, TestkitError> {
         (0..100)
@@ -104,6 +109,10 @@ mod tests {
         }
         // Held while reserved, free once released.
         assert!(TcpListener::bind(("127.0.0.1", a - 2)).is_err());
+        assert!(matches!(
+            PortReservation::default().exactly(c),
+            Err(TestkitError::PortInUse(p)) if p == c
+        ));
         ports.release();
         assert!(TcpListener::bind(("127.0.0.1", a - 2)).is_ok());
     }
