@@ -24,21 +24,34 @@
 //! servers know them, logged once per resource. A request the brokers would refuse or misread
 //! fails before anything is sent ([`PopError::InvalidRequest`]).
 //!
-//! **What the Rust broker 1.0 does differently from the Java broker** (from its source, and
-//! checked on a real broker by `tests/pop_real_servers.rs`):
-//! - no custom header on 209 and 210 answers (only a 0 answer's header is read here);
+//! **What the Rust broker 1.0 does differently from the Java broker** (observed on a real broker
+//! by `tests/pop_real_servers.rs`, and traced in its source):
+//! - **Unacknowledged messages of a concurrent POP never come back.** It writes each pop's
+//!   checkpoint (and each acknowledgement) to its revive log as a timer message whose delay is
+//!   the *absolute* revive time, which its timer refuses (`WheelTimerMsgIllegal`): nothing is
+//!   ever revived, no POP retry topic is created, and as the group's offset moved at the pop, a
+//!   message popped and not consumed is lost to the group. ACK_MESSAGE answers 0 all the same.
+//! - For the same reason CHANGE_MESSAGE_INVISIBLETIME of a concurrent POP's message answers 1
+//!   (`append check point error, status: WheelTimerMsgIllegal`).
+//! - Orderly POP does redeliver (the queue is blocked for other attempts until the batch is
+//!   acknowledged or its invisible time passes), but acknowledging a later message of the batch
+//!   before an earlier one moves the group past the earlier one, which never comes back; two
+//!   orderly POPs without attempt id count as one attempt; the first orderly POP of a queue
+//!   without offset returns one message.
+//! - No custom header on 209 and 210 answers (only a 0 answer's header is read here).
 //! - `msgOffsetInfo` joins one queue's offsets with `;` instead of `,` (both are read, see
-//!   [`offset_info`]);
-//! - a ninth handle field (the retry-policy generation) on messages of a retry topic (kept and
-//!   echoed);
+//!   [`offset_info`]).
+//! - A ninth handle field (the retry-policy generation) on messages of a retry topic (kept and
+//!   echoed).
 //! - BATCH_ACK's bit set must be a JSON array of bytes whose length is a multiple of 8 (what
-//!   [`batch_ack_request`] writes); whether a Java broker reads that form is not verified (it
-//!   writes a base64 string), and the Java push consumer never batch-acks;
-//! - `maxMsgNums` above 32 and a queue id past the topic's are answered 1, not 29 (refused
-//!   here before sending).
+//!   [`batch_ack_request`] writes); a base64 string (fastjson's form of Java's `byte[]`) is
+//!   answered 1 `Serialization failed`. Whether a Java broker reads the array form is not
+//!   verified, and the Java push consumer never batch-acknowledges.
+//! - `maxMsgNums` above 32 and a queue id past the topic's are answered 1 `Internal error`, not
+//!   29 (refused here before sending).
 
-mod ack;
-mod handle;
+pub mod ack;
+pub mod handle;
 pub mod notification;
 pub mod offset_info;
 pub mod pop_message;

@@ -13,8 +13,8 @@
 //! copies out of a POP retry topic) keeps it; any other gets one built as the Java client
 //! builds it: the checkpoint offset from `startOffsetInfo` (else the first offset of the batch
 //! in that queue), the offset from `msgOffsetInfo` (else the record's own), the broker name
-//! of the request. Each message is given the handle as its [`POP_CK`](super::POP_CK)
-//! property and the pop time as [`FIRST_POP_TIME`](super::FIRST_POP_TIME) when it has none.
+//! of the request. Each message is given the handle as its [`POP_CK`]
+//! property and the pop time as [`FIRST_POP_TIME`] when it has none.
 //!
 //! **Bodies are re-filtered by tag**: the broker filters by tag hash code only, so a message
 //! whose tag merely collides is returned; its handle goes to [`PopBatch::unmatched`], for the
@@ -304,7 +304,7 @@ pub fn pop_timeout(poll_time: Duration, request_timeout: Duration) -> Duration {
 pub struct PoppedMessage {
     /// The message. Its queue is the one it was read from: a queue of the POP retry topic
     /// (`%RETRY%{group}_{topic}`) for a redelivered message, shown under the popped topic
-    /// ([`Message::topic`]); its [`POP_CK`](super::POP_CK) property is the handle.
+    /// ([`Message::topic`]); its [`POP_CK`] property is the handle.
     pub message: Message,
     /// Its receipt handle.
     pub handle: ReceiptHandle,
