@@ -58,6 +58,26 @@ pub mod request_code {
     /// A consumer's running state: broker to client, or admin to broker, which forwards it
     /// (extFields `consumerGroup`, `clientId`, `jstackEnable`).
     pub const GET_CONSUMER_RUNNING_INFO: i32 = 307;
+    /// The queues the broker assigns to a client (server-side assignment; body
+    /// `QueryAssignmentRequestBody`, broker).
+    pub const QUERY_ASSIGNMENT: i32 = 400;
+    /// Whether a group reads a topic by PULL or POP, as QUERY_ASSIGNMENT then assigns it (body
+    /// `SetMessageRequestModeRequestBody`, every broker of the topic).
+    pub const SET_MESSAGE_REQUEST_MODE: i32 = 401;
+    /// Take messages, which stay invisible to other POPs until acknowledged or their invisible
+    /// time passes (broker master).
+    pub const POP_MESSAGE: i32 = 200050;
+    /// Acknowledge one popped message by its receipt handle (broker master).
+    pub const ACK_MESSAGE: i32 = 200051;
+    /// Read messages at a group's POP offset without taking them (broker).
+    pub const PEEK_MESSAGE: i32 = 200052;
+    /// Postpone the redelivery of one popped message; answers a new receipt handle (broker
+    /// master).
+    pub const CHANGE_MESSAGE_INVISIBLETIME: i32 = 200053;
+    /// Whether there is anything to pop, held by the broker up to a poll time (broker).
+    pub const NOTIFICATION: i32 = 200054;
+    /// Acknowledge many popped messages (JSON body, no header; broker master).
+    pub const BATCH_ACK_MESSAGE: i32 = 200151;
 }
 
 /// Response codes (`ResponseCode` in the Java client) this crate interprets.
@@ -77,6 +97,11 @@ pub mod response_code {
     pub const SLAVE_NOT_AVAILABLE: i32 = 11;
     /// A sent message is stored but its replication timed out (answer to SEND_MESSAGE).
     pub const FLUSH_SLAVE_TIMEOUT: i32 = 12;
+    /// The request names a queue the topic does not have (answer to ACK_MESSAGE and
+    /// CHANGE_MESSAGE_INVISIBLETIME), or an offset outside an orderly POP's batch.
+    pub const MESSAGE_ILLEGAL: i32 = 13;
+    /// The broker cannot serve the request now (its store is unavailable, ...).
+    pub const SERVICE_NOT_AVAILABLE: i32 = 14;
     /// The server refused this client's credentials or permissions (ACL 2.0 and the Rust
     /// broker; see [`acl::is_denial`](crate::acl::is_denial)).
     pub const NO_PERMISSION: i32 = 16;
@@ -90,13 +115,27 @@ pub mod response_code {
     pub const PULL_OFFSET_MOVED: i32 = 21;
     /// No offset is stored yet (answer to QUERY_CONSUMER_OFFSET).
     pub const QUERY_NOT_FOUND: i32 = 22;
-    /// No member of the group is connected (answer to GET_CONSUMER_CONNECTION_LIST).
-    pub const CONSUMER_NOT_ONLINE: i32 = 206;
+    /// The filter expression does not parse (answer to POP_MESSAGE, NOTIFICATION).
+    pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
     /// The broker does not know the consumer's subscription; the Rust broker also answers it
     /// for "subscription not latest" (answer to PULL_MESSAGE).
     pub const SUBSCRIPTION_NOT_EXIST: i32 = 24;
     /// The broker's subscription is older than the pull's (answer to PULL_MESSAGE).
     pub const SUBSCRIPTION_NOT_LATEST: i32 = 25;
+    /// The broker does not know the group and may not create it.
+    pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
+    /// A header field is missing or out of range (the Rust broker answers it for any header
+    /// that does not decode).
+    pub const INVALID_PARAMETER: i32 = 29;
+    /// No member of the group is connected (answer to GET_CONSUMER_CONNECTION_LIST).
+    pub const CONSUMER_NOT_ONLINE: i32 = 206;
+    /// The acknowledged offset is outside the queue's stored range: the message is gone
+    /// (answer to ACK_MESSAGE, BATCH_ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME).
+    pub const NO_MESSAGE: i32 = 208;
+    /// Too many POP or NOTIFICATION requests are held by the broker: retry a little later.
+    pub const POLLING_FULL: i32 = 209;
+    /// Nothing to pop within the poll time (answer to POP_MESSAGE): pop again.
+    pub const POLLING_TIMEOUT: i32 = 210;
     /// The broker asks the client to slow down.
     pub const FLOW_CONTROL: i32 = 215;
 }

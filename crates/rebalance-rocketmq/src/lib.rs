@@ -13,7 +13,9 @@
 //!   [`QueueLocker`](rebalance_runtime::QueueLocker) at the brokers, and the consume layer's
 //!   [`MessageSource`](rebalance_consume::MessageSource): PULL_MESSAGE with long
 //!   polling ([`broker::pull`]), CONSUMER_SEND_MSG_BACK with its fallback to the retry topic
-//!   ([`broker::send_back`]), and the queues' min, max and by-time offsets.
+//!   ([`broker::send_back`]), and the queues' min, max and by-time offsets. RocketMQ 5
+//!   consumption: POP, acknowledgements and invisible time ([`broker::pop`]), server-side
+//!   assignment ([`broker::assignment`]).
 //! - [`message`]: the stored-message records of a pull's answer, decoded (compressed bodies,
 //!   properties, message ids) without panicking on any input.
 //! - [`ServerQuestions`]: the brokers' requests to the client (membership changes, running

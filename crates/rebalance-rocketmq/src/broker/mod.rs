@@ -1,11 +1,13 @@
 //! [`BrokerClient`]: the broker side of a consumer (group membership, offsets, locks).
 
+pub mod assignment;
 mod connections;
 mod directory;
 mod group_view;
 mod locks;
 mod offsets;
 mod offsets_query;
+pub mod pop;
 pub mod pull;
 mod registrations;
 pub mod send_back;
@@ -52,6 +54,12 @@ struct Inner {
 /// layer's [`MessageSource`](rebalance_consume::MessageSource) (PULL_MESSAGE,
 /// CONSUMER_SEND_MSG_BACK and its fallback, GET_MIN_OFFSET, GET_MAX_OFFSET,
 /// SEARCH_OFFSET_BY_TIMESTAMP; see [`pull`] and [`send_back`]).
+///
+/// **RocketMQ 5 consumption**: POP ([`pop`](Self::pop), [`ack`](Self::ack),
+/// [`batch_ack`](Self::batch_ack), [`change_invisible_time`](Self::change_invisible_time),
+/// [`notification`](Self::notification); see [`pop`](mod@pop)) and server-side assignment
+/// ([`query_assignment`](Self::query_assignment),
+/// [`set_message_request_mode`](Self::set_message_request_mode); see [`assignment`]).
 ///
 /// Broker addresses come from the routes its [`NameServerClient`] fetched (the runtime polls
 /// them); a topic or broker not seen yet is looked up on demand. It shares the name server

@@ -21,7 +21,7 @@
 
 use std::time::Duration;
 
-use rebalance_consume::{PullError, PullRequest, PullResult, property};
+use rebalance_consume::{Message, PullError, PullRequest, PullResult, property};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::subscription::TagExpression;
 use tokio::time::Instant;
@@ -234,23 +234,27 @@ pub(crate) fn plain_names(result: PullResult, ns: &Namespace) -> PullResult {
     };
     let messages = messages
         .into_iter()
-        .map(|message| {
-            let plain = message
-                .property(property::RETRY_TOPIC)
-                .map(|wire| (wire, ns.unwrap(wire)))
-                .filter(|(wire, plain)| wire != plain)
-                .map(|(_, plain)| plain.into_owned());
-            match plain {
-                Some(plain) => message.with_property(property::RETRY_TOPIC, plain),
-                None => message,
-            }
-        })
+        .map(|message| plain_retry_topic(message, ns))
         .collect();
     PullResult::Found {
         messages,
         next_offset,
         min_offset,
         max_offset,
+    }
+}
+
+/// `message` with its origin topic ([`RETRY_TOPIC`](property::RETRY_TOPIC)), if any, out of
+/// the namespace; another namespace's is left.
+pub(crate) fn plain_retry_topic(message: Message, ns: &Namespace) -> Message {
+    let plain = message
+        .property(property::RETRY_TOPIC)
+        .map(|wire| (wire, ns.unwrap(wire)))
+        .filter(|(wire, plain)| wire != plain)
+        .map(|(_, plain)| plain.into_owned());
+    match plain {
+        Some(plain) => message.with_property(property::RETRY_TOPIC, plain),
+        None => message,
     }
 }
 
