@@ -12,6 +12,7 @@ mod final_offsets;
 mod inputs_memo;
 mod lock_book;
 mod locks;
+mod membership;
 mod offsets;
 mod reset;
 mod round;
@@ -80,6 +81,8 @@ pub(crate) struct Service {
     missing_since: HashMap<String, Instant>,
     /// When the rebalance last asked the heartbeat task for a heartbeat.
     last_heartbeat_request: Option<Instant>,
+    /// Which topic the next membership check lists (the topics take turns).
+    check_turn: usize,
     round: u64,
     schedule: Schedule,
     /// `queues_added` calls to make again.
@@ -130,6 +133,7 @@ impl Service {
             locks: LockBook::default(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
+            check_turn: 0,
             round: 0,
             schedule,
             added_retries: AddedRetries::default(),
@@ -153,6 +157,18 @@ impl Service {
         helpers: TaskTracker,
     ) {
         let mut membership = self.ctx.directory.membership_changes(&self.ctx.group);
+        // Asked once the membership notifications are watched, so that a member registering
+        // in between is seen one way or the other.
+        if self.schedule.may_start_alone() {
+            let alone = tokio::select! {
+                biased;
+                _ = token.cancelled() => false,
+                alone = self.alone_in_group() => alone,
+            };
+            if alone {
+                self.schedule.started_alone();
+            }
+        }
         let mut resets = self.resets.take();
         let activity = self.ctx.activity.clone();
         loop {
@@ -187,12 +203,13 @@ impl Service {
                         membership = None;
                     }
                 }
-                () = tokio::time::sleep_until(wake_at) => {
+                () = sleep_until(wake_at) => {
                     match self.schedule.take_due(Instant::now(), pending, added_retry) {
                         Some(Due::Renewal) => self.renew_locks().await,
                         Some(Due::Persistence) => self.persist_offsets().await,
                         Some(Due::AddedRetry) => self.retry_added().await,
                         Some(Due::Round) => self.run_round().await,
+                        Some(Due::MembershipCheck) => self.check_membership().await,
                         None => {}
                     }
                 }
@@ -493,6 +510,15 @@ async fn next_reset(
             }
         },
         None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`, and not at all when `at` has come: tokio's timer rounds a deadline up to
+/// its next millisecond tick, even one already past, so work due now (a round asked for, with
+/// `rebalance_min` long past) would otherwise wait up to a millisecond for the timer.
+async fn sleep_until(at: Instant) {
+    if at > Instant::now() {
+        tokio::time::sleep_until(at).await;
     }
 }
 
