@@ -268,6 +268,7 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
+        let give_back = self.schedule.giving_back();
         let reasons = self
             .schedule
             .start_round(Instant::now(), self.trigger.take());
@@ -279,15 +280,21 @@ impl Service {
             round = self.round,
             reasons = %reasons,
         );
-        let report = self.round_inner(reasons).instrument(span).await;
+        let report = self.round_inner(reasons, give_back).instrument(span).await;
         let retry_locks = self.locks.take_retry();
         self.schedule
             .end_round(Instant::now(), report.balanced, retry_locks);
+        if give_back {
+            // The round that takes the shares, once the group has settled.
+            self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
+        }
         crate::metrics::record_report(&self.ctx.group, &report);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
-    async fn round_inner(&mut self, reasons: WakeReasons) -> RoundReport {
+    /// One round; `give_back`: every queue is released (see `Schedule::membership_changed`)
+    /// and nothing allocated.
+    async fn round_inner(&mut self, reasons: WakeReasons, give_back: bool) -> RoundReport {
         let started = Instant::now();
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
@@ -296,7 +303,20 @@ impl Service {
         self.missing_since
             .retain(|t, _| subscriptions.contains_key(t));
         self.memo.retain(|t| subscriptions.contains_key(t));
-        let mut targets = self.targets(&subscribed, &routes).await;
+        let mut targets = if give_back {
+            subscribed
+                .iter()
+                .map(|topic| {
+                    self.memo.forget(topic);
+                    (
+                        topic.clone(),
+                        Target::release_all(RemovalReason::Reassigned),
+                    )
+                })
+                .collect()
+        } else {
+            self.targets(&subscribed, &routes).await
+        };
         for (topic, target) in &mut targets {
             if !matches!(target, Target::NotYet) {
                 let decided = std::mem::replace(target, Target::NotYet);

@@ -88,6 +88,16 @@ pub(super) struct Schedule {
     /// The membership checks, every `membership_check` from the end of the last round (`None`
     /// before the first round, or without checks).
     check: Option<Ticks>,
+    /// The first round ran alone (the directory listed nobody else at the start) and nobody
+    /// has arrived since.
+    took_alone: bool,
+    /// Somebody arrived within the start's burst after the first round took every queue alone:
+    /// the next round gives every queue back at once (see
+    /// [`membership_changed`](Self::membership_changed)).
+    give_back: bool,
+    /// The queues were given back: until its next round the member waits for the group to
+    /// settle as a starting member does.
+    restarting: bool,
 }
 
 impl Schedule {
@@ -110,6 +120,9 @@ impl Schedule {
             membership_quiet_at: quiet.map(|window| now + window),
             settle_started: quiet.map(|_| now),
             check: None,
+            took_alone: false,
+            give_back: false,
+            restarting: false,
         }
     }
 
@@ -128,12 +141,34 @@ impl Schedule {
     /// The directory said the group's membership changed: while the group settles (a fixed
     /// window, or an adaptive one that finds the group changing), the round waits until it has
     /// been quiet long enough. `now`: when the change was notified.
+    ///
+    /// A member whose first round took every queue alone (nobody else was listed at its start)
+    /// and that sees somebody arrive within the start's burst (less than `AdaptiveSettle::max`
+    /// after its start) was the first of a group starting slowly, not alone: the newcomers
+    /// plan from the pace of their arrivals and would take their shares while it still holds
+    /// them (its next round may wait `rebalance_min`). So it gives every queue back at once
+    /// (the next round releases everything, whatever `rebalance_min` says) and then waits for
+    /// the group to settle like a starting member.
     pub(super) fn membership_changed(&mut self, now: Instant) {
-        let starting = self.last_round_start.is_none();
+        let mut starting = self.last_round_start.is_none() || self.restarting;
+        if std::mem::take(&mut self.took_alone) && self.settle.continues_burst(now) {
+            tracing::info!(
+                "a member arrived right after this one started alone: giving every queue back at once, then waiting for the group to settle"
+            );
+            self.give_back = true;
+            self.restarting = true;
+            starting = true;
+        }
         if let Some(window) = self.settle.change(now, starting) {
             self.membership_quiet_at = Some(now + window);
             self.settle_started.get_or_insert(now);
         }
+    }
+
+    /// Whether the next round gives every queue back (see
+    /// [`membership_changed`](Self::membership_changed)).
+    pub(super) fn giving_back(&self) -> bool {
+        self.give_back
     }
 
     /// Whether the member's first round may run sooner if it is alone in the group (the
@@ -166,13 +201,17 @@ impl Schedule {
     /// window, or `rebalance_wait` after the change that began the burst: not the timers, not
     /// lock retries, which would plan from a group still changing.
     pub(super) fn next_round_at(&self, now: Instant, pending: WakeReasons) -> Instant {
+        if self.give_back {
+            return now;
+        }
         let intervals = &self.intervals;
         let earliest = self
             .last_round_start
             .map_or(now, |s| s + intervals.rebalance_min);
         let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
         if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
-            let only_changes = self.last_round_start.is_none() || settling.contains(pending);
+            let only_changes =
+                self.last_round_start.is_none() || self.restarting || settling.contains(pending);
             if !pending.is_empty() && only_changes {
                 return quiet.min(started + intervals.rebalance_wait).max(earliest);
             }
@@ -248,6 +287,13 @@ impl Schedule {
     /// A round starts at `now`, woken for `woken` (the wake-ups taken): returns why it runs,
     /// which adds the lock retry when it is due, and the timer when nothing woke it.
     pub(super) fn start_round(&mut self, now: Instant, woken: WakeReasons) -> WakeReasons {
+        if std::mem::take(&mut self.give_back) {
+            // The group is still settling: the round that takes the shares comes later.
+            self.last_round_start = Some(now);
+            return woken | WakeReasons::MEMBERSHIP_CHANGED;
+        }
+        self.took_alone = self.last_round_start.is_none() && self.settle.alone_so_far();
+        self.restarting = false;
         let mut reasons = woken;
         if self.lock_retry_at.take().is_some_and(|at| at <= now) {
             reasons |= WakeReasons::LOCK_RETRY;
@@ -596,6 +642,56 @@ mod tests {
         let before = c.next_round_at(WakeReasons::NONE);
         c.s.started_alone();
         assert_eq!(c.next_round_at(WakeReasons::NONE), before);
+    }
+
+    #[test]
+    fn an_arrival_right_after_a_lone_first_round_gives_everything_back_then_settles() {
+        let i = Intervals::default();
+        let config = i.adaptive_settle.expect("adaptive by default");
+        let mut c = Clock::new(i, false);
+        c.s.started_alone();
+        c.next(WakeReasons::START);
+        c.round(WakeReasons::START, true, false);
+        assert!(!c.s.giving_back());
+        // Somebody arrives 30 ms after the start: the give-back round is due at once, though
+        // `rebalance_min` has not passed.
+        c.advance(10 * MS);
+        c.s.membership_changed(c.now);
+        assert!(c.s.giving_back());
+        assert_eq!(
+            c.next(WakeReasons::MEMBERSHIP_CHANGED),
+            (Due::Round, Duration::ZERO)
+        );
+        assert_eq!(
+            c.round(WakeReasons::MEMBERSHIP_CHANGED, true, false),
+            WakeReasons::MEMBERSHIP_CHANGED
+        );
+        assert!(!c.s.giving_back());
+        // Then it waits like a starting member: for the pace (10 x 30 ms), and at least
+        // `rebalance_min` after the give-back; another reason does not cut the wait short.
+        let due = c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED | WakeReasons::MANUAL);
+        assert_eq!(due, c.now + i.rebalance_min);
+        assert!(c.now + 300 * MS <= due);
+        c.now = due;
+        c.round(WakeReasons::MEMBERSHIP_CHANGED, true, false);
+        // A running member from then on: a later arrival is acted upon at once, no giving back.
+        c.advance(2 * config.max);
+        c.s.membership_changed(c.now);
+        assert!(!c.s.giving_back());
+        assert_eq!(c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED), c.now);
+    }
+
+    #[test]
+    fn an_arrival_long_after_a_lone_first_round_is_an_ordinary_change() {
+        let i = Intervals::default();
+        let config = i.adaptive_settle.expect("adaptive by default");
+        let mut c = Clock::new(i, false);
+        c.s.started_alone();
+        c.next(WakeReasons::START);
+        c.round(WakeReasons::START, true, false);
+        c.advance(config.max + MS);
+        c.s.membership_changed(c.now);
+        assert!(!c.s.giving_back());
     }
 
     #[test]

@@ -74,6 +74,18 @@ impl Settle {
         matches!(&self.policy, Policy::Adaptive { burst: Some(b), .. } if b.changes == 1 && !b.alone)
     }
 
+    /// Whether the burst under way is this member's start, alone, with nothing seen since: a
+    /// round run now takes every queue on the strength of it.
+    pub(super) fn alone_so_far(&self) -> bool {
+        matches!(&self.policy, Policy::Adaptive { burst: Some(b), .. } if b.alone && b.changes == 1)
+    }
+
+    /// Whether a change notified `now` would belong to the burst under way (less than `max`
+    /// after its last change).
+    pub(super) fn continues_burst(&self, now: Instant) -> bool {
+        matches!(&self.policy, Policy::Adaptive { config, burst: Some(b) } if now.saturating_duration_since(b.last) <= config.max)
+    }
+
     /// The directory listed nobody but this member at its start (it was asked once the start
     /// was registered): how long the group must now be quiet after the start, `min` (others
     /// starting with it arrive within that time, or it is alone), or `None` when it changes
