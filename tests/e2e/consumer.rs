@@ -74,15 +74,52 @@ impl ConsumerProcess {
         topic: &str,
         extra: &[&str],
     ) -> Self {
+        let secs = |d: Duration| format!("{}ms", d.as_millis());
+        let intervals = [
+            "--rebalance-interval".to_string(),
+            secs(REBALANCE_INTERVAL),
+            "--heartbeat-interval".to_string(),
+            secs(HEARTBEAT_INTERVAL),
+        ];
+        let intervals: Vec<&str> = intervals.iter().map(String::as_str).collect();
+        Self::spawn_with(
+            cluster,
+            log,
+            label,
+            group,
+            topic,
+            &[&intervals, extra].concat(),
+        )
+    }
+
+    /// Starts a consumer as [`spawn`](Self::spawn) does, but with the example's default
+    /// intervals (a 20 s rebalance interval, a 30 s heartbeat: run it against brokers whose
+    /// channel expiry is longer than the heartbeat, as production's 120 s is).
+    pub fn spawn_defaults(
+        cluster: &TestCluster,
+        log: &Log,
+        label: &str,
+        group: &str,
+        topic: &str,
+        extra: &[&str],
+    ) -> Self {
+        Self::spawn_with(cluster, log, label, group, topic, extra)
+    }
+
+    fn spawn_with(
+        cluster: &TestCluster,
+        log: &Log,
+        label: &str,
+        group: &str,
+        topic: &str,
+        extra: &[&str],
+    ) -> Self {
         let stderr = cluster.dir().join(format!("consumer-{label}.log"));
         let stderr_file = std::fs::File::create(&stderr).expect("create the consumer's log file");
-        let secs = |d: Duration| format!("{}ms", d.as_millis());
         let mut child = Command::new(binary())
             .args(["--namesrv", &cluster.namesrv_addr()])
             .args(["--group", group, "--topic", topic])
             .args(["--client-id", &format!("127.0.0.1@{label}")])
-            .args(["--rebalance-interval", &secs(REBALANCE_INTERVAL)])
-            .args(["--heartbeat-interval", &secs(HEARTBEAT_INTERVAL)])
             .args(["--json", "--consume", "--consume-from", "first"])
             .args(extra)
             .env(

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rebalance::MessageQueue;
-use rebalance_rocketmq::testkit::TestCluster;
+use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 
 pub use consumer::ConsumerProcess;
 pub use log::{Delivery, Log, Msg, Queue};
@@ -40,8 +40,13 @@ pub fn init_tracing() {
 /// A name server and two brokers (the kit's channel expiry: 10 s, scanned every 10 s), with
 /// `topics` created on both, 4 queues each.
 pub async fn two_broker_cluster(topics: &[&str]) -> TestCluster {
+    two_broker_cluster_with(ClusterOptions::default(), topics).await
+}
+
+/// The same cluster with the servers configured by `options`.
+pub async fn two_broker_cluster_with(options: ClusterOptions, topics: &[&str]) -> TestCluster {
     init_tracing();
-    let mut cluster = TestCluster::start().expect("the name server and broker-a start");
+    let mut cluster = TestCluster::start_with(options).expect("the name server and broker-a start");
     cluster
         .add_broker(BROKERS[1])
         .expect("broker-b starts and registers");

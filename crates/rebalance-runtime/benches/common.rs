@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rebalance_runtime::config::Intervals;
 use rebalance_runtime::memory::InMemoryCluster;
 use rebalance_runtime::subscription::Subscription;
 use rebalance_runtime::{
@@ -63,9 +64,20 @@ pub async fn register(cluster: &InMemoryCluster, i: usize) {
 }
 
 /// Starts consumer `i` of group `G` on `T` and waits for its first round.
+#[allow(dead_code)]
 pub async fn start(cluster: &InMemoryCluster, i: usize) -> ConsumerHandle {
+    start_with(cluster, i, Intervals::default()).await
+}
+
+/// Starts consumer `i` of group `G` on `T` with `intervals` and waits for its first round.
+pub async fn start_with(
+    cluster: &InMemoryCluster,
+    i: usize,
+    intervals: Intervals,
+) -> ConsumerHandle {
     let id = id(i);
     let handle = Consumer::builder("G")
+        .intervals(intervals)
         .client_id(id.as_str())
         .subscribe("T")
         .cluster(cluster.client(id.as_str()))

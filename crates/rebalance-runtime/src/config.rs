@@ -170,13 +170,28 @@ pub struct Intervals {
     /// The settle window that adapts to the group (on by default; used when
     /// `membership_settle` is 0; `None`: every round at once, as in the Java client). A
     /// starting member's first round waits until the group has been quiet for a while: up to
-    /// [`AdaptiveSettle::max`] (1 s) when nobody else arrives, down to
-    /// [`AdaptiveSettle::min`] (20 ms) when others arrive quickly, so that a group starting
-    /// together plans once from the whole group instead of once per arrival. A member already
+    /// [`AdaptiveSettle::max`] (1 s) when it joins members already running and nobody else
+    /// arrives, down to [`AdaptiveSettle::min`] (20 ms) when others arrive quickly, so that a
+    /// group starting together plans once from the whole group instead of once per arrival; a
+    /// member the directory lists alone in its group when it starts waits only `min` (20 ms),
+    /// for others starting with it (nobody else holds a queue it could take). A member already
     /// running reacts at once to a change of a stable group (a member leaving, restarting or
     /// joining, an expiry), and settles only when changes keep coming: from the third change
     /// less than `max` after the previous one. See [`AdaptiveSettle`].
     pub adaptive_settle: Option<AdaptiveSettle>,
+    /// How often a member whose last round was balanced asks the directory, between rounds,
+    /// whether the group's members are still those that round planned with (1 s; `None`: only
+    /// the rounds list them, as in the Java client). A check is one
+    /// [`consumer_ids`](crate::GroupDirectory::consumer_ids) request for one subscribed topic
+    /// (each in turn); a round runs only when the list differs, as if the directory had
+    /// notified the change. It is how a member learns of a departure the directory does not
+    /// push (the Rust broker 1.0 never pushes one: a member killed or partitioned away is
+    /// dropped from the list when its connection closes or its registration expires, and the
+    /// others would otherwise see it only at their next round, up to `rebalance_wait` later).
+    /// No check runs while a round is due anyway: after an unbalanced round, while the group
+    /// settles, or when the next round comes first. For very large groups, where each answer
+    /// lists thousands of ids, a longer period lowers the brokers' load.
+    pub membership_check: Option<Duration>,
 }
 
 /// How the adaptive settle window ([`Intervals::adaptive_settle`]) follows the group's pace.
@@ -185,13 +200,17 @@ pub struct Intervals {
 /// one. While a member settles, its round waits until the group has been quiet for `gap_factor`
 /// times the burst's mean gap between changes, at least `min` and at most `max` (and, as with a
 /// fixed window, never longer than `rebalance_wait` after the burst began). A starting member
-/// that has seen no other change yet waits `max`: it cannot know the pace, and a shorter wait
-/// could take its share while the members already running, settling, still hold it.
+/// that has seen no other change yet waits `max` when the directory lists other members: it
+/// cannot know the pace, and a shorter wait could take its share while the members already
+/// running still hold it. When the directory lists nobody else (asked once, right after the
+/// start), nobody holds anything: it waits `min`, time enough for members starting with it
+/// to show their pace.
 ///
 /// So 500 members starting within half a second (a change every millisecond) all plan once,
 /// `min` after the last arrival, and members joining a running group half a second apart are
 /// given their shares once, `max` after the last one; a single join, leave or restart is acted
-/// upon at once by the members already running, and the newcomer takes its share `max` later.
+/// upon at once by the members already running, and the newcomer takes its share `max` later;
+/// a member starting alone takes every queue `min` after its start.
 ///
 /// ```
 /// use std::time::Duration;
@@ -208,11 +227,11 @@ pub struct Intervals {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AdaptiveSettle {
     /// The shortest quiet time (20 ms): what a settling round waits after the last change
-    /// when changes come quickly.
+    /// when changes come quickly, and what a member alone in its group waits after its start.
     pub min: Duration,
-    /// The longest quiet time (1 s), what a starting member waits when nobody else arrives,
-    /// and how far apart two changes may be to belong to one burst: a change after a longer
-    /// quiet time finds the group stable.
+    /// The longest quiet time (1 s), what a member starting into a running group waits when
+    /// nobody else arrives, and how far apart two changes may be to belong to one burst: a
+    /// change after a longer quiet time finds the group stable.
     pub max: Duration,
     /// How many mean gaps between the burst's changes the group must stay quiet (10).
     pub gap_factor: u32,
@@ -329,6 +348,7 @@ impl Intervals {
             callback_timeout,
             membership_settle,
             adaptive_settle,
+            membership_check,
         } = *self;
         let fields = [
             ("poll_name_server", poll_name_server),
@@ -355,6 +375,9 @@ impl Intervals {
         }
         if let Some(adaptive) = adaptive_settle {
             check_adaptive_settle(adaptive)?;
+        }
+        if let Some(check) = membership_check {
+            check_interval("membership_check", check)?;
         }
         if lock_renew >= lock_lifetime {
             return Err(IntervalsError::Conflict {
@@ -432,6 +455,7 @@ impl Default for Intervals {
             callback_timeout: Duration::from_secs(10),
             membership_settle: Duration::ZERO,
             adaptive_settle: Some(AdaptiveSettle::default()),
+            membership_check: Some(Duration::from_secs(1)),
         }
     }
 }

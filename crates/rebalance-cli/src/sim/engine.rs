@@ -112,6 +112,8 @@ pub struct ClientEnd {
     pub owned: Vec<MessageQueue>,
     /// How many rounds it ran.
     pub rounds: u64,
+    /// When it started (simulated ms).
+    pub started_ms: u64,
     /// When it crashed or left (simulated ms).
     pub stopped_ms: Option<u64>,
 }
@@ -294,6 +296,7 @@ struct SimClient {
     id: ClientId,
     handle: Member,
     status: Status,
+    started_ms: u64,
     stopped_ms: Option<u64>,
 }
 
@@ -389,6 +392,7 @@ impl Run<'_> {
             id,
             handle,
             status: Status::Running,
+            started_ms: self.epoch.elapsed().as_millis() as u64,
             stopped_ms: None,
         })
     }
@@ -602,6 +606,7 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
             client: c.id,
             index,
             status: c.status,
+            started_ms: c.started_ms,
             stopped_ms: c.stopped_ms,
         })
         .collect();

@@ -438,6 +438,7 @@ pub fn write_json(
             "index": c.index,
             "status": c.status.as_str(),
             "owned": triples(&c.owned),
+            "started_ms": c.started_ms,
         });
         writeln!(out, "{line}")?;
     }

@@ -163,6 +163,7 @@ mod tests {
             status,
             owned: owned.iter().map(|&i| q(i)).collect(),
             rounds: 3,
+            started_ms: 0,
             stopped_ms,
         }
     }

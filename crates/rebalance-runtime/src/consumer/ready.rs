@@ -19,8 +19,8 @@ use crate::error::RemoteError;
 #[non_exhaustive]
 pub enum TopicNotReady {
     /// No round has reported the topic yet (the first round waits for the group to settle:
-    /// [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle), up to 1 s by
-    /// default, or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
+    /// [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle), 20 ms for a
+    /// member alone in its group and up to 1 s otherwise by default, or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set).
     #[error("no round has reported the topic yet")]
     NoRoundYet,
     /// No route is known and the name server has not answered a poll of the topic yet.

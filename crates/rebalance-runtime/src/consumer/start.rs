@@ -24,8 +24,10 @@ use crate::{RemoteError, heartbeat};
 
 impl ConsumerBuilder {
     /// Starts the consumer: fetches the routes and sends a first heartbeat, then spawns its
-    /// tasks and runs a first round once the group has settled (by default 1 s after the
-    /// start, or 20 ms after the last of a quick burst of members starting together: [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle),
+    /// tasks and runs a first round once the group has settled (by default 20 ms after the
+    /// start when the directory lists nobody else in the group, 20 ms after the last of a quick
+    /// burst of members starting together, or 1 s after the start when joining members
+    /// already running: [`Intervals::adaptive_settle`](crate::config::Intervals::adaptive_settle),
     /// or [`Intervals::membership_settle`](crate::config::Intervals::membership_settle) when set). Must be called inside a tokio runtime.
     ///
     /// Fails without starting anything when the configuration cannot work: no subscribed topic

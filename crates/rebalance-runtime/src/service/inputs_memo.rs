@@ -121,6 +121,12 @@ impl InputsMemo {
             .is_some_and(|s| s.stamp == stamp && s.inputs == *inputs)
     }
 
+    /// The members (sorted) `topic`'s last round planned with, when that round was balanced.
+    pub(super) fn planned_ids(&self, topic: &str) -> Option<&[ClientId]> {
+        let settled = self.topics.get(topic)?.settled.as_ref()?;
+        Some(&settled.inputs.ids)
+    }
+
     /// The round under way allocates `topic` from `inputs` (and the queue list observed).
     pub(super) fn begin(&mut self, topic: &str, inputs: Inputs) {
         if let Some(memo) = self.topics.get_mut(topic) {

@@ -12,6 +12,7 @@ mod final_offsets;
 mod inputs_memo;
 mod lock_book;
 mod locks;
+mod membership;
 mod offsets;
 mod reset;
 mod round;
@@ -80,6 +81,8 @@ pub(crate) struct Service {
     missing_since: HashMap<String, Instant>,
     /// When the rebalance last asked the heartbeat task for a heartbeat.
     last_heartbeat_request: Option<Instant>,
+    /// Which topic the next membership check lists (the topics take turns).
+    check_turn: usize,
     round: u64,
     schedule: Schedule,
     /// `queues_added` calls to make again.
@@ -130,6 +133,7 @@ impl Service {
             locks: LockBook::default(),
             missing_since: HashMap::new(),
             last_heartbeat_request: None,
+            check_turn: 0,
             round: 0,
             schedule,
             added_retries: AddedRetries::default(),
@@ -153,6 +157,18 @@ impl Service {
         helpers: TaskTracker,
     ) {
         let mut membership = self.ctx.directory.membership_changes(&self.ctx.group);
+        // Asked once the membership notifications are watched, so that a member registering
+        // in between is seen one way or the other.
+        if self.schedule.may_start_alone() {
+            let alone = tokio::select! {
+                biased;
+                _ = token.cancelled() => false,
+                alone = self.alone_in_group() => alone,
+            };
+            if alone {
+                self.schedule.started_alone();
+            }
+        }
         let mut resets = self.resets.take();
         let activity = self.ctx.activity.clone();
         loop {
@@ -187,12 +203,13 @@ impl Service {
                         membership = None;
                     }
                 }
-                () = tokio::time::sleep_until(wake_at) => {
+                () = sleep_until(wake_at) => {
                     match self.schedule.take_due(Instant::now(), pending, added_retry) {
                         Some(Due::Renewal) => self.renew_locks().await,
                         Some(Due::Persistence) => self.persist_offsets().await,
                         Some(Due::AddedRetry) => self.retry_added().await,
                         Some(Due::Round) => self.run_round().await,
+                        Some(Due::MembershipCheck) => self.check_membership().await,
                         None => {}
                     }
                 }
@@ -251,6 +268,7 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
+        let give_back = self.schedule.giving_back();
         let reasons = self
             .schedule
             .start_round(Instant::now(), self.trigger.take());
@@ -262,15 +280,21 @@ impl Service {
             round = self.round,
             reasons = %reasons,
         );
-        let report = self.round_inner(reasons).instrument(span).await;
+        let report = self.round_inner(reasons, give_back).instrument(span).await;
         let retry_locks = self.locks.take_retry();
         self.schedule
             .end_round(Instant::now(), report.balanced, retry_locks);
+        if give_back {
+            // The round that takes the shares, once the group has settled.
+            self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
+        }
         crate::metrics::record_report(&self.ctx.group, &report);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
-    async fn round_inner(&mut self, reasons: WakeReasons) -> RoundReport {
+    /// One round; `give_back`: every queue is released (see `Schedule::membership_changed`)
+    /// and nothing allocated.
+    async fn round_inner(&mut self, reasons: WakeReasons, give_back: bool) -> RoundReport {
         let started = Instant::now();
         let routes = self.routes.borrow().clone();
         let mut topics = Vec::new();
@@ -279,7 +303,20 @@ impl Service {
         self.missing_since
             .retain(|t, _| subscriptions.contains_key(t));
         self.memo.retain(|t| subscriptions.contains_key(t));
-        let mut targets = self.targets(&subscribed, &routes).await;
+        let mut targets = if give_back {
+            subscribed
+                .iter()
+                .map(|topic| {
+                    self.memo.forget(topic);
+                    (
+                        topic.clone(),
+                        Target::release_all(RemovalReason::Reassigned),
+                    )
+                })
+                .collect()
+        } else {
+            self.targets(&subscribed, &routes).await
+        };
         for (topic, target) in &mut targets {
             if !matches!(target, Target::NotYet) {
                 let decided = std::mem::replace(target, Target::NotYet);
@@ -493,6 +530,15 @@ async fn next_reset(
             }
         },
         None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`, and not at all when `at` has come: tokio's timer rounds a deadline up to
+/// its next millisecond tick, even one already past, so work due now (a round asked for, with
+/// `rebalance_min` long past) would otherwise wait up to a millisecond for the timer.
+async fn sleep_until(at: Instant) {
+    if at > Instant::now() {
+        tokio::time::sleep_until(at).await;
     }
 }
 

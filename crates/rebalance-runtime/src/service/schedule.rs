@@ -1,5 +1,6 @@
 //! When the service does what: the rounds (balanced and unbalanced intervals, wake-ups, the
-//! group settling, lock retries), lock renewal and offset persistence.
+//! group settling, lock retries), the membership checks between steady rounds, lock renewal
+//! and offset persistence.
 //!
 //! A [`Schedule`] is a value: it never reads the clock and owns no timer. Given `now`, it says
 //! what is due ([`Schedule::take_due`]) or when something next will be
@@ -24,6 +25,9 @@ pub(super) enum Due {
     AddedRetry,
     /// Run a round.
     Round,
+    /// Ask the directory whether the members are still those of the last round (every
+    /// `membership_check` after a balanced round, while no round is due sooner).
+    MembershipCheck,
 }
 
 /// How late a tick may be taken and still count as on time: tokio's `Interval` tolerance,
@@ -81,6 +85,19 @@ pub(super) struct Schedule {
     /// When the first membership change not yet acted upon was notified: settling lasts at most
     /// `rebalance_wait` from there (cleared when a round starts).
     settle_started: Option<Instant>,
+    /// The membership checks, every `membership_check` from the end of the last round (`None`
+    /// before the first round, or without checks).
+    check: Option<Ticks>,
+    /// The first round ran alone (the directory listed nobody else at the start) and nobody
+    /// has arrived since.
+    took_alone: bool,
+    /// Somebody arrived within the start's burst after the first round took every queue alone:
+    /// the next round gives every queue back at once (see
+    /// [`membership_changed`](Self::membership_changed)).
+    give_back: bool,
+    /// The queues were given back: until its next round the member waits for the group to
+    /// settle as a starting member does.
+    restarting: bool,
 }
 
 impl Schedule {
@@ -102,17 +119,75 @@ impl Schedule {
             settle,
             membership_quiet_at: quiet.map(|window| now + window),
             settle_started: quiet.map(|_| now),
+            check: None,
+            took_alone: false,
+            give_back: false,
+            restarting: false,
         }
+    }
+
+    /// When the next membership check is due, if one is worth making with `pending`
+    /// wake-ups: only while the group is steady (the last round balanced, nothing pending,
+    /// not settling, no lock retry) and before the next round, which lists the members anyway.
+    fn check_at(&self, pending: WakeReasons) -> Option<Instant> {
+        let check = self.check?;
+        let steady = self.last_balanced
+            && pending.is_empty()
+            && self.membership_quiet_at.is_none()
+            && self.lock_retry_at.is_none();
+        (steady && check.next < self.next_due).then_some(check.next)
     }
 
     /// The directory said the group's membership changed: while the group settles (a fixed
     /// window, or an adaptive one that finds the group changing), the round waits until it has
     /// been quiet long enough. `now`: when the change was notified.
+    ///
+    /// A member whose first round took every queue alone (nobody else was listed at its start)
+    /// and that sees somebody arrive within the start's burst (less than `AdaptiveSettle::max`
+    /// after its start) was the first of a group starting slowly, not alone: the newcomers
+    /// plan from the pace of their arrivals and would take their shares while it still holds
+    /// them (its next round may wait `rebalance_min`). So it gives every queue back at once
+    /// (the next round releases everything, whatever `rebalance_min` says) and then waits for
+    /// the group to settle like a starting member.
     pub(super) fn membership_changed(&mut self, now: Instant) {
-        let starting = self.last_round_start.is_none();
+        let mut starting = self.last_round_start.is_none() || self.restarting;
+        if std::mem::take(&mut self.took_alone) && self.settle.continues_burst(now) {
+            tracing::info!(
+                "a member arrived right after this one started alone: giving every queue back at once, then waiting for the group to settle"
+            );
+            self.give_back = true;
+            self.restarting = true;
+            starting = true;
+        }
         if let Some(window) = self.settle.change(now, starting) {
             self.membership_quiet_at = Some(now + window);
             self.settle_started.get_or_insert(now);
+        }
+    }
+
+    /// Whether the next round gives every queue back (see
+    /// [`membership_changed`](Self::membership_changed)).
+    pub(super) fn giving_back(&self) -> bool {
+        self.give_back
+    }
+
+    /// Whether the member's first round may run sooner if it is alone in the group (the
+    /// adaptive settle window, nothing seen since the start, no round yet): then the service
+    /// asks the directory once ([`started_alone`](Self::started_alone)).
+    pub(super) fn may_start_alone(&self) -> bool {
+        self.last_round_start.is_none() && self.settle.may_start_alone()
+    }
+
+    /// The directory lists nobody but this member, which has not run a round yet: its first
+    /// round waits only [`AdaptiveSettle::min`](crate::config::AdaptiveSettle::min) from its
+    /// start (nobody else holds a queue it would take; members starting with it make their
+    /// pace known by then), unless a change was seen meanwhile.
+    pub(super) fn started_alone(&mut self) {
+        if self.last_round_start.is_some() {
+            return;
+        }
+        if let (Some(window), Some(started)) = (self.settle.alone(), self.settle_started) {
+            self.membership_quiet_at = Some(started + window);
         }
     }
 
@@ -126,13 +201,17 @@ impl Schedule {
     /// window, or `rebalance_wait` after the change that began the burst: not the timers, not
     /// lock retries, which would plan from a group still changing.
     pub(super) fn next_round_at(&self, now: Instant, pending: WakeReasons) -> Instant {
+        if self.give_back {
+            return now;
+        }
         let intervals = &self.intervals;
         let earliest = self
             .last_round_start
             .map_or(now, |s| s + intervals.rebalance_min);
         let settling = WakeReasons::START | WakeReasons::MEMBERSHIP_CHANGED;
         if let (Some(quiet), Some(started)) = (self.membership_quiet_at, self.settle_started) {
-            let only_changes = self.last_round_start.is_none() || settling.contains(pending);
+            let only_changes =
+                self.last_round_start.is_none() || self.restarting || settling.contains(pending);
             if !pending.is_empty() && only_changes {
                 return quiet.min(started + intervals.rebalance_wait).max(earliest);
             }
@@ -163,6 +242,7 @@ impl Schedule {
             self.renew.map(|t| t.next),
             Some(self.persist.next),
             added_retry,
+            self.check_at(pending),
         ]
         .into_iter()
         .flatten()
@@ -170,10 +250,11 @@ impl Schedule {
     }
 
     /// What is due at `now`, with `pending` wake-ups and a `queues_added` retry due at
-    /// `added_retry`, taken (a renewal or persistence tick counts as done, and its next one is
-    /// scheduled); `None` when nothing is. When several are due, renewal, persistence and the
-    /// retry come before the round: they are short, and rounds that run back to back (each
-    /// longer than `rebalance_min`, with a wake-up during each) must not starve them.
+    /// `added_retry`, taken (a renewal, persistence or check tick counts as done, and its next
+    /// one is scheduled); `None` when nothing is. When several are due, renewal, persistence and
+    /// the retry come before the round: they are short, and rounds that run back to back (each
+    /// longer than `rebalance_min`, with a wake-up during each) must not starve them. A
+    /// membership check comes last: a round due at the same time lists the members anyway.
     pub(super) fn take_due(
         &mut self,
         now: Instant,
@@ -191,12 +272,28 @@ impl Schedule {
         if added_retry.is_some_and(|at| at <= now) {
             return Some(Due::AddedRetry);
         }
-        (self.next_round_at(now, pending) <= now).then_some(Due::Round)
+        if self.next_round_at(now, pending) <= now {
+            return Some(Due::Round);
+        }
+        if self.check_at(pending).is_some_and(|at| at <= now) {
+            if let Some(check) = self.check.as_mut() {
+                check.taken(now);
+            }
+            return Some(Due::MembershipCheck);
+        }
+        None
     }
 
     /// A round starts at `now`, woken for `woken` (the wake-ups taken): returns why it runs,
     /// which adds the lock retry when it is due, and the timer when nothing woke it.
     pub(super) fn start_round(&mut self, now: Instant, woken: WakeReasons) -> WakeReasons {
+        if std::mem::take(&mut self.give_back) {
+            // The group is still settling: the round that takes the shares comes later.
+            self.last_round_start = Some(now);
+            return woken | WakeReasons::MEMBERSHIP_CHANGED;
+        }
+        self.took_alone = self.last_round_start.is_none() && self.settle.alone_so_far();
+        self.restarting = false;
         let mut reasons = woken;
         if self.lock_retry_at.take().is_some_and(|at| at <= now) {
             reasons |= WakeReasons::LOCK_RETRY;
@@ -231,6 +328,10 @@ impl Schedule {
             self.intervals.rebalance_min
         };
         self.next_due = now + wait;
+        self.check = self
+            .intervals
+            .membership_check
+            .map(|period| Ticks::starting(now, period));
     }
 }
 
@@ -240,11 +341,12 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// Without settling, as the Java client.
+    /// Without settling or membership checks, as the Java client.
     fn intervals() -> Intervals {
         Intervals {
             membership_settle: Duration::ZERO,
             adaptive_settle: None,
+            membership_check: None,
             ..Intervals::default()
         }
     }
@@ -525,13 +627,152 @@ mod tests {
     }
 
     #[test]
+    fn a_start_alone_runs_its_first_round_after_min_instead_of_max() {
+        let i = Intervals::default();
+        let config = i.adaptive_settle.expect("adaptive by default");
+        let mut c = Clock::new(i, false);
+        assert_eq!(c.next_round_at(WakeReasons::START), c.now + config.max);
+        assert!(c.s.may_start_alone());
+        c.s.started_alone();
+        assert!(!c.s.may_start_alone());
+        assert_eq!(c.next(WakeReasons::START), (Due::Round, config.min));
+        c.round(WakeReasons::START, true, false);
+        // Only before the first round.
+        assert!(!c.s.may_start_alone());
+        let before = c.next_round_at(WakeReasons::NONE);
+        c.s.started_alone();
+        assert_eq!(c.next_round_at(WakeReasons::NONE), before);
+    }
+
+    #[test]
+    fn an_arrival_right_after_a_lone_first_round_gives_everything_back_then_settles() {
+        let i = Intervals::default();
+        let config = i.adaptive_settle.expect("adaptive by default");
+        let mut c = Clock::new(i, false);
+        c.s.started_alone();
+        c.next(WakeReasons::START);
+        c.round(WakeReasons::START, true, false);
+        assert!(!c.s.giving_back());
+        // Somebody arrives 30 ms after the start: the give-back round is due at once, though
+        // `rebalance_min` has not passed.
+        c.advance(10 * MS);
+        c.s.membership_changed(c.now);
+        assert!(c.s.giving_back());
+        assert_eq!(
+            c.next(WakeReasons::MEMBERSHIP_CHANGED),
+            (Due::Round, Duration::ZERO)
+        );
+        assert_eq!(
+            c.round(WakeReasons::MEMBERSHIP_CHANGED, true, false),
+            WakeReasons::MEMBERSHIP_CHANGED
+        );
+        assert!(!c.s.giving_back());
+        // Then it waits like a starting member: for the pace (10 x 30 ms), and at least
+        // `rebalance_min` after the give-back; another reason does not cut the wait short.
+        let due = c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED | WakeReasons::MANUAL);
+        assert_eq!(due, c.now + i.rebalance_min);
+        assert!(c.now + 300 * MS <= due);
+        c.now = due;
+        c.round(WakeReasons::MEMBERSHIP_CHANGED, true, false);
+        // A running member from then on: a later arrival is acted upon at once, no giving back.
+        c.advance(2 * config.max);
+        c.s.membership_changed(c.now);
+        assert!(!c.s.giving_back());
+        assert_eq!(c.next_round_at(WakeReasons::MEMBERSHIP_CHANGED), c.now);
+    }
+
+    #[test]
+    fn an_arrival_long_after_a_lone_first_round_is_an_ordinary_change() {
+        let i = Intervals::default();
+        let config = i.adaptive_settle.expect("adaptive by default");
+        let mut c = Clock::new(i, false);
+        c.s.started_alone();
+        c.next(WakeReasons::START);
+        c.round(WakeReasons::START, true, false);
+        c.advance(config.max + MS);
+        c.s.membership_changed(c.now);
+        assert!(!c.s.giving_back());
+    }
+
+    #[test]
+    fn membership_checks_run_every_period_between_balanced_rounds_only() {
+        let check = Duration::from_secs(1);
+        let i = Intervals {
+            membership_check: Some(check),
+            persist_offsets: Duration::from_secs(60),
+            rebalance_wait: Duration::from_secs(5),
+            ..intervals()
+        };
+        let mut c = Clock::new(i, false);
+        assert_eq!(c.next(WakeReasons::START), (Due::Round, Duration::ZERO));
+        c.round(WakeReasons::START, true, false);
+        // A check every second until the round, which lists the members itself.
+        let mut seen = Vec::new();
+        loop {
+            let (due, slept) = c.next(WakeReasons::NONE);
+            seen.push((due, slept));
+            if due == Due::Round {
+                break;
+            }
+        }
+        let mut expected = vec![(Due::MembershipCheck, check); 4];
+        expected.push((Due::Round, check));
+        assert_eq!(seen, expected);
+        // After an unbalanced round the next round comes first (`rebalance_min`).
+        c.round(WakeReasons::NONE, false, false);
+        assert_eq!(c.next(WakeReasons::NONE), (Due::Round, i.rebalance_min));
+        c.round(WakeReasons::NONE, true, false);
+        // A pending wake-up: the round, not a check.
+        c.advance(check);
+        assert_eq!(
+            c.s.take_due(c.now, WakeReasons::MANUAL, None),
+            Some(Due::Round)
+        );
+        // Without checks, the round only.
+        let mut off = Clock::new(
+            Intervals {
+                membership_check: None,
+                ..i
+            },
+            false,
+        );
+        off.round(WakeReasons::START, true, false);
+        assert_eq!(off.next(WakeReasons::NONE), (Due::Round, i.rebalance_wait));
+    }
+
+    #[test]
+    fn no_check_while_the_group_settles_or_a_lock_is_retried() {
+        let i = Intervals {
+            membership_check: Some(Duration::from_millis(100)),
+            ..Intervals::default()
+        };
+        let mut c = Clock::new(i, false);
+        c.s.started_alone();
+        let (due, _) = c.next(WakeReasons::START);
+        assert_eq!(due, Due::Round);
+        c.round(WakeReasons::START, true, true);
+        // A lock retry is due in 500 ms: no check before it.
+        assert_eq!(c.next(WakeReasons::NONE), (Due::Round, i.lock_retry));
+        c.round(WakeReasons::NONE, true, false);
+        // Changes keep coming: the group settles, and no check runs meanwhile.
+        for _ in 0..3 {
+            c.s.membership_changed(c.now);
+            c.advance(Duration::from_millis(10));
+        }
+        let (due, _) = c.next(WakeReasons::MEMBERSHIP_CHANGED);
+        assert_eq!(due, Due::Round);
+    }
+
+    #[test]
     fn nothing_renews_without_locks() {
         let mut c = Clock::new(intervals(), false);
         c.round(WakeReasons::START, true, false);
         let mut rounds = 0;
         while rounds < 3 {
             match c.next(WakeReasons::NONE).0 {
-                Due::Renewal | Due::AddedRetry => panic!("nothing to renew or retry"),
+                Due::Renewal | Due::AddedRetry | Due::MembershipCheck => {
+                    panic!("nothing to renew, retry or check")
+                }
                 Due::Persistence => {}
                 Due::Round => {
                     c.round(WakeReasons::NONE, true, false);

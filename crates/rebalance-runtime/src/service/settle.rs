@@ -1,6 +1,12 @@
 //! How long a round waits for the group to settle after a membership change or the member's
 //! start: not at all (as the Java client), a fixed window (`Intervals::membership_settle`), or a
 //! window that follows the group's pace (`Intervals::adaptive_settle`).
+//!
+//! With the adaptive window, a member that finds itself alone in the group when it starts
+//! waits only [`AdaptiveSettle::min`] (for others starting with it), not
+//! [`AdaptiveSettle::max`]: nobody else holds a queue it could take too early, so the only
+//! reason left to wait is a burst of members starting together, and the first of them arriving
+//! within `min` makes the burst's pace known.
 
 use std::time::Duration;
 
@@ -19,6 +25,9 @@ struct Burst {
     last: Instant,
     /// Changes in the burst, its first included.
     changes: u32,
+    /// The burst is the member's own start, and the directory listed nobody else then
+    /// ([`Settle::alone`]): before a second change, the quiet time is `min`, not `max`.
+    alone: bool,
 }
 
 /// The settle policy of one member, with what it has seen of the group. Owned by its schedule.
@@ -59,6 +68,48 @@ impl Settle {
         self.change(now, true)
     }
 
+    /// Whether the start's quiet time may still be shortened by [`alone`](Self::alone): the
+    /// adaptive window, and nothing seen since the start.
+    pub(super) fn may_start_alone(&self) -> bool {
+        matches!(&self.policy, Policy::Adaptive { burst: Some(b), .. } if b.changes == 1 && !b.alone)
+    }
+
+    /// Whether the burst under way is this member's start, alone, with nothing seen since: a
+    /// round run now takes every queue on the strength of it.
+    pub(super) fn alone_so_far(&self) -> bool {
+        matches!(&self.policy, Policy::Adaptive { burst: Some(b), .. } if b.alone && b.changes == 1)
+    }
+
+    /// Whether a change notified `now` would belong to the burst under way (less than `max`
+    /// after its last change).
+    pub(super) fn continues_burst(&self, now: Instant) -> bool {
+        matches!(&self.policy, Policy::Adaptive { config, burst: Some(b) } if now.saturating_duration_since(b.last) <= config.max)
+    }
+
+    /// The directory listed nobody but this member at its start (it was asked once the start
+    /// was registered): how long the group must now be quiet after the start, `min` (others
+    /// starting with it arrive within that time, or it is alone), or `None` when it changes
+    /// nothing (not the adaptive window, or a change was seen meanwhile: its pace decides).
+    pub(super) fn alone(&mut self) -> Option<Duration> {
+        if !self.may_start_alone() {
+            return None;
+        }
+        let Policy::Adaptive {
+            config,
+            burst: Some(burst),
+        } = &mut self.policy
+        else {
+            return None;
+        };
+        burst.alone = true;
+        let window = quiet_time(config, burst);
+        tracing::debug!(
+            ?window,
+            "alone in the group at the start: the first round waits only for others starting with it"
+        );
+        Some(window)
+    }
+
     /// A membership change was notified now; `starting`: the member has not run a round yet.
     /// Returns how long the group must then be quiet before the round, or `None` to run it at
     /// once.
@@ -77,6 +128,7 @@ impl Settle {
                         started: now,
                         last: now,
                         changes: 1,
+                        alone: false,
                     }),
                 };
                 if !starting && burst.changes < CHURN_FROM_CHANGE {
@@ -99,15 +151,16 @@ impl Settle {
     }
 }
 
-/// `gap_factor` times the burst's mean gap between changes, between `min` and `max`; `max`
-/// before a second change, when the pace is not known yet: a starting member that has seen
-/// nobody else arrive waits as long as the members already running may settle, so it never
-/// takes its share while they still hold it.
+/// `gap_factor` times the burst's mean gap between changes, between `min` and `max`; before a
+/// second change, when the pace is not known yet, `max`: a starting member that has seen nobody
+/// else arrive waits as long as the members already running may settle, so it never takes its
+/// share while they still hold it; unless it was alone in the group at its start, when nobody
+/// holds anything: then `min`.
 fn quiet_time(config: &AdaptiveSettle, burst: &Burst) -> Duration {
     let max = config.max.max(config.min);
     let gaps = burst.changes.saturating_sub(1);
     if gaps == 0 {
-        return max;
+        return if burst.alone { config.min } else { max };
     }
     let mean_gap = (burst.last - burst.started) / gaps;
     mean_gap
@@ -161,6 +214,43 @@ mod tests {
             last = w;
         }
         assert!(last > d.min, "{last:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_start_alone_waits_min_then_follows_the_pace_of_whoever_arrives() {
+        let d = AdaptiveSettle::default();
+        let mut s = adaptive();
+        assert_eq!(s.start(Instant::now()), Some(d.max));
+        assert!(s.may_start_alone());
+        assert_eq!(s.alone(), Some(d.min));
+        assert!(!s.may_start_alone(), "asked once");
+        assert_eq!(s.alone(), None);
+        // Somebody arrives 15 ms later after all: a burst of two, 15 ms apart, 150 ms.
+        tokio::time::advance(15 * MS).await;
+        assert_eq!(s.change(Instant::now(), true), Some(150 * MS));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn being_alone_changes_nothing_once_the_pace_is_known_or_without_the_adaptive_window() {
+        let d = AdaptiveSettle::default();
+        let mut s = adaptive();
+        s.start(Instant::now());
+        tokio::time::advance(MS).await;
+        assert_eq!(s.change(Instant::now(), true), Some(d.min));
+        assert!(!s.may_start_alone());
+        assert_eq!(s.alone(), None, "the pace decides");
+        let now = Instant::now();
+        let mut fixed = Settle {
+            policy: Policy::Fixed(Duration::from_secs(1)),
+        };
+        fixed.start(now);
+        assert!(!fixed.may_start_alone());
+        assert_eq!(fixed.alone(), None);
+        let mut off = Settle {
+            policy: Policy::Off,
+        };
+        off.start(now);
+        assert_eq!(off.alone(), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -188,12 +188,15 @@ pub fn client_id(i: usize) -> ClientId {
     ClientId::from(format!("10.0.0.{}@{}", i + 1, 9000 + i))
 }
 
-/// The default intervals without settling: the first round runs at once and every change is
-/// acted upon at once, as in the Java client. The tests of other features assume that timing;
-/// settling (on by default, `Intervals::adaptive_settle`) has its own tests (`settle.rs`).
+/// The default intervals without settling or membership checks: the first round runs at once,
+/// every change is acted upon at once, and the members are listed only by the rounds, as in the
+/// Java client. The tests of other features assume that timing (and count the directory's
+/// calls); settling (on by default, `Intervals::adaptive_settle`) has its own tests
+/// (`settle.rs`), and so do the checks (`membership_checks.rs`).
 pub fn java_intervals() -> Intervals {
     Intervals {
         adaptive_settle: None,
+        membership_check: None,
         ..Intervals::default()
     }
 }
