@@ -222,10 +222,9 @@ async fn a_consumer_alone_in_its_group_consumes_within_100_ms_of_its_start() {
     let topic = "ConsumeAtOnce";
     cluster.create_topic(topic, 4).await.unwrap();
     send_all(&cluster, topic, 4, 8).await;
-    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
-    let brokers = BrokerClient::new(name_server.clone());
     let listener = Arc::new(FirstMessage(std::sync::OnceLock::new()));
     let consumer = PushConsumer::builder("ConsumeAtOnceGroup")
+        .cluster(RocketMq::connect(&cluster.namesrv_addr()).unwrap())
         .configure(|b| {
             b.client_id(common::client_id("alone"))
                 .consume_from(ConsumeFrom::FirstOffset)
@@ -234,13 +233,8 @@ async fn a_consumer_alone_in_its_group_consumes_within_100_ms_of_its_start() {
                     heartbeat: Duration::from_secs(3),
                     ..Intervals::default()
                 })
-                .name_server(Arc::new(name_server))
-                .directory(Arc::new(brokers.clone()))
-                .offset_store(Arc::new(brokers.clone()))
-                .locker(Arc::new(brokers.clone()))
         })
         .subscribe(topic)
-        .source(Arc::new(brokers))
         .concurrently(listener.clone())
         .start()
         .await

@@ -386,6 +386,7 @@ mod tests {
             status,
             owned: Vec::new(),
             rounds: 0,
+            started_ms: 0,
             stopped_ms,
         }
     }

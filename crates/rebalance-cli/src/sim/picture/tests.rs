@@ -76,6 +76,7 @@ fn end(index: usize, status: Status, stopped_ms: Option<u64>) -> ClientEnd {
         status,
         owned: Vec::new(),
         rounds: 1,
+        started_ms: 0,
         stopped_ms,
     }
 }
