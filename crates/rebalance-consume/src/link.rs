@@ -171,6 +171,11 @@ impl LeaseLink {
         self
     }
 
+    /// The lease the link's loop consumes (none for a link made by a test).
+    pub(crate) fn lease(&self) -> Option<&QueueLease> {
+        self.recorded.as_ref()
+    }
+
     /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`: on
     /// the lease (for the running info) and in the metrics.
     pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
