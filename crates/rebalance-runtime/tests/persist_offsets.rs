@@ -35,7 +35,11 @@ async fn persist_offsets_stores_the_committed_offsets_before_the_tick() {
         lease.commit(10 + i as i64);
     }
     settle(Duration::from_secs(1)).await;
-    assert_eq!(cluster.offset(GROUP, &queue(0)), None, "the tick is an hour away");
+    assert_eq!(
+        cluster.offset(GROUP, &queue(0)),
+        None,
+        "the tick is an hour away"
+    );
 
     member.handle.persist_offsets().await.unwrap();
     assert_eq!(cluster.offset(GROUP, &queue(0)), Some(10));
@@ -46,7 +50,11 @@ async fn persist_offsets_stores_the_committed_offsets_before_the_tick() {
     match member.handle.persist_offsets().await {
         Err(ConsumerError::OffsetsNotPersisted { refused }) => {
             let queues: Vec<&MessageQueue> = refused.iter().map(|(q, _)| q).collect();
-            assert_eq!(queues, vec![&queue(0)], "only the one that changed was written");
+            assert_eq!(
+                queues,
+                vec![&queue(0)],
+                "only the one that changed was written"
+            );
         }
         other => panic!("expected the refusal, got {other:?}"),
     }

@@ -28,8 +28,9 @@ use crate::work::WorkQueue;
 /// The messages of the queues a stream consumer holds, in the order they were pulled (each
 /// queue's in offset order); ends once the consumer is shut down.
 ///
-/// Drive it with `while let Some(message) = stream.next().await` (`futures_util::StreamExt`),
-/// and acknowledge each message ([`StreamMessage::ack`]) once it is processed: the queue's
+/// Drive it with `while let Some(message) = stream.next().await` (or any
+/// `futures_util::StreamExt` combinator: `for_each_concurrent` processes several at once), and
+/// acknowledge each message ([`StreamMessage::ack`]) once it is processed: the queue's
 /// committed offset is the smallest offset not acknowledged. A stream nobody polls stops
 /// pulling once each queue's buffer is full (`queue_max_messages`, `queue_max_bytes`,
 /// `max_span` of [`ConsumeOptions`](crate::ConsumeOptions)).
@@ -66,6 +67,12 @@ impl MessageStream {
     /// the consumer from another task.
     pub fn handle(&self) -> &StreamConsumerHandle {
         &self.handle
+    }
+
+    /// The next message; `None` once the consumer is shut down. The same as
+    /// `futures_util::StreamExt::next`, without the import.
+    pub async fn next(&mut self) -> Option<StreamMessage> {
+        std::future::poll_fn(|cx| self.messages.as_mut().poll_next(cx)).await
     }
 }
 

@@ -24,7 +24,6 @@
 //!   queues held, [`shutdown`](StreamConsumerHandle::shutdown).
 //!
 //! ```
-//! use futures_util::StreamExt;
 //! use rebalance_consume::StreamConsumer;
 //! use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
 //! use rebalance_runtime::memory::InMemoryCluster;

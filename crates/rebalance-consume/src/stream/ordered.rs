@@ -135,6 +135,12 @@ impl OrderedStream {
     pub fn handle(&self) -> &StreamConsumerHandle {
         &self.handle
     }
+
+    /// The next batch; `None` once the consumer is shut down. The same as
+    /// `futures_util::StreamExt::next`, without the import.
+    pub async fn next(&mut self) -> Option<OrderedBatch> {
+        std::future::poll_fn(|cx| self.batches.as_mut().poll_next(cx)).await
+    }
 }
 
 impl Stream for OrderedStream {
