@@ -21,7 +21,7 @@ use super::handle::StreamConsumerHandle;
 use super::stale::StaleLeases;
 use crate::Message;
 use crate::concurrent::{restore_topics, send_back};
-use crate::link::{Ack, Guard, LeaseLink};
+use crate::link::{Ack, Guard, LeaseLink, Tally};
 use crate::shared::Shared;
 use crate::work::WorkQueue;
 
@@ -175,6 +175,7 @@ impl Feed {
                     retry: vec![message],
                     finished: true,
                     guard: None,
+                    tally: Tally::default(),
                 });
                 return None;
             }
@@ -208,7 +209,7 @@ impl Ticket {
     fn report(self, offset: i64, retry: Vec<Message>, ok: bool) {
         let spent = self.since.elapsed();
         let (ok, failed) = if ok { (1, 0) } else { (0, 1) };
-        self.link.record_consumed(ok, failed, spent);
+        self.link.metrics().consumed(ok, failed, spent);
         self.link.report(Ack {
             epoch: self.epoch,
             first: offset,
@@ -216,6 +217,7 @@ impl Ticket {
             retry,
             finished: true,
             guard: self.guard,
+            tally: Tally::call(ok, failed, spent),
         });
     }
 }
