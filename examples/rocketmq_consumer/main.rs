@@ -6,7 +6,7 @@
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
 //!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
-//!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
+//!     [--consume [--api push|stream] [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
 //!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
 //!     [--broadcast [--offsets-dir DIR]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
@@ -40,6 +40,11 @@
 //! consuming it and committed. `--consume-from` says where a queue nobody has consumed yet
 //! starts: at its end (`last`, the default, as the Java client), or at its oldest message
 //! (`first`).
+//!
+//! `--api stream` consumes through the stream consumer (`StreamConsumer`: a `Stream` of
+//! messages, each acknowledged, or handed back when it fails; with `--orderly`, a stream of each
+//! queue's batches in order) instead of the push consumer's listener (`--api push`, the
+//! default); everything else, the lines printed included, is the same.
 //!
 //! `--broadcast` joins the group in broadcasting mode: this client takes every queue of the
 //! topic and keeps its own offsets, in memory (a restart starts each queue over at its
@@ -84,12 +89,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use clap::Parser;
+use futures_util::StreamExt;
 use rebalance::core::strategy::{Params, build_strategy};
 use rebalance::runtime::assignment::Assignment;
 use rebalance::runtime::config::{ConsumeFrom, Intervals, MessageModel};
 use rebalance::runtime::consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
-    OrderlyListener, OrderlyResult, PushConsumer,
+    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, MessageStream,
+    OrderedStream, OrderlyContext, OrderlyListener, OrderlyResult, PushConsumer,
+    PushConsumerHandle, StreamConsumer, StreamConsumerHandle,
 };
 use rebalance::runtime::{
     ListenerError, LocalOffsetStore, MemberOptions, OffsetStore, default_client_id,
@@ -142,6 +149,9 @@ struct Args {
     /// Consume the messages (a push consumer) and print each one consumed.
     #[arg(long)]
     consume: bool,
+    /// With `--consume`: the push consumer's listener, or the stream consumer's stream.
+    #[arg(long, requires = "consume", value_enum, default_value_t = Api::Push)]
+    api: Api,
     /// With `--consume`: each queue in order (the queues are locked at the brokers).
     #[arg(long, requires = "consume")]
     orderly: bool,
@@ -259,6 +269,15 @@ impl Args {
         }
         Ok(builder.build()?)
     }
+}
+
+/// How `--consume` consumes.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Api {
+    /// The push consumer: a listener called with each batch.
+    Push,
+    /// The stream consumer: a stream of messages (or of ordered batches) acknowledged one by one.
+    Stream,
 }
 
 /// Where a queue without a committed offset starts.
@@ -468,7 +487,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
-    let (consumer, push) = if args.consume {
+    let (consumer, running) = if args.consume {
         let mut options = ConsumeOptions::default();
         options.max_reconsume_times = args.max_reconsume_times;
         let handler = Arc::new(Handler {
@@ -480,22 +499,47 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             first_deliveries: AtomicU64::new(0),
             failed: Mutex::new(HashSet::new()),
         });
-        let builder = PushConsumer::builder(args.group.as_str())
-            .configure(member)
-            .source(Arc::new(cluster))
-            .message_model(message_model)
-            .subscribe_tags(args.topic.as_str(), &args.tags)?
-            .options(options);
-        let builder = if args.orderly {
-            builder.orderly(handler)
+        if args.api == Api::Stream {
+            let builder = StreamConsumer::builder(args.group.as_str())
+                .configure(member)
+                .source(Arc::new(cluster))
+                .message_model(message_model)
+                .subscribe_tags(args.topic.as_str(), &args.tags)?
+                .options(options);
+            let (handle, task) = if args.orderly {
+                let stream = builder.start_ordered().await?;
+                let handle = stream.handle().clone();
+                (handle, tokio::spawn(handler.consume_batches(stream)))
+            } else {
+                let stream = builder.start().await?;
+                let handle = stream.handle().clone();
+                let concurrency = options.consume_concurrency;
+                (
+                    handle,
+                    tokio::spawn(handler.consume_stream(stream, concurrency)),
+                )
+            };
+            let consumer = handle.consumer().clone();
+            tokio::spawn(print_changes(consumer.watch(), printer.clone()));
+            (consumer, Running::Stream(handle, task))
         } else {
-            builder.concurrently(handler)
-        };
-        let push = builder.start().await?;
-        let consumer = push.consumer().clone();
-        // The push consumer listens to the leases itself: print the assignment's changes.
-        tokio::spawn(print_changes(consumer.watch(), printer.clone()));
-        (consumer, Some(push))
+            let builder = PushConsumer::builder(args.group.as_str())
+                .configure(member)
+                .source(Arc::new(cluster))
+                .message_model(message_model)
+                .subscribe_tags(args.topic.as_str(), &args.tags)?
+                .options(options);
+            let builder = if args.orderly {
+                builder.orderly(handler)
+            } else {
+                builder.concurrently(handler)
+            };
+            let push = builder.start().await?;
+            let consumer = push.consumer().clone();
+            // The push consumer listens to the leases itself: print the assignment's changes.
+            tokio::spawn(print_changes(consumer.watch(), printer.clone()));
+            (consumer, Running::Push(push))
+        }
     } else {
         let consumer = Consumer::builder(args.group.as_str())
             .configure(member)
@@ -504,7 +548,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .listener(printer)
             .start()
             .await?;
-        (consumer, None)
+        (consumer, Running::Member)
     };
     let mut interrupted = false;
     if !args.json {
@@ -537,11 +581,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if !args.json {
         println!("leaving: releasing queues and unregistering…");
     }
-    match push {
-        Some(push) => push.shutdown().await,
-        None => consumer.shutdown().await,
+    match running {
+        Running::Push(push) => push.shutdown().await,
+        Running::Stream(handle, task) => {
+            // The stream ends as the shutdown begins; the messages being consumed finish.
+            handle.shutdown().await;
+            task.await?;
+        }
+        Running::Member => consumer.shutdown().await,
     }
     Ok(())
+}
+
+/// What runs: a push consumer, a stream consumer and the task consuming its stream, or a group
+/// member that only prints its queues.
+enum Running {
+    Push(PushConsumerHandle),
+    Stream(StreamConsumerHandle, tokio::task::JoinHandle<()>),
+    Member,
 }
 
 /// Stops the metrics endpoint when the consumer is done.
@@ -647,6 +704,48 @@ impl Handler {
             self.printer.message(message);
         }
         messages.len()
+    }
+}
+
+impl Handler {
+    /// Consumes the stream, `concurrency` messages at once: each is consumed (printed) and
+    /// acknowledged, or, when it fails, handed back with `--delay-level`.
+    async fn consume_stream(self: Arc<Self>, stream: MessageStream, concurrency: usize) {
+        stream
+            .for_each_concurrent(concurrency, |message| {
+                let handler = self.clone();
+                async move {
+                    if handler
+                        .consume_until_failure(std::slice::from_ref(&*message))
+                        .await
+                        == 1
+                    {
+                        message.ack();
+                    } else {
+                        message.nack_with_delay_level(handler.delay_level).await;
+                    }
+                }
+            })
+            .await;
+    }
+
+    /// Consumes the ordered stream: each batch is committed, or suspended (tried again whole)
+    /// when a message fails; batches of different queues at once.
+    async fn consume_batches(self: Arc<Self>, stream: OrderedStream) {
+        stream
+            .for_each_concurrent(None, |batch| {
+                let handler = self.clone();
+                async move {
+                    if handler.consume_until_failure(batch.messages()).await
+                        == batch.messages().len()
+                    {
+                        batch.commit();
+                    } else {
+                        batch.suspend();
+                    }
+                }
+            })
+            .await;
     }
 }
 

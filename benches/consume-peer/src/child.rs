@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::consumers::{ours, peer, raw};
+use crate::consumers::{ours, peer, raw, stream};
 use crate::measure::own_usage;
 use crate::tally::Tally;
 use crate::{number, pairs};
@@ -82,6 +82,9 @@ async fn run(args: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error
         }
         "raw" => {
             Box::new(raw::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
+        }
+        "stream" => {
+            Box::new(stream::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
         }
         "rocketmq-rust" => {
             Box::new(peer::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)

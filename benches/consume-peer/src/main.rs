@@ -7,7 +7,8 @@
 //!
 //! - `ours`: our `PushConsumer` over the `BrokerClient` message source;
 //! - `raw`: a pull loop per queue on the same `BrokerClient` (pull, decode, nothing else);
-//! - `rocketmq-rust`: rocketmq-rust's `DefaultMQPushConsumer` (`rocketmq-client-rust` 1.0.0).
+//! - `rocketmq-rust`: rocketmq-rust's `DefaultMQPushConsumer` (`rocketmq-client-rust` 1.0.0);
+//! - `stream`: our `StreamConsumer` (the same pull loops, the stream in the listener's place).
 //!
 //! Each child reports its messages per second, its CPU time (`getrusage`) and its peak RSS; the
 //! parent adds the broker's CPU time over the child's life (`/proc`) and the load average, and
@@ -28,7 +29,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 /// The consumers, in the order a run starts them (each run starts one later than the last).
-pub const CONSUMERS: [&str; 3] = ["ours", "raw", "rocketmq-rust"];
+pub const CONSUMERS: [&str; 4] = ["ours", "raw", "rocketmq-rust", "stream"];
 
 /// The benchmark's settings.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{Admin, Message, MessageSender, NameServerClient};
-use rebalance_runtime::consume::property;
+use rebalance_consume::property;
 
 /// Senders per queue (requests in flight: queues × this).
 const SENDERS_PER_QUEUE: u64 = 8;

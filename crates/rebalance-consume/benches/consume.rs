@@ -1,8 +1,9 @@
 //! The consume layer alone: a push consumer on the in-memory cluster with a no-op listener,
-//! pull → buffer → consume → commit, in messages per second; and the bytes the layer keeps per
-//! buffered message beyond the message itself, measured with a counting allocator.
+//! pull → buffer → consume → commit, in messages per second, and the stream consumer doing the
+//! same (each message yielded and acknowledged); and the bytes the layer keeps per buffered
+//! message beyond the message itself, measured with a counting allocator.
 //!
-//! `cargo bench -p rebalance-runtime --bench consume`
+//! `cargo bench -p rebalance-consume --bench consume`
 
 mod counting;
 
@@ -15,7 +16,7 @@ use criterion::{Criterion, Throughput};
 use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
 use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, MessageSource,
-    PullError, PullRequest, PullResult, PushConsumer, PushConsumerHandle, SendBack,
+    PullError, PullRequest, PullResult, PushConsumer, PushConsumerHandle, SendBack, StreamConsumer,
 };
 use rebalance_core::MessageQueue;
 use rebalance_runtime::RemoteError;
@@ -225,6 +226,40 @@ fn overhead(runtime: &tokio::runtime::Runtime) {
     );
 }
 
+/// The CPU time (of the one thread running everything) for the stream consumer to yield and
+/// acknowledge every message of a fresh cluster, one message at a time, from its start to the
+/// last message acknowledged: `consume_all`'s work through the stream.
+fn stream_all(runtime: &tokio::runtime::Runtime, queues: i32, per_queue: usize) -> Duration {
+    let cluster = cluster(queues, per_queue);
+    let total = queues as u64 * per_queue as u64;
+    runtime.block_on(async {
+        let client = cluster.client("10.0.0.1@1");
+        let cpu = thread_cpu();
+        let mut stream = StreamConsumer::builder("G")
+            .subscribe("T")
+            .configure(|c| {
+                c.cluster(client.clone())
+                    .consume_from(ConsumeFrom::FirstOffset)
+                    .consume_retry_topic(false)
+            })
+            .source(counting(&cluster))
+            .start()
+            .await
+            .expect("start");
+        let mut acknowledged = 0;
+        while acknowledged < total {
+            let Some(message) = stream.next().await else {
+                break;
+            };
+            message.ack();
+            acknowledged += 1;
+        }
+        let cpu = thread_cpu() - cpu;
+        stream.handle().shutdown().await;
+        cpu
+    })
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -246,6 +281,13 @@ fn main() {
         b.iter_custom(|iters| {
             (0..iters)
                 .map(|_| consume_all(&runtime, queues, per_queue))
+                .sum()
+        });
+    });
+    group.bench_function("stream_pull_buffer_ack_commit_8x50000", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| stream_all(&runtime, queues, per_queue))
                 .sum()
         });
     });

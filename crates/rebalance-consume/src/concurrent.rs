@@ -144,7 +144,7 @@ pub(crate) async fn consume(
 
 /// Sends failed messages back; returns those whose send-back failed (consumed again locally
 /// later, as in Java, with their reconsume count raised).
-async fn send_back(
+pub(crate) async fn send_back(
     shared: &Shared,
     link: &LeaseLink,
     failed: Vec<Message>,

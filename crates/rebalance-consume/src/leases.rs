@@ -163,6 +163,17 @@ impl Leases {
         }
     }
 
+    /// The live lease of `queue`, when this consumer holds it.
+    pub(crate) fn lease_of(&self, queue: &MessageQueue) -> Option<QueueLease> {
+        let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        loops
+            .get(queue)?
+            .iter()
+            .map(|running| &running.lease)
+            .find(|lease| !lease.is_cancelled())
+            .cloned()
+    }
+
     /// Stops every loop at once, handing nothing off (a crash).
     pub(crate) fn abort_all(&self) {
         let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
@@ -232,6 +243,8 @@ impl QueueListener for Leases {
                 for r in &cancelled {
                     self.shared.count_queue(r.lease.queue(), false);
                 }
+                // A queue taken away is forgotten paused (as the Java lite pull consumer).
+                self.shared.paused.resume(&removed.queue);
                 stopping.extend(cancelled);
             }
         }

@@ -14,7 +14,11 @@
 //! - [`PushConsumer`]: a group member that runs one pull loop per lease, buffers what it
 //!   pulled (with the Java client's flow control), hands batches to a [`ConcurrentListener`]
 //!   or an [`OrderlyListener`], sends failed messages back, commits the smallest unconsumed
-//!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs).
+//!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs);
+//! - [`StreamConsumer`]: the same member with a [`Stream`](futures_util::Stream) in the
+//!   listener's place: [`MessageStream`] yields messages to acknowledge one by one,
+//!   [`OrderedStream`] each queue's batches in order; subscribe or assign mode, seek, pause,
+//!   commits ([`StreamConsumerHandle`]).
 
 #![warn(missing_docs)]
 
@@ -32,6 +36,7 @@ pub mod memory;
 mod message;
 pub mod metrics;
 mod orderly;
+mod pause;
 mod process_queue;
 pub mod property;
 mod pull_loop;
@@ -39,6 +44,7 @@ mod push;
 mod shared;
 mod source;
 mod start_positions;
+mod stream;
 #[cfg(test)]
 mod testing;
 mod work;
@@ -57,4 +63,9 @@ pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsume
 pub use source::{
     DEAD_LETTER_LEVEL, DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND,
     MessageSource, PullError, PullRequest, PullResult, SendBack,
+};
+pub use stream::{
+    MessageStream, OrderedBatch, OrderedStream, SEEK_LOOKUP_TIMEOUT, SeekError, SeekTo,
+    StreamConsumer, StreamConsumerBuilder, StreamConsumerError, StreamConsumerHandle,
+    StreamMessage,
 };

@@ -203,6 +203,11 @@ impl LeaseLink {
         self
     }
 
+    /// The lease the link's loop consumes (none for a link made by a test).
+    pub(crate) fn lease(&self) -> Option<&QueueLease> {
+        self.recorded.as_ref()
+    }
+
     /// Records calls of the listener on the lease (for the running info).
     pub(crate) fn record_consumed(&self, tally: Tally) {
         if let Some(lease) = &self.recorded {

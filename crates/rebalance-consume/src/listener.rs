@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
+use rebalance_runtime::QueueLease;
 
 use super::Message;
 
@@ -65,20 +66,38 @@ impl ConcurrentContext {
 }
 
 /// Per-call settings of an [`OrderlyListener`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct OrderlyContext {
     queue: MessageQueue,
     /// On [`Suspend`](OrderlyResult::Suspend): how long to wait before trying the batch again;
     /// `None` (default): the consumer's `suspend_time`. Clamped to 10 ms – 30 s.
     pub suspend_time: Option<Duration>,
+    /// The lease the batch was pulled under (the stream consumer's ordered batches give up
+    /// waiting for the application when it is cancelled).
+    lease: QueueLease,
 }
 
+impl PartialEq for OrderlyContext {
+    fn eq(&self, other: &Self) -> bool {
+        self.queue == other.queue && self.suspend_time == other.suspend_time
+    }
+}
+
+impl Eq for OrderlyContext {}
+
 impl OrderlyContext {
-    pub(crate) fn new(queue: MessageQueue) -> Self {
+    /// The context of a batch pulled under `lease`.
+    pub(crate) fn of_lease(lease: &QueueLease) -> Self {
         Self {
-            queue,
+            queue: lease.queue().clone(),
             suspend_time: None,
+            lease: lease.clone(),
         }
+    }
+
+    /// The lease the batch was pulled under.
+    pub(crate) fn lease(&self) -> &QueueLease {
+        &self.lease
     }
 
     /// The queue the batch was pulled from.

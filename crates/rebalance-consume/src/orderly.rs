@@ -61,7 +61,7 @@ pub(crate) async fn consume(
     };
     let mut messages = messages;
     restore_topics(&mut messages);
-    let mut context = OrderlyContext::new(lease.queue().clone());
+    let mut context = OrderlyContext::of_lease(&lease);
     let started = tokio::time::Instant::now();
     let in_flight = shared.in_flight.enter(lease.queue(), first, last, started);
     let call = lease.processing(listener.consume(&messages, &mut context));

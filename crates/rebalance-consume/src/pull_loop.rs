@@ -20,6 +20,7 @@ use super::config::{
 use super::flow::{FlowWarning, over_limit};
 use super::link::{Ack, AckReceiver, LeaseLink, Tally};
 use super::orderly;
+use super::pause::PAUSED_RECHECK;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
 use super::start_positions::{self, Lookup};
@@ -121,7 +122,10 @@ impl PullLoop {
         loop {
             self.update_gauges();
             let now = Instant::now();
-            if pull.is_none() && now >= pull_at {
+            if pull.is_none() && now >= pull_at && self.shared.paused.contains(self.lease.queue()) {
+                self.activity.touch();
+                pull_at = now + PAUSED_RECHECK;
+            } else if pull.is_none() && now >= pull_at {
                 self.activity.touch();
                 let queues = self.shared.queues_of(&self.lease.queue().topic);
                 match over_limit(

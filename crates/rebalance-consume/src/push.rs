@@ -58,9 +58,13 @@ pub enum PushConsumerError {
     Consumer(#[from] ConsumerError),
 }
 
-enum ListenerKind {
+/// Who consumes the pulled messages.
+pub(crate) enum ListenerKind {
     Concurrent(Arc<dyn ConcurrentListener>),
     Orderly(Arc<dyn OrderlyListener>),
+    /// The stream consumer's: pulled batches wait in this work queue for the stream, which
+    /// takes them as the workers would (no worker runs).
+    Stream(Arc<WorkQueue>),
 }
 
 /// Configures a push consumer: its cluster ([`cluster`](Self::cluster): the group's services
@@ -174,6 +178,26 @@ impl PushConsumerBuilder {
         self
     }
 
+    /// Consumes with `kind` (the stream consumer's builder).
+    pub(crate) fn consumed_by(mut self, kind: ListenerKind) -> Self {
+        self.listener = Some(kind);
+        self
+    }
+
+    /// Edits the consumer underneath (the stream consumer's assignment).
+    pub(crate) fn edit_consumer(
+        mut self,
+        edit: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder,
+    ) -> Self {
+        self.consumer = edit(self.consumer);
+        self
+    }
+
+    /// Whether the consumer broadcasts.
+    pub(crate) fn is_broadcasting(&self) -> bool {
+        self.message_model == MessageModel::Broadcasting
+    }
+
     /// Starts the consumer and its workers.
     pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
         self.options.validate()?;
@@ -197,6 +221,9 @@ impl PushConsumerBuilder {
                 ConsumeOrder::Orderly,
                 None,
             ),
+            ListenerKind::Stream(work) => {
+                (Mode::Concurrent { work }, ConsumeOrder::Concurrent, None)
+            }
         };
         let consumer = self.consumer.consume_order(order);
         let shared = Arc::new(Shared::new(
@@ -314,6 +341,21 @@ impl std::fmt::Debug for PushConsumerHandle {
 }
 
 impl PushConsumerHandle {
+    /// What its loops share (the stream consumer's source, options and paused queues).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
+    /// Its pull loops, by queue (the stream consumer's leases).
+    pub(crate) fn leases(&self) -> &Leases {
+        &self.inner.leases
+    }
+
+    /// Cancelled once the consumer stops (the stream's end).
+    pub(crate) fn stopped(&self) -> &CancellationToken {
+        &self.inner.stop
+    }
+
     /// The consumer group member underneath: its assignment, watches, round reports.
     pub fn consumer(&self) -> &ConsumerHandle {
         &self.inner.consumer

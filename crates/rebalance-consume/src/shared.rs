@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use super::activity::DenialLog;
 use super::in_flight::InFlight;
+use super::pause::PausedQueues;
 use super::work::WorkQueue;
 use super::{ConsumeOptions, MessageSource, OrderlyListener};
 use crate::metrics::TopicMetrics;
@@ -43,6 +44,8 @@ pub(crate) struct Shared {
     pub(crate) abandon: CancellationToken,
     /// The resources the loops were denied, each logged once.
     pub(crate) denials: DenialLog,
+    /// The queues that do not pull for now (the stream consumer's `pause`).
+    pub(crate) paused: PausedQueues,
     /// The tag expression of each subscribed topic (a topic missing here takes every tag).
     subscriptions: RwLock<HashMap<String, TagExpression>>,
     /// How many queues of each topic this client consumes (for per-topic limits).
@@ -70,6 +73,7 @@ impl Shared {
             outliving: TaskTracker::new(),
             abandon: CancellationToken::new(),
             denials: DenialLog::default(),
+            paused: PausedQueues::default(),
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
             metrics: Mutex::new(HashMap::new()),

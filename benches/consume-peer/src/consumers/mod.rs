@@ -6,3 +6,4 @@
 pub mod ours;
 pub mod peer;
 pub mod raw;
+pub mod stream;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::config::ConsumeFrom;
-use rebalance_runtime::consume::{
+use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
 };
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::NameServer;
-use rebalance_runtime::consume::{MessageSource, PullError, PullRequest, PullResult};
+use rebalance_consume::{MessageSource, PullError, PullRequest, PullResult};
 use rebalance_runtime::subscription::TagExpression;
 
 use crate::tally::Tally;

@@ -3,13 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rebalance_core::ClientId;
 use rebalance_core::assignor::AssignorConfigError;
 use rebalance_core::strategy::StrategyConfigError;
+use rebalance_core::{ClientId, MessageQueue};
 
 use crate::assignment::Assignment;
 use crate::config::IntervalsError;
 use crate::directory::ResetRefused;
+use crate::error::RemoteError;
 use crate::subscription::TagExpressionError;
 
 /// Why a consumer could not be started or a request could not be served.
@@ -127,6 +128,17 @@ pub enum ConsumerError {
         after: Duration,
         /// The assignment when it gave up.
         last: Arc<Assignment>,
+    },
+    /// [`ConsumerHandle::persist_offsets`](super::ConsumerHandle::persist_offsets): the offset
+    /// store refused these queues' offsets (the persistence tick tries them again).
+    #[error(
+        "the offset store refused the committed offsets of {} queue(s) (the persistence tick tries them again): {}",
+        refused.len(),
+        refused.iter().map(|(q, e)| format!("{q}: {e}")).collect::<Vec<_>>().join("; ")
+    )]
+    OffsetsNotPersisted {
+        /// Each queue whose offset was refused, with the store's answer.
+        refused: Vec<(MessageQueue, RemoteError)>,
     },
     /// [`ConsumerHandle::reset_offsets`](super::ConsumerHandle::reset_offsets) found too many
     /// resets still waiting for the consumer's task (it is stuck in a long round or callback):

@@ -15,7 +15,7 @@ use crate::context::{Context, Subscriptions};
 use crate::directory::{ResetRefused, StartedConsumer};
 use crate::lease::HeldLeases;
 use crate::running::{QueueRunningInfo, RunningInfo};
-use crate::service::{OffsetReset, PENDING_RESETS};
+use crate::service::{OffsetReset, PENDING_RESETS, ServiceRequest};
 use crate::subscription::{Subscription, TagExpression};
 use crate::wake::{Trigger, WakeReasons};
 
@@ -47,8 +47,8 @@ pub(super) struct HandleInner {
     pub(super) serial: u64,
     /// The held queues' leases as the service last published them.
     pub(super) leases: watch::Receiver<Arc<HeldLeases>>,
-    /// Operators' offset resets, to the service.
-    pub(super) resets: tokio::sync::mpsc::Sender<OffsetReset>,
+    /// Operators' offset resets and requests to persist now, to the service.
+    pub(super) resets: tokio::sync::mpsc::Sender<ServiceRequest>,
 }
 
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
@@ -405,6 +405,34 @@ impl ConsumerHandle {
         StartedConsumer::running_info(&*self.inner)
     }
 
+    /// Persists the committed offsets of the held queues now, instead of at the next
+    /// persistence tick (`persist_offsets`, 5 s), and returns once the offset store has
+    /// answered: the offsets committed before the call are stored when it returns `Ok` (those
+    /// of queues released meanwhile were stored by their release). Committed offsets the store
+    /// already has are not written again.
+    ///
+    /// Fails with [`ConsumerError::OffsetsNotPersisted`] naming the queues whose offset the
+    /// store refused (the persistence tick tries them again), and with
+    /// [`ConsumerError::ShutDown`] once the consumer is shutting down (its shutdown persists
+    /// the final offsets).
+    pub async fn persist_offsets(&self) -> Result<(), ConsumerError> {
+        if self.inner.token.is_cancelled() {
+            return Err(ConsumerError::ShutDown);
+        }
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.inner
+            .resets
+            .send(ServiceRequest::Persist(answer))
+            .await
+            .map_err(|_| ConsumerError::ShutDown)?;
+        let refused = answered.await.map_err(|_| ConsumerError::ShutDown)?;
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(ConsumerError::OffsetsNotPersisted { refused })
+        }
+    }
+
     /// Applies an operator's offset reset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`, pushed by
     /// the broker after `mqadmin resetOffsetByTime`): each named queue this client holds is
     /// released (reason [`OffsetReset`](crate::RemovalReason::OffsetReset): its lease is
@@ -511,7 +539,7 @@ impl StartedConsumer for HandleInner {
         if self.token.is_cancelled() {
             return Err(ResetRefused::ShutDown);
         }
-        let reset = OffsetReset { offsets };
+        let reset = ServiceRequest::Reset(OffsetReset { offsets });
         self.resets.try_send(reset).map_err(|e| match e {
             tokio::sync::mpsc::error::TrySendError::Full(_) => ResetRefused::Pending {
                 pending: PENDING_RESETS,

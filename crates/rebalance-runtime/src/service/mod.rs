@@ -19,7 +19,7 @@ mod round;
 mod schedule;
 mod settle;
 
-pub(crate) use self::reset::{OffsetReset, PENDING_RESETS};
+pub(crate) use self::reset::{OffsetReset, PENDING_RESETS, ServiceRequest};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -98,8 +98,8 @@ pub(crate) struct Service {
     memo: InputsMemo,
     /// The consumer's allocation, as the memo names it.
     allocation_id: AllocationId,
-    /// Operators' offset resets, taken by [`run`](Self::run).
-    resets: Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
+    /// Operators' offset resets and requests to persist now, taken by [`run`](Self::run).
+    resets: Option<tokio::sync::mpsc::Receiver<ServiceRequest>>,
     /// Queues released for an offset reset, and the offset each starts from when the next
     /// round takes it again: the store may not have it (a Rust broker 1.0 ignores a commit
     /// below its stored offset), so it is not read back from there.
@@ -114,7 +114,7 @@ impl Service {
         trigger: Arc<Trigger>,
         outputs: Outputs,
         queues_token: CancellationToken,
-        resets: tokio::sync::mpsc::Receiver<OffsetReset>,
+        resets: tokio::sync::mpsc::Receiver<ServiceRequest>,
     ) -> Self {
         let subscriptions = ctx.effective(&requested);
         let schedule = Schedule::new(ctx.intervals, ctx.locks().is_some(), Instant::now());
@@ -191,7 +191,14 @@ impl Service {
                     }
                 },
                 _ = self.trigger.notified() => {}
-                Some(reset) = next_reset(&mut resets) => self.reset_offsets(reset).await,
+                Some(request) = next_reset(&mut resets) => match request {
+                    ServiceRequest::Reset(reset) => self.reset_offsets(reset).await,
+                    ServiceRequest::Persist(answer) => {
+                        let refused = self.persist_committed(|_| true, offsets::Persisting::Asked).await;
+                        // The handle may have stopped waiting.
+                        let _ = answer.send(refused);
+                    }
+                },
                 _ = activity.persist_wake.notified() => self.persist_requested().await,
                 changed = changed(&mut membership) => {
                     if changed {
@@ -517,10 +524,11 @@ fn topic_report(topic: &str) -> TopicReport {
     }
 }
 
-/// The next operator's reset; never completes once every handle is gone.
+/// The next operator's reset or persistence request; never completes once every handle is
+/// gone.
 async fn next_reset(
-    resets: &mut Option<tokio::sync::mpsc::Receiver<OffsetReset>>,
-) -> Option<OffsetReset> {
+    resets: &mut Option<tokio::sync::mpsc::Receiver<ServiceRequest>>,
+) -> Option<ServiceRequest> {
     match resets {
         Some(rx) => match rx.recv().await {
             Some(reset) => Some(reset),

@@ -6,6 +6,7 @@ use tokio::time::Instant;
 
 use super::Service;
 use super::final_offsets::Retry;
+use crate::RemoteError;
 use crate::table::{ProcessQueue, ProcessQueueTable};
 
 /// Why committed offsets are persisted (for the logs).
@@ -15,6 +16,10 @@ pub(super) enum Persisting {
     Tick,
     /// A lease asked for it ([`QueueLease::persist_now`](crate::QueueLease::persist_now)).
     AtOnce,
+    /// The application asked for it
+    /// ([`ConsumerHandle::persist_offsets`](crate::ConsumerHandle::persist_offsets)), and is
+    /// told which failed.
+    Asked,
 }
 
 impl Service {
@@ -26,20 +31,22 @@ impl Service {
     }
 
     /// Persists the offsets committed and not stored yet of the held queues that `pick` picks
-    /// (asked only of those), and records what the store accepted.
+    /// (asked only of those), and records what the store accepted; returns the queues whose
+    /// offset the store refused, with its answer.
     pub(super) async fn persist_committed(
         &mut self,
         mut pick: impl FnMut(&ProcessQueue) -> bool,
         why: Persisting,
-    ) {
+    ) -> Vec<(MessageQueue, RemoteError)> {
         let due: Vec<(MessageQueue, i64)> = self
             .table
             .iter()
             .filter(|(_, pq)| pq.is_held() && pick(pq))
             .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
             .collect();
+        let mut refused = Vec::new();
         if due.is_empty() {
-            return;
+            return refused;
         }
         let answers = self.ctx.offsets.persist_many(&self.ctx.group, &due).await;
         for ((queue, offset), answer) in due.into_iter().zip(answers) {
@@ -52,16 +59,23 @@ impl Service {
                         pq.set_persisted(offset);
                     }
                 }
-                Err(e) => match why {
-                    Persisting::Tick => {
-                        tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
+                Err(e) => {
+                    match why {
+                        Persisting::Tick => {
+                            tracing::warn!(queue = ?queue, offset, error = %e, "offset persistence failed; will retry")
+                        }
+                        Persisting::AtOnce => {
+                            tracing::warn!(queue = ?queue, offset, error = %e, "could not persist the offset at once; the persistence tick retries")
+                        }
+                        Persisting::Asked => {
+                            tracing::debug!(queue = ?queue, offset, error = %e, "could not persist the offset the application asked for; the persistence tick retries")
+                        }
                     }
-                    Persisting::AtOnce => {
-                        tracing::warn!(queue = ?queue, offset, error = %e, "could not persist the offset at once; the persistence tick retries")
-                    }
-                },
+                    refused.push((queue, e));
+                }
             }
         }
+        refused
     }
 
     /// Retries the final offsets of released queues that the store refused. A value is retried

@@ -25,6 +25,16 @@ pub(crate) struct OffsetReset {
     pub(crate) offsets: Vec<(MessageQueue, i64)>,
 }
 
+/// What a handle asks of the service's task besides subscriptions: an operator's reset, or the
+/// held queues' committed offsets persisted now
+/// ([`ConsumerHandle::persist_offsets`](crate::ConsumerHandle::persist_offsets)), answered
+/// with the queues whose offset the store refused.
+#[derive(Debug)]
+pub(crate) enum ServiceRequest {
+    Reset(OffsetReset),
+    Persist(tokio::sync::oneshot::Sender<Vec<(MessageQueue, crate::RemoteError)>>),
+}
+
 impl Service {
     /// Applies a reset to the queues this client holds (the others are someone else's, or
     /// nobody's: ignored, as the Java client does). Each is released with the new offset as its

@@ -1,0 +1,774 @@
+//! The stream consumer on the in-memory cluster, on paused time, with the push consumer's
+//! scenarios (`consume_push.rs`, `consume_regressions.rs`): across joins, clean leaves,
+//! crashes, a name-server outage, pull errors and lost pull replies nothing is lost; with an
+//! exclusive hand-off nothing is consumed twice, even for a message held longer than the
+//! callback timeout; the ordered stream keeps each queue's order with one member at a time;
+//! messages handed back come again through the retry topic, then go to the dead letters. And
+//! the stream's own: seeks (offset, beginning, end, time) replay exactly from where they
+//! point and lose nothing, assign mode takes the queues named, `commit` persists at once, a
+//! shutdown abandons a message held past `await_in_flight`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+use rebalance_consume::{
+    ConsumeOptions, Message, MessageStream, OrderedStream, SeekError, SeekTo, StreamConsumer,
+    StreamConsumerBuilder, StreamConsumerError, StreamConsumerHandle,
+};
+use rebalance_core::MessageQueue;
+use rebalance_runtime::config::Intervals;
+use rebalance_runtime::memory::{ClusterCall, InMemoryCluster};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep};
+
+const GROUP: &str = "G";
+
+/// One delivery to the application.
+#[derive(Debug, Clone)]
+struct Delivery {
+    client: String,
+    topic: String,
+    queue: MessageQueue,
+    offset: i64,
+    msg_id: String,
+    reconsume_times: i32,
+    at: Instant,
+}
+
+/// Every delivery of the group, and whether two members ever processed one queue at once.
+#[derive(Default)]
+struct Journal {
+    deliveries: Mutex<Vec<Delivery>>,
+    busy: Mutex<HashMap<MessageQueue, String>>,
+    overlaps: Mutex<Vec<String>>,
+}
+
+impl Journal {
+    fn record(&self, client: &str, message: &Message) {
+        self.deliveries.lock().unwrap().push(Delivery {
+            client: client.to_string(),
+            topic: message.topic().to_string(),
+            queue: message.queue().clone(),
+            offset: message.queue_offset(),
+            msg_id: message.msg_id().to_string(),
+            reconsume_times: message.reconsume_times(),
+            at: Instant::now(),
+        });
+    }
+
+    fn all(&self) -> Vec<Delivery> {
+        self.deliveries.lock().unwrap().clone()
+    }
+
+    fn consumed_ids(&self) -> BTreeSet<String> {
+        self.all().into_iter().map(|d| d.msg_id).collect()
+    }
+
+    /// Deliveries of a message beyond its first, not counting redeliveries of failures.
+    fn duplicates(&self) -> Vec<Delivery> {
+        let mut seen = BTreeSet::new();
+        self.all()
+            .into_iter()
+            .filter(|d| !seen.insert((d.msg_id.clone(), d.reconsume_times)))
+            .collect()
+    }
+
+    /// The offsets of `queue` delivered after `since`, in delivery order.
+    fn offsets_since(&self, queue: &MessageQueue, since: Instant) -> Vec<i64> {
+        self.all()
+            .into_iter()
+            .filter(|d| &d.queue == queue && d.at >= since)
+            .map(|d| d.offset)
+            .collect()
+    }
+}
+
+/// Marks a queue busy with one member while it lives.
+struct Busy<'a> {
+    journal: &'a Journal,
+    queue: MessageQueue,
+}
+
+impl<'a> Busy<'a> {
+    fn enter(journal: &'a Journal, client: &str, queue: &MessageQueue) -> Self {
+        let mut busy = journal.busy.lock().unwrap();
+        if let Some(other) = busy.insert(queue.clone(), client.to_string()) {
+            journal
+                .overlaps
+                .lock()
+                .unwrap()
+                .push(format!("{queue:?}: {client} while {other}"));
+        }
+        Self {
+            journal,
+            queue: queue.clone(),
+        }
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.journal.busy.lock().unwrap().remove(&self.queue);
+    }
+}
+
+/// The application: records, takes `work` per message, hands back the first delivery of the
+/// messages whose body ends in `fail_suffix` and every delivery of those ending in
+/// `poison_suffix`.
+struct App {
+    client: String,
+    journal: Arc<Journal>,
+    work: Duration,
+    /// Messages whose body ends in `7` take this long instead.
+    slow_work: Option<Duration>,
+    fail_suffix: Option<&'static str>,
+    poison_suffix: Option<&'static str>,
+}
+
+impl App {
+    fn fails(&self, message: &Message) -> bool {
+        let body = String::from_utf8_lossy(message.body()).to_string();
+        let first_failure = self
+            .fail_suffix
+            .is_some_and(|s| body.ends_with(s) && message.reconsume_times() == 0);
+        let poison = self.poison_suffix.is_some_and(|s| body.ends_with(s));
+        first_failure || poison
+    }
+
+    /// Consumes the stream, 20 messages at a time, as the push consumer's 20 workers.
+    async fn consume(self: Arc<Self>, stream: MessageStream) {
+        stream
+            .for_each_concurrent(20, |message| {
+                let app = self.clone();
+                async move {
+                    let slow = app.slow_work.filter(|_| message.body().ends_with(b"7"));
+                    sleep(slow.unwrap_or(app.work)).await;
+                    app.journal.record(&app.client, &message);
+                    if app.fails(&message) {
+                        message.nack().await;
+                    } else {
+                        message.ack();
+                    }
+                }
+            })
+            .await;
+    }
+
+    /// Consumes the ordered stream, 20 batches (of different queues) at a time.
+    async fn consume_ordered(self: Arc<Self>, stream: OrderedStream) {
+        stream
+            .for_each_concurrent(20, |batch| {
+                let app = self.clone();
+                async move {
+                    let _busy = Busy::enter(&app.journal, &app.client, batch.queue());
+                    sleep(app.work).await;
+                    for message in &batch {
+                        app.journal.record(&app.client, message);
+                    }
+                    if batch.messages().iter().any(|m| app.fails(m)) {
+                        batch.suspend();
+                    } else {
+                        batch.commit();
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// A member: its handle, and the task consuming its stream.
+struct Member {
+    handle: StreamConsumerHandle,
+    task: JoinHandle<()>,
+}
+
+struct Group {
+    cluster: InMemoryCluster,
+    journal: Arc<Journal>,
+    orderly: bool,
+    exclusive: bool,
+    options: ConsumeOptions,
+    work: Duration,
+    slow_work: Option<Duration>,
+    fail_suffix: Option<&'static str>,
+    poison_suffix: Option<&'static str>,
+    members: HashMap<String, Member>,
+}
+
+impl Group {
+    fn new(cluster: &InMemoryCluster) -> Self {
+        Self {
+            cluster: cluster.clone(),
+            journal: Arc::default(),
+            orderly: false,
+            exclusive: false,
+            options: ConsumeOptions::default(),
+            work: Duration::from_millis(2),
+            slow_work: None,
+            fail_suffix: None,
+            poison_suffix: None,
+            members: HashMap::new(),
+        }
+    }
+
+    fn builder(&self, id: &str) -> StreamConsumerBuilder {
+        let client = self.cluster.client(id);
+        let exclusive = self.exclusive;
+        StreamConsumer::builder(GROUP)
+            .configure(|c| {
+                // The first round at once, as these tests' timings assume.
+                c.intervals(Intervals {
+                    adaptive_settle: None,
+                    force_unlock_after: Duration::from_secs(60),
+                    ..Intervals::default()
+                })
+                .cluster(client.clone())
+                .exclusive_hand_off(exclusive)
+            })
+            .options(self.options)
+            .source(Arc::new(client))
+    }
+
+    async fn join(&mut self, id: &str) {
+        let builder = self.builder(id).subscribe("T");
+        self.start(id, builder).await;
+    }
+
+    async fn start(&mut self, id: &str, builder: StreamConsumerBuilder) {
+        let app = Arc::new(App {
+            client: id.to_string(),
+            journal: self.journal.clone(),
+            work: self.work,
+            slow_work: self.slow_work,
+            fail_suffix: self.fail_suffix,
+            poison_suffix: self.poison_suffix,
+        });
+        let member = if self.orderly {
+            let stream = builder.start_ordered().await.unwrap();
+            Member {
+                handle: stream.handle().clone(),
+                task: tokio::spawn(app.consume_ordered(stream)),
+            }
+        } else {
+            let stream = builder.start().await.unwrap();
+            Member {
+                handle: stream.handle().clone(),
+                task: tokio::spawn(app.consume(stream)),
+            }
+        };
+        self.members.insert(id.to_string(), member);
+    }
+
+    fn handle(&self, id: &str) -> &StreamConsumerHandle {
+        &self.members[id].handle
+    }
+
+    async fn leave(&mut self, id: &str) {
+        let member = self.members.remove(id).unwrap();
+        member.handle.shutdown().await;
+        member.task.await.unwrap();
+    }
+
+    fn crash(&mut self, id: &str) {
+        let member = self.members.remove(id).unwrap();
+        member.handle.abort();
+        member.task.abort();
+    }
+
+    async fn stop(&mut self) {
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            self.leave(&id).await;
+        }
+    }
+}
+
+/// Sends `count` messages to `T`, one every `every`, bodies `m{i}`; returns their ids.
+fn produce(cluster: &InMemoryCluster, count: usize, every: Duration) -> JoinHandle<Vec<String>> {
+    let cluster = cluster.clone();
+    tokio::spawn(async move {
+        let mut ids = Vec::with_capacity(count);
+        for i in 0..count {
+            let receipt = cluster
+                .send("T", OutgoingMessage::new(format!("m{i}")))
+                .unwrap();
+            ids.push(receipt.msg_id);
+            sleep(every).await;
+        }
+        ids
+    })
+}
+
+fn missing(produced: &[String], journal: &Journal) -> Vec<String> {
+    let consumed = journal.consumed_ids();
+    produced
+        .iter()
+        .filter(|id| !consumed.contains(*id))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_is_lost_across_joins_leaves_crashes_faults_and_a_seek() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let mut group = Group::new(&cluster);
+    group.join("c1@1").await;
+    // A new group starts from the end of each queue: produce once the first member holds them.
+    sleep(Duration::from_secs(1)).await;
+    let producer = produce(&cluster, 3000, Duration::from_millis(10));
+    sleep(Duration::from_secs(5)).await;
+    group.join("c2@1").await;
+    sleep(Duration::from_secs(5)).await;
+    group.join("c3@1").await;
+    cluster.fail_next(ClusterCall::Pull, 20);
+    sleep(Duration::from_secs(2)).await;
+    // c1 moves one of its queues back 20 messages while the group consumes.
+    let c1 = group.handle("c1@1").clone();
+    let queue = c1
+        .assignment()
+        .iter()
+        .find(|q| &*q.topic == "T")
+        .cloned()
+        .unwrap();
+    let back = c1.committed(&queue).unwrap() - 20;
+    assert_eq!(c1.seek(&queue, SeekTo::Offset(back)).await.unwrap(), back);
+    cluster.set_name_server_down(true);
+    cluster.lose_next_replies(ClusterCall::Pull, 10);
+    sleep(Duration::from_secs(3)).await;
+    group.leave("c2@1").await;
+    sleep(Duration::from_secs(3)).await;
+    cluster.set_name_server_down(false);
+    sleep(Duration::from_secs(2)).await;
+    group.crash("c3@1");
+    sleep(Duration::from_secs(2)).await;
+    group.join("c4@1").await;
+    let produced = producer.await.unwrap();
+    sleep(Duration::from_secs(300)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    group.stop().await;
+}
+
+/// A member crashes while it processes 20 messages at once, every tenth slowly (3 s, the
+/// others 20 ms), so that it acknowledges out of order: none of them is lost (the offsets
+/// persisted before the crash never pass a message not acknowledged).
+#[tokio::test(start_paused = true)]
+async fn a_crash_loses_none_of_the_messages_being_processed() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let mut group = Group::new(&cluster);
+    group.work = Duration::from_millis(20);
+    group.slow_work = Some(Duration::from_secs(3));
+    group.join("c1@1").await;
+    sleep(Duration::from_secs(1)).await;
+    let producer = produce(&cluster, 1500, Duration::from_millis(10));
+    sleep(Duration::from_millis(12_345)).await;
+    group.crash("c1@1");
+    group.slow_work = None;
+    group.join("c2@1").await;
+    let produced = producer.await.unwrap();
+    sleep(Duration::from_secs(300)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    group.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_hand_off_consumes_nothing_twice() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let mut group = Group::new(&cluster);
+    group.exclusive = true;
+    group.join("c1@1").await;
+    sleep(Duration::from_secs(1)).await;
+    let producer = produce(&cluster, 2000, Duration::from_millis(10));
+    sleep(Duration::from_secs(3)).await;
+    group.join("c2@1").await;
+    sleep(Duration::from_secs(4)).await;
+    group.join("c3@1").await;
+    cluster.fail_next(ClusterCall::Pull, 10);
+    sleep(Duration::from_secs(4)).await;
+    group.leave("c1@1").await;
+    cluster.lose_next_replies(ClusterCall::Pull, 5);
+    sleep(Duration::from_secs(4)).await;
+    group.join("c4@1").await;
+    let produced = producer.await.unwrap();
+    sleep(Duration::from_secs(120)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    let duplicates = group.journal.duplicates();
+    assert!(duplicates.is_empty(), "consumed twice: {duplicates:?}");
+    group.stop().await;
+}
+
+/// A message held for longer than `callback_timeout` (10 s), within `force_unlock_after`, at a
+/// clean hand-off with an exclusive hand-off: the runtime unlocks the queue only once it is
+/// acknowledged and committed, so nobody else processes it.
+#[tokio::test(start_paused = true)]
+async fn an_exclusive_hand_off_waits_for_a_message_held_longer_than_the_callback_timeout() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster);
+    group.exclusive = true;
+    group.work = Duration::from_secs(30);
+    group.join("c1@1").await;
+    sleep(Duration::from_secs(1)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(2)).await;
+    // "a@1" sorts first: it takes the only queue from c1.
+    group.work = Duration::from_millis(1);
+    group.join("a@1").await;
+    sleep(Duration::from_secs(120)).await;
+    let m0: Vec<String> = group.journal.all().into_iter().map(|d| d.client).collect();
+    assert_eq!(m0, vec!["c1@1".to_string()], "m0 processed by two members");
+    group.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_ordered_stream_keeps_each_queues_order_with_one_member_at_a_time() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let mut group = Group::new(&cluster);
+    group.orderly = true;
+    group.options.consume_batch_size = 4;
+    group.join("c1@1").await;
+    sleep(Duration::from_secs(1)).await;
+    let producer = produce(&cluster, 1500, Duration::from_millis(10));
+    sleep(Duration::from_secs(3)).await;
+    group.join("c2@1").await;
+    sleep(Duration::from_secs(4)).await;
+    group.join("c3@1").await;
+    sleep(Duration::from_secs(3)).await;
+    group.leave("c2@1").await;
+    sleep(Duration::from_secs(2)).await;
+    group.crash("c3@1");
+    let produced = producer.await.unwrap();
+    sleep(Duration::from_secs(300)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    assert_eq!(
+        *group.journal.overlaps.lock().unwrap(),
+        Vec::<String>::new()
+    );
+    // First deliveries of each queue arrive in offset order.
+    let mut seen = BTreeSet::new();
+    let mut last: HashMap<MessageQueue, i64> = HashMap::new();
+    for d in group.journal.all() {
+        if !seen.insert(d.msg_id.clone()) {
+            continue;
+        }
+        let previous = last.insert(d.queue.clone(), d.offset);
+        assert!(
+            previous.is_none_or(|p| p < d.offset),
+            "{:?}: {} after {:?}",
+            d.queue,
+            d.offset,
+            previous
+        );
+    }
+    group.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn messages_handed_back_come_again_through_the_retry_topic_or_go_to_the_dead_letters() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let mut group = Group::new(&cluster);
+    group.fail_suffix = Some("5");
+    group.poison_suffix = Some("77");
+    group.options.max_reconsume_times = 2;
+    group.join("c1@1").await;
+    group.join("c2@1").await;
+    sleep(Duration::from_secs(2)).await;
+    let produced = produce(&cluster, 200, Duration::from_millis(10))
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(300)).await;
+    let deliveries = group.journal.all();
+    for (i, id) in produced.iter().enumerate() {
+        let body = format!("m{i}");
+        let of: Vec<&Delivery> = deliveries.iter().filter(|d| &d.msg_id == id).collect();
+        let times: Vec<i32> = of.iter().map(|d| d.reconsume_times).collect();
+        if body.ends_with("77") {
+            assert_eq!(times, vec![0, 1, 2], "{body}");
+        } else if body.ends_with('5') {
+            assert_eq!(times, vec![0, 1], "{body}: redelivered once");
+            assert!(of.iter().all(|d| d.topic == "T"), "shown under its topic");
+            assert_eq!(&*of[1].queue.topic, "%RETRY%G");
+        } else {
+            assert_eq!(times, vec![0], "{body}");
+        }
+    }
+    let dead: BTreeSet<String> = cluster
+        .dead_letters(GROUP)
+        .iter()
+        .map(|m| m.msg_id().to_string())
+        .collect();
+    let poison: BTreeSet<String> = produced
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 100 == 77)
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(dead, poison);
+    group.stop().await;
+}
+
+/// Seeks replay exactly from where they point: an offset, the beginning, a time; the end skips
+/// what is stored; nothing after the seek is lost.
+#[tokio::test(start_paused = true)]
+async fn seeks_replay_from_the_offset_the_beginning_or_a_time_and_lose_nothing() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let mut group = Group::new(&cluster);
+    group.join("c1@1").await;
+    let handle = group.handle("c1@1").clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let queues: Vec<MessageQueue> = handle
+        .assignment()
+        .iter()
+        .filter(|q| &*q.topic == "T")
+        .cloned()
+        .collect();
+    let (q0, q1) = (queues[0].clone(), queues[1].clone());
+    // 10 messages per queue, one a second.
+    for i in 0..10 {
+        for q in [&q0, &q1] {
+            cluster
+                .send_to(q, OutgoingMessage::new(format!("{}-{i}", q.queue_id)))
+                .unwrap();
+        }
+        sleep(Duration::from_secs(1)).await;
+    }
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(handle.committed(&q0), Some(10));
+    assert_eq!(handle.committed(&q1), Some(10));
+    let fifth_stored = cluster.messages(&q1)[5].store_timestamp();
+
+    let since = Instant::now();
+    assert_eq!(handle.seek(&q0, SeekTo::Beginning).await.unwrap(), 0);
+    assert_eq!(handle.seek(&q1, SeekTo::Offset(7)).await.unwrap(), 7);
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        group.journal.offsets_since(&q0, since),
+        (0..10).collect::<Vec<_>>()
+    );
+    assert_eq!(group.journal.offsets_since(&q1, since), vec![7, 8, 9]);
+    assert_eq!(handle.committed(&q0), Some(10));
+
+    let since = Instant::now();
+    assert_eq!(
+        handle
+            .seek(&q1, SeekTo::Timestamp(fifth_stored))
+            .await
+            .unwrap(),
+        5
+    );
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(group.journal.offsets_since(&q1, since), vec![5, 6, 7, 8, 9]);
+
+    // To the end: what is stored is skipped, what comes next is consumed. Paused, once its
+    // long-polled pull has answered (15 s), q0 stores a message nobody pulls.
+    assert!(handle.pause(&q0));
+    sleep(Duration::from_secs(20)).await;
+    let since = Instant::now();
+    cluster
+        .send_to(&q0, OutgoingMessage::new("skipped"))
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(group.journal.offsets_since(&q0, since), Vec::<i64>::new());
+    assert_eq!(handle.seek(&q0, SeekTo::End).await.unwrap(), 11);
+    sleep(Duration::from_secs(3)).await;
+    cluster.send_to(&q0, OutgoingMessage::new("after")).unwrap();
+    sleep(Duration::from_secs(3)).await;
+    assert_eq!(group.journal.offsets_since(&q0, since), vec![11]);
+    assert_eq!(
+        handle.paused(),
+        Vec::<MessageQueue>::new(),
+        "the seek restarted the queue"
+    );
+
+    assert!(matches!(
+        handle.seek(&q0, SeekTo::Offset(13)).await,
+        Err(SeekError::OutOfRange {
+            min: 0,
+            max: 12,
+            ..
+        })
+    ));
+    let elsewhere = MessageQueue::new("T", "nowhere", 0);
+    assert!(matches!(
+        handle.seek(&elsewhere, SeekTo::Beginning).await,
+        Err(SeekError::NotHeld(_))
+    ));
+    group.stop().await;
+}
+
+/// Assign mode: each member consumes the queues it names, whatever the group; nothing is lost.
+#[tokio::test(start_paused = true)]
+async fn assign_mode_consumes_the_queues_named_whatever_the_group() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let mut group = Group::new(&cluster);
+    // Learn the queues' names from a member that subscribes, then leaves.
+    group.join("probe@1").await;
+    let probe = group.handle("probe@1").clone();
+    probe.ready(Duration::from_secs(10)).await.unwrap();
+    let all: Vec<MessageQueue> = probe
+        .assignment()
+        .iter()
+        .filter(|q| &*q.topic == "T")
+        .cloned()
+        .collect();
+    group.leave("probe@1").await;
+    assert_eq!(all.len(), 4);
+    // Both assigned members start at the end of their queues.
+    let a = group.builder("a@1").assign(all[..3].to_vec());
+    group.start("a@1", a).await;
+    let b = group.builder("b@1").assign(all[2..].to_vec());
+    group.start("b@1", b).await;
+    for id in ["a@1", "b@1"] {
+        group
+            .handle(id)
+            .ready(Duration::from_secs(10))
+            .await
+            .unwrap();
+    }
+    let held = |id: &str| -> Vec<MessageQueue> {
+        group
+            .handle(id)
+            .assignment()
+            .iter()
+            .filter(|q| &*q.topic == "T")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(held("a@1"), all[..3].to_vec());
+    assert_eq!(held("b@1"), all[2..].to_vec(), "queue 2 is named by both");
+    let produced = produce(&cluster, 400, Duration::from_millis(10))
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    for d in group.journal.all() {
+        let named = if d.client == "a@1" {
+            &all[..3]
+        } else {
+            &all[2..]
+        };
+        assert!(named.contains(&d.queue), "{d:?}");
+    }
+    group.stop().await;
+
+    let mixed = StreamConsumer::builder(GROUP)
+        .cluster(cluster.client("c@1"))
+        .subscribe("T")
+        .assign(all.clone())
+        .start()
+        .await;
+    assert!(matches!(
+        mixed,
+        Err(StreamConsumerError::SubscribeAndAssign)
+    ));
+}
+
+/// `commit` persists the committed offsets at once, not at the next tick.
+#[tokio::test(start_paused = true)]
+async fn commit_persists_the_acknowledged_offsets_at_once() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut stream = StreamConsumer::builder(GROUP)
+        .configure(|c| {
+            c.cluster(client.clone()).intervals(Intervals {
+                adaptive_settle: None,
+                persist_offsets: Duration::from_secs(3600),
+                ..Intervals::default()
+            })
+        })
+        .source(Arc::new(client))
+        .subscribe("T")
+        .start()
+        .await
+        .unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let queue = handle
+        .assignment()
+        .iter()
+        .find(|q| &*q.topic == "T")
+        .cloned()
+        .unwrap();
+    let stored_at_start = cluster.offset(GROUP, &queue);
+    for i in 0..5 {
+        cluster
+            .send("T", OutgoingMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    for _ in 0..3 {
+        stream.next().await.unwrap().ack();
+    }
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(handle.committed(&queue), Some(3));
+    assert_eq!(
+        cluster.offset(GROUP, &queue),
+        stored_at_start,
+        "not before the hour's tick"
+    );
+    handle.commit().await.unwrap();
+    assert_eq!(cluster.offset(GROUP, &queue), Some(3));
+    handle.shutdown().await;
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends with the consumer"
+    );
+    assert!(handle.commit().await.is_err());
+}
+
+/// A shutdown with `await_in_flight` abandons a message held past it: the stream ends, the
+/// shutdown returns, and the message is not committed.
+#[tokio::test(start_paused = true)]
+async fn shutdown_abandons_a_message_held_past_await_in_flight() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.await_in_flight = Some(Duration::from_secs(1));
+    let mut stream = StreamConsumer::builder(GROUP)
+        .configure(|c| c.cluster(client.clone()))
+        .source(Arc::new(client))
+        .options(options)
+        .subscribe("T")
+        .start()
+        .await
+        .unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let queue = handle
+        .assignment()
+        .iter()
+        .find(|q| &*q.topic == "T")
+        .cloned()
+        .unwrap();
+    cluster.send("T", OutgoingMessage::new("held")).unwrap();
+    cluster
+        .send("T", OutgoingMessage::new("acknowledged"))
+        .unwrap();
+    let held = stream.next().await.unwrap();
+    stream.next().await.unwrap().ack();
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(3600), handle.shutdown())
+        .await
+        .expect("the shutdown returns");
+    assert!(
+        started.elapsed() <= Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        cluster.offset(GROUP, &queue),
+        Some(0),
+        "the held message is not committed"
+    );
+    drop(held);
+}

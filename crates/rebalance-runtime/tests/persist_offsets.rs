@@ -1,0 +1,70 @@
+//! `ConsumerHandle::persist_offsets`: the held queues' committed offsets stored now, not at the
+//! next persistence tick; the queues whose offset the store refused named in the error.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{GROUP, Recorder, java_intervals, settle, start_recording};
+use rebalance_core::MessageQueue;
+use rebalance_runtime::ConsumerError;
+use rebalance_runtime::config::Intervals;
+use rebalance_runtime::memory::{ClusterCall, InMemoryCluster};
+
+fn queue(id: i32) -> MessageQueue {
+    MessageQueue::new("T", "broker-0", id)
+}
+
+#[tokio::test(start_paused = true)]
+async fn persist_offsets_stores_the_committed_offsets_before_the_tick() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let recorder = Recorder::new();
+    let hourly = Intervals {
+        persist_offsets: Duration::from_secs(3600),
+        ..java_intervals()
+    };
+    let member = start_recording(&cluster, 0, &["T"], recorder.clone(), |b| {
+        b.consume_retry_topic(false).intervals(hourly)
+    })
+    .await;
+    settle(Duration::from_secs(6)).await;
+    let leases = recorder.held_leases();
+    assert_eq!(leases.len(), 2);
+    for (i, lease) in leases.iter().enumerate() {
+        lease.commit(10 + i as i64);
+    }
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(
+        cluster.offset(GROUP, &queue(0)),
+        None,
+        "the tick is an hour away"
+    );
+
+    member.handle.persist_offsets().await.unwrap();
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(10));
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(11));
+
+    leases[0].commit(20);
+    cluster.fail_next(ClusterCall::PersistOffset, 1);
+    match member.handle.persist_offsets().await {
+        Err(ConsumerError::OffsetsNotPersisted { refused }) => {
+            let queues: Vec<&MessageQueue> = refused.iter().map(|(q, _)| q).collect();
+            assert_eq!(
+                queues,
+                vec![&queue(0)],
+                "only the one that changed was written"
+            );
+        }
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(10));
+    member.handle.persist_offsets().await.unwrap();
+    assert_eq!(cluster.offset(GROUP, &queue(0)), Some(20));
+
+    member.handle.shutdown().await;
+    assert!(matches!(
+        member.handle.persist_offsets().await,
+        Err(ConsumerError::ShutDown)
+    ));
+}
