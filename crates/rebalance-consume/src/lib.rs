@@ -14,7 +14,11 @@
 //! - [`PushConsumer`]: a group member that runs one pull loop per lease, buffers what it
 //!   pulled (with the Java client's flow control), hands batches to a [`ConcurrentListener`]
 //!   or an [`OrderlyListener`], sends failed messages back, commits the smallest unconsumed
-//!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs).
+//!   offset, and hands each removed queue off cleanly ([`ConsumeOptions`] has the knobs);
+//! - POP consumption ([`PushConsumerBuilder::pop`], [`PopSource`], [`PopOptions`]): the
+//!   brokers assign the queues (RocketMQ 5's server-side assignment), several members read
+//!   each, and every message is acknowledged at the brokers once consumed (see the `pop`
+//!   module's notes, in [`PopMode`], for where it differs from the Java client).
 
 #![warn(missing_docs)]
 
@@ -32,6 +36,7 @@ pub mod memory;
 mod message;
 pub mod metrics;
 mod orderly;
+mod pop;
 mod process_queue;
 pub mod property;
 mod pull_loop;
@@ -53,6 +58,9 @@ pub use listener::{
     OrderlyResult,
 };
 pub use message::Message;
+pub use pop::{
+    MAX_POP_BATCH, PopMode, PopOptions, PopOptionsError, PopRequest, PopResult, PopSource, PopStart,
+};
 pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsumerHandle};
 pub use source::{
     DEAD_LETTER_LEVEL, DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND,
