@@ -46,7 +46,7 @@ fn send(cluster: &InMemoryCluster, n: usize) -> Vec<String> {
 
 async fn pop(client: &ClusterClient, request: &PopRequest) -> Vec<Message> {
     match client.pop(request).await.unwrap() {
-        PopResult::Found(messages) => messages,
+        PopResult::Found { messages, .. } => messages,
         _ => Vec::new(),
     }
 }

@@ -559,7 +559,10 @@ async fn serve_pop(
             pass_ordinary(client, request, queues)
         };
         if !pass.messages.is_empty() {
-            return PopResult::Found(pass.messages);
+            return PopResult::Found {
+                messages: pass.messages,
+                filtered: Vec::new(),
+            };
         }
         let now = Instant::now();
         if now >= deadline {

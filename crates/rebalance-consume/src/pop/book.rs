@@ -75,8 +75,74 @@ pub(super) struct Book {
 impl Book {
     /// Records `messages` of one pop (each with its handle; a message without one is dropped
     /// with a warning), invisible until `visible_again`; returns the batches to hand to the
-    /// workers, each under its epoch.
+    /// workers, each under its epoch. The `filtered` messages of the pop (not to be delivered)
+    /// are recorded as consumed, in their place in their queue's entry.
     pub(super) fn add(
+        &mut self,
+        messages: Vec<Message>,
+        filtered: Vec<Message>,
+        visible_again: Instant,
+    ) -> Vec<(u64, Vec<Message>)> {
+        let batches = self.add_messages(messages, visible_again);
+        for message in filtered {
+            self.add_filtered(&batches, message, visible_again);
+        }
+        batches
+    }
+
+    /// Records a filtered message as consumed: in the entry of this pop whose queue it is and
+    /// whose offsets surround it, else in an entry of its own.
+    fn add_filtered(
+        &mut self,
+        batches: &[(u64, Vec<Message>)],
+        message: Message,
+        visible_again: Instant,
+    ) {
+        let Some(handle) = message.receipt_handle().map(str::to_owned) else {
+            return;
+        };
+        let offset = message.queue_offset();
+        let home = batches.iter().find(|(_, b)| {
+            b.first()
+                .is_some_and(|f| f.queue() == message.queue() && f.queue_offset() <= offset)
+                && b.last().is_some_and(|l| offset <= l.queue_offset())
+        });
+        let epoch = match home {
+            Some((epoch, _)) => *epoch,
+            None => {
+                let epoch = self.next_epoch;
+                self.next_epoch += 1;
+                self.entries.insert(
+                    epoch,
+                    Entry {
+                        topic: Arc::from(message.topic()),
+                        slots: Vec::new(),
+                        visible_again,
+                        fixed: false,
+                    },
+                );
+                epoch
+            }
+        };
+        if let Some(entry) = self.entries.get_mut(&epoch) {
+            let at = entry.slots.partition_point(|s| s.offset < offset);
+            if entry.slots.get(at).is_some_and(|s| s.offset == offset) {
+                return;
+            }
+            entry.slots.insert(
+                at,
+                Slot {
+                    offset,
+                    handle,
+                    bytes: 0,
+                    state: State::Done,
+                },
+            );
+            self.count += 1;
+        }
+    }
+
+    fn add_messages(
         &mut self,
         messages: Vec<Message>,
         visible_again: Instant,
@@ -339,7 +405,7 @@ mod tests {
         messages.extend(popped(2, 0..2));
         // A message of a retry queue shown under the topic, queue 2 again, offsets from 0.
         messages.extend(popped(2, 0..1));
-        let batches = book.add(messages, Instant::now());
+        let batches = book.add(messages, Vec::new(), Instant::now());
         let shape: Vec<(u64, Vec<i64>)> = batches
             .iter()
             .map(|(e, b)| (*e, b.iter().map(Message::queue_offset).collect()))
@@ -355,7 +421,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_order_acknowledgements_wait_for_every_earlier_message() {
         let mut book = Book::default();
-        book.add(popped(0, 0..4), Instant::now());
+        book.add(popped(0, 0..4), Vec::new(), Instant::now());
         book.done(0, 1, 2, |_| false);
         assert!(book.acks_due(true).is_empty(), "0 is not consumed yet");
         let any_order = book.acks_due(false);
@@ -379,9 +445,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn filtered_messages_are_acknowledged_in_their_place_and_never_delivered() {
+        let mut book = Book::default();
+        let mut messages = popped(0, 0..4);
+        let filtered = vec![messages.remove(2), popped(1, 9..10).remove(0)];
+        let batches = book.add(messages, filtered, Instant::now());
+        let shape: Vec<Vec<i64>> = batches
+            .iter()
+            .map(|(_, b)| b.iter().map(Message::queue_offset).collect())
+            .collect();
+        assert_eq!(shape, vec![vec![0, 1, 3]], "the filtered are not delivered");
+        assert_eq!(book.len(), 5);
+        book.done(0, 0, 1, |_| false);
+        let due = book.acks_due(true);
+        let acked: Vec<Vec<i64>> = due.iter().map(|b| b.offsets.clone()).collect();
+        assert_eq!(
+            acked,
+            vec![vec![0, 1, 2], vec![9]],
+            "2 in its place, 9 alone"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn kept_messages_wait_and_abandoned_ones_leave() {
         let mut book = Book::default();
-        book.add(popped(0, 0..3), Instant::now());
+        book.add(popped(0, 0..3), Vec::new(), Instant::now());
         book.done(0, 0, 2, |o| o == 1);
         let due = book.acks_due(true);
         assert_eq!(due[0].offsets, vec![0]);
@@ -391,7 +479,7 @@ mod tests {
         assert_eq!(due[0].offsets, vec![2]);
         book.acked(&due[0]);
         assert!(book.is_empty());
-        book.add(popped(0, 3..6), Instant::now());
+        book.add(popped(0, 3..6), Vec::new(), Instant::now());
         book.done(1, 4, 4, |_| false);
         let given_up: Vec<String> = book.abandon_waiting().into_iter().map(|(_, h)| h).collect();
         assert_eq!(given_up, vec!["h0-3", "h0-5"]);
@@ -403,7 +491,7 @@ mod tests {
         let mut book = Book::default();
         let start = Instant::now();
         let invisible = Duration::from_secs(60);
-        book.add(popped(0, 0..2), start + invisible);
+        book.add(popped(0, 0..2), Vec::new(), start + invisible);
         let due = |visible: Instant| visible - invisible / 4;
         assert_eq!(
             book.next_extension(due),
@@ -433,7 +521,7 @@ mod tests {
             let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
             rt.block_on(async {
                 let mut book = Book::default();
-                book.add(popped(0, 0..20), Instant::now());
+                book.add(popped(0, 0..20), Vec::new(), Instant::now());
                 let mut acked = Vec::new();
                 for o in order {
                     book.done(0, o, o, |_| false);

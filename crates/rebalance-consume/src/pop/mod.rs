@@ -32,7 +32,10 @@
 //!   orderly POP blocks the queue instead, and the broker pops the same messages again once
 //!   their invisible time passes, to whichever member pops the queue next
 //!   (`tests/pop_real_servers.rs` `orderly_pop`). The Java client always pops with
-//!   `order=false`; [`PopMode::Ordinary`] is that, for a Java broker.
+//!   `order=false`; [`PopMode::Ordinary`] is that, for a Java broker. On the Rust broker 1.0
+//!   an orderly batch holds its queue for its whole invisible time, acknowledged or not
+//!   (`an_acknowledged_orderly_batch_holds_its_queue_for_its_invisible_time`): use a short
+//!   invisible time there (see [`PopMode::Orderly`]).
 //! - **A failed message is sent back** (CONSUMER_SEND_MSG_BACK) and acknowledged, where the
 //!   Java client changes its invisible time to the retry delay: the Rust broker 1.0 refuses
 //!   that change for an ordinary pop (code 1), and for an orderly pop it would hold the whole

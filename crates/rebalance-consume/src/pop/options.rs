@@ -17,7 +17,13 @@ pub enum PopMode {
     ///
     /// The default, because it is the POP that redelivers on the Rust broker 1.0, which never
     /// revives an ordinary POP's messages (see [`Ordinary`](Self::Ordinary)); it is lossless on
-    /// the Java broker too. The price: a queue's next batch waits for the whole previous one.
+    /// the Java broker too. The price: a queue's next batch waits for the whole previous one,
+    /// and **on the Rust broker 1.0 for the whole invisible time**, even once the batch is
+    /// acknowledged (that broker holds the queue until then): one batch per queue per
+    /// invisible time. There, give it a short [`invisible_time`](PopOptions::invisible_time)
+    /// (5 s, the Java client's smallest; the consumer extends it for a batch consumed longer)
+    /// and a [`poll_time`](PopOptions::poll_time) no longer (a held pop is not woken when a
+    /// queue is let go, only by a new message).
     #[default]
     Orderly,
     /// The Java client's POP (`order=false`): several batches of a queue at once; a message
@@ -112,6 +118,48 @@ pub enum PopOptionsError {
 }
 
 impl PopOptions {
+    /// Sets the brokers' strategy.
+    pub fn with_strategy(mut self, strategy: impl Into<String>) -> Self {
+        self.strategy = strategy.into();
+        self
+    }
+
+    /// Sets the mode.
+    pub fn with_mode(mut self, mode: PopMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Sets how many other members' shares each member also pops.
+    pub fn with_share(mut self, share: i32) -> Self {
+        self.share = share;
+        self
+    }
+
+    /// Sets the batch size.
+    pub fn with_batch_size(mut self, batch_size: u32) -> Self {
+        self.batch_size = batch_size;
+        self
+    }
+
+    /// Sets the invisible time.
+    pub fn with_invisible_time(mut self, invisible_time: Duration) -> Self {
+        self.invisible_time = invisible_time;
+        self
+    }
+
+    /// Sets how long the brokers may hold a pop.
+    pub fn with_poll_time(mut self, poll_time: Duration) -> Self {
+        self.poll_time = poll_time;
+        self
+    }
+
+    /// Sets the threshold of unacknowledged messages per queue.
+    pub fn with_threshold_for_queue(mut self, threshold: usize) -> Self {
+        self.threshold_for_queue = threshold;
+        self
+    }
+
     /// Checks the values.
     pub fn validate(&self) -> Result<(), PopOptionsError> {
         if !(1..=MAX_POP_BATCH).contains(&self.batch_size) {

@@ -286,7 +286,7 @@ impl PopLoop {
             let took = Instant::now().saturating_duration_since(started);
             lease.record_pull(took);
             let outcome = match &result {
-                Ok(PopResult::Found(_)) => PullOutcome::Found,
+                Ok(PopResult::Found { .. }) => PullOutcome::Found,
                 Ok(_) => PullOutcome::NoNewMessage,
                 Err(PullError::Throttled(_)) => PullOutcome::Throttled,
                 Err(_) => PullOutcome::Error,
@@ -303,11 +303,11 @@ impl PopLoop {
         let now = Instant::now();
         let queue = self.lease.queue().clone();
         match result {
-            Ok(PopResult::Found(messages)) => {
+            Ok(PopResult::Found { messages, filtered }) => {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
                 let visible_again = sent + self.pop.options.invisible_time;
-                let batches = self.book.add(messages, visible_again);
+                let batches = self.book.add(messages, filtered, visible_again);
                 match &self.shared.mode {
                     Mode::Concurrent { work } => {
                         for (epoch, messages) in batches {
@@ -489,9 +489,14 @@ async fn hand_back(
     queue: rebalance_core::MessageQueue,
     answer: PopFuture,
 ) {
-    let Ok(PopResult::Found(messages)) = answer.await else {
+    let Ok(PopResult::Found {
+        mut messages,
+        filtered,
+    }) = answer.await
+    else {
         return;
     };
+    messages.extend(filtered);
     let mut lost = 0;
     for message in &messages {
         let Some(handle) = message.receipt_handle() else {

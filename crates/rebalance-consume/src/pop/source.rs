@@ -122,7 +122,15 @@ impl PopRequest {
 pub enum PopResult {
     /// Messages, each with its receipt handle ([`Message::receipt_handle`]), grouped by queue,
     /// each queue's in offset order.
-    Found(Vec<Message>),
+    Found {
+        /// The messages to consume.
+        messages: Vec<Message>,
+        /// Messages popped that the expression does not match (a RocketMQ broker filters by the
+        /// tag's hash code, so a tag whose hash collides comes too): acknowledged with the
+        /// others, in their place in the queue's order, never delivered. Their bodies may be
+        /// empty; their queue, offset and handle are what counts.
+        filtered: Vec<Message>,
+    },
     /// Nothing to pop (after the source held the pop as long as it was allowed).
     NoMessage,
 }
