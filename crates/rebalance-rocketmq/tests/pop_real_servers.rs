@@ -774,8 +774,9 @@ async fn orderly_pop() {
 /// same one, finds nothing although a new message is there; once the invisible time has
 /// passed, the next pop returns the new messages only (the acknowledged ones do not come
 /// again). A change of invisible time of acknowledged messages does not let the queue go
-/// either (answered 0 without header). So an orderly POP takes at most one batch per queue
-/// per invisible time, and a queue of another attempt's batch is skipped meanwhile.
+/// either (answered 0 without header). The acknowledgements move the group's offset but
+/// never reach the batch's record (group and topic passed the other way round in
+/// `ack_message_processor.rs:143`, see the [module documentation](self)).
 #[tokio::test]
 async fn an_acknowledged_orderly_batch_holds_its_queue_for_its_invisible_time() {
     let s = setup("PopOrderlyHold", 2).await;
