@@ -244,24 +244,33 @@ struct Measure {
     extra: usize,
 }
 
-/// The comparison's scenario with `extra` arguments: three members; a backlog of 600 messages
-/// consumed (throughput, CPU per message); then 600 more streamed at 30 a second while a
-/// member is killed (the time until a survivor consumes one of its messages or queues again)
-/// and another leaves cleanly (the duplicates).
+/// The comparison's scenario with `extra` arguments: three members consume a backlog of 600
+/// messages (throughput, CPU per message); then the third leaves cleanly and a slow one (2 s a
+/// message, so that it holds messages when it dies) joins; 600 more are streamed at 30 a
+/// second while the slow one is killed (the time until a survivor consumes again one of its
+/// messages, or a message of its queues) and the second leaves cleanly (the duplicates).
 async fn measure(cluster: &TestCluster, topic: &str, extra: &[&str], pop: bool) -> Measure {
     let log = Log::default();
-    let labels = labels(topic, 3);
+    let labels = labels(topic, 4);
     let members: Vec<&str> = labels.iter().map(String::as_str).collect();
-    let mut consumers: Vec<ConsumerProcess> = labels
+    let mut consumers: Vec<ConsumerProcess> = labels[..3]
         .iter()
         .map(|l| ConsumerProcess::spawn(cluster, &log, l, topic, topic, extra))
         .collect();
-    if pop {
-        wait_for_pop_assignment(&log, topic, &members).await;
-    } else {
-        log.wait_for_partition(topic, &members, &queue_set(topic), READY_WITHIN)
-            .await;
-    }
+    let ready = |log: &Log, members: &[&str]| {
+        let log = log.clone();
+        let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+        async move {
+            let members: Vec<&str> = members.iter().map(String::as_str).collect();
+            if pop {
+                wait_for_pop_assignment(&log, topic, &members).await;
+            } else {
+                log.wait_for_partition(topic, &members, &queue_set(topic), READY_WITHIN)
+                    .await;
+            }
+        }
+    };
+    ready(&log, &members[..3]).await;
     let producer = Producer::new(cluster, topic);
     let cpu_before = total_cpu(&consumers);
     let backlog = producer.send(&format!("{topic}-backlog"), 600).await;
@@ -271,11 +280,19 @@ async fn measure(cluster: &TestCluster, topic: &str, extra: &[&str], pop: bool) 
     let cpu = total_cpu(&consumers).saturating_sub(cpu_before);
     let throughput = backlog.len() as f64 / took.as_secs_f64();
 
+    consumers[2].sigterm(Duration::from_secs(30)).await;
+    let mut slow: Vec<&str> = extra.to_vec();
+    slow.extend(["--consume-time", "2s"]);
+    consumers.push(ConsumerProcess::spawn(
+        cluster, &log, members[3], topic, topic, &slow,
+    ));
+    let group = [members[0], members[1], members[3]];
+    ready(&log, &group).await;
     let sending = send_paced(&producer, topic, 600, 30);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let victim = members[2];
+    let victim = members[3];
     let orphans: BTreeSet<Queue> = log.holdings(topic, None).remove(victim).unwrap_or_default();
-    let killed_at = consumers[2].sigkill();
+    let killed_at = consumers[3].sigkill();
     let survivors = &members[..2];
     let again_after_kill = e2e::eventually(
         &format!("the survivors consume again what {victim} held"),
