@@ -463,6 +463,7 @@ impl StartedConsumer for HandleInner {
                     }),
                     last_pull: figures.last_pull.map(|at| clocks.wall(at)),
                     last_consume: figures.last_consume.map(|at| clocks.wall(at)),
+                    popped: state.read_mode == crate::ReadMode::Pop,
                 }
             })
             .collect();
