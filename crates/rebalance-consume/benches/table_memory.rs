@@ -10,7 +10,7 @@
 //! - and the figure this bench first printed: a lone consumer's whole holding divided by its
 //!   queues, route included.
 //!
-//! `cargo bench -p rebalance-runtime --bench table_memory`
+//! `cargo bench -p rebalance-consume --bench table_memory`
 
 mod common;
 mod counting;

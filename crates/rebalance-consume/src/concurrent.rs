@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls;
 use super::config::EXPIRED_DELAY_LEVEL;
-use super::link::{Ack, Guard, LeaseLink};
+use super::link::{Ack, Guard, LeaseLink, Tally};
 use super::shared::Shared;
 use super::work::WorkQueue;
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
@@ -63,14 +63,15 @@ pub(crate) async fn consume(
                 retry: std::mem::take(messages),
                 finished: true,
                 guard: None,
+                tally: Tally::default(),
             });
             return;
         }
     };
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
-    let in_flight = shared.in_flight.enter(link.queue(), first, last);
     let started = tokio::time::Instant::now();
+    let in_flight = shared.in_flight.enter(link.queue(), first, last, started);
     let batch = messages.len();
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
@@ -94,7 +95,7 @@ pub(crate) async fn consume(
             }
             Outcome::Expired => {
                 let took = started.elapsed();
-                link.record_consumed(0, batch, took);
+                link.metrics().consumed(0, batch, took);
                 link.report(Ack {
                     epoch,
                     first,
@@ -102,6 +103,7 @@ pub(crate) async fn consume(
                     retry: Vec::new(),
                     finished: true,
                     guard,
+                    tally: Tally::call(0, batch, took),
                 });
                 return;
             }
@@ -110,7 +112,7 @@ pub(crate) async fn consume(
     drop(in_flight);
     let failed = batch.saturating_sub(consumed);
     let took = started.elapsed();
-    link.record_consumed(consumed, failed, took);
+    link.metrics().consumed(consumed, failed, took);
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {
@@ -136,6 +138,7 @@ pub(crate) async fn consume(
         retry,
         finished: true,
         guard,
+        tally: Tally::call(consumed, failed, took),
     });
 }
 
@@ -240,6 +243,7 @@ impl Expiry<'_> {
                 retry: Vec::new(),
                 finished: false,
                 guard: None,
+                tally: Tally::default(),
             });
             call.await;
             return Outcome::Expired;

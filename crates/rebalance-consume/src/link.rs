@@ -32,6 +32,38 @@ pub(crate) struct Ack {
     /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
     /// pull loop commits, then drops it, so the queue is never unlocked between the two.
     pub(crate) guard: Option<rebalance_runtime::ConsumeGuard>,
+    /// What the batch's listener call did, for the running info (recorded by the pull loop
+    /// for all the acks it takes at once).
+    pub(crate) tally: Tally,
+}
+
+/// Listener calls and their outcomes, summed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    pub(crate) calls: u64,
+    pub(crate) ok: u64,
+    pub(crate) failed: u64,
+    pub(crate) spent: std::time::Duration,
+}
+
+impl Tally {
+    /// One call: `ok` consumed, `failed` not, after `spent`.
+    pub(crate) fn call(ok: usize, failed: usize, spent: std::time::Duration) -> Self {
+        Self {
+            calls: 1,
+            ok: ok as u64,
+            failed: failed as u64,
+            spent,
+        }
+    }
+
+    /// Adds `other`.
+    pub(crate) fn add(&mut self, other: Tally) {
+        self.calls += other.calls;
+        self.ok += other.ok;
+        self.failed += other.failed;
+        self.spent += other.spent;
+    }
 }
 
 impl Ack {
@@ -171,13 +203,11 @@ impl LeaseLink {
         self
     }
 
-    /// Records a batch that left the listener: `ok` consumed, `failed` not, in `spent`: on
-    /// the lease (for the running info) and in the metrics.
-    pub(crate) fn record_consumed(&self, ok: usize, failed: usize, spent: std::time::Duration) {
+    /// Records calls of the listener on the lease (for the running info).
+    pub(crate) fn record_consumed(&self, tally: Tally) {
         if let Some(lease) = &self.recorded {
-            lease.record_consumed(ok as u64, failed as u64, spent);
+            lease.record_consumed_calls(tally.calls, tally.ok, tally.failed, tally.spent);
         }
-        self.metrics.consumed(ok, failed, spent);
     }
 
     /// Runs `processing`, a batch of the lease's messages in the listener, as the consumer's
@@ -284,6 +314,7 @@ mod tests {
             retry: Vec::new(),
             finished: true,
             guard: None,
+            tally: Tally::default(),
         }
     }
 

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rebalance_core::MessageQueue;
@@ -11,8 +12,9 @@ use super::property;
 /// One message of a queue: where it is stored, its id, properties and body.
 ///
 /// A [`MessageSource`](super::MessageSource) builds it with [`Message::new`] and the `with_*`
-/// setters; the application reads it. Cloning is cheap for the body (a [`Bytes`] shares its
-/// buffer) and costs a copy of the id and properties.
+/// setters; the application reads it. Cloning is cheap: the body (a [`Bytes`]), the id, the
+/// topic names and the properties are shared, not copied (setting a property on a clone copies
+/// its properties then).
 ///
 /// ```
 /// use rebalance_core::MessageQueue;
@@ -37,8 +39,8 @@ pub struct Message {
     topic: Option<Box<str>>,
     queue_offset: i64,
     commit_log_offset: i64,
-    msg_id: Box<str>,
-    properties: HashMap<String, String>,
+    msg_id: Arc<str>,
+    properties: Arc<HashMap<String, String>>,
     body: Bytes,
     born_timestamp: i64,
     store_timestamp: i64,
@@ -54,8 +56,8 @@ impl Message {
             topic: None,
             queue_offset,
             commit_log_offset: 0,
-            msg_id: Box::from(""),
-            properties: HashMap::new(),
+            msg_id: Arc::from(""),
+            properties: Arc::default(),
             body: body.into(),
             born_timestamp: 0,
             store_timestamp: 0,
@@ -66,7 +68,7 @@ impl Message {
     /// Sets the message id. A RocketMQ source gives the producer's id (property
     /// [`UNIQ_KEY`](property::UNIQ_KEY)) when the message has one, else the id made of the
     /// storing broker's address and the commit-log offset.
-    pub fn with_msg_id(mut self, msg_id: impl Into<Box<str>>) -> Self {
+    pub fn with_msg_id(mut self, msg_id: impl Into<Arc<str>>) -> Self {
         self.msg_id = msg_id.into();
         self
     }
@@ -80,13 +82,13 @@ impl Message {
 
     /// Sets one property.
     pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.properties.insert(name.into(), value.into());
+        Arc::make_mut(&mut self.properties).insert(name.into(), value.into());
         self
     }
 
     /// Replaces the properties.
     pub fn with_properties(mut self, properties: HashMap<String, String>) -> Self {
-        self.properties = properties;
+        self.properties = Arc::new(properties);
         self
     }
 

@@ -62,8 +62,8 @@ pub(crate) async fn consume(
     let mut messages = messages;
     restore_topics(&mut messages);
     let mut context = OrderlyContext::new(lease.queue().clone());
-    let in_flight = shared.in_flight.enter(lease.queue(), first, last);
     let started = tokio::time::Instant::now();
+    let in_flight = shared.in_flight.enter(lease.queue(), first, last, started);
     let call = lease.processing(listener.consume(&messages, &mut context));
     let result = match caught(call).await {
         Ok(result) => result,

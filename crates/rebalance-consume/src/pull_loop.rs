@@ -18,7 +18,7 @@ use super::config::{
     EMPTY_PULL_SPACING, FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY,
 };
 use super::flow::{FlowWarning, over_limit};
-use super::link::{Ack, AckReceiver, LeaseLink};
+use super::link::{Ack, AckReceiver, LeaseLink, Tally};
 use super::orderly;
 use super::process_queue::ProcessQueue;
 use super::shared::{Mode, Shared};
@@ -163,10 +163,12 @@ impl PullLoop {
                 _ = self.activity.retired() => break,
                 ack = self.acks.recv() => {
                     let mut guards = Vec::new();
-                    guards.extend(self.on_ack(ack));
+                    let mut tally = Tally::default();
+                    guards.extend(self.on_ack(ack, &mut tally));
                     while let Some(ack) = self.acks.try_recv() {
-                        guards.extend(self.on_ack(ack));
+                        guards.extend(self.on_ack(ack, &mut tally));
                     }
+                    self.link.record_consumed(tally);
                     self.commit();
                     // Only now may the runtime unlock the queue: the commit covers the batches.
                     drop(guards);
@@ -412,8 +414,13 @@ impl PullLoop {
     /// Concurrent: takes a batch's report; returns the consume guard it ran under, to drop once
     /// the commit covers it.
     #[must_use = "drop the guard after the commit"]
-    fn on_ack(&mut self, mut ack: Ack) -> Option<rebalance_runtime::ConsumeGuard> {
+    fn on_ack(
+        &mut self,
+        mut ack: Ack,
+        tally: &mut Tally,
+    ) -> Option<rebalance_runtime::ConsumeGuard> {
         let guard = ack.guard.take();
+        tally.add(ack.tally);
         if ack.finished {
             self.finished += 1;
         }
@@ -429,7 +436,9 @@ impl PullLoop {
     /// Concurrent: takes a batch's report during the hand-off (begun at `since`): commits it
     /// before its guard is dropped, and says so when the runtime no longer waited for it.
     fn on_final_ack(&mut self, ack: Ack, since: Instant) {
-        let guard = self.on_ack(ack);
+        let mut tally = Tally::default();
+        let guard = self.on_ack(ack, &mut tally);
+        self.link.record_consumed(tally);
         if guard.is_none() {
             return;
         }

@@ -383,13 +383,25 @@ impl QueueLease {
     /// Records a batch of this queue leaving the listener: `ok` messages consumed, `failed`
     /// not, after `spent` in the listener (the queue's last consume time, the topic's rates).
     pub fn record_consumed(&self, ok: u64, failed: u64, spent: Duration) {
+        self.record_consumed_calls(1, ok, failed, spent);
+    }
+
+    /// Records `calls` batches of this queue leaving the listener at once (what
+    /// [`record_consumed`](Self::record_consumed) records for one): `ok` messages consumed in
+    /// all, `failed` not, after `spent` in the listener in all. For a consumer that collects
+    /// its batches' outcomes and records them together, one clock read and one update for many
+    /// batches.
+    pub fn record_consumed_calls(&self, calls: u64, ok: u64, failed: u64, spent: Duration) {
+        if calls == 0 {
+            return;
+        }
         let now = Instant::now();
         self.state.figures().edit(|f| f.last_consume = Some(now));
         let meter = self.state.topic_meter(&self.queue.topic);
         self.state
             .activity
             .meter
-            .consumed_on(meter, ok, failed, spent, now);
+            .consumed_on(meter, calls, ok, failed, spent, now);
     }
 
     /// Reports the messages of this queue pulled and not yet consumed (the running info's

@@ -231,11 +231,11 @@ impl ClusterMessages for InMemoryCluster {
         queue: &MessageQueue,
         message: OutgoingMessage,
     ) -> Result<SendReceipt, SendError> {
-        if self.route(&queue.topic).is_none() {
-            return Err(SendError::TopicNotFound(queue.topic.to_string()));
-        }
         if !self.is_writable(queue) {
-            return Err(SendError::NotWritable(queue.clone()));
+            return Err(match self.route(&queue.topic) {
+                None => SendError::TopicNotFound(queue.topic.to_string()),
+                Some(_) => SendError::NotWritable(queue.clone()),
+            });
         }
         let OutgoingMessage { body, properties } = message;
         let now_ms = self.now_ms();

@@ -149,14 +149,15 @@ impl ConsumeMeter {
         spent: Duration,
         now: Instant,
     ) {
-        self.consumed_on(&self.topic(topic), ok, failed, spent, now);
+        self.consumed_on(&self.topic(topic), 1, ok, failed, spent, now);
     }
 
-    /// A batch of the topic of `meter` consumed: `ok` messages consumed, `failed` not, in
-    /// `spent`.
+    /// `calls` batches of the topic of `meter` consumed: `ok` messages consumed, `failed` not,
+    /// in `spent` in all.
     pub(crate) fn consumed_on(
         &self,
         meter: &TopicMeter,
+        calls: u64,
         ok: u64,
         failed: u64,
         spent: Duration,
@@ -166,7 +167,7 @@ impl ConsumeMeter {
         self.record(meter, now, |b| {
             b.ok += ok;
             b.failed += failed;
-            b.consumes += 1;
+            b.consumes += calls;
             b.consume_micros = b.consume_micros.saturating_add(micros);
         });
     }
