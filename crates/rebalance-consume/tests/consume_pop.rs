@@ -383,5 +383,15 @@ async fn flow_control_bounds_what_a_queue_has_popped() {
     sleep(Duration::from_secs(60)).await;
     assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
     assert_eq!(group.journal.most_inside.load(Ordering::SeqCst), 10);
+    // The running info shows the queue popped, consumed, with no offset of this client's.
+    let info = group.members["a@1"].consumer().running_info();
+    let popped = info
+        .queues
+        .iter()
+        .find(|q| q.popped)
+        .expect("a popped queue");
+    assert_eq!(popped.queue.queue_id, -1);
+    assert_eq!(popped.commit_offset, -1);
+    assert!(popped.last_consume.is_some() && popped.last_pull.is_some());
     group.stop().await;
 }

@@ -18,7 +18,7 @@ use crate::activity::{Activity, ErrorLog};
 use crate::config::{
     EMPTY_PULL_SPACING, FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY,
 };
-use crate::link::{Ack, AckReceiver, LeaseLink};
+use crate::link::{Ack, AckReceiver, LeaseLink, Tally};
 use crate::metrics::{PullOutcome, QueueGauges};
 use crate::shared::{Mode, Shared};
 use crate::{Message, PullError};
@@ -164,10 +164,12 @@ impl PopLoop {
                 biased;
                 _ = self.lease.cancelled(), if !stopping => {}
                 ack = self.acks.recv() => {
-                    self.on_ack(ack);
+                    let mut tally = Tally::default();
+                    self.on_ack(ack, &mut tally);
                     while let Some(ack) = self.acks.try_recv() {
-                        self.on_ack(ack);
+                        self.on_ack(ack, &mut tally);
                     }
+                    self.link.record_consumed(tally);
                     if held && self.book.len() < self.pop.options.threshold_for_queue {
                         pop_at = Instant::now();
                     }
@@ -348,7 +350,8 @@ impl PopLoop {
     /// Takes a batch's report: its messages are consumed (or sent back), but for those whose
     /// send-back failed, consumed again here later (handed back to the brokers if the lease
     /// ends first).
-    fn on_ack(&mut self, ack: Ack) {
+    fn on_ack(&mut self, ack: Ack, tally: &mut Tally) {
+        tally.add(ack.tally);
         if ack.finished {
             self.finished += 1;
         }
