@@ -20,10 +20,11 @@ pub enum PopMode {
     /// the Java broker too. The price: a queue's next batch waits for the whole previous one,
     /// and **on the Rust broker 1.0 for the whole invisible time**, even once the batch is
     /// acknowledged (its acknowledgements do not reach the batch's record, a bug of that
-    /// broker): one batch per queue per invisible time. There, give it a short [`invisible_time`](PopOptions::invisible_time)
-    /// (5 s, the Java client's smallest; the consumer extends it for a batch consumed longer)
-    /// and a [`poll_time`](PopOptions::poll_time) no longer (a held pop is not woken when a
-    /// queue is let go, only by a new message).
+    /// broker): one batch per queue per invisible time. There, give it a short
+    /// [`invisible_time`](PopOptions::invisible_time) (5 s, the Java client's smallest; the
+    /// consumer extends it for a batch consumed longer) and a
+    /// [`poll_time`](PopOptions::poll_time) no longer (a held pop is not woken when a queue is
+    /// let go, only by a new message).
     #[default]
     Orderly,
     /// The Java client's POP (`order=false`): several batches of a queue at once; a message

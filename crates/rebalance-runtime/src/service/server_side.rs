@@ -1,5 +1,6 @@
-//! Server-side assignment in a round ([`Allocation::Server`](crate::allocation::Allocation::Server)):
-//! the brokers' answer is the topic's target, as a strategy's share would be.
+//! Server-side assignment in a round
+//! ([`Allocation::Server`](crate::allocation::Allocation::Server)): the brokers' answer is the
+//! topic's target, as a strategy's share would be.
 //!
 //! The round's view is made as for a strategy (route, members, this client among them): a
 //! client the directory does not list yet would be answered with nothing by the Rust broker
