@@ -6,8 +6,11 @@
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
 //!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
-//!     [--consume [--api push|stream] [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
-//!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
+//!     [--consume [--api push|stream] [--orderly] [--consume-from last|first] \
+//!      [--fail-every N | --fail-always] [--max-reconsume-times N] [--delay-level N] \
+//!      [--exclusive-hand-off] [--consume-time 10ms] \
+//!      [--pop [--pop-mode orderly|ordinary] [--pop-invisible-time 5s] [--pop-poll-time 5s]]] \
+//!     [--server-assignment] [--server-strategy AVG|AVG_BY_CIRCLE] \
 //!     [--broadcast [--offsets-dir DIR]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
 //!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898] \
@@ -46,6 +49,20 @@
 //! queue's batches in order) instead of the push consumer's listener (`--api push`, the
 //! default); everything else, the lines printed included, is the same.
 //!
+//! `--pop` (with `--consume`) consumes by POP (RocketMQ 5): the brokers assign the queues
+//! (server-side assignment with `--server-strategy`, the group's mode set to POP at the
+//! brokers), every member pops every queue of each broker (shown as queue id `-1`), and each
+//! message is acknowledged once consumed; failures come back through the retry topic as with
+//! pulls. `--pop-mode` is `orderly` (default: the POP the Rust broker 1.0 brings back when a
+//! member dies with messages popped) or `ordinary` (the Java client's, which that broker never
+//! brings back); `--pop-invisible-time` is how long popped messages stay invisible to the other
+//! members (5 s by default, short because the Rust broker 1.0 gives an orderly-popped queue
+//! one batch per invisible time; the consumer extends it for a batch consumed longer), and
+//! `--pop-poll-time` how long the brokers may hold a pop. Every member of the group should use
+//! `--pop`. `--server-assignment` (without `--pop`) asks the brokers for the assignment in PULL
+//! mode instead of running `--strategy` here; it mixes with members that run `averagely` (for
+//! `AVG`) on their own.
+//!
 //! `--broadcast` joins the group in broadcasting mode: this client takes every queue of the
 //! topic and keeps its own offsets, in memory (a restart starts each queue over at its
 //! `--consume-from` position), or with `--offsets-dir DIR` in the file
@@ -75,7 +92,9 @@
 //! consumed, written out as it is consumed:
 //! `{"t_ms", "client", "event": "message", "topic", "broker", "queue", "offset", "msg_id", "body", "reconsume_times"}`
 //! (`topic` is the message's: a redelivered one shows the topic it came from, while `broker`,
-//! `queue` and `offset` say where it was pulled, the retry topic's queue).
+//! `queue` and `offset` say where it was pulled, the retry topic's queue). With server-side
+//! assignment in POP mode an `added` line also has `"shared": [[topic, broker, queue_id], ...]`,
+//! its queues that other members pop too.
 
 mod metrics_endpoint;
 
@@ -95,8 +114,8 @@ use rebalance::runtime::assignment::Assignment;
 use rebalance::runtime::config::{ConsumeFrom, Intervals, MessageModel};
 use rebalance::runtime::consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, MessageStream,
-    OrderedStream, OrderlyContext, OrderlyListener, OrderlyResult, PushConsumer,
-    PushConsumerHandle, StreamConsumer, StreamConsumerHandle,
+    OrderedStream, OrderlyContext, OrderlyListener, OrderlyResult, PopMode, PopOptions,
+    PushConsumer, PushConsumerHandle, StreamConsumer, StreamConsumerHandle,
 };
 use rebalance::runtime::{
     ListenerError, LocalOffsetStore, MemberOptions, OffsetStore, default_client_id,
@@ -175,6 +194,27 @@ struct Args {
     /// With `--consume`: a removed queue's next owner waits for this client's hand-off.
     #[arg(long, requires = "consume")]
     exclusive_hand_off: bool,
+    /// With `--consume`: consume by POP, the brokers assigning the queues (server-side
+    /// assignment); every member of the group should.
+    #[arg(long, requires = "consume", conflicts_with_all = ["orderly", "broadcast", "exclusive_hand_off"])]
+    pop: bool,
+    /// With `--pop`: orderly POP (the one the Rust broker 1.0 brings back) or ordinary POP (the
+    /// Java client's).
+    #[arg(long, requires = "pop", value_enum, default_value_t = PopKind::Orderly)]
+    pop_mode: PopKind,
+    /// With `--pop`: how long popped messages stay invisible to the other members.
+    #[arg(long, requires = "pop", value_parser = parse_duration, default_value = "5s")]
+    pop_invisible_time: Duration,
+    /// With `--pop`: how long the brokers may hold a pop when there is nothing to pop.
+    #[arg(long, requires = "pop", value_parser = parse_duration, default_value = "5s")]
+    pop_poll_time: Duration,
+    /// The brokers allocate the queues (server-side assignment, PULL mode) instead of
+    /// `--strategy` here.
+    #[arg(long, conflicts_with_all = ["pop", "orderly", "broadcast"])]
+    server_assignment: bool,
+    /// With `--pop` or `--server-assignment`: the brokers' strategy.
+    #[arg(long, default_value = "AVG")]
+    server_strategy: String,
     /// With `--consume`: how long consuming each message takes (e.g. 10ms).
     #[arg(long, requires = "consume", value_parser = parse_duration, default_value = "0s")]
     consume_time: Duration,
@@ -280,6 +320,15 @@ enum Api {
     Stream,
 }
 
+/// Which POP.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PopKind {
+    /// Orderly POP: a queue's batch at a time, brought back after the invisible time.
+    Orderly,
+    /// Ordinary POP (the Java client's).
+    Ordinary,
+}
+
 /// Where a queue without a committed offset starts.
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum StartAt {
@@ -327,13 +376,35 @@ impl Printer {
         queues: impl Iterator<Item = MessageQueue>,
         note: &str,
     ) {
+        self.print_shared(event, topic, queues, &[], note);
+    }
+
+    /// [`print`](Self::print), saying which of the queues other members pop too.
+    fn print_shared(
+        &self,
+        event: &str,
+        topic: &str,
+        queues: impl Iterator<Item = MessageQueue>,
+        shared: &[MessageQueue],
+        note: &str,
+    ) {
         let queues: Vec<MessageQueue> = queues.collect();
         let t_ms = self.epoch.elapsed().as_millis() as u64;
         if self.json {
             let triples: Vec<_> = queues.iter().map(MessageQueue::to_json_triple).collect();
-            let line = json!({"t_ms": t_ms, "client": self.client, "event": event, "topic": topic, "queues": triples});
+            let mut line = json!({"t_ms": t_ms, "client": self.client, "event": event, "topic": topic, "queues": triples});
+            if !shared.is_empty() {
+                let shared: Vec<_> = shared.iter().map(MessageQueue::to_json_triple).collect();
+                line["shared"] = json!(shared);
+            }
             println!("{line}");
         } else {
+            let note = if shared.is_empty() {
+                note.to_string()
+            } else {
+                format!("{note} (popped: shared with the other members)")
+            };
+            let note = note.as_str();
             let names: Vec<String> = queues
                 .iter()
                 .map(|q| format!("{}#{}", q.broker_name, q.queue_id))
@@ -468,12 +539,20 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let retry = !args.no_retry_topic;
         let exclusive = args.exclusive_hand_off;
         let client_id = client_id.clone();
+        let server = args
+            .server_assignment
+            .then(|| (Arc::new(cluster.clone()), args.server_strategy.clone()));
         move |member: MemberOptions| {
             let member = member
                 .cluster(cluster)
                 .consume_retry_topic(retry)
                 .exclusive_hand_off(exclusive)
-                .strategy(strategy)
+                .strategy(strategy);
+            let member = match server {
+                Some((source, strategy)) => member.server_assignment(source, strategy),
+                None => member,
+            };
+            let member = member
                 .consume_from(consume_from)
                 .intervals(Intervals {
                     rebalance_wait,
@@ -500,6 +579,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             failed: Mutex::new(HashSet::new()),
         });
         if args.api == Api::Stream {
+            if args.pop {
+                return Err("--pop consumes through the push consumer: leave out --api stream".into());
+            }
             let builder = StreamConsumer::builder(args.group.as_str())
                 .configure(member)
                 .source(Arc::new(cluster))
@@ -523,12 +605,24 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             tokio::spawn(print_changes(consumer.watch(), printer.clone()));
             (consumer, Running::Stream(handle, task))
         } else {
-            let builder = PushConsumer::builder(args.group.as_str())
+            let mut builder = PushConsumer::builder(args.group.as_str())
                 .configure(member)
-                .source(Arc::new(cluster))
+                .source(Arc::new(cluster.clone()))
                 .message_model(message_model)
                 .subscribe_tags(args.topic.as_str(), &args.tags)?
                 .options(options);
+            if args.pop {
+                let mode = match args.pop_mode {
+                    PopKind::Orderly => PopMode::Orderly,
+                    PopKind::Ordinary => PopMode::Ordinary,
+                };
+                let pop = PopOptions::default()
+                    .with_strategy(args.server_strategy.clone())
+                    .with_mode(mode)
+                    .with_invisible_time(args.pop_invisible_time)
+                    .with_poll_time(args.pop_poll_time);
+                builder = builder.pop(cluster, pop);
+            }
             let builder = if args.orderly {
                 builder.orderly(handler)
             } else {
@@ -642,7 +736,9 @@ async fn print_changes(mut assignments: watch::Receiver<Arc<Assignment>>, printe
             let removed: Vec<MessageQueue> =
                 before.difference(&after).map(|q| (*q).clone()).collect();
             if !added.is_empty() {
-                printer.print("added", topic, added.into_iter(), "");
+                let shared: Vec<MessageQueue> =
+                    added.iter().filter(|q| now.is_shared(q)).cloned().collect();
+                printer.print_shared("added", topic, added.into_iter(), &shared, "");
             }
             if !removed.is_empty() {
                 printer.print("removed", topic, removed.into_iter(), "");

@@ -2,7 +2,10 @@
 //! --describe`. One row per queue: the owner the strategy predicts, the member(s) that claim
 //! it (from each member's running info, GET_CONSUMER_RUNNING_INFO asked through a broker), the
 //! committed offset, the broker's max offset and the lag. Flags queues claimed twice or by
-//! nobody, and members whose allocation fingerprints (the inputs they saw) differ.
+//! nobody, and members whose allocation fingerprints (the inputs they saw) differ. A queue that
+//! members pop (server-side assignment in POP mode: their running info's `mqPopTable`, where
+//! queue id -1 stands for every queue of a broker) is shown as shared by them, which is by
+//! design, not a double ownership.
 //!
 //! What the servers cannot tell is said, never left blank silently: a member that does not
 //! answer its running info (a client that does not implement it, or a broker that does not
@@ -123,6 +126,8 @@ pub struct QueueRow {
     pub committed: Option<i64>,
     /// The broker's max offset (`None`: unknown).
     pub max: Option<i64>,
+    /// Whether members pop it (POP: several may read it at once); they are among `owners`.
+    pub shared: bool,
 }
 
 impl QueueRow {
@@ -149,9 +154,17 @@ pub struct GroupDescription {
 }
 
 impl GroupDescription {
-    /// Queues claimed by more than one member.
+    /// Queues claimed by more than one member, not counting those they pop (shared by design).
     pub fn double_owned(&self) -> usize {
-        self.rows.iter().filter(|r| r.owners.len() > 1).count()
+        self.rows
+            .iter()
+            .filter(|r| r.owners.len() > 1 && !r.shared)
+            .count()
+    }
+
+    /// Queues popped by members (shared by design).
+    pub fn shared(&self) -> usize {
+        self.rows.iter().filter(|r| r.shared).count()
     }
 
     /// Queues claimed by no member.
@@ -164,7 +177,8 @@ impl GroupDescription {
         self.rows.iter().filter_map(QueueRow::lag).sum()
     }
 
-    /// The JSON lines: one per queue, then the summary.
+    /// The JSON lines: one per queue, then the summary. A popped queue's line ends with
+    /// `"shared":true`, and the summary with `"shared"`, the number of them, when there are any.
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
         for row in &self.rows {
             let line = json!({
@@ -176,8 +190,14 @@ impl GroupDescription {
                 "committed": row.committed,
                 "max": row.max,
                 "lag": row.lag(),
+                "shared": row.shared,
             });
-            writeln!(out, "{}", ordered(&line, ROW_KEYS))?;
+            let keys = if row.shared {
+                ROW_KEYS_SHARED
+            } else {
+                ROW_KEYS
+            };
+            writeln!(out, "{}", ordered(&line, keys))?;
         }
         let summary = json!({
             "members": self.members.len(),
@@ -186,8 +206,14 @@ impl GroupDescription {
             "unowned": self.unowned(),
             "lag": self.lag(),
             "diverging_members": self.diverging_members,
+            "shared": self.shared(),
         });
-        writeln!(out, "{}", ordered(&summary, SUMMARY_KEYS))
+        let keys = if self.shared() > 0 {
+            SUMMARY_KEYS_SHARED
+        } else {
+            SUMMARY_KEYS
+        };
+        writeln!(out, "{}", ordered(&summary, keys))
     }
 
     /// A table, the flags, the summary and the warnings.
@@ -202,6 +228,7 @@ impl GroupDescription {
         let opt = |v: Option<i64>| v.map_or("?".to_string(), |v| v.to_string());
         let rows = self.rows.iter().map(|r| {
             let flag = match r.owners.len() {
+                _ if r.shared => "shared (pop)",
                 0 => "UNOWNED",
                 1 if r.predicted.as_deref() != Some(r.owners[0].as_str()) => "not as predicted",
                 1 => "",
@@ -238,6 +265,13 @@ impl GroupDescription {
             ],
             rows,
         )?;
+        if self.shared() > 0 {
+            writeln!(
+                out,
+                "shared (popped by the members that pop them): {}",
+                self.shared()
+            )?;
+        }
         writeln!(
             out,
             "double owned: {}, unowned: {}, lag: {}, diverging members: {}",
@@ -266,6 +300,26 @@ const ROW_KEYS: &[&str] = &[
     "committed",
     "max",
     "lag",
+];
+const ROW_KEYS_SHARED: &[&str] = &[
+    "topic",
+    "broker",
+    "queue",
+    "predicted",
+    "owners",
+    "committed",
+    "max",
+    "lag",
+    "shared",
+];
+const SUMMARY_KEYS_SHARED: &[&str] = &[
+    "members",
+    "queues",
+    "double_owned",
+    "unowned",
+    "lag",
+    "diverging_members",
+    "shared",
 ];
 const SUMMARY_KEYS: &[&str] = &[
     "members",
@@ -481,11 +535,21 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             offsets.insert(queue.clone(), (committed, max));
         }
         for queue in queues {
+            // Popped: the queue itself, or every queue of its broker (id -1).
+            let pops = |info: &MemberRunningInfo| {
+                info.popped.iter().any(|p| {
+                    *p == queue
+                        || (p.queue_id == -1
+                            && p.topic == queue.topic
+                            && p.broker_name == queue.broker_name)
+                })
+            };
             let owners: Vec<String> = infos
                 .iter()
-                .filter(|(_, info)| info.queues.iter().any(|(q, _)| *q == queue))
+                .filter(|(_, info)| info.queues.iter().any(|(q, _)| *q == queue) || pops(info))
                 .map(|(m, _)| m.clone())
                 .collect();
+            let shared = infos.values().any(pops);
             let (committed, max) = offsets.get(&queue).copied().unwrap_or((None, None));
             rows.push(QueueRow {
                 predicted: predicted.get(&queue).map(|m| m.to_string()),
@@ -493,6 +557,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                 committed,
                 max,
                 queue,
+                shared,
             });
         }
     }
@@ -565,6 +630,7 @@ mod tests {
             owners: owners.iter().map(|s| s.to_string()).collect(),
             committed,
             max,
+            shared: false,
         }
     }
 
@@ -611,6 +677,39 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("warning: x"));
+    }
+
+    #[test]
+    fn popped_queues_are_shared_not_double_owned() {
+        let mut popped = row(0, "a", &["a", "b"], Some(3), Some(10));
+        popped.shared = true;
+        let description = GroupDescription {
+            group: "G".into(),
+            members: vec!["a".into(), "b".into()],
+            rows: vec![popped, row(1, "b", &["b"], Some(1), Some(1))],
+            ..GroupDescription::default()
+        };
+        assert_eq!((description.double_owned(), description.shared()), (0, 1));
+        let mut out = Vec::new();
+        description.write_json(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            r#"{"topic":"T","broker":"broker-a","queue":0,"predicted":"a","owners":["a","b"],"committed":3,"max":10,"lag":7,"shared":true}"#
+        );
+        assert!(!lines[1].contains("shared"), "{}", lines[1]);
+        assert_eq!(
+            lines[2],
+            r#"{"members":2,"queues":2,"double_owned":0,"unowned":0,"lag":7,"diverging_members":[],"shared":1}"#
+        );
+        let mut table = Vec::new();
+        description.write_table(&mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains("shared (pop)") && !table.contains("DOUBLE"),
+            "{table}"
+        );
     }
 
     #[test]

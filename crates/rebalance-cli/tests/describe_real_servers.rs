@@ -347,3 +347,83 @@ async fn a_namespaced_group_shows_the_lag_of_what_it_has_not_consumed() {
         String::from_utf8_lossy(&output.stdout)
     );
 }
+
+/// Three `--pop` members: each pops every queue of the broker, and every queue shows as
+/// shared by all three (not as double owned), committed and lagging as the brokers say.
+#[tokio::test]
+async fn popping_members_share_every_queue() {
+    let example = example();
+    let cluster = TestCluster::start().unwrap();
+    cluster.create_topic("DescribePop", 4).await.unwrap();
+    let namesrv = cluster.namesrv_addr();
+    let _members: Vec<Process> = (0..3)
+        .map(|_| {
+            Process(
+                Command::new(&example)
+                    .args([
+                        "--namesrv",
+                        &namesrv,
+                        "--group",
+                        "DPop",
+                        "--topic",
+                        "DescribePop",
+                        "--rebalance-interval",
+                        "2s",
+                        "--consume",
+                        "--pop",
+                        "--json",
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start a consumer process"),
+            )
+        })
+        .collect();
+    let args = |namesrv: &str| -> Vec<String> {
+        [
+            "--namesrv",
+            namesrv,
+            "--group",
+            "DPop",
+            "--topic",
+            "DescribePop",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let ns = namesrv.clone();
+    let shared = wait_until(Duration::from_secs(60), Duration::from_millis(500), || {
+        let args = args(&ns);
+        async move {
+            let (rows, summary, _) = describe_json_with(args).await;
+            let settled = summary["members"] == 3
+                && summary["shared"] == 4
+                && rows.iter().all(|r| {
+                    r["shared"] == true && r["owners"].as_array().is_some_and(|o| o.len() == 3)
+                });
+            settled.then_some(summary)
+        }
+    })
+    .await;
+    let summary = shared.expect("every queue shared by the three within 60 s");
+    assert_eq!(summary["double_owned"], 0, "{summary}");
+    assert_eq!(summary["unowned"], 0, "{summary}");
+    let output = tokio::task::spawn_blocking(move || {
+        describe(&[
+            "--namesrv",
+            &namesrv,
+            "--group",
+            "DPop",
+            "--topic",
+            "DescribePop",
+        ])
+    })
+    .await
+    .unwrap();
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{table}");
+    assert!(table.contains("shared (pop)"), "{table}");
+    assert!(table.contains("double owned: 0, unowned: 0"), "{table}");
+}

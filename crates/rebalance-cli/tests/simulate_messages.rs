@@ -246,3 +246,106 @@ fn the_same_seed_gives_the_same_messages() {
     );
     assert_eq!(first.lines, second.lines);
 }
+
+/// `--pop`: every member pops every broker's queues; a member that crashes with messages in
+/// its listener delays them by the invisible time (not by its expiry, as client-side rebalance
+/// does on the same scenario, shown beside it), and nothing is lost.
+#[test]
+fn pop_delays_a_crashed_members_messages_by_the_invisible_time() {
+    // Half a second a message, so that the crashed member has messages in its listener.
+    let run = common::rebalance(
+        &[
+            "simulate",
+            "--topics",
+            "2",
+            "--queues",
+            "12",
+            "--consumers",
+            "4",
+            "--duration",
+            "120s",
+            "--seed",
+            "7",
+            "--produce",
+            "10",
+            "--consume-time",
+            "500ms",
+            "--json",
+            "--pop",
+            "--pop-invisible-time",
+            "30s",
+            "--events",
+            "crash:1@15s,leave:2@40s",
+            "--drain",
+            "180s",
+        ],
+        None,
+    );
+    let m = messages(&run);
+    assert_eq!(count(m, "lost"), 0, "{m}");
+    assert_consistent(m);
+    let delay = count(m, "max_delay_ms");
+    assert!((30_000..60_000).contains(&delay), "the invisible time: {m}");
+    let summary = &run.lines.last().unwrap()["summary"];
+    let pulled = &summary["client_side_messages"];
+    assert_eq!(count(pulled, "lost"), 0, "{pulled}");
+    assert!(
+        count(pulled, "max_delay_ms") > 100_000,
+        "client-side: the expiry: {pulled}"
+    );
+    assert_eq!(
+        summary["double_owned_queue_ms"], 0,
+        "shared queues are no double ownership"
+    );
+    // Every member holds each broker's queues as one shared queue, id -1.
+    let added: Vec<&Value> = run
+        .lines
+        .iter()
+        .filter(|l| l["event"] == "added" && l["topic"] == "topic-0")
+        .collect();
+    assert!(!added.is_empty());
+    assert!(
+        added
+            .iter()
+            .all(|l| l["queues"].as_array().unwrap().iter().all(|q| q[2] == -1))
+    );
+    let text = common::rebalance_text(&[
+        "simulate",
+        "--duration",
+        "20s",
+        "--produce",
+        "5",
+        "--pop",
+        "--events",
+        "crash:1@5s",
+    ]);
+    assert_eq!(text.code, Some(0), "{}", text.stderr);
+    assert!(
+        text.stdout
+            .contains("pop against client-side rebalance on the same scenario: max delay"),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn pop_flags_that_cannot_work_are_refused() {
+    let refused = |args: &[&str], needle: &str| {
+        let run = common::rebalance(&[&["simulate"], args].concat(), None);
+        assert!(!run.success, "{args:?}");
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+    };
+    refused(&["--pop"], "add --produce");
+    refused(
+        &["--produce", "5", "--pop-invisible-time", "5s"],
+        "add --pop",
+    );
+    refused(
+        &["--produce", "5", "--pop", "--orderly"],
+        "does not go with",
+    );
+    refused(
+        &["--produce", "5", "--pop", "--pop-invisible-time", "500ms"],
+        "at least 1s",
+    );
+}

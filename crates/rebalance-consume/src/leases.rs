@@ -18,7 +18,7 @@ use super::config::PULL_EXPIRY;
 use super::link::LeaseLink;
 use super::pull_loop::PullLoop;
 use super::shared::Shared;
-use rebalance_runtime::{ListenerError, QueueLease, QueueListener, RemovedQueue};
+use rebalance_runtime::{ListenerError, QueueLease, QueueListener, ReadMode, RemovedQueue};
 
 /// How often loops are checked for having stopped pulling.
 const WATCH_EVERY: Duration = Duration::from_secs(20);
@@ -95,6 +95,16 @@ impl Leases {
 
     fn start(&self, lease: QueueLease) -> Running {
         let activity = Arc::new(Activity::new());
+        if lease.read_mode() == ReadMode::Pop {
+            let (task, link) =
+                crate::pop::spawn(self.shared.clone(), lease.clone(), activity.clone());
+            let current = Arc::new(Mutex::new(Current { link, activity }));
+            return Running {
+                lease,
+                current,
+                task,
+            };
+        }
         let (pull_loop, link) = PullLoop::new(self.shared.clone(), lease.clone(), activity.clone());
         let current = Arc::new(Mutex::new(Current { link, activity }));
         let span = tracing::info_span!("pull_loop", queue = %lease.queue().topic, broker = %lease.queue().broker_name, id = lease.queue().queue_id);

@@ -19,6 +19,10 @@
 //!   listener's place: [`MessageStream`] yields messages to acknowledge one by one,
 //!   [`OrderedStream`] each queue's batches in order; subscribe or assign mode, seek, pause,
 //!   commits ([`StreamConsumerHandle`]).
+//! - POP consumption ([`PushConsumerBuilder::pop`], [`PopSource`], [`PopOptions`]): the
+//!   brokers assign the queues (RocketMQ 5's server-side assignment), several members read
+//!   each, and every message is acknowledged at the brokers once consumed (see the `pop`
+//!   module's notes, in [`PopMode`], for where it differs from the Java client).
 
 #![warn(missing_docs)]
 
@@ -37,6 +41,7 @@ mod message;
 pub mod metrics;
 mod orderly;
 mod pause;
+mod pop;
 mod process_queue;
 pub mod property;
 mod pull_loop;
@@ -59,6 +64,9 @@ pub use listener::{
     OrderlyResult,
 };
 pub use message::Message;
+pub use pop::{
+    MAX_POP_BATCH, PopMode, PopOptions, PopOptionsError, PopRequest, PopResult, PopSource, PopStart,
+};
 pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsumerHandle};
 pub use source::{
     DEAD_LETTER_LEVEL, DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, DEFAULT_PULL_SUSPEND,

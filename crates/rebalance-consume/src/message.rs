@@ -159,6 +159,12 @@ impl Message {
         self.properties.get(name).map(String::as_str)
     }
 
+    /// The receipt handle of a popped message (its [`POP_CK`](property::POP_CK) property),
+    /// which acknowledges it; `None` for a pulled message.
+    pub fn receipt_handle(&self) -> Option<&str> {
+        self.property(property::POP_CK)
+    }
+
     /// Every property.
     pub fn properties(&self) -> &HashMap<String, String> {
         &self.properties

@@ -26,3 +26,6 @@ pub const CONSUME_START_TIME: &str = "CONSUME_START_TIME";
 pub const MIN_OFFSET: &str = "MIN_OFFSET";
 /// The queue's largest offset when the message was pulled.
 pub const MAX_OFFSET: &str = "MAX_OFFSET";
+/// A popped message's receipt handle, which acknowledges it (RocketMQ's `POP_CK`; opaque to
+/// the consume layer, see [`PopSource`](crate::PopSource)).
+pub const POP_CK: &str = "POP_CK";

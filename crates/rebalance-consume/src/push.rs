@@ -11,11 +11,14 @@ use tokio_util::task::TaskTracker;
 use super::concurrent::run_worker;
 use super::config::{ConsumeOptions, ConsumeOptionsError};
 use super::leases::Leases;
+use super::pop::{PopOptions, PopOptionsError, PopShared, PopSource};
 use super::shared::{Mode, Shared};
 use super::work::WorkQueue;
 use super::{ConcurrentListener, MessageSource, OrderlyListener};
+use rebalance_runtime::allocation::{Allocation, ServerAllocation};
 use rebalance_runtime::config::{ConsumeOrder, MessageModel};
 use rebalance_runtime::subscription::TagExpression;
+use rebalance_runtime::{AssignmentSource, ReadMode};
 use rebalance_runtime::{
     ClusterServices, Consumer, ConsumerBuilder, ConsumerError, ConsumerHandle, MemberOptions,
 };
@@ -39,6 +42,7 @@ impl PushConsumer {
             options: ConsumeOptions::default(),
             source: None,
             listener: None,
+            pop: None,
         }
     }
 }
@@ -53,6 +57,9 @@ pub enum PushConsumerError {
     /// The consume options cannot be used.
     #[error("consume options: {0}")]
     Options(#[from] ConsumeOptionsError),
+    /// The POP options cannot be used.
+    #[error("pop options: {0}")]
+    PopOptions(#[from] PopOptionsError),
     /// The consumer under it could not start.
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
@@ -79,6 +86,7 @@ pub struct PushConsumerBuilder {
     options: ConsumeOptions,
     source: Option<Arc<dyn MessageSource>>,
     listener: Option<ListenerKind>,
+    pop: Option<(Arc<dyn PopSource>, PopOptions)>,
 }
 
 impl std::fmt::Debug for PushConsumerBuilder {
@@ -121,6 +129,31 @@ impl PushConsumerBuilder {
     ) -> Result<Self, ConsumerError> {
         self.consumer = self.consumer.try_configure(configure)?;
         Ok(self)
+    }
+
+    /// POP consumption (RocketMQ 5): the brokers assign the queues (server-side assignment with
+    /// `options.strategy`, the group's mode set to POP at the brokers of each topic), several
+    /// members pop each queue, and every message is acknowledged once consumed. `cluster`
+    /// answers the assignments and pops (`rebalance_rocketmq::RocketMq`, or the in-memory
+    /// cluster's `ClusterClient`); give it [`cluster`](Self::cluster) too. It sets the
+    /// member's allocation: do not set another one through [`configure`](Self::configure).
+    ///
+    /// Concurrent consumption only (`start()` refuses an orderly listener or broadcasting, as
+    /// the Java client keeps those client-side). Every member of the group should pop: a
+    /// member pulling with a strategy of its own would read the same queues. Read
+    /// [`PopMode`](crate::PopMode) before choosing the mode: the Rust broker 1.0 brings back
+    /// only an orderly pop's unacknowledged messages. The group's retry topic is still pulled
+    /// (the brokers assign its queues in PULL mode).
+    pub fn pop<C>(mut self, cluster: C, options: PopOptions) -> Self
+    where
+        C: PopSource + AssignmentSource + Clone,
+    {
+        let assignments: Arc<dyn AssignmentSource> = Arc::new(cluster.clone());
+        let allocation = ServerAllocation::new(assignments, options.strategy.clone())
+            .with_read_mode(ReadMode::Pop, options.share);
+        self.consumer = self.consumer.allocation(Allocation::Server(allocation));
+        self.pop = Some((Arc::new(cluster), options));
+        self
     }
 
     /// Subscribes every tag of a topic.
@@ -201,6 +234,13 @@ impl PushConsumerBuilder {
     /// Starts the consumer and its workers.
     pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
         self.options.validate()?;
+        let pop = match self.pop {
+            Some((source, options)) => {
+                options.validate()?;
+                Some(PopShared::new(source, options))
+            }
+            None => None,
+        };
         let source = self
             .source
             .ok_or(PushConsumerError::Missing("a message source"))?;
@@ -226,14 +266,17 @@ impl PushConsumerBuilder {
             }
         };
         let consumer = self.consumer.consume_order(order);
-        let shared = Arc::new(Shared::new(
-            Arc::from(self.group.as_str()),
-            source,
-            self.options,
-            self.message_model == MessageModel::Broadcasting,
-            mode,
-            self.subscriptions,
-        ));
+        let shared = Arc::new(
+            Shared::new(
+                Arc::from(self.group.as_str()),
+                source,
+                self.options,
+                self.message_model == MessageModel::Broadcasting,
+                mode,
+                self.subscriptions,
+            )
+            .with_pop(pop),
+        );
         let leases = Arc::new(Leases::new(shared.clone()));
         let consumer = consumer.listener(leases.clone()).start().await?;
         let stop = consumer.token().child_token();

@@ -52,6 +52,8 @@ pub(crate) struct Shared {
     held: Mutex<HashMap<Arc<str>, usize>>,
     /// Each topic's metric handles ([`topic_metrics`](Self::topic_metrics)).
     metrics: Mutex<HashMap<String, Arc<TopicMetrics>>>,
+    /// POP consumption, when configured: the source and options of the popped leases' loops.
+    pub(crate) pop: Option<Arc<crate::pop::PopShared>>,
 }
 
 impl Shared {
@@ -77,7 +79,14 @@ impl Shared {
             subscriptions: RwLock::new(subscriptions),
             held: Mutex::new(HashMap::new()),
             metrics: Mutex::new(HashMap::new()),
+            pop: None,
         }
+    }
+
+    /// The same, popping the leases the brokers assign by POP with `pop`.
+    pub(crate) fn with_pop(mut self, pop: Option<crate::pop::PopShared>) -> Self {
+        self.pop = pop.map(Arc::new);
+        self
     }
 
     /// The metric handles of `topic`, registered on first use and shared by its queues.

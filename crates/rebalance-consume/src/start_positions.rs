@@ -14,7 +14,7 @@ use tokio::time::{Instant, sleep};
 
 use super::MessageSource;
 use super::shared::Shared;
-use rebalance_runtime::{QueueLease, RemoteError, StartPosition};
+use rebalance_runtime::{QueueLease, ReadMode, RemoteError, StartPosition};
 
 /// A start position's lookup at the source.
 pub(super) type LookupFuture<'a> =
@@ -70,6 +70,8 @@ pub(crate) async fn resolve(shared: &Shared, leases: &[QueueLease]) {
         .iter()
         .filter(|lease| lease.committed().is_none())
         .filter(|lease| !matches!(lease.start_position(), StartPosition::Offset(_)))
+        // A popped queue starts where the brokers' pop offset is.
+        .filter(|lease| lease.read_mode() == ReadMode::Pull)
         .filter(|lease| !lease.is_cancelled())
         .map(|lease| resolve_one(shared, lease, deadline));
     join_all(lookups).await;

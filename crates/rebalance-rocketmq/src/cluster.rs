@@ -5,11 +5,14 @@
 use std::sync::Weak;
 
 use async_trait::async_trait;
-use rebalance_consume::{MessageSource, PullError, PullRequest, PullResult, SendBack};
+use rebalance_consume::{
+    MessageSource, PopRequest, PopResult, PopSource, PullError, PullRequest, PullResult, SendBack,
+};
 use rebalance_core::{ClientId, MessageQueue, TopicRoute};
 use rebalance_runtime::{
-    GroupDirectory, LockOutcome, NameServer, OffsetScope, OffsetStore, QueueLocker, Registration,
-    RemoteError, RouteError, RouteShare, StartedConsumer,
+    AssignmentRequest, AssignmentSource, GroupDirectory, LockOutcome, NameServer, OffsetScope,
+    OffsetStore, QueueLocker, ReadMode, Registration, RemoteError, RouteError, RouteShare,
+    ServerAnswer, StartedConsumer,
 };
 use tokio::sync::watch;
 
@@ -22,7 +25,9 @@ use crate::{
 /// brokers ([`BrokerClient`], on the same connections). It implements the runtime's
 /// [`NameServer`], [`GroupDirectory`], [`OffsetStore`] (the group's offsets at the brokers) and
 /// [`QueueLocker`], and the consume layer's [`MessageSource`]: give it to a consumer's
-/// `cluster(..)`. Cheap to clone; clones share the connections.
+/// `cluster(..)`. For POP consumption it is also the runtime's [`AssignmentSource`]
+/// (server-side assignment) and the consume layer's [`PopSource`]: give it to the push
+/// consumer's `pop(..)` too. Cheap to clone; clones share the connections.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -244,5 +249,52 @@ impl MessageSource for RocketMq {
 
     async fn offset_at(&self, queue: &MessageQueue, timestamp_ms: i64) -> Result<i64, RemoteError> {
         self.brokers.offset_at(queue, timestamp_ms).await
+    }
+}
+
+#[async_trait]
+impl PopSource for RocketMq {
+    async fn pop(&self, request: &PopRequest) -> Result<PopResult, PullError> {
+        PopSource::pop(&self.brokers, request).await
+    }
+
+    async fn ack(&self, group: &str, topic: &str, handles: &[&str]) -> Result<(), RemoteError> {
+        PopSource::ack(&self.brokers, group, topic, handles).await
+    }
+
+    async fn change_invisible_time(
+        &self,
+        group: &str,
+        topic: &str,
+        handle: &str,
+        invisible_time: std::time::Duration,
+    ) -> Result<String, RemoteError> {
+        PopSource::change_invisible_time(&self.brokers, group, topic, handle, invisible_time).await
+    }
+}
+
+#[async_trait]
+impl AssignmentSource for RocketMq {
+    fn strategies(&self) -> Vec<String> {
+        self.brokers.strategies()
+    }
+
+    async fn query_assignment(
+        &self,
+        request: &AssignmentRequest<'_>,
+    ) -> Result<ServerAnswer, RemoteError> {
+        AssignmentSource::query_assignment(&self.brokers, request).await
+    }
+
+    async fn set_read_mode(
+        &self,
+        group: &str,
+        topic: &str,
+        mode: ReadMode,
+        pop_share: i32,
+    ) -> Result<(), RemoteError> {
+        self.brokers
+            .set_read_mode(group, topic, mode, pop_share)
+            .await
     }
 }

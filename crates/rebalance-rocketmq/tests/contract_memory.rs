@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use contract::{Backend, Deviation};
-use rebalance_consume::MessageSource;
 use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+use rebalance_consume::{MessageSource, PopSource};
 use rebalance_core::MessageQueue;
 use rebalance_runtime::memory::{ClusterClient, ClusterConfig, InMemoryCluster};
-use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
+use rebalance_runtime::{AssignmentSource, GroupDirectory, OffsetStore, QueueLocker};
 
 struct Memory {
     cluster: InMemoryCluster,
@@ -49,6 +49,18 @@ impl Backend for Memory {
     }
 
     fn directory(&self) -> Arc<dyn GroupDirectory> {
+        Arc::new(self.client.clone())
+    }
+
+    fn directory_of_another_client(&self) -> Arc<dyn GroupDirectory> {
+        Arc::new(self.cluster.client("127.0.0.1@contract-other"))
+    }
+
+    fn pop_source(&self) -> Arc<dyn PopSource> {
+        Arc::new(self.client.clone())
+    }
+
+    fn assignments(&self) -> Arc<dyn AssignmentSource> {
         Arc::new(self.client.clone())
     }
 
@@ -99,4 +111,19 @@ async fn an_unrenewed_lock_expires() {
 #[tokio::test(start_paused = true)]
 async fn pull_answers_follow_the_brokers_codes() {
     contract::pull_answers_follow_the_brokers_codes(&Memory::new()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn ordinary_pops_hide_and_revive_unacknowledged_messages() {
+    contract::ordinary_pops_hide_and_revive_unacknowledged_messages(&Memory::new()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn orderly_pops_hold_the_queue_and_redeliver_in_order() {
+    contract::orderly_pops_hold_the_queue_and_redeliver_in_order(&Memory::new()).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn server_side_assignment_follows_the_read_mode() {
+    contract::server_side_assignment_follows_the_read_mode(&Memory::new()).await;
 }

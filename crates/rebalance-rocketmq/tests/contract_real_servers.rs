@@ -9,17 +9,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use contract::{Backend, Deviation};
-use rebalance_consume::MessageSource;
+use rebalance_consume::{MessageSource, PopSource};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
-use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker};
+use rebalance_runtime::{AssignmentSource, GroupDirectory, OffsetStore, QueueLocker};
 
 /// What the Rust broker 1.0 decides differently from Java's (see [`Deviation`]).
 const RUST_BROKER_1_0: &[Deviation] = &[
     Deviation::FallbackLockTestInverted,
     Deviation::BackwardCommitIgnored,
+    Deviation::PopNotRevived,
+    Deviation::OrderlyBatchHoldsQueue,
+    Deviation::OrderlyAckOutOfOrder,
+    Deviation::UnknownStrategyEmpty,
 ];
 
 struct Real {
@@ -67,6 +71,19 @@ impl Backend for Real {
     }
 
     fn directory(&self) -> Arc<dyn GroupDirectory> {
+        Arc::new(self.brokers.clone())
+    }
+
+    fn directory_of_another_client(&self) -> Arc<dyn GroupDirectory> {
+        let name_server = NameServerClient::from_addresses(&self.cluster.namesrv_addr()).unwrap();
+        Arc::new(BrokerClient::new(name_server))
+    }
+
+    fn pop_source(&self) -> Arc<dyn PopSource> {
+        Arc::new(self.brokers.clone())
+    }
+
+    fn assignments(&self) -> Arc<dyn AssignmentSource> {
         Arc::new(self.brokers.clone())
     }
 
@@ -118,4 +135,19 @@ async fn an_unrenewed_lock_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_answers_follow_the_brokers_codes() {
     contract::pull_answers_follow_the_brokers_codes(&Real::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordinary_pops_hide_and_revive_unacknowledged_messages() {
+    contract::ordinary_pops_hide_and_revive_unacknowledged_messages(&Real::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orderly_pops_hold_the_queue_and_redeliver_in_order() {
+    contract::orderly_pops_hold_the_queue_and_redeliver_in_order(&Real::start()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_assignment_follows_the_read_mode() {
+    contract::server_side_assignment_follows_the_read_mode(&Real::start()).await;
 }

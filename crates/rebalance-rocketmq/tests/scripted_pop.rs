@@ -346,3 +346,204 @@ async fn assignment_queries_fail_over_and_request_modes_reach_every_broker() {
     let body: serde_json::Value = serde_json::from_slice(&log.lock().unwrap()[1].body).unwrap();
     assert_eq!(body["mode"], "POP");
 }
+
+/// The broker client as the consume layer's `PopSource`: the messages (each with its handle)
+/// and the tag-collided ones to acknowledge; POLLING_FULL and FLOW_CONTROL as throttling; one
+/// handle acknowledged with ACK_MESSAGE, several with one BATCH_ACK_MESSAGE, one by one in
+/// order when the broker refuses the batch; a change of invisible time giving the new handle,
+/// and 208 as a refusal with its code.
+#[tokio::test]
+async fn the_pop_source_maps_every_answer() {
+    use rebalance_consume::{PopResult, PopSource, PullError};
+    use rebalance_runtime::subscription::TagExpression;
+    let refuse_batches = Arc::new(Mutex::new(false));
+    let refusing = refuse_batches.clone();
+    let polls = Arc::new(Mutex::new(0));
+    let (addr, log) = broker(move |req| match req.code {
+        request_code::POP_MESSAGE => {
+            let mut n = polls.lock().unwrap();
+            *n += 1;
+            match *n {
+                1 => {
+                    let answer = popped("T");
+                    // A second fresh message of queue 2 with another tag: popped, filtered.
+                    let mut body = answer.body.to_vec();
+                    body.extend(record("T", 2, 8, "other", &properties(&[("TAGS", "B")])));
+                    answer
+                        .with_ext("startOffsetInfo", "1 0 4;0 2 7")
+                        .with_ext("msgOffsetInfo", "1 0 4;0 2 7;8")
+                        .with_body(body)
+                }
+                2 => RemotingCommand::response(209, 0, Some("POLLING_FULL".into())),
+                3 => RemotingCommand::response(215, 0, None),
+                _ => RemotingCommand::response(210, 0, Some("NO_MESSAGE_IN_QUEUE".into())),
+            }
+        }
+        request_code::BATCH_ACK_MESSAGE if *refusing.lock().unwrap() => {
+            RemotingCommand::response(1, 0, Some("Serialization failed".into()))
+        }
+        request_code::CHANGE_MESSAGE_INVISIBLETIME if req.ext("offset") == Some("9") => {
+            RemotingCommand::response(208, 0, Some("gone".into()))
+        }
+        request_code::CHANGE_MESSAGE_INVISIBLETIME => ok()
+            .with_ext("popTime", 6000)
+            .with_ext("invisibleTime", 1000)
+            .with_ext("reviveQid", 3),
+        _ => ok(),
+    })
+    .await;
+    let namesrv = name_server(vec![("broker-a", addr)]).await;
+    let source = client(&namesrv, None);
+    let request = rebalance_consume::PopRequest::new(
+        "G",
+        MessageQueue::new("T", "broker-a", -1),
+        TagExpression::parse("A").unwrap(),
+    )
+    .with_poll_time(Duration::ZERO);
+    let PopResult::Found { messages, filtered } = PopSource::pop(&source, &request).await.unwrap()
+    else {
+        panic!("found");
+    };
+    let shown: Vec<(i32, i64, &str)> = messages
+        .iter()
+        .map(|m| {
+            (
+                m.queue().queue_id,
+                m.queue_offset(),
+                m.receipt_handle().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (2, 7, "7 5000 30000 3 0 broker-a 2 7"),
+            (0, 4, "4 4000 30000 5 1 broker-a 0 4 0")
+        ]
+    );
+    assert_eq!(filtered.len(), 1);
+    assert_eq!(
+        (filtered[0].queue().queue_id, filtered[0].queue_offset()),
+        (2, 8)
+    );
+    assert_eq!(
+        filtered[0].receipt_handle(),
+        Some("7 5000 30000 3 0 broker-a 2 8")
+    );
+    for _ in 0..2 {
+        assert!(matches!(
+            PopSource::pop(&source, &request).await,
+            Err(PullError::Throttled(RemoteError::Refused { .. }))
+        ));
+    }
+    assert_eq!(
+        PopSource::pop(&source, &request).await.unwrap(),
+        PopResult::NoMessage
+    );
+
+    let handles: Vec<&str> = messages
+        .iter()
+        .map(|m| m.receipt_handle().unwrap())
+        .collect();
+    log.lock().unwrap().clear();
+    PopSource::ack(&source, "G", "T", &handles[..1])
+        .await
+        .unwrap();
+    PopSource::ack(&source, "G", "T", &handles).await.unwrap();
+    *refuse_batches.lock().unwrap() = true;
+    PopSource::ack(&source, "G", "T", &handles).await.unwrap();
+    let codes: Vec<(i32, Option<String>)> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| (c.code, c.ext("offset").map(String::from)))
+        .collect();
+    let ack = request_code::ACK_MESSAGE;
+    let batch = request_code::BATCH_ACK_MESSAGE;
+    assert_eq!(
+        codes,
+        [
+            (ack, Some("7".into())),
+            (batch, None),
+            (batch, None),
+            (ack, Some("7".into())),
+            (ack, Some("4".into())),
+        ]
+    );
+    assert!(matches!(
+        PopSource::ack(&source, "G", "T", &["garbage"]).await,
+        Err(RemoteError::Refused { code: 29, .. })
+    ));
+    let changed =
+        PopSource::change_invisible_time(&source, "G", "T", handles[0], Duration::from_secs(1))
+            .await
+            .unwrap();
+    assert_eq!(changed, "7 6000 1000 3 0 broker-a 2 7");
+    let gone = "9 5000 30000 3 0 broker-a 2 9";
+    assert!(matches!(
+        PopSource::change_invisible_time(&source, "G", "T", gone, Duration::ZERO).await,
+        Err(RemoteError::Refused { code: 208, .. })
+    ));
+}
+
+/// The broker client as the runtime's `AssignmentSource`: the strategies it can run, the
+/// answer's queues with their read modes, "cannot allocate" as unbalanced, and the read mode
+/// set at every broker.
+#[tokio::test]
+async fn the_assignment_source_maps_every_answer() {
+    use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, ServerAnswer};
+    let answers = Arc::new(Mutex::new(0));
+    let (addr, log) = broker(move |req| match req.code {
+        request_code::QUERY_ASSIGNMENT => {
+            let mut n = answers.lock().unwrap();
+            *n += 1;
+            let body = if *n == 1 {
+                r#"{"messageQueueAssignments":[{"messageQueue":{"topic":"T","brokerName":"broker-a","queueId":-1},"mode":"POP","attachments":null},{"messageQueue":{"topic":"T","brokerName":"broker-a","queueId":2},"mode":"PULL"}]}"#
+            } else {
+                "{}"
+            };
+            ok().with_body(body.as_bytes().to_vec())
+        }
+        _ => ok(),
+    })
+    .await;
+    let namesrv = name_server(vec![("broker-a", addr)]).await;
+    let source = client(&namesrv, None);
+    assert_eq!(source.strategies(), ["AVG", "AVG_BY_CIRCLE"]);
+    let me = rebalance_core::ClientId::from("10.0.0.1@1");
+    let request = AssignmentRequest {
+        group: "G",
+        client_id: &me,
+        topic: "T",
+        strategy: "AVG",
+    };
+    let ServerAnswer::Queues(queues) = AssignmentSource::query_assignment(&source, &request)
+        .await
+        .unwrap()
+    else {
+        panic!("queues");
+    };
+    let shown: Vec<(i32, ReadMode)> = queues.iter().map(|q| (q.queue.queue_id, q.mode)).collect();
+    assert_eq!(shown, [(-1, ReadMode::Pop), (2, ReadMode::Pull)]);
+    assert_eq!(
+        AssignmentSource::query_assignment(&source, &request)
+            .await
+            .unwrap(),
+        ServerAnswer::Unbalanced
+    );
+    source
+        .set_read_mode("G", "T", ReadMode::Pop, 1)
+        .await
+        .unwrap();
+    let set = log.lock().unwrap().last().cloned().unwrap();
+    assert_eq!(set.code, request_code::SET_MESSAGE_REQUEST_MODE);
+    let body: serde_json::Value = serde_json::from_slice(&set.body).unwrap();
+    assert_eq!(body["mode"], "POP");
+    assert_eq!(body["popShareQueueNum"], 1);
+    assert!(matches!(
+        source
+            .set_read_mode("G", "%RETRY%G", ReadMode::Pop, 0)
+            .await,
+        Err(RemoteError::Refused { code: 29, .. })
+    ));
+}

@@ -1,4 +1,5 @@
-//! How a consumer computes its share: a per-topic strategy, or a group assignor run leaderlessly.
+//! How a consumer computes its share: a per-topic strategy, a group assignor run leaderlessly,
+//! or the brokers' answer (server-side assignment).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -8,6 +9,8 @@ use rebalance_core::assignor::{
     AssignError, AssignorRef, GroupSubscription, MemberSubscription, Topic,
 };
 use rebalance_core::{ClientId, MessageQueue, StrategyRef};
+
+use crate::assignment_source::{AssignmentSource, ReadMode};
 
 /// The allocation a consumer follows.
 #[derive(Clone)]
@@ -29,15 +32,110 @@ pub enum Allocation {
     /// directory that shares them) has; prefer a per-topic strategy such as `consistent_hash`
     /// when moving few queues matters.
     Assignor(AssignorRef),
+    /// Server-side assignment (RocketMQ 5): each round asks the brokers for this client's
+    /// share of each topic instead of running a strategy (see [`ServerAllocation`]).
+    Server(ServerAllocation),
 }
 
 impl Allocation {
-    /// The strategy's or assignor's name.
+    /// The strategy's or assignor's name (the brokers' strategy for [`Allocation::Server`]).
     pub fn name(&self) -> &str {
         match self {
             Allocation::Strategy(s) => s.name(),
             Allocation::Assignor(a) => a.name(),
+            Allocation::Server(s) => s.strategy(),
         }
+    }
+}
+
+/// Server-side assignment: the brokers allocate each topic's queues among the clients their
+/// heartbeats registered, with one of the strategies they know, and say how each queue is read
+/// ([`ReadMode`]). The runtime keeps doing everything else as for a strategy of its own: leases,
+/// callbacks, round reports, the hand-off and its order.
+///
+/// - Only clustering, concurrent consumers can use it, as in the Java client (where orderly
+///   and broadcasting consumers always rebalance on the client): `start()` refuses the others,
+///   and a strategy the source does not list in [`AssignmentSource::strategies`].
+/// - A queue answered as [`ReadMode::Pop`] is taken only by a consumer that
+///   [accepts POP](Self::accepting_pop) (the push consumer's POP mode); for any other, such an
+///   answer leaves the topic unbalanced, with what it holds, and says why.
+/// - [`with_read_mode`](Self::with_read_mode) sets the group's mode at the brokers of each
+///   topic before the first question (RocketMQ: SET_MESSAGE_REQUEST_MODE); without it the
+///   brokers' setting stands (PULL unless an operator set POP).
+///
+/// **Mixing client-side and server-side members.** The brokers compute a PULL assignment with
+/// the same strategy code and the same sorted inputs (the route's queues, the registered
+/// clients) as a client does, so a group may mix members that allocate themselves with
+/// `averagely` (or `averagely_by_circle`) and members that ask the brokers for `AVG` (or
+/// `AVG_BY_CIRCLE`): their shares agree whenever their views do. In POP mode a group cannot be
+/// mixed: the brokers give every POP member the popped queues (`-1`, or shared shares), which a
+/// client-side member would pull at the same time.
+#[derive(Clone)]
+pub struct ServerAllocation {
+    source: Arc<dyn AssignmentSource>,
+    strategy: String,
+    read_mode: Option<(ReadMode, i32)>,
+    accepts_pop: bool,
+}
+
+impl ServerAllocation {
+    /// Asks `source` with `strategy` (RocketMQ: `AVG` or `AVG_BY_CIRCLE`), leaving the group's
+    /// read mode as the brokers have it and accepting pulled queues only.
+    pub fn new(source: Arc<dyn AssignmentSource>, strategy: impl Into<String>) -> Self {
+        Self {
+            source,
+            strategy: strategy.into(),
+            read_mode: None,
+            accepts_pop: false,
+        }
+    }
+
+    /// Sets the group's read mode at the brokers of each topic before asking (with POP, each
+    /// client also reads the shares of `pop_share` other clients; 0: every queue is read by
+    /// every client). Setting POP also [accepts POP](Self::accepting_pop).
+    pub fn with_read_mode(mut self, mode: ReadMode, pop_share: i32) -> Self {
+        self.read_mode = Some((mode, pop_share));
+        if mode == ReadMode::Pop {
+            self.accepts_pop = true;
+        }
+        self
+    }
+
+    /// Whether popped queues are taken (the consumer's listener must then read the leases whose
+    /// [`read_mode`](crate::QueueLease::read_mode) is [`ReadMode::Pop`] by POP).
+    pub fn accepting_pop(mut self, accepts: bool) -> Self {
+        self.accepts_pop = accepts;
+        self
+    }
+
+    /// The brokers' strategy.
+    pub fn strategy(&self) -> &str {
+        &self.strategy
+    }
+
+    /// Where assignments come from.
+    pub fn source(&self) -> &Arc<dyn AssignmentSource> {
+        &self.source
+    }
+
+    /// The read mode set at the brokers before asking, with its POP share, if any.
+    pub fn read_mode(&self) -> Option<(ReadMode, i32)> {
+        self.read_mode
+    }
+
+    /// Whether popped queues are taken.
+    pub fn accepts_pop(&self) -> bool {
+        self.accepts_pop
+    }
+}
+
+impl fmt::Debug for ServerAllocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerAllocation")
+            .field("strategy", &self.strategy)
+            .field("read_mode", &self.read_mode)
+            .field("accepts_pop", &self.accepts_pop)
+            .finish_non_exhaustive()
     }
 }
 
@@ -46,6 +144,7 @@ impl fmt::Debug for Allocation {
         match self {
             Allocation::Strategy(s) => f.debug_tuple("Strategy").field(&s.name()).finish(),
             Allocation::Assignor(a) => f.debug_tuple("Assignor").field(&a.name()).finish(),
+            Allocation::Server(s) => f.debug_tuple("Server").field(s).finish(),
         }
     }
 }

@@ -19,6 +19,10 @@ pub struct Assignment {
     pub balanced: bool,
     /// Held queues by topic.
     pub queues: BTreeMap<String, Vec<MessageQueue>>,
+    /// The held queues that are popped (server-side assignment in POP mode, see
+    /// [`ReadMode::Pop`](crate::ReadMode::Pop)), sorted: other members may read them at the
+    /// same time. Each is in [`queues`](Self::queues) too; empty with client-side allocation.
+    pub shared: Vec<MessageQueue>,
 }
 
 impl Assignment {
@@ -35,6 +39,12 @@ impl Assignment {
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether `queue` is held and popped, possibly by other members too (see
+    /// [`shared`](Self::shared)).
+    pub fn is_shared(&self, queue: &MessageQueue) -> bool {
+        self.shared.binary_search(queue).is_ok()
     }
 
     /// Whether `queue` is held.
@@ -76,6 +86,21 @@ pub enum Unbalanced {
     /// A group assignor needs every topic's view and one of them is incomplete.
     #[error("the group assignor waits for every subscribed topic's view")]
     GroupViewIncomplete,
+    /// Server-side assignment: the brokers could not be asked (or their read mode could not
+    /// be set).
+    #[error("could not ask the brokers for the assignment")]
+    AssignmentFailed(#[source] RemoteError),
+    /// Server-side assignment: the brokers answered that they could not allocate the topic
+    /// (the Java broker's answer to an unknown topic, strategy or client).
+    #[error("the brokers could not allocate the topic")]
+    ServerUnbalanced,
+    /// Server-side assignment: the brokers assign the topic's queues by POP, and this consumer
+    /// reads none by POP (see
+    /// [`ServerAllocation::accepting_pop`](crate::allocation::ServerAllocation::accepting_pop)).
+    #[error(
+        "the brokers assign the topic by POP, which this consumer does not read (configure POP on the consumer, or set the group's mode back to PULL)"
+    )]
+    PopNotAccepted,
     /// Some queues could not be added (lock refused, offset unreadable) or released (still
     /// consuming, offset not persisted) yet.
     #[error(
@@ -125,6 +150,10 @@ pub struct TopicReport {
     /// lock at a renewal since the previous report (reason
     /// [`Lost`](crate::RemovalReason::Lost)).
     pub removed: Vec<RemovedQueue>,
+    /// The topic's queues held after the round that are popped (server-side assignment in
+    /// POP mode): other members may read them at the same time. Sorted; empty with client-side
+    /// allocation.
+    pub shared: Vec<MessageQueue>,
 }
 
 /// A [`QueueListener`](crate::QueueListener) callback of a round that did not return `Ok`.
@@ -373,8 +402,10 @@ mod tests {
             round: 1,
             balanced: true,
             queues: [("T".to_string(), vec![q(0), q(2)])].into(),
+            shared: vec![q(2)],
         };
         assert!(a.contains(&q(2)) && !a.contains(&q(1)));
+        assert!(a.is_shared(&q(2)) && !a.is_shared(&q(0)));
         assert_eq!(a.len(), 2);
         assert!(!a.is_empty());
         assert_eq!(a.iter().cloned().collect::<Vec<_>>(), [q(0), q(2)]);
@@ -390,6 +421,7 @@ mod tests {
             unbalanced: None,
             added,
             removed,
+            shared: Vec::new(),
         };
         let gone = |queue| RemovedQueue {
             queue,

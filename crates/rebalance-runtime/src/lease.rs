@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::assignment::Assignment;
+use crate::assignment_source::ReadMode;
 use crate::lease_terms::StartPosition;
 use crate::running::{ConsumerActivity, Figures, QueueBuffer, QueueFigures, TopicMeter};
 
@@ -38,6 +39,9 @@ pub(crate) struct LeaseState {
     parts: OnceLock<Box<Parts>>,
     /// Shared by the consumer's leases and its service.
     pub(crate) activity: Arc<ConsumerActivity>,
+    /// Pulled (the queue is this client's alone) or popped (server-side assignment in POP
+    /// mode: shared, nothing committed).
+    pub(crate) read_mode: ReadMode,
 }
 
 /// The parts of a [`LeaseState`] made on first use.
@@ -77,11 +81,18 @@ impl LeaseState {
             confirm: AtomicBool::new(false),
             parts: OnceLock::new(),
             activity,
+            read_mode: ReadMode::Pull,
         };
         if lock_valid_until.is_some() {
             *state.locked_until() = lock_valid_until;
         }
         state
+    }
+
+    /// The same, read by `read_mode`.
+    pub(crate) fn with_read_mode(mut self, read_mode: ReadMode) -> Self {
+        self.read_mode = read_mode;
+        self
     }
 
     fn parts(&self) -> &Parts {
@@ -287,9 +298,20 @@ impl QueueLease {
         Arc::ptr_eq(&self.state, &other.state)
     }
 
-    /// Where to start consuming.
+    /// Where to start consuming. For a [popped](ReadMode::Pop) queue, where the brokers start
+    /// popping for a group that has no offset there yet: [`Earliest`](StartPosition::Earliest)
+    /// or, for anything else, the end.
     pub fn start_position(&self) -> StartPosition {
         self.start
+    }
+
+    /// How the queue is read: [pulled](ReadMode::Pull) from a committed offset (every
+    /// client-side allocation, and server-side assignment in PULL mode), or
+    /// [popped](ReadMode::Pop) (server-side assignment in POP mode: other members may read the
+    /// queue too, each message is acknowledged at the brokers, and nothing is committed here:
+    /// the runtime persists no offset for the queue).
+    pub fn read_mode(&self) -> ReadMode {
+        self.state.read_mode
     }
 
     /// Cancelled when the queue is taken away (a child of the consumer's token). Made on the
@@ -312,8 +334,12 @@ impl QueueLease {
     }
 
     /// Reports that every message before `next_offset` is consumed. Offsets only move forward:
-    /// a smaller value than one already reported is ignored.
+    /// a smaller value than one already reported is ignored. Ignored for a
+    /// [popped](ReadMode::Pop) queue, whose progress the brokers keep.
     pub fn commit(&self, next_offset: i64) {
+        if self.state.read_mode == ReadMode::Pop {
+            return;
+        }
         self.state
             .committed
             .fetch_max(next_offset, Ordering::AcqRel);
@@ -321,9 +347,10 @@ impl QueueLease {
 
     /// Reports `next_offset` as the progress even when it is smaller than one reported before:
     /// for a consumer that must move back (the source said the queue's offset moved), or that
-    /// commits exactly what it processed (ordered consumption). A negative value is ignored.
+    /// commits exactly what it processed (ordered consumption). A negative value is ignored, as
+    /// is any for a [popped](ReadMode::Pop) queue.
     pub fn commit_exact(&self, next_offset: i64) {
-        if next_offset >= 0 {
+        if next_offset >= 0 && self.state.read_mode == ReadMode::Pull {
             self.state.committed.store(next_offset, Ordering::Release);
         }
     }
@@ -335,7 +362,7 @@ impl QueueLease {
     /// persists whatever is committed when it gets to it, so later commits are not held back.
     /// A negative value is ignored.
     pub fn persist_now(&self, next_offset: i64) {
-        if next_offset < 0 {
+        if next_offset < 0 || self.state.read_mode == ReadMode::Pop {
             return;
         }
         self.commit_exact(next_offset);

@@ -78,6 +78,7 @@
 pub mod allocation;
 mod app_code;
 pub mod assignment;
+mod assignment_source;
 mod callbacks;
 pub mod config;
 mod consumer;
@@ -122,6 +123,9 @@ pub use lease::{ConsumeGuard, QueueLease};
 pub use lease_terms::{RemovalReason, RemovedQueue, StartPosition};
 pub use listener::{ListenerError, QueueListener};
 // The traits a transport implements, and the types in their signatures.
+pub use assignment_source::{
+    AssignedQueue, AssignmentRequest, AssignmentSource, ReadMode, ServerAnswer,
+};
 pub use directory::{GroupDirectory, Registration, ResetRefused, StartedConsumer};
 pub use error::{RemoteError, RouteError};
 pub use locker::{LockOutcome, QueueLocker};

@@ -16,6 +16,7 @@ use rebalance_core::java::compare_str;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::assignment_source::ReadMode;
 use crate::lease::{LeaseState, QueueLease};
 use crate::lease_terms::{RemovalReason, StartPosition};
 use crate::running::ConsumerActivity;
@@ -37,6 +38,11 @@ pub(crate) struct ProcessQueue {
 }
 
 impl ProcessQueue {
+    /// How the queue is read (pulled, or popped).
+    pub(crate) fn read_mode(&self) -> ReadMode {
+        self.state.read_mode
+    }
+
     /// Whether the queue is held (not being released).
     pub(crate) fn is_held(&self) -> bool {
         !self.state.is_dropped()
@@ -96,6 +102,7 @@ pub(crate) struct NewQueue {
     pub(crate) queue: MessageQueue,
     pub(crate) start: StartPosition,
     pub(crate) unsaved: bool,
+    pub(crate) read_mode: ReadMode,
 }
 
 /// The order of two queues of one topic: [`MessageQueue`]'s (broker name, then queue id),
@@ -168,6 +175,7 @@ impl ProcessQueueTable {
             queue,
             start,
             unsaved,
+            read_mode: ReadMode::Pull,
         };
         let mut leases = self.insert_all(vec![new], parent, lock_valid_until);
         leases.remove(0)
@@ -195,12 +203,13 @@ impl ProcessQueueTable {
             queue,
             start,
             unsaved,
+            read_mode,
         } in queues
         {
-            let state = Arc::new(LeaseState::with_activity(
-                lock_valid_until,
-                self.activity.clone(),
-            ));
+            let state = Arc::new(
+                LeaseState::with_activity(lock_valid_until, self.activity.clone())
+                    .with_read_mode(read_mode),
+            );
             match start {
                 StartPosition::Offset(o) if unsaved => {
                     state.committed.store(o, AtomicOrdering::Release);
@@ -419,6 +428,20 @@ impl ProcessQueueTable {
             .collect()
     }
 
+    /// The held queues of `topic` (every topic when `None`) that are popped, sorted.
+    pub(crate) fn shared(&self, topic: Option<&str>) -> Vec<MessageQueue> {
+        let mut shared: Vec<MessageQueue> = self
+            .topics
+            .iter()
+            .filter(|(t, _)| topic.is_none_or(|topic| ***t == *topic))
+            .flat_map(|(_, entries)| entries)
+            .filter(|e| e.is_held() && e.read_mode() == ReadMode::Pop)
+            .map(|e| e.queue.clone())
+            .collect();
+        shared.sort();
+        shared
+    }
+
     /// The lease states of the queues of `held` (what [`held`](Self::held) returned since the
     /// last change), in its order, for the running info.
     pub(crate) fn held_states(
@@ -572,6 +595,7 @@ mod tests {
             queue: queue.clone(),
             start: StartPosition::Latest,
             unsaved: false,
+            read_mode: ReadMode::Pull,
         }
     }
 

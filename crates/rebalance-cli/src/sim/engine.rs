@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rebalance_consume::memory::ClusterMessages;
-use rebalance_consume::{PushConsumer, PushConsumerError, PushConsumerHandle};
+use rebalance_consume::{PopOptions, PushConsumer, PushConsumerError, PushConsumerHandle};
 use rebalance_core::route::perm;
 use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use rebalance_runtime::memory::InMemoryCluster;
@@ -125,7 +125,8 @@ pub struct Outcome {
     pub records: Vec<Record>,
     /// Every client.
     pub clients: Vec<ClientEnd>,
-    /// Every queue of every topic.
+    /// Every queue of every topic (with POP, each broker's queues of a topic as one shared
+    /// queue, id -1, which every member holds).
     pub queues: BTreeSet<MessageQueue>,
     /// The simulated duration in ms (with the drain time when messages are carried).
     pub duration_ms: u64,
@@ -417,6 +418,11 @@ impl Run<'_> {
         for topic in &self.topics {
             builder = builder.subscribe(topic.as_str());
         }
+        if let Some(invisible_time) = traffic.pop {
+            // After `configure`: POP sets the allocation (server-side assignment).
+            let options = PopOptions::default().with_invisible_time(invisible_time);
+            builder = builder.pop(self.cluster.client(id.clone()), options);
+        }
         builder = if traffic.orderly {
             builder.orderly(listener)
         } else {
@@ -487,10 +493,25 @@ async fn record_assignments(
 async fn run(config: &Config) -> Result<Outcome, SimError> {
     let cluster = InMemoryCluster::new();
     let topics: Vec<String> = (0..config.topics).map(|t| format!("topic-{t}")).collect();
+    let pop = config.traffic.is_some_and(|t| t.pop.is_some());
     let mut queues = BTreeSet::new();
     for topic in &topics {
         let route = route(config.queues, config.brokers);
-        queues.extend(route.subscribable_queues(topic));
+        if pop {
+            // What POP members hold: each broker's queues as one shared queue, id -1.
+            let brokers: BTreeSet<_> = route
+                .subscribable_queues(topic)
+                .into_iter()
+                .map(|q| q.broker_name)
+                .collect();
+            queues.extend(
+                brokers
+                    .into_iter()
+                    .map(|b| MessageQueue::new(topic.as_str(), b, -1)),
+            );
+        } else {
+            queues.extend(route.subscribable_queues(topic));
+        }
         cluster.set_route(topic, route);
     }
     if config.traffic.is_some() {

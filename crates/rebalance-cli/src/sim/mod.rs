@@ -111,6 +111,19 @@ pub struct SimulateArgs {
     /// [default: 60s; at most 168h].
     #[arg(long, value_name = "D", value_parser = limits::duration_up_to(limits::MAX_SIM_DURATION))]
     pub drain: Option<Duration>,
+    /// With --produce: POP consumption (RocketMQ 5's server-side assignment in POP mode):
+    /// every client pops every queue of each broker (one shared queue, id -1, per broker), and
+    /// a message a client popped and did not acknowledge (it crashed) stays invisible for
+    /// --pop-invisible-time before another client gets it. The same scenario is also run with
+    /// client-side rebalance, and both message summaries are shown: the text output's last
+    /// line, the JSON summary's `client_side_messages`. The drain defaults to 60 s plus the
+    /// invisible time.
+    #[arg(long)]
+    pub pop: bool,
+    /// With --pop: how long a popped message stays invisible to the other clients [default:
+    /// 60s, the Java client's; at least 1s, at most 1h].
+    #[arg(long, value_name = "D", value_parser = limits::duration_up_to(limits::MAX_SIM_CONSUME_TIME))]
+    pub pop_invisible_time: Option<Duration>,
     /// With --json and --produce: one line per consumption, `{"t_ms", "client", "topic",
     /// "queue", "offset", "msg_id", "reconsume_times"}`, after the callback lines.
     #[arg(long)]
@@ -183,6 +196,8 @@ fn traffic(args: &SimulateArgs) -> Result<Option<Traffic>, SimulateError> {
             ("--exclusive-hand-off", args.exclusive_hand_off),
             ("--drain", args.drain.is_some()),
             ("--messages-log", args.messages_log),
+            ("--pop", args.pop),
+            ("--pop-invisible-time", args.pop_invisible_time.is_some()),
         ];
         return match given.iter().find(|(_, given)| *given) {
             Some((flag, _)) => bad(format!(
@@ -194,6 +209,28 @@ fn traffic(args: &SimulateArgs) -> Result<Option<Traffic>, SimulateError> {
     if args.messages_log && !args.json {
         return bad("--messages-log prints JSON lines: add --json".into());
     }
+    if args.pop_invisible_time.is_some() && !args.pop {
+        return bad("--pop-invisible-time is about POP: add --pop".into());
+    }
+    if args.pop && (args.orderly || args.exclusive_hand_off || args.assignor.is_some()) {
+        return bad(
+            "--pop is concurrent consumption with the brokers' assignment: it does not go with \
+             --orderly, --exclusive-hand-off or --assignor (as in the Java client, ordered \
+             consumers rebalance on the client)"
+                .into(),
+        );
+    }
+    let pop = if args.pop {
+        let invisible = args.pop_invisible_time.unwrap_or(Duration::from_secs(60));
+        if invisible < Duration::from_secs(1) {
+            return bad(format!(
+                "--pop-invisible-time {invisible:?}: at least 1s (the consumers extend it at three quarters)"
+            ));
+        }
+        Some(invisible)
+    } else {
+        None
+    };
     let total = Traffic::total(rate, args.topics, args.duration);
     if total > limits::MAX_SIM_MESSAGES {
         return bad(format!(
@@ -210,7 +247,10 @@ fn traffic(args: &SimulateArgs) -> Result<Option<Traffic>, SimulateError> {
         fail_every: args.fail_every.map(|n| n as u64),
         orderly: args.orderly,
         exclusive_hand_off: args.exclusive_hand_off,
-        drain: args.drain.unwrap_or(Duration::from_secs(60)),
+        drain: args
+            .drain
+            .unwrap_or(Duration::from_secs(60) + pop.unwrap_or(Duration::ZERO)),
+        pop,
     }))
 }
 
@@ -362,12 +402,64 @@ pub fn run(args: &SimulateArgs, out: &mut impl Write) -> Result<Summary, Simulat
     if let Some(svg) = svg {
         svg.write(&picture::draw(&config, &outcome, &summary))?;
     }
+    let client_side = client_side_messages(&config)?;
     if args.json {
-        write_json(&config, &outcome, &summary, args.messages_log, out)?;
+        write_json(
+            &config,
+            &outcome,
+            &summary,
+            args.messages_log,
+            client_side.as_ref(),
+            out,
+        )?;
     } else {
         write_text(&config, &outcome, &summary, out)?;
+        if let Some(pulled) = &client_side {
+            write_comparison(&outcome, pulled, out)?;
+        }
     }
     Ok(summary)
+}
+
+/// With POP: the message summary of the same scenario run with client-side rebalance.
+fn client_side_messages(config: &Config) -> Result<Option<MessageSummary>, SimulateError> {
+    let Some(traffic) = config.traffic.filter(|t| t.pop.is_some()) else {
+        return Ok(None);
+    };
+    let pulled = Config {
+        traffic: Some(Traffic {
+            pop: None,
+            ..traffic
+        }),
+        ..config.clone()
+    };
+    let outcome = simulate(&pulled)?;
+    Ok(outcome.messages.as_ref().map(MessageSummary::of))
+}
+
+/// The POP run's messages beside client-side rebalance's on the same scenario, a line of text
+/// (JSON: the summary's `client_side_messages`).
+fn write_comparison(
+    outcome: &Outcome,
+    pulled: &MessageSummary,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let popped = outcome
+        .messages
+        .as_ref()
+        .map(MessageSummary::of)
+        .unwrap_or_default();
+    writeln!(
+        out,
+        "pop against client-side rebalance on the same scenario: max delay {} ms against {} ms, \
+         duplicates {} against {}, lost {} against {}",
+        popped.max_delay_ms,
+        pulled.max_delay_ms,
+        popped.duplicates,
+        pulled.duplicates,
+        popped.lost,
+        pulled.lost
+    )
 }
 
 fn triples(queues: &[MessageQueue]) -> Vec<Value> {
@@ -377,12 +469,15 @@ fn triples(queues: &[MessageQueue]) -> Vec<Value> {
 /// One line per callback and one per scripted event (`{"t_ms", "scenario": "leave:2"}`, in
 /// time order among the callbacks, as the timeline shows them), one per consumption (with
 /// `messages_log`, when the run carried messages; in time order, then by client, queue and
-/// offset), one per client, then the summary (with `"messages"` when the run carried messages).
+/// offset), one per client, then the summary (with `"messages"` when the run carried messages,
+/// and with POP `"client_side_messages"`, those of the same scenario with client-side
+/// rebalance, `client_side`).
 pub fn write_json(
     config: &Config,
     outcome: &Outcome,
     summary: &Summary,
     messages_log: bool,
+    client_side: Option<&MessageSummary>,
     out: &mut impl Write,
 ) -> io::Result<()> {
     let scenario_line = |e: &scenario::Event| json!({"t_ms": e.at.as_millis() as u64, "scenario": e.action.to_string()});
@@ -451,6 +546,9 @@ pub fn write_json(
     }});
     if let Some(messages) = &outcome.messages {
         line["summary"]["messages"] = MessageSummary::of(messages).to_json();
+    }
+    if let Some(pulled) = client_side {
+        line["summary"]["client_side_messages"] = pulled.to_json();
     }
     writeln!(out, "{line}")
 }

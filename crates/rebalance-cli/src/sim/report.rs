@@ -11,7 +11,8 @@ use super::engine::{Change, Outcome, Status};
 pub struct Summary {
     /// The running clients' holdings are disjoint and cover every queue at the end.
     pub converged: bool,
-    /// Sum over queues of the time (ms) two or more clients held them.
+    /// Sum over queues of the time (ms) two or more clients held them (a POP run's shared
+    /// queues, id -1, which every member pops, are not counted).
     pub double_owned_queue_ms: u64,
     /// Sum over queues of the time (ms) nobody held them.
     pub unowned_queue_ms: u64,
@@ -20,6 +21,12 @@ pub struct Summary {
     pub moves: u64,
     /// Rebalance rounds run by all clients together.
     pub rounds: u64,
+}
+
+/// Whether `queue` is a POP run's shared queue (every queue of a broker, id -1), which every
+/// member holds at once by design.
+fn shared(queue: &MessageQueue) -> bool {
+    queue.queue_id == -1
 }
 
 /// Replays the callbacks (a crashed client stops holding anything when it crashes).
@@ -70,7 +77,7 @@ pub fn summarize(outcome: &Outcome) -> Summary {
             *n -= 1;
             match *n {
                 0 if outcome.queues.contains(q) => *owned -= 1,
-                1 => *doubled -= 1,
+                1 if !shared(q) => *doubled -= 1,
                 _ => {}
             }
         }
@@ -86,7 +93,7 @@ pub fn summarize(outcome: &Outcome) -> Summary {
                         *n += 1;
                         match *n {
                             1 if outcome.queues.contains(q) => owned += 1,
-                            2 => doubled += 1,
+                            2 if !shared(q) => doubled += 1,
                             _ => {}
                         }
                         if last_holder
@@ -123,7 +130,7 @@ pub fn summarize(outcome: &Outcome) -> Summary {
         .filter(|c| c.status == Status::Running)
     {
         for q in &c.owned {
-            disjoint &= covered.insert(q);
+            disjoint &= covered.insert(q) || shared(q);
         }
     }
     summary.converged = disjoint

@@ -31,6 +31,10 @@ pub struct Traffic {
     pub exclusive_hand_off: bool,
     /// How long consumers run after production stops, before the count.
     pub drain: Duration,
+    /// POP consumption (`--pop`): the brokers assign the queues (every client pops every
+    /// queue of each broker) and a popped message stays invisible this long; `None`:
+    /// client-side rebalance, pulling.
+    pub pop: Option<Duration>,
 }
 
 impl Traffic {
@@ -272,6 +276,7 @@ mod tests {
             orderly: false,
             exclusive_hand_off: false,
             drain: Duration::ZERO,
+            pop: None,
         }
     }
 

@@ -43,6 +43,9 @@ impl QueueProgress {
 pub struct MemberRunningInfo {
     /// The queues the member holds, with the commit offset it reports for each.
     pub queues: Vec<(MessageQueue, i64)>,
+    /// The queues the member pops (`mqPopTable`: server-side assignment in POP mode), sorted;
+    /// queue id -1 stands for every queue of its broker. Other members may pop them too.
+    pub popped: Vec<MessageQueue>,
     /// Its `properties` (string values only).
     pub properties: BTreeMap<String, String>,
     /// Its `userConsumerInfo` (this crate puts each topic's allocation fingerprint there,
@@ -148,6 +151,10 @@ impl BrokerClient {
             })
             .collect();
         queues.sort();
+        let mut popped: Vec<MessageQueue> = queue_map(&body["mqPopTable"])
+            .map(|(q, _)| self.plain_queue(q))
+            .collect();
+        popped.sort();
         let subscriptions = body["subscriptionSet"]
             .as_array()
             .into_iter()
@@ -157,6 +164,7 @@ impl BrokerClient {
             .collect();
         Ok(MemberRunningInfo {
             queues,
+            popped,
             properties: strings(&body["properties"]),
             user_info: strings(&body["userConsumerInfo"]),
             subscriptions,

@@ -8,6 +8,7 @@ mod locks;
 mod offsets;
 mod offsets_query;
 pub mod pop;
+mod pop_source;
 pub mod pull;
 mod registrations;
 pub mod send_back;

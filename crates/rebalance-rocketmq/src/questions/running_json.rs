@@ -1,7 +1,7 @@
 //! A [`RunningInfo`] as the Java client's `ConsumerRunningInfo` JSON, which `mqadmin
 //! consumerStatus`, `consumerProgress -s` and the dashboard parse with fastjson: string-valued
-//! `properties`, a `subscriptionSet`, an `mqTable` keyed by queue objects, a `statusTable`, and
-//! the library's diagnostics in `userConsumerInfo`.
+//! `properties`, a `subscriptionSet`, an `mqTable` keyed by queue objects (the popped queues in
+//! `mqPopTable`), a `statusTable`, and the library's diagnostics in `userConsumerInfo`.
 
 use rebalance_runtime::config::ConsumeOrder;
 use rebalance_runtime::running::{RunningInfo, epoch_millis};
@@ -91,15 +91,33 @@ pub(crate) fn running_info_body(
         )])
         .collect();
 
-    // The queue table is fastjson's: object keys, written by hand around serde's values.
+    // The queue tables are fastjson's: object keys, written by hand around serde's values.
+    // Popped queues go to `mqPopTable` (Java's `PopProcessQueueInfo`), the others to `mqTable`.
+    let millis = |t: Option<std::time::SystemTime>| t.map_or(0, epoch_millis);
+    let mut mq_pop_table = String::from("{");
+    for q in info.queues.iter().filter(|q| q.popped) {
+        if mq_pop_table.len() > 1 {
+            mq_pop_table.push(',');
+        }
+        let mut queue = q.queue.clone();
+        queue.topic = wire(&queue.topic).into();
+        let value = json!({
+            "droped": false,
+            "lastPopTimestamp": millis(q.last_pull),
+            "waitAckCount": q.buffer.count,
+        });
+        mq_pop_table.push_str(&queue_key(&queue));
+        mq_pop_table.push(':');
+        mq_pop_table.push_str(&value.to_string());
+    }
+    mq_pop_table.push('}');
     let mut mq_table = String::from("{");
-    for (n, q) in info.queues.iter().enumerate() {
-        if n > 0 {
+    for q in info.queues.iter().filter(|q| !q.popped) {
+        if mq_table.len() > 1 {
             mq_table.push(',');
         }
         let mut queue = q.queue.clone();
         queue.topic = wire(&queue.topic).into();
-        let millis = |t: Option<std::time::SystemTime>| t.map_or(0, epoch_millis);
         let value = json!({
             "cachedMsgCount": q.buffer.count,
             "cachedMsgMaxOffset": q.buffer.max_offset,
@@ -123,10 +141,11 @@ pub(crate) fn running_info_body(
     mq_table.push('}');
 
     format!(
-        "{{\"properties\":{},\"subscriptionSet\":{},\"mqTable\":{},\"mqPopTable\":{{}},\"statusTable\":{},\"userConsumerInfo\":{}}}",
+        "{{\"properties\":{},\"subscriptionSet\":{},\"mqTable\":{},\"mqPopTable\":{},\"statusTable\":{},\"userConsumerInfo\":{}}}",
         Value::Object(properties),
         Value::Array(subscriptions),
         mq_table,
+        mq_pop_table,
         Value::Object(status),
         Value::Object(user),
     )

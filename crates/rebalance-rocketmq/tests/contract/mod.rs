@@ -10,17 +10,28 @@
 //! backend's answer: a difference is a failing test or a recorded deviation, never silence.
 #![allow(dead_code)]
 
+mod pop;
+
+pub use pop::{
+    orderly_pops_hold_the_queue_and_redeliver_in_order,
+    ordinary_pops_hide_and_revive_unacknowledged_messages,
+    server_side_assignment_follows_the_read_mode,
+};
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rebalance_consume::PopSource;
 use rebalance_consume::{Message, MessageSource, PullRequest, PullResult, SendBack, property};
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::config::{ConsumeFrom, ConsumeOrder, MessageModel};
 use rebalance_runtime::subscription::Subscription;
 use rebalance_runtime::subscription::TagExpression;
-use rebalance_runtime::{GroupDirectory, OffsetStore, QueueLocker, Registration, RemoteError};
+use rebalance_runtime::{
+    AssignmentSource, GroupDirectory, OffsetStore, QueueLocker, Registration, RemoteError,
+};
 use tokio::time::Instant;
 
 /// Where the Rust broker 1.0 decides differently from the Java broker (and so from the
@@ -36,6 +47,29 @@ pub enum Deviation {
     /// An offset commit smaller than the stored offset is ignored (the store only moves
     /// forward); Java's broker stores what it is sent.
     BackwardCommitIgnored,
+    /// An ordinary POP's unacknowledged messages never come back, and a change of their
+    /// invisible time is refused (1, `WheelTimerMsgIllegal`): the broker writes the pop's
+    /// checkpoint to its revive log as a timer message whose delay is the absolute revive
+    /// time, which its timer refuses.
+    PopNotRevived,
+    /// An orderly batch acknowledged in full may still hold its queue until its invisible time
+    /// has passed (Java lets it go at the last acknowledgement): the acknowledgement never
+    /// reaches the batch's record, since `AckMessageOrderCapability::commit_and_next`
+    /// (`rocketmq-broker-1.0.0/src/processor/ack_message_processor.rs:143`) passes the group
+    /// and the topic to `ConsumerOrderInfoManager::commit_and_next(topic, group, ..)`
+    /// (`offset/manager/consumer_order_info_manager.rs:219`) the other way round; it only sets
+    /// the group's offset past the acknowledged message.
+    OrderlyBatchHoldsQueue,
+    /// Acknowledging a later message of an orderly batch before an earlier one does not leave
+    /// the group's offset at the first unacknowledged message, as Java does: the
+    /// acknowledgement sets the offset past the message acknowledged (see
+    /// [`OrderlyBatchHoldsQueue`](Self::OrderlyBatchHoldsQueue) for why), so the earlier one
+    /// may never come again (`tests/pop_real_servers.rs` `orderly_pop`), or the whole batch
+    /// comes again. The consume layer acknowledges in order.
+    OrderlyAckOutOfOrder,
+    /// QUERY_ASSIGNMENT with a strategy the broker does not run answers an empty list, which
+    /// reads as "nothing is yours"; Java answers without a list ("cannot allocate").
+    UnknownStrategyEmpty,
 }
 
 /// One broker to run the contract against.
@@ -53,6 +87,13 @@ pub trait Backend: Send + Sync {
     fn locker(&self) -> Arc<dyn QueueLocker>;
     /// The group directory at the broker (heartbeats).
     fn directory(&self) -> Arc<dyn GroupDirectory>;
+    /// The group directory as another client process sees it (own connections: a broker
+    /// takes one client per connection).
+    fn directory_of_another_client(&self) -> Arc<dyn GroupDirectory>;
+    /// Where messages are popped, acknowledged and postponed.
+    fn pop_source(&self) -> Arc<dyn PopSource>;
+    /// Server-side assignment at the broker.
+    fn assignments(&self) -> Arc<dyn AssignmentSource>;
     /// How long the broker keeps a lock that is not renewed.
     fn lock_expiry(&self) -> Duration;
     /// Creates `topic` with `queues` queues on the broker.

@@ -10,7 +10,8 @@ use rebalance_core::strategy::{Params, StrategyRegistry, UnknownParams};
 use tokio_util::sync::CancellationToken;
 
 use super::{ClusterServices, ConsumerError, MemberOptions};
-use crate::allocation::Allocation;
+use crate::AssignmentSource;
+use crate::allocation::{Allocation, ServerAllocation};
 use crate::config::{AddedFailurePolicy, ConsumeFrom, ConsumeOrder, Intervals, MessageModel};
 use crate::context::Subscriptions;
 use crate::subscription::TagExpression;
@@ -240,6 +241,19 @@ impl ConsumerBuilder {
     pub fn allocation(mut self, allocation: Allocation) -> Self {
         self.allocation = Some(allocation);
         self
+    }
+
+    /// Server-side assignment: each round asks `source` (the brokers) for this client's share,
+    /// computed there by `strategy` (RocketMQ: `AVG` or `AVG_BY_CIRCLE`), instead of running a
+    /// strategy here; pulled queues only (see [`ServerAllocation`] for POP and for mixing
+    /// client-side and server-side members). [`start`](Self::start) refuses a strategy the
+    /// source cannot run, naming the ones it can, and orderly or broadcasting consumers.
+    pub fn server_assignment(
+        self,
+        source: Arc<dyn AssignmentSource>,
+        strategy: impl Into<String>,
+    ) -> Self {
+        self.allocation(Allocation::Server(ServerAllocation::new(source, strategy)))
     }
 
     /// A Kafka-style group assignor instead of a per-topic strategy, run leaderlessly (see

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::identity::resolve_client_id;
 use super::{ConsumerBuilder, ConsumerError};
-use crate::allocation::Allocation;
+use crate::allocation::{Allocation, ServerAllocation};
 use crate::config::{ConsumeOrder, MessageModel};
 use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
 use crate::offset_store::OffsetScope;
@@ -39,6 +39,9 @@ impl ConsumerBuilder {
             if let Some(e) = StrategyConfigError::if_allocates_nothing(&**strategy) {
                 return Err(ConsumerError::Strategy(e));
             }
+        }
+        if let Some(Allocation::Server(server)) = &self.allocation {
+            self.check_server_side(server)?;
         }
         let bound = self.directory.as_ref().and_then(|d| d.bound_client_id());
         let client_id = resolve_client_id(self.client_id, bound)?;
@@ -113,5 +116,32 @@ impl ConsumerBuilder {
             subscriptions: self.subscriptions,
             shutdown: self.shutdown,
         })
+    }
+}
+
+impl ConsumerBuilder {
+    /// What server-side assignment refuses: consumers that rebalance on the client in RocketMQ
+    /// (orderly, broadcasting), an exclusive hand-off of queues that may be shared, and a
+    /// strategy the brokers cannot run.
+    fn check_server_side(&self, server: &ServerAllocation) -> Result<(), ConsumerError> {
+        if self.message_model == MessageModel::Broadcasting {
+            return Err(ConsumerError::ServerSideRefused("broadcasting consumers"));
+        }
+        if self.consume_order == ConsumeOrder::Orderly {
+            return Err(ConsumerError::ServerSideRefused("orderly consumers"));
+        }
+        if self.exclusive_hand_off && server.accepts_pop() {
+            return Err(ConsumerError::ServerSideRefused(
+                "an exclusive hand-off of popped queues (several members read them at once)",
+            ));
+        }
+        let accepted = server.source().strategies();
+        if !accepted.iter().any(|s| s == server.strategy()) {
+            return Err(ConsumerError::ServerStrategy {
+                strategy: server.strategy().to_string(),
+                accepted,
+            });
+        }
+        Ok(())
     }
 }

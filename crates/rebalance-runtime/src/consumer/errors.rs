@@ -105,6 +105,25 @@ pub enum ConsumerError {
         /// The group.
         group: String,
     },
+    /// Server-side assignment with a strategy the brokers cannot run: they would answer it
+    /// with no queue at all (the Rust broker 1.0) or with no assignment (Java's).
+    #[error(
+        "the brokers cannot run the strategy `{strategy}` for server-side assignment; they accept {}",
+        accepted.join(", ")
+    )]
+    ServerStrategy {
+        /// The strategy configured.
+        strategy: String,
+        /// The strategies the brokers accept ([`AssignmentSource::strategies`](crate::AssignmentSource::strategies)).
+        accepted: Vec<String>,
+    },
+    /// Server-side assignment asked of a consumer that rebalances on the client in RocketMQ
+    /// (orderly or broadcasting consumers, as in the Java client), or combined with an option it
+    /// cannot honour (an exclusive hand-off of popped queues, which several members share).
+    #[error(
+        "server-side assignment is not for {0}; use a client-side strategy (such consumers rebalance on the client, as in the Java client)"
+    )]
+    ServerSideRefused(&'static str),
     /// `start` was called outside a tokio runtime.
     #[error("the consumer must be started inside a tokio runtime")]
     NoRuntime,

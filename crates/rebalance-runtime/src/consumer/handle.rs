@@ -491,6 +491,7 @@ impl StartedConsumer for HandleInner {
                     }),
                     last_pull: figures.last_pull.map(|at| clocks.wall(at)),
                     last_consume: figures.last_consume.map(|at| clocks.wall(at)),
+                    popped: state.read_mode == crate::ReadMode::Pop,
                 }
             })
             .collect();

@@ -98,6 +98,15 @@ impl MemberOptions {
         Self(self.0.allocation(allocation))
     }
 
+    /// See [`ConsumerBuilder::server_assignment`].
+    pub fn server_assignment(
+        self,
+        source: Arc<dyn crate::AssignmentSource>,
+        strategy: impl Into<String>,
+    ) -> Self {
+        Self(self.0.server_assignment(source, strategy))
+    }
+
     /// See [`ConsumerBuilder::assignor`].
     pub fn assignor(self, assignor: AssignorRef) -> Self {
         Self(self.0.assignor(assignor))

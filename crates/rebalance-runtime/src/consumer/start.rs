@@ -250,6 +250,7 @@ impl LastWords {
             round,
             balanced: false,
             queues: Default::default(),
+            shared: Vec::new(),
         }));
         self.rounds.send_replace(Arc::new(RoundReport {
             client_id: Some(self.client_id),

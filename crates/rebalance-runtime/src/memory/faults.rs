@@ -29,6 +29,17 @@ pub enum ClusterCall {
     SendBack,
     /// `MessageSource::min_offset`, `max_offset` and `offset_at`.
     QueryOffset,
+    /// `AssignmentSource::query_assignment` (server-side assignment).
+    QueryAssignment,
+    /// `AssignmentSource::set_read_mode`.
+    SetReadMode,
+    /// The consume layer's `PopSource::pop` (a delay or a lost reply applies after the pop was
+    /// served: a lost reply leaves its messages invisible until their invisible time passes).
+    Pop,
+    /// `PopSource::ack` (a lost reply still acknowledges).
+    Ack,
+    /// `PopSource::change_invisible_time` (a lost reply still changes it).
+    ChangeInvisibleTime,
 }
 
 impl ClusterCall {
@@ -46,6 +57,11 @@ impl ClusterCall {
             Self::Pull => "pull",
             Self::SendBack => "send back",
             Self::QueryOffset => "offset query",
+            Self::QueryAssignment => "query assignment",
+            Self::SetReadMode => "set read mode",
+            Self::Pop => "pop",
+            Self::Ack => "ack",
+            Self::ChangeInvisibleTime => "change invisible time",
         }
     }
 }

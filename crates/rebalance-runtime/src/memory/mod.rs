@@ -41,6 +41,7 @@
 //! [`RemoteError::ClientIdInUse`], which `start()` reports, instead of letting two consumers
 //! with one id take the same queues (a RocketMQ broker accepts both).
 
+mod assignment;
 mod extension;
 mod faults;
 
@@ -56,6 +57,7 @@ use rebalance_core::{BrokerData, ClientId, MessageQueue, QueueData, TopicRoute};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+pub use self::assignment::SERVER_STRATEGIES;
 pub use self::extension::{Admission, CLUSTER_EPOCH_MS};
 pub use self::faults::ClusterCall;
 use self::faults::{Fault, Faults, injected};
@@ -168,6 +170,9 @@ struct Inner {
     lock_brokers_down: HashSet<String>,
     /// The instance number of the last client made.
     clients_made: u64,
+    /// Each (group, topic)'s read mode as set at the brokers, with its POP share (server-side
+    /// assignment).
+    read_modes: HashMap<(String, String), (crate::ReadMode, i32)>,
 }
 
 #[derive(Debug)]

@@ -85,6 +85,11 @@ pub struct QueueRunningInfo {
     pub last_pull: Option<SystemTime>,
     /// When a batch of it was last consumed.
     pub last_consume: Option<SystemTime>,
+    /// Whether the queue is popped (server-side assignment in POP mode): other members may
+    /// read it too, `buffer` counts the messages popped and not acknowledged, and
+    /// `commit_offset` is -1 (the brokers keep the progress). The Java client lists such
+    /// queues apart (`mqPopTable`).
+    pub popped: bool,
 }
 
 /// The messages of a queue a consumer has pulled and not yet consumed, as it reports them with

@@ -36,6 +36,11 @@ impl AllocationId {
                 assignor: true,
                 address: Arc::as_ptr(a).cast::<()>() as usize,
             },
+            // Never skipped (the brokers may change their answer while the inputs stay).
+            Allocation::Server(s) => Self {
+                assignor: false,
+                address: Arc::as_ptr(s.source()).cast::<()>() as usize,
+            },
         }
     }
 }

@@ -17,6 +17,7 @@ mod offsets;
 mod reset;
 mod round;
 mod schedule;
+mod server_side;
 mod settle;
 
 pub(crate) use self::reset::{OffsetReset, PENDING_RESETS, ServiceRequest};
@@ -104,6 +105,8 @@ pub(crate) struct Service {
     /// round takes it again: the store may not have it (a Rust broker 1.0 ignores a commit
     /// below its stored offset), so it is not read back from there.
     reset_starts: HashMap<rebalance_core::MessageQueue, i64>,
+    /// Server-side assignment: the read modes set and answered.
+    server: server_side::ServerSide,
 }
 
 impl Service {
@@ -144,6 +147,7 @@ impl Service {
             allocation_id,
             resets: Some(resets),
             reset_starts: HashMap::new(),
+            server: server_side::ServerSide::default(),
         }
     }
 
@@ -405,16 +409,18 @@ impl Service {
         if !changed && self.outputs.assignment.borrow().balanced == balanced {
             return;
         }
-        let queues = if changed {
-            self.table.held()
+        let (queues, shared) = if changed {
+            (self.table.held(), self.table.shared(None))
         } else {
-            self.outputs.assignment.borrow().queues.clone()
+            let last = self.outputs.assignment.borrow();
+            (last.queues.clone(), last.shared.clone())
         };
         let round = self.round;
         let assignment = Arc::new(Assignment {
             round,
             balanced,
             queues,
+            shared,
         });
         if changed {
             let states = self.table.held_states(&assignment.queues);
@@ -521,6 +527,7 @@ fn topic_report(topic: &str) -> TopicReport {
         unbalanced: None,
         added: Vec::new(),
         removed: Vec::new(),
+        shared: Vec::new(),
     }
 }
 

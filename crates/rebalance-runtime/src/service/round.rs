@@ -12,6 +12,7 @@ use super::inputs_memo::Inputs;
 use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
+use crate::assignment_source::ReadMode;
 use crate::callbacks::{allocation_contained, contained};
 use crate::config::MessageModel;
 use crate::error::RouteError;
@@ -200,6 +201,16 @@ impl Service {
                     }
                 }
             }
+            Allocation::Server(server) => {
+                let server = server.clone();
+                for (topic, view) in views {
+                    // Observed for the fingerprint, never remembered: the brokers are asked
+                    // every round.
+                    let fingerprint = self.memo.observe(&topic, &view.queues, &view.ids);
+                    let target = self.ask_brokers(&server, &topic, &view, fingerprint).await;
+                    targets.insert(topic, target);
+                }
+            }
         }
         targets
     }
@@ -337,6 +348,9 @@ impl Service {
                 }
             }
             Target::Unchanged { .. } | Target::NotYet => {}
+        }
+        if matches!(self.ctx.allocation, Allocation::Server(_)) {
+            report.shared = self.table.shared(Some(topic));
         }
         report
     }
@@ -500,6 +514,17 @@ impl Service {
             return wanted;
         }
         let group = self.ctx.group.clone();
+        // Popped queues (server-side assignment in POP mode) are neither locked nor have an
+        // offset of this client's: they start where the brokers' pop offset is.
+        let popped: Vec<MessageQueue> = if matches!(self.ctx.allocation, Allocation::Server(_)) {
+            let (popped, pulled) = std::mem::take(&mut queues)
+                .into_iter()
+                .partition(|q| self.server.mode_of(q) == ReadMode::Pop);
+            queues = pulled;
+            popped
+        } else {
+            Vec::new()
+        };
         let mut lock_valid_until = None;
         if let Some(locker) = self.ctx.locks().cloned() {
             // The broker's lock runs from when it handled the request, at the latest from the
@@ -553,7 +578,9 @@ impl Service {
             self.ctx.offsets.read_many(&group, &to_read).await
         }
         .into_iter();
-        let mut starts = Vec::with_capacity(queues.len());
+        let mut starts = Vec::with_capacity(queues.len() + popped.len());
+        let pop_start = self.ctx.consume_from.start_without_offset(topic);
+        starts.extend(popped.into_iter().map(|q| (q, pop_start, false)));
         let mut unread = Vec::new();
         for (queue, known) in queues.into_iter().zip(known) {
             if let Some((start, unsaved)) = known {
@@ -606,10 +633,12 @@ impl Service {
                 if unsaved {
                     self.final_offsets.forget(&queue);
                 }
+                let read_mode = self.server.mode_of(&queue);
                 NewQueue {
                     queue,
                     start,
                     unsaved,
+                    read_mode,
                 }
             })
             .collect();

@@ -309,6 +309,7 @@ fn the_lag_panel_shows_the_peak() {
         orderly: false,
         exclusive_hand_off: false,
         drain: Duration::from_millis(1000),
+        pop: None,
     });
     config.duration = Duration::from_millis(3000);
     let produced = |k: u64| Produced {

@@ -33,11 +33,17 @@
 //!   message popped and not consumed is lost to the group. ACK_MESSAGE answers 0 all the same.
 //! - For the same reason CHANGE_MESSAGE_INVISIBLETIME of a concurrent POP's message answers 1
 //!   (`append check point error, status: WheelTimerMsgIllegal`).
-//! - Orderly POP does redeliver (the queue is blocked for other attempts until the batch is
-//!   acknowledged or its invisible time passes), but acknowledging a later message of the batch
-//!   before an earlier one moves the group past the earlier one, which never comes back; two
-//!   orderly POPs without attempt id count as one attempt; the first orderly POP of a queue
-//!   without offset returns one message.
+//! - Orderly POP does redeliver (the queue is blocked for other attempts until the batch's
+//!   invisible time passes, and its unacknowledged messages come again), but its
+//!   acknowledgements never reach the batch's record: `AckMessageOrderCapability::commit_and_next`
+//!   (`rocketmq-broker-1.0.0/src/processor/ack_message_processor.rs:143`) passes the group and
+//!   the topic to `ConsumerOrderInfoManager::commit_and_next(topic, group, ..)` the other way
+//!   round, so an acknowledgement only sets the group's offset past the message acknowledged.
+//!   Hence **a batch acknowledged in full may still block its queue until its invisible time
+//!   has passed** (one batch per queue per invisible time), and acknowledging a later message
+//!   of the batch before an earlier one moves the group past the earlier one, which never
+//!   comes back; two orderly POPs without attempt id count as one attempt; the first orderly
+//!   POP of a queue without offset may return one message.
 //! - No custom header on 209 and 210 answers (only a 0 answer's header is read here).
 //! - `msgOffsetInfo` joins one queue's offsets with `;` instead of `,` (both are read, see
 //!   [`offset_info`]).

@@ -139,6 +139,7 @@ impl Consumer {
                 queue: q.clone(),
                 start: StartPosition::Offset(0),
                 unsaved: false,
+                read_mode: crate::ReadMode::Pull,
             });
         }
         let _leases = self.table.insert_all(new, &self.root, None);

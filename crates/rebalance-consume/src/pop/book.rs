@@ -1,0 +1,542 @@
+//! [`Book`]: what a POP loop popped and has not acknowledged yet, and what is due: the
+//! acknowledgements (in offset order for an orderly pop) and the extensions of invisible time.
+//! Pure bookkeeping, no I/O: the loop makes the calls it says.
+//!
+//! A pop's messages are kept in entries: one queue's messages of one pop, in offset order
+//! (a pop of queue `-1` takes from several queues). Each entry is handed to the workers as a
+//! batch of its own, under its id as the work queue's epoch, so that a worker's report
+//! (epoch, first and last offsets) names exactly the entry's messages between them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::Message;
+
+/// Where a popped message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Waiting for the listener, or in it.
+    Waiting,
+    /// Consumed (or sent back): to acknowledge.
+    Done,
+    /// An acknowledgement is on its way.
+    Acking,
+}
+
+#[derive(Debug)]
+struct Slot {
+    offset: i64,
+    handle: String,
+    bytes: usize,
+    state: State,
+}
+
+/// One queue's messages of one pop.
+#[derive(Debug)]
+struct Entry {
+    topic: Arc<str>,
+    slots: Vec<Slot>,
+    /// When the brokers may give the messages to someone else (from when the pop was sent).
+    visible_again: Instant,
+    /// Whether the brokers refused to extend it (they are not asked again).
+    fixed: bool,
+}
+
+/// Acknowledgements to make: one entry's handles, in offset order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct AckBatch {
+    pub(super) epoch: u64,
+    pub(super) topic: Arc<str>,
+    pub(super) offsets: Vec<i64>,
+    pub(super) handles: Vec<String>,
+}
+
+/// An extension to make: one message's handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Extension {
+    pub(super) epoch: u64,
+    pub(super) topic: Arc<str>,
+    pub(super) offset: i64,
+    pub(super) handle: String,
+}
+
+/// What a POP loop popped and has not acknowledged (see the module documentation).
+#[derive(Debug, Default)]
+pub(super) struct Book {
+    entries: BTreeMap<u64, Entry>,
+    next_epoch: u64,
+    /// Messages not acknowledged yet, and their body bytes.
+    count: usize,
+    bytes: u64,
+}
+
+impl Book {
+    /// Records `messages` of one pop (each with its handle; a message without one is dropped
+    /// with a warning), invisible until `visible_again`; returns the batches to hand to the
+    /// workers, each under its epoch. The `filtered` messages of the pop (not to be delivered)
+    /// are recorded as consumed, in their place in their queue's entry.
+    pub(super) fn add(
+        &mut self,
+        messages: Vec<Message>,
+        filtered: Vec<Message>,
+        visible_again: Instant,
+    ) -> Vec<(u64, Vec<Message>)> {
+        let batches = self.add_messages(messages, visible_again);
+        for message in filtered {
+            self.add_filtered(&batches, message, visible_again);
+        }
+        batches
+    }
+
+    /// Records a filtered message as consumed: in the entry of this pop whose queue it is and
+    /// whose offsets surround it, else in an entry of its own.
+    fn add_filtered(
+        &mut self,
+        batches: &[(u64, Vec<Message>)],
+        message: Message,
+        visible_again: Instant,
+    ) {
+        let Some(handle) = message.receipt_handle().map(str::to_owned) else {
+            return;
+        };
+        let offset = message.queue_offset();
+        let home = batches.iter().find(|(_, b)| {
+            b.first()
+                .is_some_and(|f| f.queue() == message.queue() && f.queue_offset() <= offset)
+                && b.last().is_some_and(|l| offset <= l.queue_offset())
+        });
+        let epoch = match home {
+            Some((epoch, _)) => *epoch,
+            None => {
+                let epoch = self.next_epoch;
+                self.next_epoch += 1;
+                self.entries.insert(
+                    epoch,
+                    Entry {
+                        topic: Arc::from(message.topic()),
+                        slots: Vec::new(),
+                        visible_again,
+                        fixed: false,
+                    },
+                );
+                epoch
+            }
+        };
+        if let Some(entry) = self.entries.get_mut(&epoch) {
+            let at = entry.slots.partition_point(|s| s.offset < offset);
+            if entry.slots.get(at).is_some_and(|s| s.offset == offset) {
+                return;
+            }
+            entry.slots.insert(
+                at,
+                Slot {
+                    offset,
+                    handle,
+                    bytes: 0,
+                    state: State::Done,
+                },
+            );
+            self.count += 1;
+        }
+    }
+
+    fn add_messages(
+        &mut self,
+        messages: Vec<Message>,
+        visible_again: Instant,
+    ) -> Vec<(u64, Vec<Message>)> {
+        let mut batches: Vec<(u64, Vec<Message>)> = Vec::new();
+        for message in messages {
+            let Some(handle) = message.receipt_handle().map(str::to_owned) else {
+                tracing::warn!(queue = ?message.queue(), offset = message.queue_offset(), "a popped message without receipt handle; skipped");
+                continue;
+            };
+            // A new entry for another queue, or an offset that does not follow (a message of
+            // a retry queue shown under the topic: its own offsets).
+            let follows = batches.last().is_some_and(|(_, b)| {
+                b.last().is_some_and(|last| {
+                    last.queue() == message.queue() && last.queue_offset() < message.queue_offset()
+                })
+            });
+            if !follows {
+                let epoch = self.next_epoch;
+                self.next_epoch += 1;
+                self.entries.insert(
+                    epoch,
+                    Entry {
+                        topic: Arc::from(message.topic()),
+                        slots: Vec::new(),
+                        visible_again,
+                        fixed: false,
+                    },
+                );
+                batches.push((epoch, Vec::new()));
+            }
+            let Some((epoch, batch)) = batches.last_mut() else {
+                continue;
+            };
+            if let Some(entry) = self.entries.get_mut(epoch) {
+                let bytes = message.body().len();
+                entry.slots.push(Slot {
+                    offset: message.queue_offset(),
+                    handle,
+                    bytes,
+                    state: State::Waiting,
+                });
+                self.count += 1;
+                self.bytes += bytes as u64;
+            }
+            batch.push(message);
+        }
+        batches
+    }
+
+    /// The messages of entry `epoch` between `first` and `last` are consumed (or sent back),
+    /// except those `kept` (to consume again). Reports of entries or messages no longer here
+    /// (acknowledged already, or abandoned) change nothing.
+    pub(super) fn done(&mut self, epoch: u64, first: i64, last: i64, kept: impl Fn(i64) -> bool) {
+        let Some(entry) = self.entries.get_mut(&epoch) else {
+            return;
+        };
+        for slot in &mut entry.slots {
+            if (first..=last).contains(&slot.offset)
+                && slot.state == State::Waiting
+                && !kept(slot.offset)
+            {
+                slot.state = State::Done;
+            }
+        }
+    }
+
+    /// The acknowledgements due, marked as on their way: per entry, the consumed messages not
+    /// acknowledged yet, in offset order; with `in_order`, only those before the entry's first
+    /// message still waiting.
+    pub(super) fn acks_due(&mut self, in_order: bool) -> Vec<AckBatch> {
+        let mut due = Vec::new();
+        for (&epoch, entry) in &mut self.entries {
+            let mut batch = AckBatch {
+                epoch,
+                topic: entry.topic.clone(),
+                offsets: Vec::new(),
+                handles: Vec::new(),
+            };
+            for slot in &mut entry.slots {
+                match slot.state {
+                    State::Waiting if in_order => break,
+                    State::Done => {
+                        slot.state = State::Acking;
+                        batch.offsets.push(slot.offset);
+                        batch.handles.push(slot.handle.clone());
+                    }
+                    State::Waiting | State::Acking => {}
+                }
+            }
+            if !batch.offsets.is_empty() {
+                due.push(batch);
+            }
+        }
+        due
+    }
+
+    /// The brokers took `batch`: its messages leave the book (an entry with none left goes).
+    pub(super) fn acked(&mut self, batch: &AckBatch) {
+        self.remove(batch.epoch, |slot| {
+            slot.state == State::Acking && batch.offsets.contains(&slot.offset)
+        });
+    }
+
+    /// `batch` failed: its messages are to acknowledge again.
+    pub(super) fn ack_failed(&mut self, batch: &AckBatch) {
+        if let Some(entry) = self.entries.get_mut(&batch.epoch) {
+            for slot in &mut entry.slots {
+                if slot.state == State::Acking && batch.offsets.contains(&slot.offset) {
+                    slot.state = State::Done;
+                }
+            }
+        }
+    }
+
+    /// Gives up the messages of entry `epoch` at `offsets` (not consumed here: the brokers
+    /// deliver them again after their invisible time).
+    pub(super) fn abandon(&mut self, epoch: u64, offsets: &[i64]) {
+        self.remove(epoch, |slot| offsets.contains(&slot.offset));
+    }
+
+    /// Gives up every message not consumed yet (the consumed ones stay, to acknowledge);
+    /// returns each one's topic and handle, to hand back.
+    pub(super) fn abandon_waiting(&mut self) -> Vec<(Arc<str>, String)> {
+        let epochs: Vec<u64> = self.entries.keys().copied().collect();
+        let mut waiting = Vec::new();
+        for epoch in epochs {
+            if let Some(entry) = self.entries.get(&epoch) {
+                waiting.extend(
+                    entry
+                        .slots
+                        .iter()
+                        .filter(|s| s.state == State::Waiting)
+                        .map(|s| (entry.topic.clone(), s.handle.clone())),
+                );
+            }
+            self.remove(epoch, |slot| slot.state == State::Waiting);
+        }
+        waiting
+    }
+
+    fn remove(&mut self, epoch: u64, which: impl Fn(&Slot) -> bool) {
+        let Some(entry) = self.entries.get_mut(&epoch) else {
+            return;
+        };
+        let (count, bytes) = (&mut self.count, &mut self.bytes);
+        entry.slots.retain(|slot| {
+            let gone = which(slot);
+            if gone {
+                *count -= 1;
+                *bytes -= slot.bytes as u64;
+            }
+            !gone
+        });
+        if entry.slots.is_empty() {
+            self.entries.remove(&epoch);
+        }
+    }
+
+    /// When the next extension is due (three quarters into an entry's invisible time, by
+    /// `due`), if any entry can be extended.
+    pub(super) fn next_extension(&self, due: impl Fn(Instant) -> Instant) -> Option<Instant> {
+        self.entries
+            .values()
+            .filter(|e| !e.fixed)
+            .map(|e| due(e.visible_again))
+            .min()
+    }
+
+    /// The extensions due at `now`: every message of the entries due, not acknowledged yet.
+    pub(super) fn extensions_due(
+        &self,
+        now: Instant,
+        due: impl Fn(Instant) -> Instant,
+    ) -> Vec<Extension> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| !e.fixed && due(e.visible_again) <= now)
+            .flat_map(|(&epoch, e)| {
+                e.slots
+                    .iter()
+                    .filter(|s| s.state != State::Acking)
+                    .map(move |s| Extension {
+                        epoch,
+                        topic: e.topic.clone(),
+                        offset: s.offset,
+                        handle: s.handle.clone(),
+                    })
+            })
+            .collect()
+    }
+
+    /// The brokers extended `extension`: its message answers to `handle` now, and its entry is
+    /// invisible until `visible_again`.
+    pub(super) fn extended(
+        &mut self,
+        extension: &Extension,
+        handle: String,
+        visible_again: Instant,
+    ) {
+        if let Some(entry) = self.entries.get_mut(&extension.epoch) {
+            entry.visible_again = entry.visible_again.max(visible_again);
+            if let Some(slot) = entry
+                .slots
+                .iter_mut()
+                .find(|s| s.offset == extension.offset)
+            {
+                slot.handle = handle;
+            }
+        }
+    }
+
+    /// The brokers refused to extend entry `epoch`: it is not asked again.
+    pub(super) fn not_extendable(&mut self, epoch: u64) {
+        if let Some(entry) = self.entries.get_mut(&epoch) {
+            entry.fixed = true;
+        }
+    }
+
+    /// Messages popped and not acknowledged.
+    pub(super) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Their body bytes.
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    #[cfg(test)]
+    pub(super) fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+    use crate::property;
+
+    fn popped(queue: i32, offsets: std::ops::Range<i64>) -> Vec<Message> {
+        let q = MessageQueue::new("T", "b", queue);
+        offsets
+            .map(|o| {
+                Message::new(q.clone(), o, "x")
+                    .with_property(property::POP_CK, format!("h{queue}-{o}"))
+            })
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_queue_of_a_pop_is_an_entry_and_retry_offsets_start_another() {
+        let mut book = Book::default();
+        let mut messages = popped(1, 5..8);
+        messages.extend(popped(2, 0..2));
+        // A message of a retry queue shown under the topic, queue 2 again, offsets from 0.
+        messages.extend(popped(2, 0..1));
+        let batches = book.add(messages, Vec::new(), Instant::now());
+        let shape: Vec<(u64, Vec<i64>)> = batches
+            .iter()
+            .map(|(e, b)| (*e, b.iter().map(Message::queue_offset).collect()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![(0, vec![5, 6, 7]), (1, vec![0, 1]), (2, vec![0])]
+        );
+        assert_eq!(book.len(), 6);
+        assert_eq!(book.bytes(), 6);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn in_order_acknowledgements_wait_for_every_earlier_message() {
+        let mut book = Book::default();
+        book.add(popped(0, 0..4), Vec::new(), Instant::now());
+        book.done(0, 1, 2, |_| false);
+        assert!(book.acks_due(true).is_empty(), "0 is not consumed yet");
+        let any_order = book.acks_due(false);
+        assert_eq!(any_order[0].offsets, vec![1, 2]);
+        book.ack_failed(&any_order[0]);
+        book.done(0, 0, 0, |_| false);
+        let due = book.acks_due(true);
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].offsets, vec![0, 1, 2]);
+        assert_eq!(due[0].handles, vec!["h0-0", "h0-1", "h0-2"]);
+        assert!(book.acks_due(true).is_empty(), "on their way");
+        book.acked(&due[0]);
+        assert_eq!(book.len(), 1);
+        book.done(0, 3, 3, |_| false);
+        let last = book.acks_due(true);
+        book.acked(&last[0]);
+        assert!(book.is_empty());
+        // A late report of a message acknowledged already changes nothing.
+        book.done(0, 0, 3, |_| false);
+        assert!(book.acks_due(true).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn filtered_messages_are_acknowledged_in_their_place_and_never_delivered() {
+        let mut book = Book::default();
+        let mut messages = popped(0, 0..4);
+        let filtered = vec![messages.remove(2), popped(1, 9..10).remove(0)];
+        let batches = book.add(messages, filtered, Instant::now());
+        let shape: Vec<Vec<i64>> = batches
+            .iter()
+            .map(|(_, b)| b.iter().map(Message::queue_offset).collect())
+            .collect();
+        assert_eq!(shape, vec![vec![0, 1, 3]], "the filtered are not delivered");
+        assert_eq!(book.len(), 5);
+        book.done(0, 0, 1, |_| false);
+        let due = book.acks_due(true);
+        let acked: Vec<Vec<i64>> = due.iter().map(|b| b.offsets.clone()).collect();
+        assert_eq!(
+            acked,
+            vec![vec![0, 1, 2], vec![9]],
+            "2 in its place, 9 alone"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn kept_messages_wait_and_abandoned_ones_leave() {
+        let mut book = Book::default();
+        book.add(popped(0, 0..3), Vec::new(), Instant::now());
+        book.done(0, 0, 2, |o| o == 1);
+        let due = book.acks_due(true);
+        assert_eq!(due[0].offsets, vec![0]);
+        book.acked(&due[0]);
+        book.abandon(0, &[1]);
+        let due = book.acks_due(true);
+        assert_eq!(due[0].offsets, vec![2]);
+        book.acked(&due[0]);
+        assert!(book.is_empty());
+        book.add(popped(0, 3..6), Vec::new(), Instant::now());
+        book.done(1, 4, 4, |_| false);
+        let given_up: Vec<String> = book.abandon_waiting().into_iter().map(|(_, h)| h).collect();
+        assert_eq!(given_up, vec!["h0-3", "h0-5"]);
+        assert_eq!(book.acks_due(true)[0].offsets, vec![4]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_are_due_at_three_quarters_and_replace_the_handles() {
+        let mut book = Book::default();
+        let start = Instant::now();
+        let invisible = Duration::from_secs(60);
+        book.add(popped(0, 0..2), Vec::new(), start + invisible);
+        let due = |visible: Instant| visible - invisible / 4;
+        assert_eq!(
+            book.next_extension(due),
+            Some(start + Duration::from_secs(45))
+        );
+        assert!(book.extensions_due(start, due).is_empty());
+        let later = start + Duration::from_secs(46);
+        let extensions = book.extensions_due(later, due);
+        assert_eq!(extensions.len(), 2);
+        book.extended(&extensions[0], "new".into(), later + invisible);
+        book.done(0, 0, 1, |_| false);
+        let acks = book.acks_due(true);
+        assert_eq!(acks[0].handles, vec!["new", "h0-1"]);
+        assert_eq!(
+            book.next_extension(due),
+            Some(later + invisible - invisible / 4)
+        );
+        book.not_extendable(0);
+        assert_eq!(book.next_extension(due), None);
+    }
+
+    proptest! {
+        /// Whatever order messages are consumed in, an in-order acknowledgement never names a
+        /// message after one still waiting, and every consumed message is acknowledged once.
+        #[test]
+        fn in_order_acknowledgements_never_skip_a_message(order in Just((0..20i64).collect::<Vec<_>>()).prop_shuffle()) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+            rt.block_on(async {
+                let mut book = Book::default();
+                book.add(popped(0, 0..20), Vec::new(), Instant::now());
+                let mut acked = Vec::new();
+                for o in order {
+                    book.done(0, o, o, |_| false);
+                    for batch in book.acks_due(true) {
+                        for &offset in &batch.offsets {
+                            prop_assert_eq!(offset, acked.len() as i64, "in order, none skipped");
+                            acked.push(offset);
+                        }
+                        book.acked(&batch);
+                    }
+                }
+                prop_assert_eq!(acked.len(), 20);
+                prop_assert!(book.is_empty());
+                Ok(())
+            })?;
+        }
+    }
+}

@@ -1,0 +1,520 @@
+//! The POP loop of one popped lease: it pops (long polling) while the queue's unacknowledged
+//! messages are under the threshold, hands each queue's messages to the workers, acknowledges
+//! what they consumed (in offset order for an orderly pop), extends the invisible time of
+//! batches consumed for too long, and when the lease ends, stops popping and finishes what it
+//! popped.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::{Instant, sleep_until};
+
+use super::book::{AckBatch, Book, Extension};
+use super::{PopMode, PopRequest, PopResult, PopShared, PopStart};
+use crate::activity::{Activity, ErrorLog};
+use crate::config::{
+    EMPTY_PULL_SPACING, FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY,
+};
+use crate::link::{Ack, AckReceiver, LeaseLink, Tally};
+use crate::metrics::{PullOutcome, QueueGauges};
+use crate::shared::{Mode, Shared};
+use crate::{Message, PullError};
+use rebalance_runtime::running::QueueBuffer;
+use rebalance_runtime::{QueueLease, RemoteError};
+
+type PopFuture = Pin<Box<dyn Future<Output = Result<PopResult, PullError>> + Send>>;
+
+/// How much longer than its poll time a pop may take before it counts as an error.
+const POP_GRACE: Duration = Duration::from_secs(15);
+
+/// How long an acknowledgement or a change of invisible time may take before it counts as
+/// failed (the transport's own timeout, 3 s, comes first).
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The POP loop of one lease.
+pub(crate) struct PopLoop {
+    shared: Arc<Shared>,
+    pop: Arc<PopShared>,
+    lease: QueueLease,
+    link: Arc<LeaseLink>,
+    acks: AckReceiver,
+    activity: Arc<Activity>,
+    book: Book,
+    /// Messages whose send-back failed, consumed again locally when due: (when, entry, message).
+    retries: VecDeque<(Instant, u64, Message)>,
+    errors: ErrorLog,
+    gauges: QueueGauges,
+    /// The orderly attempt of the next pop: kept after a pop that failed (its answer may have
+    /// been lost: the same attempt gets the same batch back), new after any answer.
+    attempt: Option<String>,
+    /// Whether the brokers' refusal to extend an invisible time was said.
+    refusal_said: bool,
+    /// How many batches reported that they left the listener.
+    finished: u64,
+}
+
+/// Awaits the future in `slot`, or never when there is none.
+async fn in_slot<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+impl PopLoop {
+    /// A loop for `lease`, with the link its consumers report through.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        pop: Arc<PopShared>,
+        lease: QueueLease,
+        activity: Arc<Activity>,
+    ) -> (Self, Arc<LeaseLink>) {
+        let link = Arc::new(
+            LeaseLink::new(
+                lease.queue().clone(),
+                shared.topic_metrics(&lease.queue().topic),
+            )
+            .recorded_on(lease.clone()),
+        );
+        let acks = AckReceiver::new(&link);
+        let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
+        let pop_loop = Self {
+            shared,
+            pop,
+            lease,
+            link: link.clone(),
+            acks,
+            activity,
+            book: Book::default(),
+            retries: VecDeque::new(),
+            errors: ErrorLog::default(),
+            gauges,
+            attempt: None,
+            refusal_said: false,
+            finished: 0,
+        };
+        (pop_loop, link)
+    }
+
+    /// Runs until the lease is cancelled, then hands the queue off (see
+    /// [`begin_stop`](Self::begin_stop)) and returns. It touches its activity at every turn (a
+    /// pop answers within its poll time), so the watcher of stalled loops never retires it.
+    pub(crate) async fn run(&mut self) {
+        self.activity.touch();
+        tracing::debug!(queue = ?self.lease.queue(), mode = self.pop.options.mode.as_str(), "pop loop started");
+        let mut pop: Option<PopFuture> = None;
+        let mut pop_at = Instant::now();
+        let mut pop_sent = pop_at;
+        let mut ack_retry_at: Option<Instant> = None;
+        // Once the lease ended: how many batches had started, and until when they are waited
+        // for.
+        let mut stop: Option<(u64, Option<Instant>)> = None;
+        let mut held = false;
+        loop {
+            let now = Instant::now();
+            if stop.is_none() && self.lease.is_cancelled() {
+                stop = Some(self.begin_stop(pop.take()));
+            }
+            let stopping = stop.is_some();
+            if !stopping && pop.is_none() && now >= pop_at {
+                self.activity.touch();
+                let threshold = self.pop.options.threshold_for_queue;
+                if self.book.len() >= threshold {
+                    held = true;
+                    pop_at = now + FLOW_CONTROL_DELAY;
+                } else {
+                    held = false;
+                    pop_sent = now;
+                    let room = u32::try_from(threshold - self.book.len()).unwrap_or(u32::MAX);
+                    pop = Some(self.pop_now(room.min(self.pop.options.batch_size)));
+                }
+            }
+            self.resubmit_due(now);
+            if ack_retry_at.is_none_or(|at| at <= now) {
+                ack_retry_at = self.acknowledge(stopping).await;
+            }
+            let due = |visible: Instant| self.pop.options.extension_due(visible);
+            if self.book.next_extension(due).is_some_and(|at| at <= now) {
+                self.extend(Instant::now()).await;
+            }
+            self.update_gauges();
+            if let Some((started, deadline)) = stop {
+                let done = self.finished >= started;
+                let late = deadline.is_some_and(|d| Instant::now() >= d);
+                if done || late {
+                    self.hand_off(late).await;
+                    break;
+                }
+            }
+            let due = |visible: Instant| self.pop.options.extension_due(visible);
+            let wake_at = [
+                (!stopping && pop.is_none()).then_some(pop_at),
+                self.retries.front().map(|(at, _, _)| *at),
+                self.book.next_extension(due),
+                ack_retry_at,
+                stop.and_then(|(_, deadline)| deadline),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            tokio::select! {
+                biased;
+                _ = self.lease.cancelled(), if !stopping => {}
+                ack = self.acks.recv() => {
+                    let mut tally = Tally::default();
+                    self.on_ack(ack, &mut tally);
+                    while let Some(ack) = self.acks.try_recv() {
+                        self.on_ack(ack, &mut tally);
+                    }
+                    self.link.record_consumed(tally);
+                    if held && self.book.len() < self.pop.options.threshold_for_queue {
+                        pop_at = Instant::now();
+                    }
+                }
+                result = in_slot(&mut pop) => {
+                    pop = None;
+                    pop_at = self.on_pop(result, pop_sent);
+                }
+                _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
+            }
+        }
+        self.gauges.set(0, 0, 0);
+        self.lease.set_buffer(QueueBuffer::default());
+        tracing::debug!(queue = ?self.lease.queue(), "pop loop ended");
+    }
+
+    /// The lease ended: no more pops (one in flight is handed back when it answers, see
+    /// [`hand_back`]) and no new batch starts (the workers drop the lease's batches they take
+    /// from now on). Returns how many batches had started, all of which are waited for, until
+    /// the `await_in_flight` deadline if set.
+    fn begin_stop(&mut self, pop: Option<PopFuture>) -> (u64, Option<Instant>) {
+        if let Some(pop) = pop {
+            tokio::spawn(hand_back(
+                self.pop.clone(),
+                self.shared.group.clone(),
+                self.lease.queue().clone(),
+                pop,
+            ));
+        }
+        let started = self.link.drop_lease();
+        tracing::debug!(queue = ?self.lease.queue(), popped = self.book.len(), started, finished = self.finished, "lease ended; waiting for the batches in the listener");
+        let deadline = self
+            .shared
+            .options
+            .await_in_flight
+            .map(|limit| Instant::now() + limit);
+        (started, deadline)
+    }
+
+    /// The hand-off, once the batches in the listener finished (or `await_in_flight` is up,
+    /// `late`): what they consumed is acknowledged (in order), and everything else, never
+    /// given to the listener (or still in it, when late), is made visible again at once for
+    /// the members that pop the queue now. A broker that cannot change an ordinary pop's
+    /// invisible time (the Rust broker 1.0) keeps those invisible, and never gives them back.
+    async fn hand_off(&mut self, late: bool) {
+        self.acknowledge(true).await;
+        let mut given_back = 0;
+        let mut kept = 0;
+        for (topic, handle) in self.book.abandon_waiting() {
+            let call = self.pop.source.change_invisible_time(
+                &self.shared.group,
+                &topic,
+                &handle,
+                Duration::ZERO,
+            );
+            match contained("change invisible time", call).await {
+                Ok(_) => given_back += 1,
+                Err(_) => kept += 1,
+            }
+        }
+        self.retries.clear();
+        let queue = self.lease.queue();
+        if kept > 0 {
+            tracing::warn!(queue = ?queue, given_back, kept, "handed off; the brokers did not make some popped messages visible again: they come back after their invisible time, if the brokers revive them (the Rust broker 1.0 revives no ordinary POP)");
+        } else if late {
+            tracing::warn!(queue = ?queue, given_back, "handed off before the batches in the listener finished (await_in_flight): their messages were made visible again, and another member consumes them again");
+        } else {
+            tracing::debug!(queue = ?queue, given_back, "handed off");
+        }
+    }
+
+    /// A pop of up to `max` messages.
+    fn pop_now(&mut self, max: u32) -> PopFuture {
+        let options = &self.pop.options;
+        let queue = self.lease.queue();
+        let mut request = PopRequest::new(
+            self.shared.group.clone(),
+            queue.clone(),
+            self.shared.expression(&queue.topic),
+        )
+        .with_max_messages(max.max(1))
+        .with_invisible_time(options.invisible_time)
+        .with_poll_time(options.poll_time)
+        .with_start(PopStart::of(self.lease.start_position()));
+        if options.mode == PopMode::Orderly {
+            let attempt = self
+                .attempt
+                .get_or_insert_with(|| self.pop.next_attempt())
+                .clone();
+            request = request.orderly(Some(attempt));
+        }
+        let source = self.pop.source.clone();
+        let lease = self.lease.clone();
+        let link = self.link.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let after = request.poll_time.saturating_add(POP_GRACE);
+            let result = match tokio::time::timeout(
+                after,
+                rebalance_runtime::containment::caught(source.pop(&request)),
+            )
+            .await
+            {
+                Ok(Ok(result)) => result,
+                Ok(Err(panic)) => {
+                    tracing::error!(queue = ?request.queue, panic = %panic, "the pop source panicked; counting it as a failed pop");
+                    Err(PullError::Remote(RemoteError::BadResponse(format!(
+                        "the pop source panicked: {panic}"
+                    ))))
+                }
+                Err(_) => Err(PullError::Remote(RemoteError::Timeout {
+                    service: "the pop source".to_owned(),
+                    after,
+                })),
+            };
+            let took = Instant::now().saturating_duration_since(started);
+            lease.record_pull(took);
+            let outcome = match &result {
+                Ok(PopResult::Found { .. }) => PullOutcome::Found,
+                Ok(_) => PullOutcome::NoNewMessage,
+                Err(PullError::Throttled(_)) => PullOutcome::Throttled,
+                Err(_) => PullOutcome::Error,
+            };
+            link.metrics().pull(outcome, took);
+            result
+        })
+    }
+
+    /// Takes a pop's answer; returns when to pop next: at once after messages, no sooner than
+    /// [`EMPTY_PULL_SPACING`] after an empty pop that was not held, 20 ms after the source asked
+    /// to slow down, [`PULL_ERROR_DELAY`] after a failure (a denial backs off further).
+    fn on_pop(&mut self, result: Result<PopResult, PullError>, sent: Instant) -> Instant {
+        let now = Instant::now();
+        let queue = self.lease.queue().clone();
+        match result {
+            Ok(PopResult::Found { messages, filtered }) => {
+                self.errors.recovered(&self.shared.denials, &queue);
+                self.attempt = None;
+                let visible_again = sent + self.pop.options.invisible_time;
+                let batches = self.book.add(messages, filtered, visible_again);
+                match &self.shared.mode {
+                    Mode::Concurrent { work } => {
+                        for (epoch, messages) in batches {
+                            work.push(self.link.clone(), epoch, messages);
+                        }
+                    }
+                    Mode::Orderly { .. } => {
+                        // `start()` refuses server-side assignment to an orderly consumer.
+                        tracing::error!(queue = ?queue, "popped messages reached an orderly consumer; they are left to the brokers' redelivery");
+                        drop(self.book.abandon_waiting());
+                    }
+                }
+                now
+            }
+            Ok(_) => {
+                self.errors.recovered(&self.shared.denials, &queue);
+                self.attempt = None;
+                let held = now.saturating_duration_since(sent) >= EMPTY_PULL_SPACING;
+                if held { now } else { sent + EMPTY_PULL_SPACING }
+            }
+            Err(PullError::Throttled(e)) => {
+                self.errors
+                    .failed(&queue, "pop throttled", &e, THROTTLED_DELAY);
+                now + THROTTLED_DELAY
+            }
+            Err(PullError::Remote(e)) => {
+                now + self
+                    .errors
+                    .remote(&self.shared.denials, &queue, "pop", &e, PULL_ERROR_DELAY)
+            }
+            Err(e) => {
+                self.errors.failed(&queue, "pop", &e, PULL_ERROR_DELAY);
+                now + PULL_ERROR_DELAY
+            }
+        }
+    }
+
+    /// Takes a batch's report: its messages are consumed (or sent back), but for those whose
+    /// send-back failed, consumed again here later (handed back to the brokers if the lease
+    /// ends first).
+    fn on_ack(&mut self, ack: Ack, tally: &mut Tally) {
+        tally.add(ack.tally);
+        if ack.finished {
+            self.finished += 1;
+        }
+        self.book
+            .done(ack.epoch, ack.first, ack.last, |o| ack.keeps(o));
+        if ack.retry.is_empty() || self.link.is_dropped() {
+            return;
+        }
+        let at = Instant::now() + LOCAL_RETRY_DELAY;
+        self.retries
+            .extend(ack.retry.into_iter().map(|m| (at, ack.epoch, m)));
+    }
+
+    /// Hands the messages whose local retry is due to the workers again, one batch each (a
+    /// report then names exactly it).
+    fn resubmit_due(&mut self, now: Instant) {
+        if self.link.is_dropped() {
+            return;
+        }
+        let Mode::Concurrent { work } = &self.shared.mode else {
+            return;
+        };
+        while self.retries.front().is_some_and(|(at, _, _)| *at <= now) {
+            if let Some((_, epoch, message)) = self.retries.pop_front() {
+                work.push(self.link.clone(), epoch, vec![message]);
+            }
+        }
+    }
+
+    /// Makes the acknowledgements due, one call per entry, in order. Returns when to try the
+    /// failed ones again (while stopping, they are given up instead: the brokers deliver them
+    /// again after their invisible time).
+    async fn acknowledge(&mut self, stopping: bool) -> Option<Instant> {
+        let in_order = self.pop.options.mode == PopMode::Orderly;
+        let mut retry_at = None;
+        for batch in self.book.acks_due(in_order) {
+            match self.ack(&batch).await {
+                Ok(()) => self.book.acked(&batch),
+                Err(e) if stopping => {
+                    tracing::warn!(queue = ?self.lease.queue(), count = batch.offsets.len(), error = %e, "could not acknowledge consumed messages while handing off; the brokers deliver them again after their invisible time");
+                    self.book.abandon(batch.epoch, &batch.offsets);
+                }
+                Err(e) => {
+                    self.errors
+                        .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
+                    self.book.ack_failed(&batch);
+                    retry_at = Some(Instant::now() + PULL_ERROR_DELAY);
+                }
+            }
+        }
+        retry_at
+    }
+
+    async fn ack(&self, batch: &AckBatch) -> Result<(), RemoteError> {
+        let handles: Vec<&str> = batch.handles.iter().map(String::as_str).collect();
+        let call = self
+            .pop
+            .source
+            .ack(&self.shared.group, &batch.topic, &handles);
+        contained("ack", call).await
+    }
+
+    /// Extends the invisible time of the batches due (each of their messages not acknowledged
+    /// yet); a batch the brokers refuse to extend is not asked again.
+    async fn extend(&mut self, now: Instant) {
+        let invisible = self.pop.options.invisible_time;
+        let due = |visible: Instant| self.pop.options.extension_due(visible);
+        for extension in self.book.extensions_due(now, due) {
+            let sent = Instant::now();
+            match self.change(&extension, invisible).await {
+                Ok(handle) => {
+                    tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
+                    self.book.extended(&extension, handle, sent + invisible);
+                }
+                Err(e) => {
+                    if !self.refusal_said {
+                        self.refusal_said = true;
+                        tracing::warn!(queue = ?self.lease.queue(), error = %e, "the brokers did not extend the invisible time of messages still being consumed: another member may get them once it passes (the Rust broker 1.0 refuses it for an ordinary POP)");
+                    }
+                    self.book.not_extendable(extension.epoch);
+                }
+            }
+        }
+    }
+
+    async fn change(
+        &self,
+        extension: &Extension,
+        invisible: Duration,
+    ) -> Result<String, RemoteError> {
+        let call = self.pop.source.change_invisible_time(
+            &self.shared.group,
+            &extension.topic,
+            &extension.handle,
+            invisible,
+        );
+        contained("change invisible time", call).await
+    }
+
+    /// Sets this queue's share of the buffer gauges and the running info: the messages popped
+    /// and not acknowledged.
+    fn update_gauges(&mut self) {
+        self.gauges.set(self.book.len(), self.book.bytes(), 0);
+        self.lease.set_buffer(QueueBuffer {
+            count: self.book.len() as u64,
+            bytes: self.book.bytes(),
+            min_offset: 0,
+            max_offset: 0,
+        });
+    }
+}
+
+/// Calls the source, contained and bounded: a panic or a call that does not answer within
+/// [`CALL_TIMEOUT`] is an error.
+async fn contained<T>(
+    what: &'static str,
+    call: impl Future<Output = Result<T, RemoteError>>,
+) -> Result<T, RemoteError> {
+    match tokio::time::timeout(CALL_TIMEOUT, rebalance_runtime::containment::caught(call)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(panic)) => Err(RemoteError::BadResponse(format!(
+            "the pop source panicked in {what}: {panic}"
+        ))),
+        Err(_) => Err(RemoteError::Timeout {
+            service: format!("the pop source ({what})"),
+            after: CALL_TIMEOUT,
+        }),
+    }
+}
+
+/// A pop in flight when its lease ended: what it brings is made visible again at once, for the
+/// members that hold the queue now (the lease that would have consumed it is gone). A broker
+/// that cannot change an ordinary pop's invisible time (the Rust broker 1.0) keeps them
+/// invisible, and never gives them back.
+async fn hand_back(
+    pop: Arc<PopShared>,
+    group: Arc<str>,
+    queue: rebalance_core::MessageQueue,
+    answer: PopFuture,
+) {
+    let Ok(PopResult::Found {
+        mut messages,
+        filtered,
+    }) = answer.await
+    else {
+        return;
+    };
+    messages.extend(filtered);
+    let mut lost = 0;
+    for message in &messages {
+        let Some(handle) = message.receipt_handle() else {
+            continue;
+        };
+        let call =
+            pop.source
+                .change_invisible_time(&group, message.topic(), handle, Duration::ZERO);
+        if contained("change invisible time", call).await.is_err() {
+            lost += 1;
+        }
+    }
+    if lost > 0 {
+        tracing::warn!(queue = ?queue, popped = messages.len(), not_handed_back = lost, "a pop answered after its lease ended, and the brokers did not make its messages visible again: they come back after their invisible time, if the brokers revive them");
+    } else {
+        tracing::debug!(queue = ?queue, popped = messages.len(), "handed back what a pop brought after its lease ended");
+    }
+}

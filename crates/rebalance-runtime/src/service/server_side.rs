@@ -1,0 +1,143 @@
+//! Server-side assignment in a round
+//! ([`Allocation::Server`](crate::allocation::Allocation::Server)): the brokers' answer is the
+//! topic's target, as a strategy's share would be.
+//!
+//! The round's view is made as for a strategy (route, members, this client among them): a
+//! client the directory does not list yet would be answered with nothing by the Rust broker
+//! 1.0 (its answer to a client it does not know is an empty list), so the topic keeps what it
+//! holds instead of asking. Then, once per topic, the group's read mode is set at the brokers
+//! when the allocation asks for it; then the brokers are asked. Their answer is never skipped
+//! as unchanged: it may change while the inputs the round sees stay (an operator's change of
+//! the read mode).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use rebalance_core::MessageQueue;
+
+use super::Service;
+use super::diff::Target;
+use crate::allocation::{ServerAllocation, TopicView};
+use crate::assignment::Unbalanced;
+use crate::assignment_source::{AssignmentRequest, ReadMode, ServerAnswer};
+use crate::subscription::is_retry_topic;
+use crate::wake::WakeReasons;
+
+/// What the rounds remember of server-side assignment.
+#[derive(Debug, Default)]
+pub(super) struct ServerSide {
+    /// The topics whose read mode was set at the brokers.
+    modes_set: HashSet<String>,
+    /// How each queue of the last answers is read (per topic, replaced by each answer).
+    modes: HashMap<String, HashMap<MessageQueue, ReadMode>>,
+}
+
+impl ServerSide {
+    /// How `queue` is read, as the last answer for its topic said (pulled when unknown).
+    pub(super) fn mode_of(&self, queue: &MessageQueue) -> ReadMode {
+        self.modes
+            .get(&*queue.topic)
+            .and_then(|m| m.get(queue))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+impl Service {
+    /// The target of `topic` from the brokers' answer (its view made as for a strategy).
+    pub(super) async fn ask_brokers(
+        &mut self,
+        server: &ServerAllocation,
+        topic: &str,
+        view: &TopicView,
+        fingerprint: u64,
+    ) -> Target {
+        let group = self.ctx.group.clone();
+        if let Some((mode, share)) = server.read_mode() {
+            if !is_retry_topic(topic) && !self.server.modes_set.contains(topic) {
+                match server
+                    .source()
+                    .set_read_mode(&group, topic, mode, share)
+                    .await
+                {
+                    Ok(()) => {
+                        tracing::info!(
+                            topic,
+                            mode = mode.as_str(),
+                            share,
+                            "set the group's read mode at the brokers"
+                        );
+                        self.server.modes_set.insert(topic.to_string());
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic, error = %e, "could not set the group's read mode at the brokers; trying again next round");
+                        return Target::Keep(Unbalanced::AssignmentFailed(e));
+                    }
+                }
+            }
+        }
+        let request = AssignmentRequest {
+            group: &group,
+            client_id: &self.ctx.client_id,
+            topic,
+            strategy: server.strategy(),
+        };
+        let answer = match server.source().query_assignment(&request).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(topic, error = %e, "could not ask the brokers for the assignment; keeping the current share");
+                return Target::Keep(Unbalanced::AssignmentFailed(e));
+            }
+        };
+        let assigned = match answer {
+            ServerAnswer::Queues(assigned) => assigned,
+            ServerAnswer::Unbalanced => {
+                tracing::warn!(
+                    topic,
+                    "the brokers could not allocate the topic; keeping the current share"
+                );
+                return Target::Keep(Unbalanced::ServerUnbalanced);
+            }
+        };
+        let popped = assigned.iter().filter(|a| a.mode == ReadMode::Pop).count();
+        if popped > 0 && !server.accepts_pop() {
+            tracing::error!(
+                topic,
+                popped,
+                "the brokers assign the topic's queues by POP, which this consumer does not read; keeping the current share (configure POP on the consumer, or set the group's mode back to PULL)"
+            );
+            return Target::Keep(Unbalanced::PopNotAccepted);
+        }
+        let mut modes = HashMap::with_capacity(assigned.len());
+        let mut mine = Vec::with_capacity(assigned.len());
+        let mut switching = 0;
+        for a in assigned {
+            if *a.queue.topic != *topic {
+                continue;
+            }
+            // A queue held in the other mode is released first and taken again next round:
+            // its lease would read it the wrong way.
+            let held_otherwise = self
+                .table
+                .get(&a.queue)
+                .is_some_and(|pq| pq.read_mode() != a.mode);
+            if held_otherwise {
+                tracing::info!(topic, queue = ?a.queue, mode = a.mode.as_str(), "the queue's read mode changed; releasing it to take it again");
+                switching += 1;
+            } else {
+                mine.push(a.queue.clone());
+            }
+            modes.insert(a.queue, a.mode);
+        }
+        self.server.modes.insert(topic.to_string(), modes);
+        if switching > 0 {
+            // The next round takes them back, as soon as rounds may run.
+            self.trigger.wake(WakeReasons::RETRY);
+        }
+        Target::Share {
+            all: view.queues.clone(),
+            mine: Arc::from(mine),
+            fingerprint,
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! End to end on the real servers, POP consumption: consumers are separate processes (the
+//! `rocketmq_consumer` example, `--consume --json --pop`) in one group on a topic of 8 queues
+//! over two brokers. Every member pops every queue of each broker (server-side assignment in
+//! POP mode: one shared queue, id -1, per broker); one member is killed with SIGKILL and
+//! another leaves cleanly while the test produces, and the union of what was consumed must
+//! hold every message sent (duplicates are counted and printed, with the delay until the
+//! killed member's messages were consumed again).
+//!
+//! The members pop orderly (`--pop-mode orderly`, the default): the Rust broker 1.0 never
+//! brings back the messages of an ordinary POP that are not acknowledged, so a killed member's
+//! popped messages would be lost (`crates/rebalance-rocketmq/tests/pop_real_servers.rs`
+//! `the_rust_broker_never_brings_unacknowledged_messages_back`); an orderly pop's come back
+//! once their invisible time has passed. The invisible time is the example's 5 s.
+//!
+//! `comparison_of_client_side_rebalance_and_pop` (ignored: run it by name) measures both ways
+//! on the same scenario for `BENCHMARKS.md`:
+//! `cargo build --release --example rocketmq_consumer && cargo test --release --test e2e_pop_real_servers -- --ignored --nocapture`.
+
+mod e2e;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use e2e::{ConsumerProcess, Delivery, Log, Producer, Queue, queue_set};
+use rebalance_rocketmq::testkit::TestCluster;
+use tokio::task::JoinHandle;
+
+/// How long the members may take to be assigned their queues once started.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+/// How long every message sent may take to be consumed once the producer stopped.
+const CONSUMED_WITHIN: Duration = Duration::from_secs(90);
+/// The members' invisible time (the example's default).
+const INVISIBLE: Duration = Duration::from_secs(5);
+
+fn labels(prefix: &str, n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("{prefix}-c{i}")).collect()
+}
+
+/// The queues every POP member holds: one per broker, id -1.
+fn shared_queues() -> BTreeSet<Queue> {
+    e2e::BROKERS
+        .iter()
+        .map(|b| Queue {
+            broker: b.to_string(),
+            id: -1,
+        })
+        .collect()
+}
+
+/// Waits until each of `members` holds the shared queues of both brokers.
+async fn wait_for_pop_assignment(log: &Log, topic: &str, members: &[&str]) -> Duration {
+    let started = Instant::now();
+    let shared = shared_queues();
+    e2e::eventually(
+        &format!("{members:?} each pop both brokers' queues of {topic}"),
+        READY_WITHIN,
+        || {
+            let held = log.holdings(topic, None);
+            members
+                .iter()
+                .all(|m| held.get(*m) == Some(&shared))
+                .then_some(())
+        },
+    )
+    .await;
+    started.elapsed()
+}
+
+/// Sends `count` messages `{prefix}-{i}` round robin at `per_second`; returns their bodies.
+fn send_paced(
+    producer: &Producer,
+    prefix: &str,
+    count: usize,
+    per_second: u32,
+) -> JoinHandle<Vec<String>> {
+    let producer = producer.clone();
+    let prefix = prefix.to_string();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second.max(1));
+        let mut bodies = Vec::with_capacity(count);
+        let queues = producer.queues().to_vec();
+        for i in 0..count {
+            tick.tick().await;
+            let body = format!("{prefix}-{i}");
+            producer.send_to(&queues[i % queues.len()], &body).await;
+            bodies.push(body);
+        }
+        bodies
+    })
+}
+
+/// The first consumption of a redelivered message (consumed before, or counted) by one of
+/// `survivors` after `since`, if any.
+fn first_redelivery(
+    log: &Log,
+    topic: &str,
+    survivors: &[&str],
+    since: Instant,
+) -> Option<Duration> {
+    log.messages(topic)
+        .iter()
+        .filter(|(client, at, m)| {
+            *at >= since && m.reconsume_times > 0 && survivors.contains(&client.as_str())
+        })
+        .map(|(_, at, _)| *at - since)
+        .min()
+}
+
+fn report(scenario: &str, sent: usize, delivery: &Delivery) {
+    eprintln!(
+        "e2e {scenario}: {sent} sent, none lost, {} consumptions beyond the first ({} messages \
+         consumed twice or more); distinct messages per consumer: {:?}",
+        delivery.extra,
+        delivery.duplicated().len(),
+        delivery.unique_per_client
+    );
+}
+
+/// Three `--pop` members, 600 messages; one SIGKILLed and one leaving cleanly while the test
+/// produces: every message sent is consumed. The killed member's popped messages come back to
+/// a survivor once their invisible time has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pop_members_killed_and_leaving_lose_nothing() {
+    let _one = e2e::exclusive().await;
+    let topic = "E2ePop";
+    let cluster = e2e::two_broker_cluster(&[topic]).await;
+    let log = Log::default();
+    let labels = labels(topic, 3);
+    let members: Vec<&str> = labels.iter().map(String::as_str).collect();
+    // Each message takes 100 ms, the victim's 2 s, so that the kill finds what it popped in
+    // its listener or waiting for it.
+    let extra = ["--pop", "--consume-time", "100ms"];
+    let slow = ["--pop", "--consume-time", "2s"];
+    let mut consumers: Vec<ConsumerProcess> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let extra: &[&str] = if i == 2 { &slow } else { &extra };
+            ConsumerProcess::spawn(&cluster, &log, l, topic, topic, extra)
+        })
+        .collect();
+    let took = wait_for_pop_assignment(&log, topic, &members).await;
+    eprintln!("e2e pop: the three members pop both brokers' queues {took:?} after their start");
+    let producer = Producer::new(&cluster, topic);
+    let sending_started = Instant::now();
+    let sending = send_paced(&producer, topic, 600, 30);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let victim = members[2];
+    let consumed_by_victim: BTreeSet<String> = log
+        .messages(topic)
+        .iter()
+        .filter(|(c, _, _)| c == victim)
+        .map(|(_, _, m)| m.body.clone())
+        .collect();
+    assert!(
+        !consumed_by_victim.is_empty(),
+        "{victim} consumed nothing before the kill"
+    );
+    let killed_at = consumers[2].sigkill();
+    let survivors = &members[..2];
+    let redelivered = e2e::eventually(
+        &format!("a survivor consumes a message {victim} had popped"),
+        INVISIBLE + Duration::from_secs(20),
+        || first_redelivery(&log, topic, survivors, killed_at),
+    )
+    .await;
+    eprintln!(
+        "e2e pop SIGKILL: the first of {victim}'s popped messages consumed again by a survivor {redelivered:?} after the kill (invisible time {INVISIBLE:?})"
+    );
+    let leaving = Instant::now();
+    consumers[1].sigterm(Duration::from_secs(30)).await;
+    eprintln!(
+        "e2e pop clean leave: {} left {:?} after SIGTERM",
+        members[1],
+        leaving.elapsed()
+    );
+    let sent = sending.await.expect("the producer");
+    assert_eq!(sent.len(), 600);
+    let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
+    report(
+        "pop: SIGKILL and clean leave while producing",
+        sent.len(),
+        &delivery,
+    );
+    let from_victim = delivery
+        .duplicated()
+        .iter()
+        .filter(|(_, c)| c.iter().any(|(client, _)| client == victim))
+        .count();
+    eprintln!(
+        "e2e pop: {} messages consumed twice, {from_victim} of them by {victim} before the kill (consumed, not acknowledged); redelivery {redelivered:?} after the kill",
+        delivery.duplicated().len()
+    );
+    // Never before its invisible time: a message popped no sooner than it was sent (the
+    // producer sends the i-th no sooner than i / 30 s after it started) comes again at least
+    // the invisible time later. (Until the clean leave, which hands back at once what the
+    // leaving member had not started.)
+    for (client, at, m) in log.messages(topic) {
+        if m.reconsume_times == 0 || !survivors.contains(&client.as_str()) || at >= leaving {
+            continue;
+        }
+        let Some(i) = m
+            .body
+            .rsplit('-')
+            .next()
+            .and_then(|i| i.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let earliest = sending_started + Duration::from_secs(1) * i / 30 + INVISIBLE;
+        assert!(
+            at + Duration::from_millis(200) >= earliest,
+            "{} came again {:?} before its invisible time could have passed",
+            m.body,
+            earliest - at
+        );
+    }
+    consumers[0].assert_running();
+    log.assert_no_garbage();
+}
+
+/// CPU time (user + system) of a process so far, from `/proc`.
+fn cpu_time(pid: u32) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command (in parentheses, which may hold spaces).
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, 100 on every supported platform.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+fn total_cpu(consumers: &[ConsumerProcess]) -> Duration {
+    consumers.iter().filter_map(|c| cpu_time(c.pid())).sum()
+}
+
+/// One way of consuming measured on the comparison's scenario.
+struct Measure {
+    throughput: f64,
+    cpu_per_message: Duration,
+    again_after_kill: Duration,
+    duplicates: usize,
+    extra: usize,
+}
+
+/// The comparison's scenario with `extra` arguments: three members consume a backlog of 600
+/// messages (throughput, CPU per message); then the third leaves cleanly and a slow one (2 s a
+/// message, so that it holds messages when it dies) joins; 600 more are streamed at 30 a
+/// second while the slow one is killed (the time until a survivor consumes again one of its
+/// messages, or a message of its queues) and the second leaves cleanly (the duplicates).
+async fn measure(cluster: &TestCluster, topic: &str, extra: &[&str], pop: bool) -> Measure {
+    let log = Log::default();
+    let labels = labels(topic, 4);
+    let members: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let mut consumers: Vec<ConsumerProcess> = labels[..3]
+        .iter()
+        .map(|l| ConsumerProcess::spawn(cluster, &log, l, topic, topic, extra))
+        .collect();
+    let ready = |log: &Log, members: &[&str]| {
+        let log = log.clone();
+        let members: Vec<String> = members.iter().map(|m| m.to_string()).collect();
+        async move {
+            let members: Vec<&str> = members.iter().map(String::as_str).collect();
+            if pop {
+                wait_for_pop_assignment(&log, topic, &members).await;
+            } else {
+                log.wait_for_partition(topic, &members, &queue_set(topic), READY_WITHIN)
+                    .await;
+            }
+        }
+    };
+    ready(&log, &members[..3]).await;
+    let producer = Producer::new(cluster, topic);
+    let cpu_before = total_cpu(&consumers);
+    let backlog = producer.send(&format!("{topic}-backlog"), 600).await;
+    let started = Instant::now();
+    log.wait_for_all(topic, &backlog, CONSUMED_WITHIN).await;
+    let took = started.elapsed();
+    let cpu = total_cpu(&consumers).saturating_sub(cpu_before);
+    let throughput = backlog.len() as f64 / took.as_secs_f64();
+
+    consumers[2].sigterm(Duration::from_secs(30)).await;
+    let mut slow: Vec<&str> = extra.to_vec();
+    slow.extend(["--consume-time", "2s"]);
+    consumers.push(ConsumerProcess::spawn(
+        cluster, &log, members[3], topic, topic, &slow,
+    ));
+    let group = [members[0], members[1], members[3]];
+    ready(&log, &group).await;
+    let sending = send_paced(&producer, topic, 600, 30);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let victim = members[3];
+    let orphans: BTreeSet<Queue> = log.holdings(topic, None).remove(victim).unwrap_or_default();
+    let killed_at = consumers[3].sigkill();
+    let survivors = &members[..2];
+    let again_after_kill = e2e::eventually(
+        &format!("the survivors consume again what {victim} held"),
+        Duration::from_secs(60),
+        || {
+            if pop {
+                first_redelivery(&log, topic, survivors, killed_at)
+            } else {
+                // The last of the victim's queues whose messages a survivor consumes.
+                let messages = log.messages(topic);
+                let mut last = Duration::ZERO;
+                for queue in &orphans {
+                    let first = messages
+                        .iter()
+                        .filter(|(c, at, m)| {
+                            *at >= killed_at && &m.queue == queue && survivors.contains(&c.as_str())
+                        })
+                        .map(|(_, at, _)| *at - killed_at)
+                        .min()?;
+                    last = last.max(first);
+                }
+                Some(last)
+            }
+        },
+    )
+    .await;
+    consumers[1].sigterm(Duration::from_secs(30)).await;
+    let sent = sending.await.expect("the producer");
+    let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
+    report(topic, sent.len(), &delivery);
+    consumers[0].sigterm(Duration::from_secs(30)).await;
+    Measure {
+        throughput,
+        cpu_per_message: cpu / backlog.len() as u32,
+        again_after_kill,
+        duplicates: delivery.duplicated().len(),
+        extra: delivery.extra,
+    }
+}
+
+/// Client-side rebalance against POP on the same scenario (see [`measure`]): prints the table
+/// of `BENCHMARKS.md`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md: run it by name"]
+async fn comparison_of_client_side_rebalance_and_pop() {
+    let _one = e2e::exclusive().await;
+    let (pulled, popped) = ("E2eCmpPull", "E2eCmpPop");
+    let cluster = e2e::two_broker_cluster(&[pulled, popped]).await;
+    let mut rows = BTreeMap::new();
+    rows.insert(
+        "client-side rebalance (pull)",
+        measure(&cluster, pulled, &[], false).await,
+    );
+    rows.insert(
+        "server-side assignment + orderly POP",
+        measure(&cluster, popped, &["--pop"], true).await,
+    );
+    eprintln!(
+        "| way | consumed again after SIGKILL | duplicates (messages / extra consumptions) | throughput of a 600-message backlog | CPU per message |"
+    );
+    eprintln!("|---|---|---|---|---|");
+    for (way, m) in rows {
+        eprintln!(
+            "| {way} | {:.1} s | {} / {} | {:.0} msg/s | {:.0} µs |",
+            m.again_after_kill.as_secs_f64(),
+            m.duplicates,
+            m.extra,
+            m.throughput,
+            m.cpu_per_message.as_secs_f64() * 1e6
+        );
+    }
+}
