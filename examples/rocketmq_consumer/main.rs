@@ -7,7 +7,8 @@
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
 //!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
 //!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
-//!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms]] \
+//!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms] \
+//!      [--stall-after N]] \
 //!     [--broadcast [--offsets-dir DIR]] \
 //!     [--access-key KEY --secret-key SECRET] [--namespace NS] \
 //!     [--tls [--tls-ca ca.pem] [--tls-server-name NAME] [--tls-insecure]] [--metrics 127.0.0.1:9898] \
@@ -37,7 +38,9 @@
 //! level of a redelivery (0, the default, lets the broker choose: 10 s for the first, then 30 s,
 //! 1 min, ...; 1 is 1 s), `--consume-time` how long each message takes, and
 //! `--exclusive-hand-off` makes a queue's next owner wait until this client has stopped
-//! consuming it and committed. `--consume-from` says where a queue nobody has consumed yet
+//! consuming it and committed, and `--stall-after N` makes the listener hang (never return) on
+//! every call once N messages were consumed: a stuck application, whose buffers fill up to the
+//! push consumer's limits while messages keep coming. `--consume-from` says where a queue nobody has consumed yet
 //! starts: at its end (`last`, the default, as the Java client), or at its oldest message
 //! (`first`).
 //!
@@ -168,6 +171,9 @@ struct Args {
     /// With `--consume`: how long consuming each message takes (e.g. 10ms).
     #[arg(long, requires = "consume", value_parser = parse_duration, default_value = "0s")]
     consume_time: Duration,
+    /// With `--consume`: once this many messages were consumed, every listener call hangs.
+    #[arg(long, requires = "consume", value_name = "N")]
+    stall_after: Option<u64>,
     /// The ACL access key: every request is signed with it and the secret key.
     #[arg(long, value_name = "KEY", requires = "secret_key")]
     access_key: Option<String>,
@@ -476,6 +482,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             fail_always: args.fail_always,
             delay_level: args.delay_level,
             consume_time: args.consume_time,
+            stall_after: args.stall_after,
+            consumed: AtomicU64::new(0),
             first_deliveries: AtomicU64::new(0),
             failed: Mutex::new(HashSet::new()),
         });
@@ -605,6 +613,10 @@ struct Handler {
     /// The delay level of the redeliveries (concurrent consumption).
     delay_level: i32,
     consume_time: Duration,
+    /// Every call hangs once this many messages were consumed.
+    stall_after: Option<u64>,
+    /// Messages consumed so far.
+    consumed: AtomicU64,
     /// First deliveries seen.
     first_deliveries: AtomicU64,
     /// Orderly: the messages failed once, delivered again by the same queue.
@@ -633,8 +645,14 @@ impl Handler {
         false
     }
 
-    /// Consumes `messages` up to the first that fails; returns how many were consumed.
+    /// Consumes `messages` up to the first that fails; returns how many were consumed. Hangs
+    /// for good once `--stall-after` messages were consumed.
     async fn consume_until_failure(&self, messages: &[Message]) -> usize {
+        if let Some(limit) = self.stall_after {
+            if self.consumed.load(Ordering::Relaxed) >= limit {
+                std::future::pending::<()>().await;
+            }
+        }
         for (i, message) in messages.iter().enumerate() {
             if self.fails(message) {
                 return i;
@@ -643,6 +661,7 @@ impl Handler {
                 tokio::time::sleep(self.consume_time).await;
             }
             self.printer.message(message);
+            self.consumed.fetch_add(1, Ordering::Relaxed);
         }
         messages.len()
     }

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod consumer;
+mod faults;
 mod log;
 mod producer;
 
@@ -15,7 +16,10 @@ use std::time::Duration;
 use rebalance::MessageQueue;
 use rebalance_rocketmq::testkit::TestCluster;
 
-pub use consumer::ConsumerProcess;
+pub use consumer::{ConsumerProcess, rss_kib};
+pub use faults::{
+    Group, MemberProxies, MemorySampler, Zombies, ordered_overlaps, percentile, takeover, zombies,
+};
 pub use log::{Delivery, Log, Msg, Queue};
 pub use producer::{Producer, Stream};
 
