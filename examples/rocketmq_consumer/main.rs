@@ -5,7 +5,8 @@
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
-//!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
+//!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--member-expiry 120s] \
+//!     [--no-retry-topic] [--json] \
 //!     [--consume [--orderly] [--consume-from last|first] [--fail-every N | --fail-always] \
 //!      [--max-reconsume-times N] [--delay-level N] [--exclusive-hand-off] [--consume-time 10ms] \
 //!      [--stall-after N]] \
@@ -55,7 +56,10 @@
 //!
 //! `--heartbeat-interval` must stay well below the brokers' `channelExpiredTimeout` (120 s by
 //! default): a client silent for longer is dropped from the group until its next heartbeat,
-//! and the others take its queues meanwhile.
+//! and the others take its queues meanwhile. `--member-expiry` is that timeout (say your
+//! brokers' if it is not 120 s): a client none of whose heartbeats was accepted for that long
+//! (it was frozen, or cut off from the brokers) stops consuming the queues it held, which the
+//! others may have taken, and takes its share again once a heartbeat is accepted.
 //!
 //! The client also takes its share of the group's retry topic `%RETRY%G`, as the Java client
 //! does, unless `--no-retry-topic` is given (decide it for the whole group). `--tags` is the
@@ -139,6 +143,10 @@ struct Args {
     /// The wait between heartbeats to the brokers (the Java client's 30 s by default).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     heartbeat_interval: Duration,
+    /// How long the brokers keep a client they no longer hear from (their
+    /// `channelExpiredTimeout`, 120 s by default).
+    #[arg(long, value_parser = parse_duration, default_value = "120s")]
+    member_expiry: Duration,
     /// One JSON line per callback (and per message consumed).
     #[arg(long)]
     json: bool,
@@ -448,6 +456,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let brokers = brokers.clone();
         let rebalance_wait = args.rebalance_interval;
         let heartbeat = args.heartbeat_interval;
+        let member_expiry = args.member_expiry;
         let consume_from = match args.consume_from {
             StartAt::Last => ConsumeFrom::LastOffset,
             StartAt::First => ConsumeFrom::FirstOffset,
@@ -464,6 +473,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 .intervals(Intervals {
                     rebalance_wait,
                     heartbeat,
+                    member_expiry,
                     ..Intervals::default()
                 })
                 .name_server(Arc::new(name_server))

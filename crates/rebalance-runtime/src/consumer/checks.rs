@@ -10,6 +10,7 @@ use super::{ConsumerBuilder, ConsumerError};
 use crate::allocation::Allocation;
 use crate::config::{ConsumeOrder, MessageModel};
 use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
+use crate::membership::Membership;
 use crate::offset_store::OffsetScope;
 
 /// A configuration that [`ConsumerBuilder::check`] found workable.
@@ -74,6 +75,11 @@ impl ConsumerBuilder {
         let listener = self
             .listener
             .ok_or(ConsumerError::Missing("a queue listener"))?;
+        // Broadcasting: every member consumes every queue, so no queue is ever someone else's.
+        let membership = match self.message_model {
+            MessageModel::Clustering => Membership::new(self.intervals.member_expiry),
+            MessageModel::Broadcasting => Membership::unconditional(),
+        };
         let retry_topic =
             retry_subscription(&self.group, self.message_model, self.consume_retry_topic);
         let ctx = Arc::new(Context {
@@ -98,7 +104,7 @@ impl ConsumerBuilder {
             locker,
             listener,
             retry_topic,
-            activity: Arc::new(crate::running::ConsumerActivity::new()),
+            activity: Arc::new(crate::running::ConsumerActivity::new(membership)),
         });
         Ok(Checked {
             ctx,

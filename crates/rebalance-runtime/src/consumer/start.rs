@@ -82,7 +82,11 @@ impl ConsumerBuilder {
             caught(route_sync.poll_all())
                 .await
                 .map_err(|message| ("route sync", message))?;
-            caught(heartbeat::beat(&*ctx.directory, &registration))
+            caught(heartbeat::beat(
+                &*ctx.directory,
+                &registration,
+                &ctx.activity.membership,
+            ))
                 .await
                 .map_err(|message| ("heartbeat", message))
         }
@@ -129,6 +133,7 @@ impl ConsumerBuilder {
                             registration_rx,
                             ctx.intervals.heartbeat,
                             heartbeat_now.clone(),
+                            ctx.activity.clone(),
                             token.clone(),
                         ),
                         failure.clone(),

@@ -12,6 +12,7 @@ mod final_offsets;
 mod inputs_memo;
 mod lock_book;
 mod locks;
+mod membership;
 mod offsets;
 mod reset;
 mod round;
@@ -101,6 +102,9 @@ pub(crate) struct Service {
     /// round takes it again: the store may not have it (a Rust broker 1.0 ignores a commit
     /// below its stored offset), so it is not read back from there.
     reset_starts: HashMap<rebalance_core::MessageQueue, i64>,
+    /// When the membership was last trusted again after a gap: every release begun before
+    /// then writes no final offset (its progress may be behind the next owner's).
+    regained_at: Option<Instant>,
 }
 
 impl Service {
@@ -140,6 +144,7 @@ impl Service {
             allocation_id,
             resets: Some(resets),
             reset_starts: HashMap::new(),
+            regained_at: None,
         }
     }
 
@@ -177,6 +182,7 @@ impl Service {
                 _ = self.trigger.notified() => {}
                 Some(reset) = next_reset(&mut resets) => self.reset_offsets(reset).await,
                 _ = activity.persist_wake.notified() => self.persist_requested().await,
+                _ = activity.membership.regained.notified() => self.regain_membership().await,
                 changed = changed(&mut membership) => {
                     if changed {
                         tracing::debug!("directory says the group's membership changed");
@@ -251,6 +257,8 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
+        // A heartbeat accepted after a gap is acted upon before anything is added.
+        self.regain_membership().await;
         let reasons = self
             .schedule
             .start_round(Instant::now(), self.trigger.take());

@@ -394,6 +394,7 @@ impl Service {
         let mut leaving = Vec::new();
         let mut busy = 0;
         for (queue, Releasing { release, state, .. }) in releasing {
+            let write_final = self.may_write_final(&release);
             if locks.is_some() {
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
                 let free = match mode {
@@ -413,14 +414,20 @@ impl Service {
                     tracing::warn!(topic, queue = ?queue, "queue kept consuming past force_unlock_after; releasing it anyway");
                 }
             }
-            leaving.push((queue, state));
+            if !write_final {
+                tracing::info!(topic, queue = ?queue, "not writing the final offset: this client's membership lapsed since the queue's progress was made");
+            }
+            leaving.push((queue, state, write_final));
         }
         // Read once each is free to go: an ordered batch may have committed while waited for.
         let finals: Vec<(MessageQueue, i64)> = leaving
             .iter()
-            .filter_map(|(q, state)| self.table.final_offset_of(q, state).map(|o| (q.clone(), o)))
+            .filter(|(_, _, write_final)| *write_final)
+            .filter_map(|(q, state, _)| {
+                self.table.final_offset_of(q, state).map(|o| (q.clone(), o))
+            })
             .collect();
-        let leaving: Vec<MessageQueue> = leaving.into_iter().map(|(q, _)| q).collect();
+        let leaving: Vec<MessageQueue> = leaving.into_iter().map(|(q, _, _)| q).collect();
         let mut unsettled = HashSet::new();
         if !finals.is_empty() {
             let mut answers = self
@@ -497,6 +504,18 @@ impl Service {
         // at birth and be released again at once (locked, announced twice, unlocked).
         if self.queues_token.is_cancelled() {
             tracing::debug!(topic, count = wanted, "shutting down; not adding queues");
+            return wanted;
+        }
+        // Not vouched for (no heartbeat accepted for member_expiry, or none since a gap): the
+        // others may hold these queues; a lease made now would not be trusted, and would be
+        // released as soon as a heartbeat is accepted.
+        if !self.membership_trusted() {
+            tracing::info!(
+                topic,
+                count = wanted,
+                "this client's membership is not vouched for (no heartbeat accepted for member_expiry); adding no queue until one is"
+            );
+            self.request_heartbeat();
             return wanted;
         }
         let group = self.ctx.group.clone();
