@@ -99,3 +99,8 @@ async fn an_unrenewed_lock_expires() {
 async fn pull_answers_follow_the_brokers_codes() {
     contract::pull_answers_follow_the_brokers_codes(&Memory::new()).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_departed_members_locks_are_dropped_only_once_it_is_not_listed() {
+    contract::a_departed_members_locks_are_dropped_only_once_it_is_not_listed(&Memory::new()).await;
+}

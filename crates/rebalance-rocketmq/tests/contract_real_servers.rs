@@ -119,3 +119,8 @@ async fn an_unrenewed_lock_expires() {
 async fn pull_answers_follow_the_brokers_codes() {
     contract::pull_answers_follow_the_brokers_codes(&Real::start()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_departed_members_locks_are_dropped_only_once_it_is_not_listed() {
+    contract::a_departed_members_locks_are_dropped_only_once_it_is_not_listed(&Real::start()).await;
+}

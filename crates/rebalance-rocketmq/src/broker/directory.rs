@@ -105,6 +105,20 @@ impl BrokerClient {
         (addrs, error)
     }
 
+    /// GET_CONSUMER_LIST_BY_GROUP at the broker `addr`: the members of `group` it lists.
+    pub(super) async fn consumer_ids_at(
+        &self,
+        addr: &str,
+        group: &str,
+    ) -> Result<Vec<ClientId>, RemoteError> {
+        let op = self.group_op("consumer list", group);
+        let request = RemotingCommand::request(request_code::GET_CONSUMER_LIST_BY_GROUP)
+            .with_ext("consumerGroup", self.wire(group));
+        self.call(addr, &op, request)
+            .await
+            .and_then(|r| consumer_list(&r))
+    }
+
     /// Sends the last heartbeat of every registration heartbeated at `addr` there again (the
     /// connection to it was made again).
     pub(super) async fn heartbeat_again(&self, addr: &str) {
@@ -329,15 +343,8 @@ impl GroupDirectory for BrokerClient {
             .filter_map(|b| b.any_addr().map(str::to_string))
             .collect();
         let mut last_error = RemoteError::Unreachable(format!("no broker serves topic `{topic}`"));
-        let op = self.group_op("consumer list", group);
         for addr in &addrs {
-            let request = RemotingCommand::request(request_code::GET_CONSUMER_LIST_BY_GROUP)
-                .with_ext("consumerGroup", self.wire(group));
-            match self
-                .call(addr, &op, request)
-                .await
-                .and_then(|r| consumer_list(&r))
-            {
+            match self.consumer_ids_at(addr, group).await {
                 Ok(ids) => {
                     tracing::debug!(broker = %addr, group, topic, members = ids.len(), "consumer list");
                     return Ok(ids);

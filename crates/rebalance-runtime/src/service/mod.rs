@@ -6,6 +6,7 @@
 
 mod added_failure;
 mod added_retries;
+mod departed;
 mod diff;
 mod directory_trouble;
 mod final_offsets;
@@ -105,6 +106,8 @@ pub(crate) struct Service {
     /// When the membership was last trusted again after a gap: every release begun before
     /// then writes no final offset (its progress may be behind the next owner's).
     regained_at: Option<Instant>,
+    /// The members of the last complete view, and those missing since (for their locks).
+    departures: departed::Departures,
 }
 
 impl Service {
@@ -145,6 +148,7 @@ impl Service {
             resets: Some(resets),
             reset_starts: HashMap::new(),
             regained_at: None,
+            departures: departed::Departures::default(),
         }
     }
 

@@ -1,6 +1,6 @@
 //! One rebalance round: compute each topic's share and move the table towards it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use rebalance_core::{ClientId, MessageQueue};
@@ -79,9 +79,14 @@ impl Service {
     ) -> BTreeMap<String, Target> {
         let mut targets = BTreeMap::new();
         let mut views = BTreeMap::new();
+        // Every member the lists name, unless one of them failed (for the departures).
+        let mut members: Option<BTreeSet<ClientId>> = Some(BTreeSet::new());
         for topic in topics {
             match self.view(topic, routes).await {
                 Sight::Allocate(view) => {
+                    if let Some(members) = &mut members {
+                        members.extend(view.ids.iter().cloned());
+                    }
                     views.insert(topic.clone(), view);
                 }
                 Sight::Everything(queues) => {
@@ -100,10 +105,23 @@ impl Service {
                     targets.insert(topic.clone(), target);
                 }
                 Sight::Decided(target) => {
+                    if matches!(
+                        target,
+                        Target::Keep(
+                            Unbalanced::DirectoryFailed(_)
+                                | Unbalanced::NoConsumers
+                                | Unbalanced::NotInConsumerList
+                        )
+                    ) {
+                        members = None;
+                    }
                     self.memo.forget(topic);
                     targets.insert(topic.clone(), target);
                 }
             }
+        }
+        if let Some(members) = members.filter(|m| !m.is_empty()) {
+            self.departures.observe(members, Instant::now());
         }
         match &self.ctx.allocation {
             Allocation::Strategy(strategy) => {
@@ -540,6 +558,7 @@ impl Service {
                 }
             }
             crate::metrics::lock_refusals(&group, topic, outcome.refused.len());
+            self.take_over_departed(topic, &outcome.refused).await;
             let before = queues.len();
             queues = self.locks.record_request(queues, &outcome);
             if queues.len() < before {
