@@ -78,7 +78,7 @@ impl ConsumerProcess {
         let stderr_file = std::fs::File::create(&stderr).expect("create the consumer's log file");
         let secs = |d: Duration| format!("{}ms", d.as_millis());
         let mut child = Command::new(binary())
-            .args(["--namesrv", &cluster.namesrv_addr()])
+            .args(["--namesrv", &cluster.namesrv_addrs()])
             .args(["--group", group, "--topic", topic])
             .args(["--client-id", &format!("127.0.0.1@{label}")])
             .args(["--rebalance-interval", &secs(REBALANCE_INTERVAL)])

@@ -223,6 +223,29 @@ pub fn zombies(log: &Log, topic: &str, member: &str) -> Zombies {
     zombies
 }
 
+/// How many first deliveries of `topic` `member` consumed after `since` that another member
+/// had consumed before: a member back from a freeze or a partition resuming its old queues from
+/// its own stale position, after their new owners consumed them.
+pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> usize {
+    let mut consumed_by_others: BTreeSet<(Queue, i64)> = BTreeSet::new();
+    let mut stale = 0;
+    for line in log.lines() {
+        let Event::Message(m) = &line.event else {
+            continue;
+        };
+        if m.topic != topic || m.reconsume_times > 0 {
+            continue;
+        }
+        let key = (m.queue.clone(), m.offset);
+        if line.client != member {
+            consumed_by_others.insert(key);
+        } else if line.at >= since && consumed_by_others.contains(&key) {
+            stale += 1;
+        }
+    }
+    stale
+}
+
 /// For an ordered topic, the consumptions that show two members consuming a queue at once:
 /// in the order the test read them, each queue's offsets go on by one, or start again at or
 /// before the last one (a new owner resumes from the last persisted offset, a suspended batch

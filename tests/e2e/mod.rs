@@ -14,11 +14,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use rebalance::MessageQueue;
-use rebalance_rocketmq::testkit::TestCluster;
+use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 
 pub use consumer::{ConsumerProcess, rss_kib};
 pub use faults::{
-    Group, MemberProxies, MemorySampler, Zombies, ordered_overlaps, percentile, takeover, zombies,
+    Group, MemberProxies, MemorySampler, Zombies, ordered_overlaps, percentile, stale_after,
+    takeover, zombies,
 };
 pub use log::{Delivery, Log, Msg, Queue};
 pub use producer::{Producer, Stream};
@@ -44,8 +45,13 @@ pub fn init_tracing() {
 /// A name server and two brokers (the kit's channel expiry: 10 s, scanned every 10 s), with
 /// `topics` created on both, 4 queues each.
 pub async fn two_broker_cluster(topics: &[&str]) -> TestCluster {
+    two_broker_cluster_with(ClusterOptions::default(), topics).await
+}
+
+/// [`two_broker_cluster`] with `options` (several name servers, say).
+pub async fn two_broker_cluster_with(options: ClusterOptions, topics: &[&str]) -> TestCluster {
     init_tracing();
-    let mut cluster = TestCluster::start().expect("the name server and broker-a start");
+    let mut cluster = TestCluster::start_with(options).expect("the name server and broker-a start");
     cluster
         .add_broker(BROKERS[1])
         .expect("broker-b starts and registers");

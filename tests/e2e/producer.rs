@@ -65,6 +65,11 @@ impl Producer {
     /// Starts sending `{prefix}-{i}` round robin at `per_second` messages a second, until
     /// stopped.
     pub fn stream(&self, prefix: &str, per_second: u32) -> Stream {
+        self.stream_sized(prefix, per_second, 0)
+    }
+
+    /// [`stream`](Self::stream), each body padded with `x`s to `bytes` (`{prefix}-{i}:xxx…`).
+    pub fn stream_sized(&self, prefix: &str, per_second: u32, bytes: usize) -> Stream {
         let stop = Arc::new(AtomicBool::new(false));
         let producer = self.clone();
         let prefix = prefix.to_string();
@@ -75,7 +80,7 @@ impl Producer {
             while !stopped.load(Ordering::Relaxed) {
                 tick.tick().await;
                 let i = bodies.len();
-                let body = format!("{prefix}-{i}");
+                let body = padded(format!("{prefix}-{i}"), bytes);
                 producer
                     .send_to(&producer.queues[i % producer.queues.len()], &body)
                     .await;
@@ -122,6 +127,15 @@ impl Producer {
         });
         Stream { stop, task }
     }
+}
+
+/// `body`, then `:` and `x`s up to `bytes` when it is shorter.
+fn padded(mut body: String, bytes: usize) -> String {
+    if body.len() < bytes {
+        body.push(':');
+        body.extend(std::iter::repeat_n('x', bytes - body.len()));
+    }
+    body
 }
 
 /// A producer streaming messages.
