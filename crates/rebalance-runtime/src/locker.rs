@@ -40,8 +40,8 @@ pub trait QueueLocker: Send + Sync + 'static {
     /// Releases the locks `departed`, a client that left `group`, may still hold on `queues`,
     /// at each broker of those queues that does not list `departed` as a member of `group` any
     /// more (asked just before); returns the queues it asked those brokers to unlock (a lock
-    /// held by another client stays). The runtime calls it for the queues whose lock was
-    /// refused, once `departed` has been missing from the member list for `lock_lifetime`:
+    /// held by another client stays). The runtime calls it with every queue of the subscribed
+    /// topics, once `departed` has been missing from the member list for `lock_lifetime`:
     /// longer than that client trusts a lock it has not renewed, and it renewed nothing since
     /// it left (see `Service::take_over_departed`). Without it, the queues of a member that
     /// died wait for its locks to expire at the broker (RocketMQ: 60 s after its last renewal).

@@ -38,6 +38,16 @@ fn orderly(
     }
 }
 
+/// [`orderly`] with balanced rounds every 5 s.
+fn orderly_every_5_s(b: rebalance_runtime::ConsumerBuilder) -> rebalance_runtime::ConsumerBuilder {
+    b.consume_order(ConsumeOrder::Orderly).intervals(Intervals {
+        heartbeat: Duration::from_secs(3),
+        member_expiry: EXPIRY,
+        rebalance_wait: 5 * MIN,
+        ..java_intervals()
+    })
+}
+
 /// Every 100 ms for `span`: fails when two members hold a lease of one queue they may consume
 /// at that instant (not taken away, membership vouched for, lock trusted); returns, for each
 /// queue, the first instant `member` could consume it.
@@ -45,6 +55,15 @@ async fn watch_exclusive(
     members: &[&Member],
     span: Duration,
     member: usize,
+) -> BTreeMap<MessageQueue, Instant> {
+    watch_exclusive_for(members, span, &[member]).await
+}
+
+/// [`watch_exclusive`], with the first instant any of `of` could consume each queue.
+async fn watch_exclusive_for(
+    members: &[&Member],
+    span: Duration,
+    of: &[usize],
 ) -> BTreeMap<MessageQueue, Instant> {
     let end = Instant::now() + span;
     let mut first = BTreeMap::new();
@@ -58,7 +77,7 @@ async fn watch_exclusive(
                         .entry(lease.queue().clone())
                         .or_default()
                         .push(m.id.to_string());
-                    if i == member {
+                    if of.contains(&i) {
                         first.entry(lease.queue().clone()).or_insert(now);
                     }
                 }
@@ -133,4 +152,34 @@ async fn a_member_cut_off_with_its_locks_never_consumes_a_queue_its_successor_to
     cluster.partition(&a.id, false);
     watch_exclusive(&[&a, &b], 60 * MIN, 0).await;
     assert_partition(&[&a, &b], &all);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_that_joined_after_the_departure_gets_the_departed_members_queues_as_soon() {
+    let cluster = cluster();
+    cluster.create_topic("T", 1, 4);
+    let all = all_queues(&cluster, &["T"]);
+    // Ids sort c < a < b: a holds queues 0 and 1, and once a is gone and c has joined, c is
+    // given them.
+    let a = start_with(&cluster, 1, &["T"], orderly_every_5_s).await;
+    let b = start_with(&cluster, 2, &["T"], orderly_every_5_s).await;
+    settle(3 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    let orphans: BTreeSet<MessageQueue> = a.recorder.held();
+    // a dies just after a renewal; c joins at once and never sees a in the group. b, which saw
+    // a leave, frees a's locks lock_lifetime after, and c's lock retry gets them.
+    settle(18 * MIN).await;
+    let died = Instant::now();
+    a.handle.abort();
+    let c = start_with(&cluster, 0, &["T"], orderly_every_5_s).await;
+    let lifetime = Intervals::default().lock_lifetime;
+    let first = watch_exclusive_for(&[&a, &b, &c], 70 * MIN, &[2]).await;
+    for q in &orphans {
+        let took = first.get(q).map(|at| *at - died);
+        assert!(
+            took.is_some_and(|t| t >= lifetime && t <= EXPIRY + lifetime + 10 * MIN),
+            "{q:?}: c could consume it {took:?} after a died"
+        );
+    }
+    assert_partition(&[&b, &c], &all);
 }

@@ -1,10 +1,11 @@
 //! Members that left the group, and the locks they leave behind: a member that dies holding
 //! ordered queues keeps their broker locks until the broker expires them (RocketMQ: 60 s after
-//! its last renewal), and nobody may consume those queues meanwhile. This client takes such a
-//! queue over sooner: once the member has been missing from the member list for
-//! `lock_lifetime`, it asks the brokers that no longer list it to drop its locks
-//! ([`QueueLocker::unlock_departed`](crate::QueueLocker::unlock_departed)), and its lock retry
-//! gets them.
+//! its last renewal), and nobody may consume those queues meanwhile. The members that saw it
+//! leave free them sooner: once it has been missing from the member list for `lock_lifetime`,
+//! each asks the brokers that no longer list it to drop its locks on every queue of the
+//! subscribed topics ([`QueueLocker::unlock_departed`](crate::QueueLocker::unlock_departed);
+//! a lock held by anyone else stays), and the lock retry of whoever the queue is allocated to
+//! gets it, also a member that joined after the departure (which never saw the departed one).
 //!
 //! **Why that never lets two members consume one ordered queue at once.** A client consumes an
 //! ordered queue only under a lock it trusts, and it trusts a lock for `lock_lifetime` from the
@@ -29,6 +30,7 @@ use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
 use super::Service;
+use crate::routes::RouteTable;
 
 /// How long a member missing from the list is remembered: its locks have expired at the
 /// brokers long before (RocketMQ: 60 s).
@@ -37,7 +39,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(10 * 60);
 const MAX_DEPARTED: usize = 256;
 /// The most departed members whose locks one round asks the brokers to drop.
 const MAX_PER_ROUND: usize = 8;
-/// How soon the locks of one departed member are asked for again.
+/// How soon the locks of one departed member are asked for again after a failure.
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(5);
 
 /// The members of the last complete view of the group, and since when each member that was in
@@ -85,7 +87,7 @@ impl Departures {
             })
             .map(|(id, (since, _))| (id.clone(), now.saturating_duration_since(*since)))
             .collect();
-        due.sort_by(|a, b| b.1.cmp(&a.1));
+        due.sort_by_key(|(_, missing_for)| std::cmp::Reverse(*missing_for));
         due.truncate(MAX_PER_ROUND);
         for (id, _) in &due {
             if let Some((_, asked)) = self.missing.get_mut(id) {
@@ -94,34 +96,48 @@ impl Departures {
         }
         due
     }
+
+    /// The brokers dropped `id`'s locks: it is not asked about again (unless it comes back and
+    /// leaves again).
+    pub(super) fn done(&mut self, id: &ClientId) {
+        self.missing.remove(id);
+    }
 }
 
 impl Service {
-    /// The locks of `refused` (queues whose lock request was refused) may be held by members
-    /// that left the group: asks the brokers to drop those of every member missing for
-    /// `lock_lifetime` (see the [module documentation](self)); the lock retry after the round
-    /// then gets the queues.
-    pub(super) async fn take_over_departed(&mut self, topic: &str, refused: &[MessageQueue]) {
+    /// Asks the brokers to drop the locks that every member missing from the group for
+    /// `lock_lifetime` may still hold on the queues of the subscribed topics (`routes` known),
+    /// once per member (again after a failure), so that whoever the queues go to gets their
+    /// locks at its next try (see the [module documentation](self)).
+    pub(super) async fn take_over_departed(&mut self, routes: &RouteTable) {
         let Some(locker) = self.ctx.locks().cloned() else {
             return;
         };
-        if refused.is_empty() {
+        let bound = self.ctx.intervals.lock_lifetime;
+        let due = self.departures.due(bound, Instant::now());
+        if due.is_empty() {
             return;
         }
-        let bound = self.ctx.intervals.lock_lifetime;
-        for (departed, missing_for) in self.departures.due(bound, Instant::now()) {
+        let queues: Vec<MessageQueue> = self
+            .subscriptions
+            .keys()
+            .filter_map(|topic| routes.queues(topic))
+            .flat_map(|queues| queues.iter().cloned())
+            .collect();
+        if queues.is_empty() {
+            return;
+        }
+        for (departed, missing_for) in due {
             match locker
-                .unlock_departed(&self.ctx.group, &departed, refused)
+                .unlock_departed(&self.ctx.group, &departed, &queues)
                 .await
             {
-                Ok(queues) if queues.is_empty() => {
-                    tracing::debug!(topic, %departed, "no broker of the refused queues dropped a departed member's locks (it is listed there, or held none)");
-                }
-                Ok(queues) => {
-                    tracing::info!(topic, %departed, ?missing_for, ?queues, "asked the brokers to drop the locks of a member missing from the group for longer than lock_lifetime (it trusts none of them any more), instead of waiting for them to expire");
+                Ok(asked) => {
+                    tracing::info!(%departed, ?missing_for, brokers_asked_for = asked.len(), "asked the brokers that no longer list a member missing from the group for longer than lock_lifetime to drop its locks (it trusts none of them any more), instead of waiting for them to expire");
+                    self.departures.done(&departed);
                 }
                 Err(e) => {
-                    tracing::warn!(topic, %departed, error = %e, "could not drop the locks of a departed member; they expire at the brokers");
+                    tracing::warn!(%departed, error = %e, "could not drop the locks of a departed member; trying again shortly (they expire at the brokers anyway)");
                 }
             }
         }

@@ -292,6 +292,8 @@ impl Service {
             .retain(|t, _| subscriptions.contains_key(t));
         self.memo.retain(|t| subscriptions.contains_key(t));
         let mut targets = self.targets(&subscribed, &routes).await;
+        // Before any lock request: the locks of members gone for lock_lifetime are dropped.
+        self.take_over_departed(&routes).await;
         for (topic, target) in &mut targets {
             if !matches!(target, Target::NotYet) {
                 let decided = std::mem::replace(target, Target::NotYet);

@@ -558,7 +558,6 @@ impl Service {
                 }
             }
             crate::metrics::lock_refusals(&group, topic, outcome.refused.len());
-            self.take_over_departed(topic, &outcome.refused).await;
             let before = queues.len();
             queues = self.locks.record_request(queues, &outcome);
             if queues.len() < before {
