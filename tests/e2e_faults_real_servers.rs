@@ -39,6 +39,19 @@ const PARTITION_WITHIN: Duration = Duration::from_secs(30);
 /// How long every message sent may take to be consumed once the producer stopped.
 const CONSUMED_WITHIN: Duration = Duration::from_secs(90);
 
+/// Prints how long a scenario took when it ends, its cluster stopped: its cost in CI.
+struct Cost(&'static str, Instant);
+
+impl Drop for Cost {
+    fn drop(&mut self) {
+        eprintln!(
+            "e2e-faults {}: took {:.0?} (servers started and stopped)",
+            self.0,
+            self.1.elapsed()
+        );
+    }
+}
+
 /// What cuts the third member of each group off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -228,11 +241,13 @@ fn assert_cut_bounds(cut: Cut, [concurrent, orderly]: &[CutFigures; 2]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_frozen_for_60_s_loses_nothing_and_never_shares_an_ordered_queue() {
+    let _cost = Cost("frozen member", Instant::now());
     assert_cut_bounds(Cut::Freeze, &cut_off(Cut::Freeze, "Frozen").await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_cut_off_for_60_s_loses_nothing_and_never_shares_an_ordered_queue() {
+    let _cost = Cost("partition", Instant::now());
     assert_cut_bounds(Cut::Partition, &cut_off(Cut::Partition, "Partition").await);
 }
 
@@ -243,6 +258,7 @@ const LOCK_LIFETIME: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_orderly_member_killed_is_taken_over_after_the_lock_lifetime() {
+    let _cost = Cost("orderly SIGKILL", Instant::now());
     let topic = "KilledOrd";
     let cluster = e2e::two_broker_cluster(&[topic]).await;
     let log = Log::default();
@@ -314,6 +330,7 @@ async fn committed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_nothing() {
+    let _cost = Cost("broker restart", Instant::now());
     let topic = "BrokerRestart";
     let mut cluster = e2e::two_broker_cluster(&[topic]).await;
     let log = Log::default();
@@ -400,6 +417,7 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumption_goes_on_without_one_then_without_any_name_server() {
+    let _cost = Cost("name servers", Instant::now());
     let topic = "NameServers";
     let options = ClusterOptions {
         name_servers: 2,
@@ -468,6 +486,7 @@ const RESET_EVERY: u64 = 50;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_on_a_slow_network_that_resets_loses_nothing() {
+    let _cost = Cost("slow network", Instant::now());
     let topic = "SlowNet";
     let cluster = e2e::two_broker_cluster(&[topic]).await;
     let log = Log::default();
@@ -523,6 +542,7 @@ const STUCK_BODY: usize = 2048;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_listeners_memory_stays_within_the_buffer_limits() {
+    let _cost = Cost("stuck listener", Instant::now());
     let topic = "Stuck";
     let cluster = e2e::two_broker_cluster(&[topic]).await;
     let log = Log::default();
