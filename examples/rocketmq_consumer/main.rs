@@ -5,10 +5,11 @@
 //! ```sh
 //! cargo run --example rocketmq_consumer -- --namesrv 127.0.0.1:9876 --group G --topic T \
 //!     [--tags "TagA || TagB"] [--strategy NAME] [--param key=value]... [--client-id ID] \
-//!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--no-retry-topic] [--json] \
+//!     [--rebalance-interval 2s] [--heartbeat-interval 30s] [--member-expiry 120s] \
+//!     [--no-retry-topic] [--json] \
 //!     [--consume [--api push|stream] [--orderly] [--consume-from last|first] \
 //!      [--fail-every N | --fail-always] [--max-reconsume-times N] [--delay-level N] \
-//!      [--exclusive-hand-off] [--consume-time 10ms] \
+//!      [--exclusive-hand-off] [--consume-time 10ms] [--stall-after N] \
 //!      [--pop [--pop-mode orderly|ordinary] [--pop-invisible-time 5s] [--pop-poll-time 5s]]] \
 //!     [--server-assignment] [--server-strategy AVG|AVG_BY_CIRCLE] \
 //!     [--broadcast [--offsets-dir DIR]] \
@@ -40,7 +41,9 @@
 //! level of a redelivery (0, the default, lets the broker choose: 10 s for the first, then 30 s,
 //! 1 min, ...; 1 is 1 s), `--consume-time` how long each message takes, and
 //! `--exclusive-hand-off` makes a queue's next owner wait until this client has stopped
-//! consuming it and committed. `--consume-from` says where a queue nobody has consumed yet
+//! consuming it and committed, and `--stall-after N` makes the listener hang (never return) on
+//! every call once N messages were consumed: a stuck application, whose buffers fill up to the
+//! push consumer's limits while messages keep coming. `--consume-from` says where a queue nobody has consumed yet
 //! starts: at its end (`last`, the default, as the Java client), or at its oldest message
 //! (`first`).
 //!
@@ -74,7 +77,10 @@
 //!
 //! `--heartbeat-interval` must stay well below the brokers' `channelExpiredTimeout` (120 s by
 //! default): a client silent for longer is dropped from the group until its next heartbeat,
-//! and the others take its queues meanwhile.
+//! and the others take its queues meanwhile. `--member-expiry` is that timeout (say your
+//! brokers' if it is not 120 s): a client none of whose heartbeats was accepted for that long
+//! (it was frozen, or cut off from the brokers) stops consuming the queues it held, which the
+//! others may have taken, and takes its share again once a heartbeat is accepted.
 //!
 //! The client also takes its share of the group's retry topic `%RETRY%G`, as the Java client
 //! does, unless `--no-retry-topic` is given (decide it for the whole group). `--tags` is the
@@ -162,6 +168,10 @@ struct Args {
     /// The wait between heartbeats to the brokers (the Java client's 30 s by default).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
     heartbeat_interval: Duration,
+    /// How long the brokers keep a client they no longer hear from (their
+    /// `channelExpiredTimeout`, 120 s by default).
+    #[arg(long, value_parser = parse_duration, default_value = "120s")]
+    member_expiry: Duration,
     /// One JSON line per callback (and per message consumed).
     #[arg(long)]
     json: bool,
@@ -218,6 +228,9 @@ struct Args {
     /// With `--consume`: how long consuming each message takes (e.g. 10ms).
     #[arg(long, requires = "consume", value_parser = parse_duration, default_value = "0s")]
     consume_time: Duration,
+    /// With `--consume`: once this many messages were consumed, every listener call hangs.
+    #[arg(long, requires = "consume", value_name = "N")]
+    stall_after: Option<u64>,
     /// The ACL access key: every request is signed with it and the secret key.
     #[arg(long, value_name = "KEY", requires = "secret_key")]
     access_key: Option<String>,
@@ -532,6 +545,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let cluster = cluster.clone();
         let rebalance_wait = args.rebalance_interval;
         let heartbeat = args.heartbeat_interval;
+        let member_expiry = args.member_expiry;
         let consume_from = match args.consume_from {
             StartAt::Last => ConsumeFrom::LastOffset,
             StartAt::First => ConsumeFrom::FirstOffset,
@@ -557,6 +571,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 .intervals(Intervals {
                     rebalance_wait,
                     heartbeat,
+                    member_expiry,
                     ..Intervals::default()
                 })
                 .client_id(client_id);
@@ -575,6 +590,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             fail_always: args.fail_always,
             delay_level: args.delay_level,
             consume_time: args.consume_time,
+            stall_after: args.stall_after,
+            consumed: AtomicU64::new(0),
             first_deliveries: AtomicU64::new(0),
             failed: Mutex::new(HashSet::new()),
         });
@@ -760,6 +777,10 @@ struct Handler {
     /// The delay level of the redeliveries (concurrent consumption).
     delay_level: i32,
     consume_time: Duration,
+    /// Every call hangs once this many messages were consumed.
+    stall_after: Option<u64>,
+    /// Messages consumed so far.
+    consumed: AtomicU64,
     /// First deliveries seen.
     first_deliveries: AtomicU64,
     /// Orderly: the messages failed once, delivered again by the same queue.
@@ -788,8 +809,14 @@ impl Handler {
         false
     }
 
-    /// Consumes `messages` up to the first that fails; returns how many were consumed.
+    /// Consumes `messages` up to the first that fails; returns how many were consumed. Hangs
+    /// for good once `--stall-after` messages were consumed.
     async fn consume_until_failure(&self, messages: &[Message]) -> usize {
+        if let Some(limit) = self.stall_after {
+            if self.consumed.load(Ordering::Relaxed) >= limit {
+                std::future::pending::<()>().await;
+            }
+        }
         for (i, message) in messages.iter().enumerate() {
             if self.fails(message) {
                 return i;
@@ -798,6 +825,7 @@ impl Handler {
                 tokio::time::sleep(self.consume_time).await;
             }
             self.printer.message(message);
+            self.consumed.fetch_add(1, Ordering::Relaxed);
         }
         messages.len()
     }

@@ -117,9 +117,14 @@ impl ConsumerProcess {
         let stderr = cluster.dir().join(format!("consumer-{label}.log"));
         let stderr_file = std::fs::File::create(&stderr).expect("create the consumer's log file");
         let mut child = Command::new(binary())
-            .args(["--namesrv", &cluster.namesrv_addr()])
+            .args(["--namesrv", &cluster.namesrv_addrs()])
             .args(["--group", group, "--topic", topic])
             .args(["--client-id", &format!("127.0.0.1@{label}")])
+            // The brokers' expiry: a member not heard of for that long is gone for the others.
+            .args([
+                "--member-expiry",
+                &format!("{}ms", cluster.options().channel_expired_timeout.as_millis()),
+            ])
             .args(["--json", "--consume", "--consume-from", "first"])
             .args(extra)
             .env(
@@ -197,6 +202,41 @@ impl ConsumerProcess {
         }
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) with `kill`; fails if it cannot be sent.
+    fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{signal} {} failed", self.child.id());
+    }
+
+    /// Freezes it with SIGSTOP (a GC pause, a frozen VM: nothing runs, its sockets stay open);
+    /// returns the instant of the freeze.
+    pub fn sigstop(&self) -> Instant {
+        let at = Instant::now();
+        self.signal("STOP");
+        at
+    }
+
+    /// Wakes it with SIGCONT; returns the instant it was woken.
+    pub fn sigcont(&self) -> Instant {
+        let at = Instant::now();
+        self.signal("CONT");
+        at
+    }
+
+    /// Its resident memory (`VmRSS` of `/proc/PID/status`), in KiB; `None` once it exited, or
+    /// where there is no `/proc`.
+    pub fn rss_kib(&self) -> Option<u64> {
+        rss_kib(self.child.id())
+    }
+
+    /// The file its standard error (its logs) goes to.
+    pub fn log_path(&self) -> &std::path::Path {
+        &self.stderr
+    }
+
     /// Fails if the process has exited (it should be consuming).
     pub fn assert_running(&mut self) {
         if let Ok(Some(status)) = self.child.try_wait() {
@@ -223,4 +263,14 @@ impl Drop for ConsumerProcess {
         }
         self.join_reader();
     }
+}
+
+/// The resident memory of process `pid` (`VmRSS` of `/proc/PID/status`), in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|kib| kib.parse().ok())
 }

@@ -6,6 +6,7 @@
 #![allow(dead_code, unused_imports)]
 
 mod consumer;
+mod faults;
 mod log;
 mod producer;
 
@@ -15,7 +16,11 @@ use std::time::Duration;
 use rebalance::MessageQueue;
 use rebalance_rocketmq::testkit::{ClusterOptions, TestCluster};
 
-pub use consumer::ConsumerProcess;
+pub use consumer::{ConsumerProcess, rss_kib};
+pub use faults::{
+    Group, MemberProxies, MemorySampler, Zombies, ordered_overlaps, percentile, stale_after,
+    takeover, zombies,
+};
 pub use log::{Delivery, Log, Msg, Queue};
 pub use producer::{Producer, Stream};
 
@@ -43,7 +48,7 @@ pub async fn two_broker_cluster(topics: &[&str]) -> TestCluster {
     two_broker_cluster_with(ClusterOptions::default(), topics).await
 }
 
-/// The same cluster with the servers configured by `options`.
+/// [`two_broker_cluster`] with `options` (several name servers, say).
 pub async fn two_broker_cluster_with(options: ClusterOptions, topics: &[&str]) -> TestCluster {
     init_tracing();
     let mut cluster = TestCluster::start_with(options).expect("the name server and broker-a start");

@@ -21,7 +21,7 @@ impl Producer {
     /// A producer of `topic`.
     pub fn new(cluster: &TestCluster, topic: &str) -> Self {
         let name_server =
-            NameServerClient::from_addresses(&cluster.namesrv_addr()).expect("the name server");
+            NameServerClient::from_addresses(&cluster.namesrv_addrs()).expect("the name servers");
         Self {
             sender: MessageSender::new(name_server, "e2e-producer"),
             queues: Arc::new(super::queues(topic)),
@@ -65,6 +65,11 @@ impl Producer {
     /// Starts sending `{prefix}-{i}` round robin at `per_second` messages a second, until
     /// stopped.
     pub fn stream(&self, prefix: &str, per_second: u32) -> Stream {
+        self.stream_sized(prefix, per_second, 0)
+    }
+
+    /// [`stream`](Self::stream), each body padded with `x`s to `bytes` (`{prefix}-{i}:xxx…`).
+    pub fn stream_sized(&self, prefix: &str, per_second: u32, bytes: usize) -> Stream {
         let stop = Arc::new(AtomicBool::new(false));
         let producer = self.clone();
         let prefix = prefix.to_string();
@@ -75,7 +80,7 @@ impl Producer {
             while !stopped.load(Ordering::Relaxed) {
                 tick.tick().await;
                 let i = bodies.len();
-                let body = format!("{prefix}-{i}");
+                let body = padded(format!("{prefix}-{i}"), bytes);
                 producer
                     .send_to(&producer.queues[i % producer.queues.len()], &body)
                     .await;
@@ -85,6 +90,52 @@ impl Producer {
         });
         Stream { stop, task }
     }
+}
+
+impl Producer {
+    /// Sends `body` to `queue` once; whether the broker stored it.
+    pub async fn try_send_to(&self, queue: &MessageQueue, body: &str) -> bool {
+        self.sender
+            .send(queue, &Message::new(body.to_string()))
+            .await
+            .is_ok()
+    }
+
+    /// [`stream`](Self::stream), for a cluster whose brokers may be down: a message whose send
+    /// fails is not sent again and not counted as sent (it is nobody's loss), and the stream
+    /// goes on with the next queue.
+    pub fn stream_tolerant(&self, prefix: &str, per_second: u32) -> Stream {
+        let stop = Arc::new(AtomicBool::new(false));
+        let producer = self.clone();
+        let prefix = prefix.to_string();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second.max(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut bodies = Vec::new();
+            let mut i = 0usize;
+            while !stopped.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let body = format!("{prefix}-{i}");
+                let queue = &producer.queues[i % producer.queues.len()];
+                i += 1;
+                if producer.try_send_to(queue, &body).await {
+                    bodies.push(body);
+                }
+            }
+            bodies
+        });
+        Stream { stop, task }
+    }
+}
+
+/// `body`, then `:` and `x`s up to `bytes` when it is shorter.
+fn padded(mut body: String, bytes: usize) -> String {
+    if body.len() < bytes {
+        body.push(':');
+        body.extend(std::iter::repeat_n('x', bytes - body.len()));
+    }
+    body
 }
 
 /// A producer streaming messages.

@@ -99,7 +99,8 @@ pub(crate) enum Guard {
     Unneeded,
     /// Held: the runtime does not unlock the queue until it is dropped.
     Held(rebalance_runtime::ConsumeGuard),
-    /// Refused: the queue is released, or its lock is stale; the batch must not run now.
+    /// Refused: the queue is released, its lock is stale, or its lease is not trusted; the
+    /// batch must not run now.
     Refused,
 }
 
@@ -234,11 +235,21 @@ impl LeaseLink {
     }
 
     /// Waits for the right to run one batch: the lease's consume guard when the consumer locks
-    /// its queues; refused once the lease is handed off (before or while waiting), or while its
-    /// lock is stale.
+    /// its queues; refused once the lease is handed off (before or while waiting), while its
+    /// lock is stale, or while the lease is not trusted (this client's membership lapsed).
     pub(crate) async fn consume_guard(&self) -> Guard {
         let Some(lease) = &self.guarded else {
-            return Guard::Unneeded;
+            // Not locked: the batch runs only while the lease is trusted (this client's
+            // membership is vouched for), like a locked one (see `QueueLease::consume_guard`).
+            let trusted = self
+                .recorded
+                .as_ref()
+                .is_none_or(|lease| lease.is_trusted(tokio::time::Instant::now()));
+            return if trusted {
+                Guard::Unneeded
+            } else {
+                Guard::Refused
+            };
         };
         match lease.consume_guard().await {
             Some(guard) if !self.is_dropped() => Guard::Held(guard),

@@ -55,6 +55,30 @@ pub(crate) struct PullLoop {
     max_offset: Option<i64>,
     /// This queue's share of its topic's buffer and lag gauges.
     gauges: QueueGauges,
+    /// Whether the loop waits because its lease is not trusted (logged once per wait).
+    untrusted: UntrustedWait,
+}
+
+/// How long a pull loop whose lease is not trusted waits before it looks again.
+const UNTRUSTED_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// A pull loop's wait for its lease to be trusted again, logged once when it begins and once
+/// when it ends.
+#[derive(Default)]
+struct UntrustedWait(bool);
+
+impl UntrustedWait {
+    fn hold(&mut self, queue: &rebalance_core::MessageQueue) {
+        if !std::mem::replace(&mut self.0, true) {
+            tracing::info!(queue = ?queue, "not pulling: this client cannot be sure it still owns the queue (its membership or lock is not vouched for)");
+        }
+    }
+
+    fn resume(&mut self, queue: &rebalance_core::MessageQueue) {
+        if std::mem::replace(&mut self.0, false) {
+            tracing::info!(queue = ?queue, "pulling again: the queue's lease is trusted again");
+        }
+    }
 }
 
 /// Awaits the future in `slot`, or never when there is none.
@@ -99,6 +123,7 @@ impl PullLoop {
             held: false,
             max_offset: None,
             gauges,
+            untrusted: UntrustedWait::default(),
         };
         (pull_loop, link)
     }
@@ -122,11 +147,20 @@ impl PullLoop {
         loop {
             self.update_gauges();
             let now = Instant::now();
+            if pull.is_none() && now >= pull_at && !self.lease.is_trusted(now) {
+                // This client cannot be sure it still owns the queue (its membership lapsed,
+                // or its lock): no pull until the runtime knows, which releases the queue or
+                // renews the lock.
+                self.activity.touch();
+                self.untrusted.hold(self.lease.queue());
+                pull_at = now + UNTRUSTED_DELAY;
+            }
             if pull.is_none() && now >= pull_at && self.shared.paused.contains(self.lease.queue()) {
                 self.activity.touch();
                 pull_at = now + PAUSED_RECHECK;
             } else if pull.is_none() && now >= pull_at {
                 self.activity.touch();
+                self.untrusted.resume(self.lease.queue());
                 let queues = self.shared.queues_of(&self.lease.queue().topic);
                 match over_limit(
                     &self.pq,

@@ -127,3 +127,8 @@ async fn orderly_pops_hold_the_queue_and_redeliver_in_order() {
 async fn server_side_assignment_follows_the_read_mode() {
     contract::server_side_assignment_follows_the_read_mode(&Memory::new()).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_departed_members_locks_are_dropped_only_once_it_is_not_listed() {
+    contract::a_departed_members_locks_are_dropped_only_once_it_is_not_listed(&Memory::new()).await;
+}

@@ -693,3 +693,51 @@ async fn a_subscription_changed_during_a_reconnection_is_not_overridden_by_its_o
         "the broker keeps the newest version: {of_other:?}"
     );
 }
+
+/// A route with broker-a at `a` and broker-b at `b`, masters both.
+fn two_master_route(a: &str, b: &str) -> String {
+    format!(
+        r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{a}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{b}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}},{{"brokerName":"broker-b","perm":6,"readQueueNums":4,"topicSysFlag":0,"writeQueueNums":4}}]}}"#
+    )
+}
+
+#[tokio::test]
+async fn a_heartbeat_one_master_accepts_is_accepted_and_one_none_accepts_fails() {
+    let (alive, beats) = scripted(|req| {
+        Some(match req.code {
+            request_code::HEART_BEAT => RemotingCommand::response(0, 0, None),
+            _ => RemotingCommand::response(3, 0, None),
+        })
+    })
+    .await;
+    // A port nobody listens on: connections are refused at once.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let registration = rebalance_runtime::Registration {
+        client_id: "c1".into(),
+        group: "G".into(),
+        message_model: Default::default(),
+        consume_order: Default::default(),
+        consume_from: Default::default(),
+        subscriptions: vec![rebalance_runtime::subscription::Subscription::all("T")],
+    };
+    // One master down: the other vouches for the client, so the heartbeat is accepted (a
+    // broker down must not stop the consumption of the other brokers' queues).
+    let route = two_master_route(&alive, &dead);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    brokers.register(&registration).await.unwrap();
+    assert_eq!(beats.load(Ordering::SeqCst), 1);
+    // Every master down: the heartbeat fails.
+    let other_dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let route = two_master_route(&other_dead, &dead);
+    let (namesrv, _) = scripted(move |_| Some(ok(&route))).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let err = brokers.register(&registration).await.unwrap_err();
+    assert!(matches!(err, RemoteError::Unreachable(_)), "{err}");
+}

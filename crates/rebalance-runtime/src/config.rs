@@ -122,6 +122,17 @@ pub struct Intervals {
     pub lock_retry: Duration,
     /// How often heartbeats are sent (30 s).
     pub heartbeat: Duration,
+    /// How long the directory keeps a client it no longer hears from (120 s: a RocketMQ
+    /// broker's `channelExpiredTimeout`; set it to your brokers' value). A heartbeat a broker
+    /// accepted vouches for this client's membership until it was sent plus this long: past
+    /// that the other members may have split its queues among themselves, so a clustering
+    /// consumer's leases stop being trusted
+    /// ([`QueueLease::is_trusted`](crate::QueueLease::is_trusted)): the push consumer pulls
+    /// and consumes nothing more from them, and no offset of theirs is written. A heartbeat
+    /// accepted after that (a frozen process that wakes, a partition that heals) releases
+    /// every queue held before, and the next round takes the client's share again from the
+    /// stored offsets. Must be longer than `heartbeat`.
+    pub member_expiry: Duration,
     /// How often the locks of ordered queues are renewed (20 s).
     pub lock_renew: Duration,
     /// How long a lock lives without renewal (30 s): after that the client stops trusting it.
@@ -308,6 +319,8 @@ impl Intervals {
     /// ([`IntervalsError::Conflict`]):
     /// - `lock_renew` shorter than `lock_lifetime`: otherwise every lock stops being trusted
     ///   before it is renewed, and ordered queues keep stopping;
+    /// - `heartbeat` shorter than `member_expiry`: otherwise the leases stop being trusted
+    ///   between two heartbeats;
     /// - `rebalance_min` at most `rebalance_wait`: it is the wait after an unbalanced round,
     ///   which must not be longer than the wait after a balanced one;
     /// - a nonzero `membership_settle` shorter than `rebalance_wait`, which caps every settling
@@ -340,6 +353,7 @@ impl Intervals {
             rebalance_min,
             lock_retry,
             heartbeat,
+            member_expiry,
             lock_renew,
             lock_lifetime,
             persist_offsets,
@@ -356,6 +370,7 @@ impl Intervals {
             ("rebalance_min", rebalance_min),
             ("lock_retry", lock_retry),
             ("heartbeat", heartbeat),
+            ("member_expiry", member_expiry),
             ("lock_renew", lock_renew),
             ("lock_lifetime", lock_lifetime),
             ("persist_offsets", persist_offsets),
@@ -387,6 +402,16 @@ impl Intervals {
                 other: "lock_lifetime",
                 other_value: lock_lifetime,
                 why: "every lock would stop being trusted before it is renewed, so ordered queues would keep stopping",
+            });
+        }
+        if heartbeat >= member_expiry {
+            return Err(IntervalsError::Conflict {
+                field: "heartbeat",
+                value: heartbeat,
+                requirement: "shorter than",
+                other: "member_expiry",
+                other_value: member_expiry,
+                why: "the directory would drop this client between two heartbeats, and its leases would stop being trusted before each one",
             });
         }
         if rebalance_min > rebalance_wait {
@@ -447,6 +472,7 @@ impl Default for Intervals {
             rebalance_min: Duration::from_secs(1),
             lock_retry: Duration::from_millis(500),
             heartbeat: Duration::from_secs(30),
+            member_expiry: Duration::from_secs(120),
             lock_renew: Duration::from_secs(20),
             lock_lifetime: Duration::from_secs(30),
             persist_offsets: Duration::from_secs(5),

@@ -8,16 +8,27 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::directory::Registration;
+use crate::membership::Membership;
+use crate::running::ConsumerActivity;
 use crate::{GroupDirectory, RemoteError};
 
-/// Sends one heartbeat; failures are logged (the next one retries) and returned.
+/// Sends one heartbeat; an accepted one vouches for the `membership` from when it was sent
+/// (see [`Membership::confirmed`]). Failures are logged (the next one retries) and returned.
 pub(crate) async fn beat(
     directory: &dyn GroupDirectory,
     registration: &Registration,
+    membership: &Membership,
 ) -> Result<(), RemoteError> {
+    let sent = Instant::now();
     let outcome = directory.register(registration).await;
     match &outcome {
-        Ok(()) => tracing::trace!(client = %registration.client_id, "heartbeat sent"),
+        Ok(()) => {
+            if membership.confirmed(sent, Instant::now()) {
+                tracing::trace!(client = %registration.client_id, "heartbeat sent");
+            } else {
+                tracing::info!(client = %registration.client_id, "heartbeat accepted after this client's membership had lapsed (or before it was first confirmed)");
+            }
+        }
         Err(e) => tracing::warn!(client = %registration.client_id, error = %e, "heartbeat failed"),
     }
     outcome
@@ -32,6 +43,7 @@ pub(crate) async fn run(
     mut registration: watch::Receiver<Arc<Registration>>,
     interval: Duration,
     now: Arc<Notify>,
+    activity: Arc<ConsumerActivity>,
     token: CancellationToken,
 ) {
     let mut ticker = tokio::time::interval_at(Instant::now() + interval, interval);
@@ -55,7 +67,7 @@ pub(crate) async fn run(
         // A heartbeat in flight stops with the token: the shutdown (which unregisters) does not
         // wait for a directory that does not answer.
         if token
-            .run_until_cancelled(beat(&*directory, &current))
+            .run_until_cancelled(beat(&*directory, &current, &activity.membership))
             .await
             .is_none()
         {

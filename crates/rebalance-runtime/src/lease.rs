@@ -204,6 +204,26 @@ impl LeaseState {
         self.lock_valid_until().is_some_and(|until| now >= until)
     }
 
+    /// Whether the queue may still be consumed at `now`: not taken away, this client's
+    /// membership vouched for, and its lock (when locked) still trusted.
+    pub(crate) fn is_trusted(&self, now: Instant) -> bool {
+        !self.is_dropped() && self.activity.membership.is_trusted(now) && !self.lock_expired(now)
+    }
+
+    /// Until when the queue may be consumed without news from the runtime: the earlier of the
+    /// membership's and the lock's validity; `None` when the queue is taken away or the
+    /// membership is not vouched for.
+    pub(crate) fn trusted_until(&self) -> Option<Instant> {
+        if self.is_dropped() {
+            return None;
+        }
+        let membership = self.activity.membership.trusted_until()?;
+        Some(match self.lock_valid_until() {
+            Some(lock) => lock.min(membership),
+            None => membership,
+        })
+    }
+
     pub(crate) fn committed(&self) -> Option<i64> {
         let offset = self.committed.load(Ordering::Acquire);
         (offset >= 0).then_some(offset)
@@ -326,6 +346,34 @@ impl QueueLease {
         self.token().cancelled().await
     }
 
+    /// Whether this client may consume the queue at `now`: it was not taken away, the group
+    /// certainly still counts this client as a member (a heartbeat was accepted less than
+    /// [`member_expiry`](crate::config::Intervals::member_expiry) ago, and none came after a
+    /// gap: see below), and its broker lock, when the consumer locks its queues, is still
+    /// trusted. Check it before each pull and before each batch: a consumer that was frozen (a
+    /// GC pause, a stopped VM) or cut off from the brokers for longer than `member_expiry` may
+    /// find its queues split among the other members, and must consume nothing more of them.
+    ///
+    /// An untrusted lease does not become trusted again: once the membership ran out, the
+    /// runtime releases every queue held before it (reason
+    /// [`MembershipLapsed`](crate::RemovalReason::MembershipLapsed)), without writing their
+    /// offsets, as soon as a heartbeat is accepted again, and its next round takes the share
+    /// again from the stored offsets, with new leases. Meanwhile, no offset of the lease is
+    /// persisted. The push consumer checks it before each pull and each batch.
+    pub fn is_trusted(&self, now: Instant) -> bool {
+        self.state.is_trusted(now) && !self.parent.is_cancelled()
+    }
+
+    /// Until when the queue may be consumed without news from the runtime (see
+    /// [`is_trusted`](Self::is_trusted)): the earlier of the membership's validity (the last
+    /// accepted heartbeat's sending plus `member_expiry`) and the broker lock's (its last grant's
+    /// request plus `lock_lifetime`), both renewed as the runtime hears from the brokers.
+    /// `None` when the queue was taken away, or the membership is not vouched for (not
+    /// confirmed yet, or lapsed). An instant in the past means it ran out.
+    pub fn trusted_until(&self) -> Option<Instant> {
+        self.state.trusted_until()
+    }
+
     /// Whether the queue has been taken away.
     pub fn is_cancelled(&self) -> bool {
         self.state.is_dropped()
@@ -440,9 +488,9 @@ impl QueueLease {
     }
 
     /// Waits for the right to process one batch of this queue; `None` once the queue is taken
-    /// away, and while its broker lock is older than `lock_lifetime` without a renewal (it may
+    /// away, while its broker lock is older than `lock_lifetime` without a renewal (it may
     /// belong to someone else by then: consumption pauses until the lock is renewed, or the
-    /// queue is taken away). Hold the guard while processing (ordered consumption, or
+    /// queue is taken away), and while the lease is not [trusted](Self::is_trusted). Hold the guard while processing (ordered consumption, or
     /// concurrent consumption with `exclusive_hand_off`): the runtime releases the queue's broker
     /// lock only when no guard is held, or after `force_unlock_after`.
     ///
@@ -462,9 +510,9 @@ impl QueueLease {
         // this lock, or this sees the queue dropped.
         fence(Ordering::SeqCst);
         let usable =
-            !self.state.dropped.load(Ordering::SeqCst) && !self.state.lock_expired(Instant::now());
+            !self.state.dropped.load(Ordering::SeqCst) && self.state.is_trusted(Instant::now());
         if !usable {
-            tracing::debug!(queue = ?self.queue, "no consume guard: the queue is released or its lock expired");
+            tracing::debug!(queue = ?self.queue, "no consume guard: the queue is released, its lock expired, or this client's membership is not vouched for");
         }
         usable.then_some(ConsumeGuard { _guard: guard })
     }
@@ -562,6 +610,38 @@ mod tests {
         assert_eq!(state.lock_valid_until(), None);
         let locked = LeaseState::new(Some(Instant::now()));
         assert!(locked.lock_valid_until().is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_is_trusted_while_the_membership_and_the_lock_are_and_it_is_held() {
+        use crate::membership::Membership;
+        let expiry = Duration::from_secs(10);
+        let activity = Arc::new(ConsumerActivity::new(Membership::new(expiry)));
+        let state = Arc::new(LeaseState::with_activity(None, activity.clone()));
+        let parent = Arc::new(CancellationToken::new());
+        let queue = MessageQueue::new("T", "b", 0);
+        let lease = QueueLease::new(queue, StartPosition::Latest, parent, state.clone());
+        let t0 = Instant::now();
+        assert!(!lease.is_trusted(t0), "no heartbeat accepted yet");
+        assert_eq!(lease.trusted_until(), None);
+        assert!(lease.consume_guard().await.is_none());
+        let membership = &activity.membership;
+        membership.confirmed(t0, t0);
+        membership.restore(membership.take_regained().unwrap());
+        assert!(lease.is_trusted(t0));
+        assert_eq!(lease.trusted_until(), Some(t0 + expiry));
+        assert!(lease.consume_guard().await.is_some());
+        // A lock trusted for less bounds it.
+        state.set_lock_valid_until(t0 + Duration::from_secs(4));
+        assert_eq!(lease.trusted_until(), Some(t0 + Duration::from_secs(4)));
+        assert!(!lease.is_trusted(t0 + Duration::from_secs(4)));
+        state.set_lock_valid_until(t0 + Duration::from_secs(60));
+        assert!(!lease.is_trusted(t0 + expiry), "the membership ran out");
+        tokio::time::sleep(expiry).await;
+        assert!(lease.consume_guard().await.is_none());
+        state.drop_lease();
+        assert_eq!(lease.trusted_until(), None);
+        assert!(!lease.is_trusted(t0));
     }
 
     /// The token made on one thread while the queue is released on another is cancelled,

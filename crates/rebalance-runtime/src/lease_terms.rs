@@ -43,6 +43,11 @@ pub enum RemovalReason {
     /// An operator reset the queue's offset (RocketMQ: `RESET_CONSUMER_CLIENT_OFFSET`): the
     /// new offset is persisted and the queue added again at once, starting there.
     OffsetReset,
+    /// This client's membership lapsed: no heartbeat was accepted for `member_expiry` (it was
+    /// frozen, or cut off from the brokers), so the other members may have split its queues.
+    /// Released, without writing its offset, once a heartbeat is accepted again; the next
+    /// round takes the client's share again from the stored offsets.
+    MembershipLapsed,
 }
 
 impl RemovalReason {
@@ -55,6 +60,7 @@ impl RemovalReason {
             RemovalReason::Shutdown => "shutdown",
             RemovalReason::Lost => "lost",
             RemovalReason::OffsetReset => "offset_reset",
+            RemovalReason::MembershipLapsed => "membership_lapsed",
         }
     }
 }

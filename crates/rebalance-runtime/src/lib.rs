@@ -90,6 +90,7 @@ mod lease;
 mod lease_terms;
 mod listener;
 mod locker;
+mod membership;
 #[cfg(feature = "memory")]
 pub mod memory;
 pub mod metrics;

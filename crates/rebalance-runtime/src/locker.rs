@@ -36,6 +36,26 @@ pub trait QueueLocker: Send + Sync + 'static {
         client: &ClientId,
         queues: &[MessageQueue],
     ) -> Result<(), RemoteError>;
+
+    /// Releases the locks `departed`, a client that left `group`, may still hold on `queues`,
+    /// at each broker of those queues that does not list `departed` as a member of `group` any
+    /// more (asked just before); returns the queues it asked those brokers to unlock (a lock
+    /// held by another client stays). The runtime calls it with every queue of the subscribed
+    /// topics, once `departed` has been missing from the member list for `lock_lifetime`:
+    /// longer than that client trusts a lock it has not renewed, and it renewed nothing since
+    /// it left (see `Service::take_over_departed`). Without it, the queues of a member that
+    /// died wait for its locks to expire at the broker (RocketMQ: 60 s after its last renewal).
+    ///
+    /// The default does nothing (`Ok` with no queue): the locks expire at the broker.
+    async fn unlock_departed(
+        &self,
+        group: &str,
+        departed: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        let _ = (group, departed, queues);
+        Ok(Vec::new())
+    }
 }
 
 /// The answer to [`QueueLocker::lock`]: every queue asked for is in exactly one of the lists.

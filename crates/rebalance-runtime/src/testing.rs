@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::{LeaseState, QueueLease};
 use crate::lease_terms::StartPosition;
+use crate::membership::Membership;
 use crate::running::ConsumerActivity;
 
 /// A lease that no consumer manages: the test plays the runtime's part (cancels it, grants and
@@ -42,7 +43,32 @@ pub struct DetachedLease {
 impl DetachedLease {
     /// A lease of `queue` starting at `start`, of a consumer that locks no queue.
     pub fn new(queue: MessageQueue, start: StartPosition) -> Self {
-        Self::build(queue, start, None, None)
+        Self::build(queue, start, None, None, Membership::unconditional())
+    }
+
+    /// A lease of `queue` starting at `start` whose consumer's membership was vouched for by a
+    /// heartbeat sent now, and lapses `member_expiry` later
+    /// ([`QueueLease::is_trusted`] turns false) unless
+    /// [`confirm_membership`](Self::confirm_membership) extends it: a frozen or cut-off client.
+    pub fn with_member_expiry(
+        queue: MessageQueue,
+        start: StartPosition,
+        member_expiry: Duration,
+    ) -> Self {
+        let membership = Membership::new(member_expiry);
+        let now = Instant::now();
+        membership.confirmed(now, now);
+        if let Some(sent) = membership.take_regained() {
+            membership.restore(sent);
+        }
+        Self::build(queue, start, None, None, membership)
+    }
+
+    /// A heartbeat sent and accepted now: extends the membership's trust (not across a gap:
+    /// a lapsed membership stays lapsed, as the runtime's does until its service restores it).
+    pub fn confirm_membership(&self) {
+        let now = Instant::now();
+        self.state.activity.membership.confirmed(now, now);
     }
 
     /// A lease of `queue` whose broker lock is trusted until `lock_valid_until`, of a consumer
@@ -59,6 +85,7 @@ impl DetachedLease {
             start,
             Some(lock_valid_until),
             Some(force_unlock_after),
+            Membership::unconditional(),
         )
     }
 
@@ -67,9 +94,11 @@ impl DetachedLease {
         start: StartPosition,
         lock_valid_until: Option<Instant>,
         guarded_release: Option<Duration>,
+        membership: Membership,
     ) -> Self {
         let token = CancellationToken::new();
-        let activity = Arc::new(ConsumerActivity::new().guarding_releases(guarded_release));
+        let activity =
+            Arc::new(ConsumerActivity::new(membership).guarding_releases(guarded_release));
         let state = Arc::new(LeaseState::with_activity(lock_valid_until, activity));
         let lease = QueueLease::new(queue, start, Arc::new(token.clone()), state.clone());
         Self {

@@ -32,8 +32,11 @@ impl WakeReasons {
     pub const LOCK_LOST: Self = Self(1 << 8);
     /// An operator reset offsets of held queues: they were released and are taken again.
     pub const OFFSET_RESET: Self = Self(1 << 9);
+    /// A heartbeat was accepted after this client's membership had lapsed: every queue held
+    /// before was released, and the share is taken again.
+    pub const MEMBERSHIP_REGAINED: Self = Self(1 << 10);
 
-    const NAMES: [(Self, &'static str); 10] = [
+    const NAMES: [(Self, &'static str); 11] = [
         (Self::START, "start"),
         (Self::INTERVAL, "interval"),
         (Self::RETRY, "retry"),
@@ -44,6 +47,7 @@ impl WakeReasons {
         (Self::LOCK_RETRY, "lock_retry"),
         (Self::LOCK_LOST, "lock_lost"),
         (Self::OFFSET_RESET, "offset_reset"),
+        (Self::MEMBERSHIP_REGAINED, "membership_regained"),
     ];
 
     /// Whether every reason of `other` is present.

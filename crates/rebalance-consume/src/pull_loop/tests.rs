@@ -747,3 +747,41 @@ async fn only_a_clustering_consumers_pulls_carry_the_commit_offset() {
         stop.cancel();
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_whose_lease_is_no_longer_trusted_neither_pulls_nor_consumes() {
+    let expiry = Duration::from_secs(10);
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 10);
+    let stop = CancellationToken::new();
+    let recorder = Arc::new(Recorder::default());
+    let shared = concurrent(
+        source.clone(),
+        recorder.clone(),
+        ConsumeOptions::default(),
+        &stop,
+    );
+    let detached = DetachedLease::with_member_expiry(q.clone(), StartPosition::Offset(0), expiry);
+    let lease = detached.lease();
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(recorder.offsets().len(), 10);
+    // No heartbeat vouches for the membership past 10 s (the process was frozen, or cut off):
+    // what the pull held at that moment brings is not consumed, and no pull follows.
+    sleep(expiry).await;
+    let lapsed = Instant::now();
+    source.append(&q, 10);
+    sleep(Duration::from_secs(30)).await;
+    assert_eq!(recorder.offsets().len(), 10, "nothing consumed untrusted");
+    assert_eq!(lease.committed(), Some(10));
+    let pulls_after: Vec<_> = source
+        .pulls()
+        .into_iter()
+        .filter(|(at, _, _)| *at > lapsed)
+        .collect();
+    assert!(pulls_after.is_empty(), "pulled untrusted: {pulls_after:?}");
+    detached.cancel();
+    task.await.unwrap();
+    stop.cancel();
+}

@@ -105,6 +105,20 @@ impl BrokerClient {
         (addrs, error)
     }
 
+    /// GET_CONSUMER_LIST_BY_GROUP at the broker `addr`: the members of `group` it lists.
+    pub(super) async fn consumer_ids_at(
+        &self,
+        addr: &str,
+        group: &str,
+    ) -> Result<Vec<ClientId>, RemoteError> {
+        let op = self.group_op("consumer list", group);
+        let request = RemotingCommand::request(request_code::GET_CONSUMER_LIST_BY_GROUP)
+            .with_ext("consumerGroup", self.wire(group));
+        self.call(addr, &op, request)
+            .await
+            .and_then(|r| consumer_list(&r))
+    }
+
     /// Sends the last heartbeat of every registration heartbeated at `addr` there again (the
     /// connection to it was made again).
     pub(super) async fn heartbeat_again(&self, addr: &str) {
@@ -202,9 +216,14 @@ impl GroupDirectory for BrokerClient {
     /// master is down, and it only knows the members that heartbeated it. Each subscription
     /// carries the version of when its topic was subscribed (a topic added at run time carries
     /// a newer one), and every broker heartbeated is remembered for
-    /// [`unregister`](GroupDirectory::unregister). The heartbeat fails when a master fails, or when
-    /// no master serves the topics (the slaves are heartbeated all the same); a slave that fails
-    /// is only logged (slaves come and go, and the next heartbeat tries again).
+    /// [`unregister`](GroupDirectory::unregister). The heartbeat fails when every master fails,
+    /// or when no master serves the topics (the slaves are heartbeated all the same); a master
+    /// that fails while another accepts, and a slave that fails, are only logged (the next
+    /// heartbeat tries them again). An accepted heartbeat vouches for the client's membership
+    /// ([`Intervals::member_expiry`](rebalance_runtime::config::Intervals::member_expiry)): a
+    /// broker that accepted it keeps listing the client, and one broker down must not stop the
+    /// consumption of every other broker's queues. (A member cut off from some brokers only,
+    /// while the others reach them all, stays trusted through the brokers it reaches.)
     ///
     /// A broker heartbeated before that serves none of the subscribed topics any more (their
     /// only broker when topics were dropped) gets UNREGISTER_CLIENT with this heartbeat, so
@@ -258,12 +277,15 @@ impl GroupDirectory for BrokerClient {
         if let Some(addr) = accepted_by {
             self.check_client_ids_if_due(addr, registration);
         }
-        first_failure(
-            failures
-                .into_iter()
-                .filter(|(addr, _)| addrs.masters.contains(addr))
-                .collect(),
-        )
+        let failed_masters: Vec<(String, RemoteError)> = failures
+            .into_iter()
+            .filter(|(addr, _)| addrs.masters.contains(addr))
+            .collect();
+        if accepted_by.is_some() && !failed_masters.is_empty() {
+            tracing::warn!(client = %registration.client_id, group = %registration.group, failed = failed_masters.len(), masters = addrs.masters.len(), "heartbeat accepted by some masters only; the others are tried again by the next heartbeat");
+            return Ok(());
+        }
+        first_failure(failed_masters)
     }
 
     /// UNREGISTER_CLIENT at every broker address of the subscribed topics, and at every broker
@@ -321,15 +343,8 @@ impl GroupDirectory for BrokerClient {
             .filter_map(|b| b.any_addr().map(str::to_string))
             .collect();
         let mut last_error = RemoteError::Unreachable(format!("no broker serves topic `{topic}`"));
-        let op = self.group_op("consumer list", group);
         for addr in &addrs {
-            let request = RemotingCommand::request(request_code::GET_CONSUMER_LIST_BY_GROUP)
-                .with_ext("consumerGroup", self.wire(group));
-            match self
-                .call(addr, &op, request)
-                .await
-                .and_then(|r| consumer_list(&r))
-            {
+            match self.consumer_ids_at(addr, group).await {
                 Ok(ids) => {
                     tracing::debug!(broker = %addr, group, topic, members = ids.len(), "consumer list");
                     return Ok(ids);

@@ -178,6 +178,65 @@ impl QueueLocker for BrokerClient {
         }
         first_error.map_or(Ok(()), Err)
     }
+
+    /// At each broker master of `queues`: asks for the group's members, and when `departed` is
+    /// not among them, UNLOCK_BATCH_MQ of its queues in `departed`'s name (the broker drops a
+    /// lock only when that client holds it). A broker that still lists `departed` keeps its
+    /// locks (it heartbeats there, so it may renew them). Returns the queues asked to unlock;
+    /// fails only when no broker could be asked.
+    async fn unlock_departed(
+        &self,
+        group: &str,
+        departed: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        if queues.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (by_master, unknown) = self.by_master(queues).await;
+        let mut first_error = unknown.into_iter().map(|(_, e)| e).next();
+        let wire_group = self.wire(group);
+        let mut unlocked = Vec::new();
+        let mut answered = false;
+        for (addr, asked) in &by_master {
+            match self.consumer_ids_at(addr, group).await {
+                Ok(ids) if ids.contains(departed) => {
+                    answered = true;
+                    tracing::debug!(broker = %addr, group, %departed, "the broker still lists the member: its locks stay");
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(broker = %addr, group, %departed, error = %e, "cannot ask the broker whether a departed member is listed; its locks there stay");
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            }
+            let request = lock_request(
+                request_code::UNLOCK_BATCH_MQ,
+                &wire_group,
+                departed,
+                asked,
+                |t| self.wire(t),
+            );
+            let op = self.lock_op("unlock", group, asked);
+            match self.call_ok(addr, &op, request).await {
+                Ok(_) => {
+                    answered = true;
+                    tracing::debug!(broker = %addr, group, %departed, asked = asked.len(), "unlocked a departed member's queues");
+                    unlocked.extend(asked.iter().map(|q| (*q).clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(broker = %addr, group, %departed, error = %e, "unlock failed");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) if !answered => Err(e),
+            _ => Ok(unlocked),
+        }
+    }
 }
 
 #[cfg(test)]

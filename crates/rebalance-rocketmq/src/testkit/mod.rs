@@ -108,6 +108,16 @@ pub enum TestkitError {
     /// No such broker in the cluster.
     #[error("no broker `{0}` in the test cluster")]
     UnknownBroker(String),
+    /// No name server of that index in the cluster.
+    #[error(
+        "no name server {index} in the test cluster: it runs {count} (ClusterOptions::name_servers)"
+    )]
+    UnknownNameServer {
+        /// The index asked for (0: the first).
+        index: usize,
+        /// How many run.
+        count: usize,
+    },
     /// The disk holding a broker's store is too full for broker 1.0 to start: it refuses above
     /// 90 % used (its `diskSpaceWarningLevelRatio`, which it caps at 90), and exits with status
     /// 70 and no word of the reason.
@@ -218,6 +228,10 @@ pub struct ClusterOptions {
     /// stores, when the cluster stops, so that a cluster started on it again finds its topics,
     /// offsets and messages. `None`: a temporary directory, deleted when the cluster is dropped.
     pub dir: Option<PathBuf>,
+    /// How many name servers run (at least 1): independent ones, as RocketMQ's are, every
+    /// broker registering with each. The first is [`TestCluster::namesrv_addr`]; all of them,
+    /// as clients are given them, [`TestCluster::namesrv_addrs`].
+    pub name_servers: usize,
 }
 
 impl Default for ClusterOptions {
@@ -233,6 +247,7 @@ impl Default for ClusterOptions {
             server_side_reset: true,
             namesrv_port: None,
             dir: None,
+            name_servers: 1,
         }
     }
 }
@@ -263,6 +278,8 @@ pub struct TestCluster {
     binaries: ServerBinaries,
     namesrv_port: u16,
     name_server: ServerProcess,
+    /// The name servers after the first ([`ClusterOptions::name_servers`]), with their ports.
+    more_name_servers: Vec<(u16, ServerProcess)>,
     brokers: Vec<Broker>,
     // Dropped last: the servers are stopped before their files go.
     dir: Option<ClusterDir>,
@@ -366,45 +383,37 @@ impl TestCluster {
                     .map_err(io("cannot create the cluster directory"))?,
             ),
         };
-        let ns_dir = dir.path().join("namesrv");
-        std::fs::create_dir_all(&ns_dir).map_err(io("cannot create the name server directory"))?;
-        let mut config = format!(
-            "rocketmqHome = {}\nkvConfigPath = {}\nconfigStorePath = {}\n",
-            toml_str(&ns_dir.display().to_string()),
-            toml_str(&ns_dir.join("kvConfig.json").display().to_string()),
-            toml_str(&ns_dir.join("namesrv.properties").display().to_string()),
-        );
-        if options.namesrv_tls_test_mode {
-            // Read as a Java property too: a self-signed certificate, TLS beside plaintext.
-            config.push_str("tls.test.mode.enable = true\n");
+        let name_server = name_server_process(
+            dir.path(),
+            "namesrv",
+            &binaries,
+            &options,
+            namesrv_port,
+            health_port,
+        )?;
+        let mut more_name_servers = Vec::new();
+        for i in 1..options.name_servers.max(1) {
+            let port = ports.any()?;
+            let health_port = ports.any()?;
+            let name = format!("namesrv-{}", i + 1);
+            let process =
+                name_server_process(dir.path(), &name, &binaries, &options, port, health_port)?;
+            more_name_servers.push((port, process));
         }
-        let config_path = ns_dir.join("namesrv.toml");
-        std::fs::write(&config_path, config).map_err(io("cannot write the name server config"))?;
-        let name_server = ServerProcess::new(
-            "name server",
-            &binaries.namesrv,
-            vec![
-                "-c".into(),
-                config_path.into_os_string(),
-                "--bindAddress".into(),
-                "127.0.0.1".into(),
-                "--listenPort".into(),
-                namesrv_port.to_string().into(),
-            ],
-            server_env(&ns_dir, health_port),
-            dir.path().join("namesrv.log"),
-            loopback(health_port),
-        );
         let mut cluster = TestCluster {
             options,
             binaries,
             namesrv_port,
             name_server,
+            more_name_servers,
             brokers: Vec::new(),
             dir: Some(dir),
         };
         ports.release();
         cluster.name_server.start(cluster.options.start_timeout)?;
+        for (_, name_server) in &mut cluster.more_name_servers {
+            name_server.start(cluster.options.start_timeout)?;
+        }
         let first = cluster.options.broker_name.clone();
         cluster.add_broker(&first)?;
         Ok(cluster)
@@ -427,9 +436,32 @@ impl TestCluster {
         &self.options
     }
 
-    /// The name server's address, `127.0.0.1:port`.
+    /// The (first) name server's address, `127.0.0.1:port`.
     pub fn namesrv_addr(&self) -> String {
         format!("127.0.0.1:{}", self.namesrv_port)
+    }
+
+    /// Every name server's address, as clients and brokers are given them: `host:port;host:port`
+    /// ([`ClusterOptions::name_servers`]; the first is [`namesrv_addr`](Self::namesrv_addr)).
+    pub fn namesrv_addrs(&self) -> String {
+        std::iter::once(self.namesrv_port)
+            .chain(self.more_name_servers.iter().map(|(port, _)| *port))
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
+    /// The name server `index` (0: the first), or an error naming how many there are.
+    fn name_server_at(&mut self, index: usize) -> Result<&mut ServerProcess, TestkitError> {
+        let count = 1 + self.more_name_servers.len();
+        match index {
+            0 => Ok(&mut self.name_server),
+            i => self
+                .more_name_servers
+                .get_mut(i - 1)
+                .map(|(_, process)| process)
+                .ok_or(TestkitError::UnknownNameServer { index: i, count }),
+        }
     }
 
     /// A new remoting client that signs its requests with the cluster's credentials, when it
@@ -538,7 +570,7 @@ diskMaxUsedSpaceRatio = 95
 diskSpaceWarningLevelRatio = 99
 diskSpaceCleanForciblyRatio = 98
 "#,
-            namesrv = toml_str(&self.namesrv_addr()),
+            namesrv = toml_str(&self.namesrv_addrs()),
             expiry = self.options.channel_expired_timeout.as_millis(),
             server_side_reset = self.options.server_side_reset,
             name_str = toml_str(name),
@@ -569,7 +601,7 @@ diskSpaceCleanForciblyRatio = 98
                 "-c".into(),
                 config_path.into_os_string(),
                 "-n".into(),
-                self.namesrv_addr().into(),
+                self.namesrv_addrs().into(),
             ],
             server_env(&home, health_port),
             self.dir_path().join(format!("{name}.log")),
@@ -635,10 +667,25 @@ diskSpaceCleanForciblyRatio = 98
         self.name_server.start(timeout)
     }
 
+    /// Kills name server `index` (0: the first; see [`ClusterOptions::name_servers`]) with
+    /// SIGKILL: its routes are gone with it, and it says nothing to anyone.
+    pub fn kill_name_server(&mut self, index: usize) -> Result<(), TestkitError> {
+        self.name_server_at(index)?.kill();
+        Ok(())
+    }
+
+    /// Starts name server `index` again on the same port, empty: it routes a broker again at
+    /// the broker's next periodic registration (every 10 s in the kit).
+    pub fn start_name_server_at(&mut self, index: usize) -> Result<(), TestkitError> {
+        let timeout = self.options.start_timeout;
+        self.name_server_at(index)?.start(timeout)
+    }
+
     /// The process ids of the servers started and not stopped since: the name server's first,
     /// then the brokers' in the order they were added.
     pub fn server_pids(&self) -> Vec<u32> {
         std::iter::once(&self.name_server)
+            .chain(self.more_name_servers.iter().map(|(_, process)| process))
             .chain(self.brokers.iter().map(|b| &b.process))
             .filter_map(ServerProcess::pid)
             .collect()
@@ -720,6 +767,51 @@ diskSpaceCleanForciblyRatio = 98
     }
 }
 
+/// A name server of the cluster in `dir/name` (its files, and `dir/name.log`), on `port`.
+fn name_server_process(
+    dir: &Path,
+    name: &str,
+    binaries: &ServerBinaries,
+    options: &ClusterOptions,
+    port: u16,
+    health_port: u16,
+) -> Result<ServerProcess, TestkitError> {
+    let ns_dir = dir.join(name);
+    std::fs::create_dir_all(&ns_dir).map_err(io("cannot create the name server directory"))?;
+    let mut config = format!(
+        "rocketmqHome = {}\nkvConfigPath = {}\nconfigStorePath = {}\n",
+        toml_str(&ns_dir.display().to_string()),
+        toml_str(&ns_dir.join("kvConfig.json").display().to_string()),
+        toml_str(&ns_dir.join("namesrv.properties").display().to_string()),
+    );
+    if options.namesrv_tls_test_mode {
+        // Read as a Java property too: a self-signed certificate, TLS beside plaintext.
+        config.push_str("tls.test.mode.enable = true\n");
+    }
+    let config_path = ns_dir.join("namesrv.toml");
+    std::fs::write(&config_path, config).map_err(io("cannot write the name server config"))?;
+    let label = if name == "namesrv" {
+        "name server".to_string()
+    } else {
+        format!("name server {name}")
+    };
+    Ok(ServerProcess::new(
+        label,
+        &binaries.namesrv,
+        vec![
+            "-c".into(),
+            config_path.into_os_string(),
+            "--bindAddress".into(),
+            "127.0.0.1".into(),
+            "--listenPort".into(),
+            port.to_string().into(),
+        ],
+        server_env(&ns_dir, health_port),
+        dir.join(format!("{name}.log")),
+        loopback(health_port),
+    ))
+}
+
 /// `config` (a broker's TOML, its `[broker]` table first) with authentication enforced for one
 /// super user named by `credentials`' access key, whose password is its secret key.
 fn authenticated(config: &str, auth_dir: &Path, credentials: &Credentials) -> String {
@@ -776,11 +868,17 @@ impl Drop for TestCluster {
             broker.process.terminate();
         }
         self.name_server.terminate();
+        for (_, name_server) in &mut self.more_name_servers {
+            name_server.terminate();
+        }
         let deadline = Instant::now() + self.options.stop_grace;
         for broker in &mut self.brokers {
             broker.process.reap(deadline);
         }
         self.name_server.reap(deadline);
+        for (_, name_server) in &mut self.more_name_servers {
+            name_server.reap(deadline);
+        }
         if std::thread::panicking() {
             if let Some(ClusterDir::Temporary(dir)) = self.dir.take() {
                 let kept = dir.keep();

@@ -463,6 +463,51 @@ pub async fn locks_are_exclusive_renewed_and_released(b: &dyn Backend) {
     );
 }
 
+/// A departed member's locks: `unlock_departed` drops them only where the broker no longer
+/// lists that member, and never another client's lock; after it the queue's lock is free.
+pub async fn a_departed_members_locks_are_dropped_only_once_it_is_not_listed(b: &dyn Backend) {
+    let group = "ContractDeparted";
+    let topic = "ContractDeparted";
+    b.create_topic(topic, 1).await;
+    let queue = [b.queue(topic, 0)];
+    let (a, c) = (
+        ClientId::from("127.0.0.1@departed-a"),
+        ClientId::from("127.0.0.1@departed-c"),
+    );
+    let registration = Registration {
+        client_id: a.clone(),
+        group: group.to_owned(),
+        message_model: MessageModel::Clustering,
+        consume_order: ConsumeOrder::Orderly,
+        consume_from: ConsumeFrom::LastOffset,
+        subscriptions: vec![Subscription::all(topic)],
+    };
+    let directory = b.directory();
+    directory.register(&registration).await.unwrap();
+    let locker = b.locker();
+    assert_eq!(locker.lock(group, &a, &queue).await.unwrap().granted, queue);
+    // Listed: its locks stay.
+    let asked = locker.unlock_departed(group, &a, &queue).await.unwrap();
+    assert!(asked.is_empty(), "{}: {asked:?}", b.name());
+    let refused = locker.lock(group, &c, &queue).await.unwrap();
+    assert!(refused.granted.is_empty(), "{}: {refused:?}", b.name());
+    // Gone from the group: dropped, and the lock is free.
+    directory.unregister(&registration).await.unwrap();
+    let asked = eventually("a is no longer listed", Duration::from_secs(10), || async {
+        let asked = locker.unlock_departed(group, &a, &queue).await.ok()?;
+        (!asked.is_empty()).then_some(asked)
+    })
+    .await;
+    assert_eq!(asked, queue, "{}", b.name());
+    let taken = locker.lock(group, &c, &queue).await.unwrap();
+    assert_eq!(taken.granted, queue, "{}", b.name());
+    // In a's name, c's lock is not a's: it stays.
+    locker.unlock_departed(group, &a, &queue).await.unwrap();
+    let d = ClientId::from("127.0.0.1@departed-d");
+    let still = locker.lock(group, &d, &queue).await.unwrap();
+    assert!(still.granted.is_empty(), "{}: {still:?}", b.name());
+}
+
 /// A lock nobody renews expires after the broker's lock lifetime, and another client gets it;
 /// before that it is still refused.
 pub async fn an_unrenewed_lock_expires(b: &dyn Backend) {

@@ -10,6 +10,7 @@ use super::{ConsumerBuilder, ConsumerError};
 use crate::allocation::{Allocation, ServerAllocation};
 use crate::config::{ConsumeOrder, MessageModel};
 use crate::context::{Context, Subscriptions, retry_subscription, uses_locks};
+use crate::membership::Membership;
 use crate::offset_store::OffsetScope;
 
 /// A configuration that [`ConsumerBuilder::check`] found workable.
@@ -77,6 +78,11 @@ impl ConsumerBuilder {
         let listener = self
             .listener
             .ok_or(ConsumerError::Missing("a queue listener"))?;
+        // Broadcasting: every member consumes every queue, so no queue is ever someone else's.
+        let membership = match self.message_model {
+            MessageModel::Clustering => Membership::new(self.intervals.member_expiry),
+            MessageModel::Broadcasting => Membership::unconditional(),
+        };
         let retry_topic =
             retry_subscription(&self.group, self.message_model, self.consume_retry_topic);
         let guarded_release = uses_locks(
@@ -108,7 +114,8 @@ impl ConsumerBuilder {
             listener,
             retry_topic,
             activity: Arc::new(
-                crate::running::ConsumerActivity::new().guarding_releases(guarded_release),
+                crate::running::ConsumerActivity::new(membership)
+                    .guarding_releases(guarded_release),
             ),
         });
         Ok(Checked {

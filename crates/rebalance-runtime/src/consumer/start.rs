@@ -84,7 +84,11 @@ impl ConsumerBuilder {
             caught(route_sync.poll_all())
                 .await
                 .map_err(|message| ("route sync", message))?;
-            caught(heartbeat::beat(&*ctx.directory, &registration))
+            caught(heartbeat::beat(
+                &*ctx.directory,
+                &registration,
+                &ctx.activity.membership,
+            ))
                 .await
                 .map_err(|message| ("heartbeat", message))
         }
@@ -131,6 +135,7 @@ impl ConsumerBuilder {
                             registration_rx,
                             ctx.intervals.heartbeat,
                             heartbeat_now.clone(),
+                            ctx.activity.clone(),
                             token.clone(),
                         ),
                         failure.clone(),

@@ -826,6 +826,41 @@ impl QueueLocker for ClusterClient {
             )))
         })
     }
+
+    /// Frees `departed`'s locks on `queues` when the group no longer lists it (after expiring
+    /// silent members), as a broker checks its own member list; queues of a broker set down
+    /// are left alone.
+    async fn unlock_departed(
+        &self,
+        group: &str,
+        departed: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        let config = self.state.config;
+        self.call(ClusterCall::Unlock, |inner| {
+            let now = Instant::now();
+            let listed = inner.groups.get_mut(group).is_some_and(|g| {
+                expire(g, now, config);
+                g.members.contains_key(departed)
+            });
+            if listed {
+                return Vec::new();
+            }
+            let mut asked = Vec::new();
+            for q in queues {
+                if inner.lock_brokers_down.contains(&*q.broker_name) {
+                    continue;
+                }
+                let key = (group.to_string(), q.clone());
+                if inner.locks.get(&key).is_some_and(|l| l.owner == *departed) {
+                    inner.locks.remove(&key);
+                }
+                asked.push(q.clone());
+            }
+            asked
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

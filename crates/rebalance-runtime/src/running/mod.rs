@@ -20,6 +20,7 @@ use rebalance_core::{ClientId, MessageQueue};
 use tokio::time::Instant;
 
 use crate::config::{ConsumeFrom, ConsumeOrder, MessageModel};
+use crate::membership::Membership;
 use crate::subscription::Subscription;
 
 pub(crate) use meter::{ConsumeMeter, TopicMeter};
@@ -182,9 +183,12 @@ pub fn epoch_millis(time: SystemTime) -> i64 {
 }
 
 /// What the leases of one consumer share with its service: the consume figures, the wake-up
-/// for offsets to persist at once, and the clocks.
+/// for offsets to persist at once, the clocks, and until when its membership is vouched for.
 #[derive(Debug)]
 pub(crate) struct ConsumerActivity {
+    /// Until when the group certainly still counts this client (see [`Membership`]): the
+    /// heartbeat task confirms it, the service restores it after a gap, the leases read it.
+    pub(crate) membership: Membership,
     pub(crate) clocks: Clocks,
     pub(crate) meter: ConsumeMeter,
     /// Notified when a lease asks for its offset to be persisted now; the service persists
@@ -203,9 +207,11 @@ pub(crate) struct ConsumerActivity {
 static NEXT_CONSUMER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl ConsumerActivity {
-    pub(crate) fn new() -> Self {
+    /// The activity of a consumer whose leases are trusted while `membership` says so.
+    pub(crate) fn new(membership: Membership) -> Self {
         let clocks = Clocks::now();
         Self {
+            membership,
             clocks,
             meter: ConsumeMeter::new(clocks.instant),
             persist_wake: tokio::sync::Notify::new(),
@@ -226,7 +232,8 @@ impl ConsumerActivity {
 }
 
 impl Default for ConsumerActivity {
+    /// With a membership that is always trusted.
     fn default() -> Self {
-        Self::new()
+        Self::new(Membership::unconditional())
     }
 }

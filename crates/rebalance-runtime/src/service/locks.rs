@@ -29,6 +29,16 @@ impl Service {
         if held.is_empty() {
             return;
         }
+        // Not vouched for: the other members may have been given these queues, and renewing
+        // the locks would keep them off (the leases are not trusted anyway, and are released
+        // as soon as a heartbeat is accepted).
+        if !self.membership_trusted() {
+            tracing::info!(
+                count = held.len(),
+                "this client's membership is not vouched for; not renewing its locks"
+            );
+            return;
+        }
         let now = Instant::now();
         let lifetime = self.ctx.intervals.lock_lifetime;
         let outcome = match locker

@@ -6,10 +6,12 @@
 
 mod added_failure;
 mod added_retries;
+mod departed;
 mod diff;
 mod directory_trouble;
 mod final_offsets;
 mod inputs_memo;
+mod lapse;
 mod lock_book;
 mod locks;
 mod membership;
@@ -107,6 +109,11 @@ pub(crate) struct Service {
     reset_starts: HashMap<rebalance_core::MessageQueue, i64>,
     /// Server-side assignment: the read modes set and answered.
     server: server_side::ServerSide,
+    /// When the membership was last trusted again after a gap: every release begun before
+    /// then writes no final offset (its progress may be behind the next owner's).
+    regained_at: Option<Instant>,
+    /// The members of the last complete view, and those missing since (for their locks).
+    departures: departed::Departures,
 }
 
 impl Service {
@@ -148,6 +155,8 @@ impl Service {
             resets: Some(resets),
             reset_starts: HashMap::new(),
             server: server_side::ServerSide::default(),
+            regained_at: None,
+            departures: departed::Departures::default(),
         }
     }
 
@@ -204,6 +213,7 @@ impl Service {
                     }
                 },
                 _ = activity.persist_wake.notified() => self.persist_requested().await,
+                _ = activity.membership.regained.notified() => self.regain_membership().await,
                 changed = changed(&mut membership) => {
                     if changed {
                         tracing::debug!("directory says the group's membership changed");
@@ -279,6 +289,8 @@ impl Service {
     }
 
     async fn run_round(&mut self) {
+        // A heartbeat accepted after a gap is acted upon before anything is added.
+        self.regain_membership().await;
         let give_back = self.schedule.giving_back();
         let reasons = self
             .schedule
@@ -328,6 +340,8 @@ impl Service {
         } else {
             self.targets(&subscribed, &routes).await
         };
+        // Before any lock request: the locks of members gone for lock_lifetime are dropped.
+        self.take_over_departed(&routes).await;
         for (topic, target) in &mut targets {
             if !matches!(target, Target::NotYet) {
                 let decided = std::mem::replace(target, Target::NotYet);

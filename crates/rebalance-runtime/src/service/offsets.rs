@@ -27,7 +27,9 @@ impl Service {
     /// offsets the store refused earlier.
     pub(super) async fn persist_offsets(&mut self) {
         self.persist_committed(|_| true, Persisting::Tick).await;
-        self.retry_final_offsets().await;
+        if self.membership_trusted() {
+            self.retry_final_offsets().await;
+        }
     }
 
     /// Persists the offsets committed and not stored yet of the held queues that `pick` picks
@@ -38,6 +40,14 @@ impl Service {
         mut pick: impl FnMut(&ProcessQueue) -> bool,
         why: Persisting,
     ) -> Vec<(MessageQueue, RemoteError)> {
+        // The other members may hold these queues now, and be further: write nothing.
+        if !self.membership_trusted() {
+            tracing::debug!(
+                ?why,
+                "membership not vouched for; not persisting the offsets of held queues"
+            );
+            return Vec::new();
+        }
         let due: Vec<(MessageQueue, i64)> = self
             .table
             .iter()

@@ -1,6 +1,6 @@
 //! One rebalance round: compute each topic's share and move the table towards it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use rebalance_core::{ClientId, MessageQueue};
@@ -80,9 +80,14 @@ impl Service {
     ) -> BTreeMap<String, Target> {
         let mut targets = BTreeMap::new();
         let mut views = BTreeMap::new();
+        // Every member the lists name, unless one of them failed (for the departures).
+        let mut members: Option<BTreeSet<ClientId>> = Some(BTreeSet::new());
         for topic in topics {
             match self.view(topic, routes).await {
                 Sight::Allocate(view) => {
+                    if let Some(members) = &mut members {
+                        members.extend(view.ids.iter().cloned());
+                    }
                     views.insert(topic.clone(), view);
                 }
                 Sight::Everything(queues) => {
@@ -101,10 +106,23 @@ impl Service {
                     targets.insert(topic.clone(), target);
                 }
                 Sight::Decided(target) => {
+                    if matches!(
+                        target,
+                        Target::Keep(
+                            Unbalanced::DirectoryFailed(_)
+                                | Unbalanced::NoConsumers
+                                | Unbalanced::NotInConsumerList
+                        )
+                    ) {
+                        members = None;
+                    }
                     self.memo.forget(topic);
                     targets.insert(topic.clone(), target);
                 }
             }
+        }
+        if let Some(members) = members.filter(|m| !m.is_empty()) {
+            self.departures.observe(members, Instant::now());
         }
         match &self.ctx.allocation {
             Allocation::Strategy(strategy) => {
@@ -408,6 +426,7 @@ impl Service {
         let mut leaving = Vec::new();
         let mut busy = 0;
         for (queue, Releasing { release, state, .. }) in releasing {
+            let write_final = self.may_write_final(&release);
             if locks.is_some() {
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
                 let free = match mode {
@@ -427,14 +446,20 @@ impl Service {
                     tracing::warn!(topic, queue = ?queue, "queue kept consuming past force_unlock_after; releasing it anyway");
                 }
             }
-            leaving.push((queue, state));
+            if !write_final {
+                tracing::info!(topic, queue = ?queue, "not writing the final offset: this client's membership lapsed since the queue's progress was made");
+            }
+            leaving.push((queue, state, write_final));
         }
         // Read once each is free to go: an ordered batch may have committed while waited for.
         let finals: Vec<(MessageQueue, i64)> = leaving
             .iter()
-            .filter_map(|(q, state)| self.table.final_offset_of(q, state).map(|o| (q.clone(), o)))
+            .filter(|(_, _, write_final)| *write_final)
+            .filter_map(|(q, state, _)| {
+                self.table.final_offset_of(q, state).map(|o| (q.clone(), o))
+            })
             .collect();
-        let leaving: Vec<MessageQueue> = leaving.into_iter().map(|(q, _)| q).collect();
+        let leaving: Vec<MessageQueue> = leaving.into_iter().map(|(q, _, _)| q).collect();
         let mut unsettled = HashSet::new();
         if !finals.is_empty() {
             let mut answers = self
@@ -511,6 +536,18 @@ impl Service {
         // at birth and be released again at once (locked, announced twice, unlocked).
         if self.queues_token.is_cancelled() {
             tracing::debug!(topic, count = wanted, "shutting down; not adding queues");
+            return wanted;
+        }
+        // Not vouched for (no heartbeat accepted for member_expiry, or none since a gap): the
+        // others may hold these queues; a lease made now would not be trusted, and would be
+        // released as soon as a heartbeat is accepted.
+        if !self.membership_trusted() {
+            tracing::info!(
+                topic,
+                count = wanted,
+                "this client's membership is not vouched for (no heartbeat accepted for member_expiry); adding no queue until one is"
+            );
+            self.request_heartbeat();
             return wanted;
         }
         let group = self.ctx.group.clone();
