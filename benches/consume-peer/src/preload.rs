@@ -2,17 +2,26 @@
 //! `per_queue` messages of `body_size` bytes (offsets `0..per_queue`), sent with SEND_MESSAGE by
 //! several senders at once.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::testkit::TestCluster;
-use rebalance_rocketmq::{Admin, Message, MessageSender, NameServerClient};
+use rebalance_rocketmq::{
+    Admin, ClientConfig, Message, MessageSender, NameServerClient, RemotingClient,
+};
 use rebalance_runtime::consume::property;
 
 /// Senders per queue (requests in flight: queues × this).
 const SENDERS_PER_QUEUE: u64 = 8;
+
+/// How long one send may take: long, as a send that times out may still have been stored (and
+/// a queue must hold exactly its messages), and a machine shared with builds can be slow.
+const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The broker's "busy, flow control" refusal (`SYSTEM_BUSY`): nothing stored, sent again.
+const SYSTEM_BUSY: i32 = 2;
 
 /// Creates `topic` and fills it; returns how long the sending took.
 pub async fn preload(
@@ -29,7 +38,11 @@ pub async fn preload(
         .first()
         .map(|q| q.broker_name.clone())
         .ok_or("the topic's route has no broker")?;
-    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr())?;
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: SEND_TIMEOUT,
+        ..ClientConfig::default()
+    });
+    let name_server = NameServerClient::new(remoting, &cluster.namesrv_addr())?;
     let sender = MessageSender::new(name_server, "bench-preload");
     let body = Bytes::from(vec![b'x'; body_size]);
     let started = Instant::now();
@@ -46,7 +59,15 @@ pub async fn preload(
                     // A unique id, as a Java producer (and `rebalance send`) gives each message.
                     let message =
                         Message::new(body.clone()).with_property(property::UNIQ_KEY, unique_id());
-                    sender.send(&queue, &message).await?;
+                    loop {
+                        match sender.send(&queue, &message).await {
+                            Err(rebalance_runtime::RemoteError::Refused {
+                                code: SYSTEM_BUSY,
+                                ..
+                            }) => tokio::time::sleep(Duration::from_millis(50)).await,
+                            sent => break sent.map(drop)?,
+                        }
+                    }
                 }
                 Ok::<_, rebalance_runtime::RemoteError>(())
             });
