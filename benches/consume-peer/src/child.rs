@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::consumers::{ours, peer, raw, stream};
+#[cfg(feature = "peer")]
+use crate::consumers::peer;
+use crate::consumers::{ours, raw, stream};
 use crate::measure::own_usage;
 use crate::tally::Tally;
 use crate::{number, pairs};
@@ -19,6 +21,11 @@ struct Args {
     per_queue: u64,
     body_size: usize,
     timeout: Duration,
+    /// The peer's configuration (`--peer`), for the peer only.
+    peer: Option<String>,
+    /// Messages per listener call (`--batch`), messages per pull (`--pull`).
+    batch: Option<u32>,
+    pull: Option<u32>,
 }
 
 fn parse(args: &[String]) -> Result<Args, String> {
@@ -32,6 +39,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
         per_queue: 0,
         body_size: 0,
         timeout: Duration::from_secs(300),
+        peer: None,
+        batch: None,
+        pull: None,
     };
     for (name, value) in pairs(rest)? {
         match name {
@@ -42,6 +52,9 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "per-queue" => a.per_queue = number(name, value)?,
             "body-size" => a.body_size = number(name, value)?,
             "timeout" => a.timeout = Duration::from_secs(number(name, value)?),
+            "peer" => a.peer = Some(value.to_string()),
+            "batch" => a.batch = Some(crate::positive(name, value)?),
+            "pull" => a.pull = Some(crate::positive(name, value)?),
             _ => return Err(format!("child: unknown option --{name}")),
         }
     }
@@ -55,7 +68,7 @@ pub fn main(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let args = parse(args)?;
     // Our consumer and the raw loop run on tokio's default multi-threaded runtime (one worker
     // per CPU); rocketmq-rust builds its own runtime of that size, and only waits here.
-    let runtime = if args.kind == "rocketmq-rust" {
+    let runtime = if args.kind == crate::PEER {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?
@@ -77,23 +90,54 @@ async fn run(args: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error
     let started = Instant::now();
     // Whatever keeps the consumer alive until the process exits.
     let _running: Box<dyn std::any::Any> = match args.kind.as_str() {
-        "ours" => {
-            Box::new(ours::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
-        }
-        "raw" => {
-            Box::new(raw::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
+        "ours" => Box::new(
+            ours::start(
+                &args.namesrv,
+                &args.topic,
+                &args.group,
+                (args.batch, args.pull),
+                tally.clone(),
+            )
+            .await?,
+        ),
+        "raw" => Box::new(
+            raw::start(
+                &args.namesrv,
+                &args.topic,
+                &args.group,
+                args.pull,
+                tally.clone(),
+            )
+            .await?,
+        ),
+        #[cfg(feature = "peer")]
+        crate::PEER => {
+            let mut config =
+                peer::PeerConfig::parse(args.peer.as_deref().unwrap_or(crate::FAIR_PEER))?;
+            // `--batch` and `--pull` apply unless `--peer` sets its own.
+            config.batch = config.batch.or(args.batch);
+            config.pull = config.pull.or(args.pull);
+            Box::new(
+                peer::start(
+                    &args.namesrv,
+                    &args.topic,
+                    &args.group,
+                    &config,
+                    tally.clone(),
+                )
+                .await?,
+            )
         }
         "stream" => {
             Box::new(stream::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
         }
-        "rocketmq-rust" => {
-            Box::new(peer::start(&args.namesrv, &args.topic, &args.group, tally.clone()).await?)
+        other => {
+            let why = crate::unavailable(other)
+                .unwrap_or_else(|| format!("child: unknown consumer `{other}`"));
+            return Err(why.into());
         }
-        other => return Err(format!("child: unknown consumer `{other}`").into()),
     };
-    let complete = tokio::time::timeout(args.timeout, tally.complete())
-        .await
-        .is_ok();
+    let (complete, last_progress) = wait(&tally, args.timeout).await;
     let done = Instant::now();
     let after = own_usage()?;
     let messages = tally.unique();
@@ -111,8 +155,12 @@ async fn run(args: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error
         "expected": tally.expected(),
         "deliveries": tally.deliveries(),
         "unexpected": tally.unexpected(),
+        "redelivered": tally.redelivered(),
         "elapsed_s": elapsed,
         "first_message_s": first,
+        // When the count of distinct messages last grew (to within PROGRESS_TICK): for a run
+        // cut short by --timeout, when it stopped making progress.
+        "last_progress_s": last_progress.map(|t| t.duration_since(started).as_secs_f64()),
         "steady_s": steady,
         "msgs_per_s": per_second(elapsed),
         "steady_msgs_per_s": steady.and_then(per_second),
@@ -121,5 +169,34 @@ async fn run(args: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error
         "sys_s": after.system.saturating_sub(before.system).as_secs_f64(),
         "cpu_s_per_million": (messages > 0).then(|| cpu * 1e6 / messages as f64),
         "max_rss_mib": after.max_rss_kib as f64 / 1024.0,
+        "peer_config": (args.kind == crate::PEER)
+            .then(|| args.peer.as_deref().unwrap_or(crate::FAIR_PEER)),
+        "batch": args.batch.unwrap_or(1),
+        "pull": args.pull.unwrap_or(32),
     }))
+}
+
+/// How often [`wait`] looks at the count of distinct messages.
+const PROGRESS_TICK: Duration = Duration::from_millis(50);
+
+/// Waits until every expected message was seen or `timeout` passed; says which, and when the
+/// count of distinct messages last grew (looked at every [`PROGRESS_TICK`], nothing per message).
+async fn wait(tally: &Tally, timeout: Duration) -> (bool, Option<Instant>) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let complete = tally.complete();
+    tokio::pin!(complete);
+    let mut tick = tokio::time::interval(PROGRESS_TICK);
+    let (mut seen, mut last_progress) = (0, None);
+    loop {
+        tokio::select! {
+            () = &mut complete => return (true, Some(Instant::now())),
+            () = tokio::time::sleep_until(deadline) => return (false, last_progress),
+            _ = tick.tick() => {
+                let now = tally.unique();
+                if now > seen {
+                    (seen, last_progress) = (now, Some(Instant::now()));
+                }
+            }
+        }
+    }
 }

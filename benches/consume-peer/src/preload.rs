@@ -2,17 +2,30 @@
 //! `per_queue` messages of `body_size` bytes (offsets `0..per_queue`), sent with SEND_MESSAGE by
 //! several senders at once.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rebalance_consume::property;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::testkit::TestCluster;
-use rebalance_rocketmq::{Admin, Message, MessageSender, NameServerClient};
-use rebalance_consume::property;
+use rebalance_rocketmq::{
+    Admin, ClientConfig, Message, MessageSender, NameServerClient, RemotingClient,
+};
+use rebalance_runtime::RemoteError;
 
 /// Senders per queue (requests in flight: queues × this).
 const SENDERS_PER_QUEUE: u64 = 8;
+
+/// How long one send may take before it counts as lost. A lost send may still have been stored,
+/// so it is not sent again at once: the queues are counted at the end and topped up.
+const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The broker's "busy, flow control" refusal (`SYSTEM_BUSY`): nothing stored, sent again.
+const SYSTEM_BUSY: i32 = 2;
+
+/// Rounds of counting and topping up the queues after lost sends.
+const TOP_UP_ROUNDS: usize = 10;
 
 /// Creates `topic` and fills it; returns how long the sending took.
 pub async fn preload(
@@ -29,7 +42,11 @@ pub async fn preload(
         .first()
         .map(|q| q.broker_name.clone())
         .ok_or("the topic's route has no broker")?;
-    let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr())?;
+    let remoting = RemotingClient::new(ClientConfig {
+        request_timeout: SEND_TIMEOUT,
+        ..ClientConfig::default()
+    });
+    let name_server = NameServerClient::new(remoting, &cluster.namesrv_addr())?;
     let sender = MessageSender::new(name_server, "bench-preload");
     let body = Bytes::from(vec![b'x'; body_size]);
     let started = Instant::now();
@@ -43,26 +60,56 @@ pub async fn preload(
             let body = body.clone();
             tasks.spawn(async move {
                 for _ in 0..count {
-                    // A unique id, as a Java producer (and `rebalance send`) gives each message.
-                    let message =
-                        Message::new(body.clone()).with_property(property::UNIQ_KEY, unique_id());
-                    sender.send(&queue, &message).await?;
+                    send_one(&sender, &queue, &body).await?;
                 }
-                Ok::<_, rebalance_runtime::RemoteError>(())
+                Ok::<_, RemoteError>(())
             });
         }
     }
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    let took = started.elapsed();
+    // Count each queue; send what lost sends did not store.
     let admin = Admin::new(cluster.remoting());
     let addr = cluster.broker_addr(&broker)?;
     for queue_id in 0..queue_count {
-        let max = admin.max_offset(&addr, topic, queue_id).await?;
-        if u64::try_from(max).ok() != Some(per_queue) {
-            return Err(format!("queue {queue_id} holds {max} messages, not {per_queue}").into());
+        let queue = MessageQueue::new(topic, broker.as_str(), queue_id);
+        let mut rounds = 0;
+        loop {
+            let max = u64::try_from(admin.max_offset(&addr, topic, queue_id).await?)?;
+            if max == per_queue {
+                break;
+            }
+            rounds += 1;
+            if max > per_queue || rounds > TOP_UP_ROUNDS {
+                return Err(
+                    format!("queue {queue_id} holds {max} messages, not {per_queue}").into(),
+                );
+            }
+            for _ in max..per_queue {
+                send_one(&sender, &queue, &body).await?;
+            }
         }
     }
-    Ok(took)
+    Ok(started.elapsed())
+}
+
+/// Sends one message to `queue`, again while the broker says it is busy. A send that times out
+/// may or may not have been stored: it is not sent again here (the caller counts the queue).
+async fn send_one(
+    sender: &MessageSender,
+    queue: &MessageQueue,
+    body: &Bytes,
+) -> Result<(), RemoteError> {
+    // A unique id, as a Java producer (and `rebalance send`) gives each message.
+    let message = Message::new(body.clone()).with_property(property::UNIQ_KEY, unique_id());
+    loop {
+        match sender.send(queue, &message).await {
+            Err(RemoteError::Refused {
+                code: SYSTEM_BUSY, ..
+            }) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(RemoteError::Timeout { .. }) => return Ok(()),
+            sent => return sent.map(drop),
+        }
+    }
 }

@@ -17,6 +17,9 @@ pub struct Tally {
     deliveries: AtomicU64,
     /// Messages of an unexpected queue or offset, or with a body of the wrong size.
     unexpected: AtomicU64,
+    /// Redeliveries after a failed consumption (from the group's retry topic, under its queue
+    /// and offset, which do not name the original message).
+    redelivered: AtomicU64,
     expected: u64,
     first: OnceLock<Instant>,
     done: Notify,
@@ -36,6 +39,7 @@ impl Tally {
             unique: AtomicU64::new(0),
             deliveries: AtomicU64::new(0),
             unexpected: AtomicU64::new(0),
+            redelivered: AtomicU64::new(0),
             expected: u64::from(queues) * per_queue,
             first: OnceLock::new(),
             done: Notify::new(),
@@ -61,6 +65,18 @@ impl Tally {
         {
             self.done.notify_one();
         }
+    }
+
+    /// Notes a redelivery from the group's retry topic: counted apart, as its queue and offset
+    /// are the retry topic's. (Only the peer's listener can tell a redelivery apart.)
+    #[cfg_attr(not(feature = "peer"), allow(dead_code))]
+    pub fn record_redelivery(&self) {
+        self.redelivered.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Redeliveries from the retry topic.
+    pub fn redelivered(&self) -> u64 {
+        self.redelivered.load(Ordering::Acquire)
     }
 
     /// Waits until every expected message was seen.

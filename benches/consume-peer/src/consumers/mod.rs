@@ -4,6 +4,7 @@
 //! pulls of 32 messages, 1,000 messages buffered per queue at most).
 
 pub mod ours;
+#[cfg(feature = "peer")]
 pub mod peer;
 pub mod raw;
 pub mod stream;

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rebalance_consume::{
+    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PushConsumer,
+    PushConsumerHandle,
+};
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::config::ConsumeFrom;
-use rebalance_consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer, PushConsumerHandle,
-};
 
 use crate::tally::Tally;
 
@@ -25,13 +26,22 @@ impl ConcurrentListener for NoOp {
     }
 }
 
-/// Starts our push consumer; it runs until the process exits.
+/// Starts our push consumer (default options, or the given messages per listener call and per
+/// pull); it runs until the process exits.
 pub async fn start(
     namesrv: &str,
     topic: &str,
     group: &str,
+    (batch, pull): (Option<u32>, Option<u32>),
     tally: Arc<Tally>,
 ) -> Result<PushConsumerHandle, Box<dyn std::error::Error>> {
+    let mut options = ConsumeOptions::default();
+    if let Some(batch) = batch {
+        options.consume_batch_size = batch as usize;
+    }
+    if let Some(pull) = pull {
+        options.pull_batch_size = pull;
+    }
     let name_server = NameServerClient::from_addresses(namesrv)?;
     let brokers = BrokerClient::new(name_server.clone());
     let directory = brokers.clone();
@@ -44,6 +54,7 @@ pub async fn start(
                 .offset_store(Arc::new(directory.clone()))
                 .locker(Arc::new(directory))
         })
+        .options(options)
         .source(Arc::new(brokers))
         .concurrently(Arc::new(NoOp(tally)))
         .start()

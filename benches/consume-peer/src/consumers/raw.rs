@@ -5,21 +5,27 @@
 
 use std::sync::Arc;
 
+use rebalance_consume::{
+    DEFAULT_PULL_BATCH_BYTES, DEFAULT_PULL_BATCH_SIZE, MessageSource, PullError, PullRequest,
+    PullResult,
+};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{BrokerClient, NameServerClient};
 use rebalance_runtime::NameServer;
-use rebalance_consume::{MessageSource, PullError, PullRequest, PullResult};
 use rebalance_runtime::subscription::TagExpression;
 
 use crate::tally::Tally;
 
-/// Starts one pull loop per queue of `topic`; they run until the process exits.
+/// Starts one pull loop per queue of `topic` (pulls of `pull` messages, else 32); they run
+/// until the process exits.
 pub async fn start(
     namesrv: &str,
     topic: &str,
     group: &str,
+    pull: Option<u32>,
     tally: Arc<Tally>,
 ) -> Result<(), Box<dyn std::error::Error>> {
+    let pull = pull.unwrap_or(DEFAULT_PULL_BATCH_SIZE);
     let name_server = NameServerClient::from_addresses(namesrv)?;
     let brokers = BrokerClient::new(name_server.clone());
     let route = name_server.topic_route(topic).await?;
@@ -33,16 +39,24 @@ pub async fn start(
             brokers.clone(),
             group.clone(),
             queue,
+            pull,
             tally.clone(),
         ));
     }
     Ok(())
 }
 
-async fn pull_loop(brokers: BrokerClient, group: Arc<str>, queue: MessageQueue, tally: Arc<Tally>) {
+async fn pull_loop(
+    brokers: BrokerClient,
+    group: Arc<str>,
+    queue: MessageQueue,
+    pull: u32,
+    tally: Arc<Tally>,
+) {
     let mut offset = 0;
     loop {
-        let request = PullRequest::new(group.clone(), queue.clone(), offset, TagExpression::all());
+        let request = PullRequest::new(group.clone(), queue.clone(), offset, TagExpression::all())
+            .with_limits(pull, DEFAULT_PULL_BATCH_BYTES);
         match brokers.pull(&request).await {
             Ok(PullResult::Found {
                 messages,
