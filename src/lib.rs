@@ -30,7 +30,7 @@ pub mod runtime {
     pub use rebalance_consume as consume;
 
     /// The in-memory cluster (`rebalance_runtime::memory`) and its messages
-    /// (`rebalance_consume::memory`: bring [`ClusterMessages`] into scope to send).
+    /// (`rebalance_consume::memory`: bring [`ClusterMessages`](rebalance_consume::memory::ClusterMessages) into scope to send).
     #[cfg(feature = "memory")]
     pub mod memory {
         #[doc(inline)]
