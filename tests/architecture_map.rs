@@ -1,4 +1,6 @@
-//! ARCHITECTURE.md cannot drift: every path, name and test it cites exists.
+//! ARCHITECTURE.md cannot drift: every path, name and test it cites exists. The same holds for
+//! the guide's page of deliberate deviations from Java and Kafka (`docs/guide/deviations.md`,
+//! which was the map's section and cites the code the same way): [`CHECKED`].
 //!
 //! What the map cites is what it writes between backticks, read outside fenced code blocks:
 //! - **A path** (a token with a `/`, or a file name such as `route_sync.rs`, `README.md`): an
@@ -342,14 +344,25 @@ fn findings(map: &str, repo: &Repo) -> Vec<String> {
     found
 }
 
+/// The documents held to these rules, from the repository's root.
+const CHECKED: &[&str] = &["ARCHITECTURE.md", "docs/guide/deviations.md"];
+
 #[test]
 fn every_path_name_and_test_the_architecture_map_cites_exists() {
-    let map = fs::read_to_string(root().join("ARCHITECTURE.md")).expect("read ARCHITECTURE.md");
     let repo = Repo::read();
-    let found = findings(&map, &repo);
+    let mut found = Vec::new();
+    for document in CHECKED {
+        let map = fs::read_to_string(root().join(document))
+            .unwrap_or_else(|e| panic!("read {document}: {e}"));
+        found.extend(
+            findings(&map, &repo)
+                .into_iter()
+                .map(|finding| format!("{document}: {finding}")),
+        );
+    }
     assert!(
         found.is_empty(),
-        "ARCHITECTURE.md cites what does not exist (fix the map, or the rule in {}):\n{}",
+        "the map cites what does not exist (fix the document, or the rule in {}):\n{}",
         file!(),
         found.join("\n")
     );

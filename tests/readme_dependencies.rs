@@ -1,21 +1,26 @@
 //! The README's Rust examples compile in fresh crates with exactly the `[dependencies]` lines
 //! the README gives: one crate for the in-memory cluster's lines and examples, one for the
-//! RocketMQ ones. The only change made to those lines is the checkout's path (`../rebalance`
-//! becomes this repository). The build is offline and pinned to this workspace's `Cargo.lock`,
-//! in a target directory of its own that later runs reuse.
+//! RocketMQ ones, one for TLS. The only change made to those lines is the checkout's path
+//! (`../rebalance` becomes this repository). The build is offline and pinned to this workspace's
+//! `Cargo.lock`, in a target directory of its own that later runs reuse.
 //!
-//! (The README's examples also run as the facade's doc tests, `ReadmeDoctests`; those use the
-//! facade's dev-dependencies, which are more than the README's lines, so they alone could not
-//! catch a missing dependency or feature.)
+//! The same holds for every page of the guide (`docs/guide/*.md`) that gives dependency lines (a
+//! `toml` block with `[dependencies]`): the README prepared there (`README-new.md`) and the
+//! production page's TLS lines. A page's RocketMQ examples build with its plain RocketMQ lines,
+//! or with its TLS lines when it gives only those. The other pages give none: their examples
+//! run as doc tests only.
+//!
+//! (The README's and the guide's examples also run as the facade's doc tests, `ReadmeDoctests`
+//! and `guide`; those use the facade's dev-dependencies, which are more than the README's
+//! lines, so they alone could not catch a missing dependency or feature.)
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const README: &str = include_str!("../README.md");
 const WORKSPACE: &str = env!("CARGO_MANIFEST_DIR");
 const SCRATCH: &str = env!("CARGO_TARGET_TMPDIR");
 
-/// A fenced block of the README.
+/// A fenced block of a document.
 struct Block {
     /// The info string (`rust,no_run`, `toml`).
     info: String,
@@ -23,7 +28,7 @@ struct Block {
     code: String,
 }
 
-/// The README's fenced blocks, in order (indented ones included).
+/// A document's fenced blocks, in order (indented ones included).
 fn blocks(markdown: &str) -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut open: Option<Block> = None;
@@ -48,7 +53,7 @@ fn blocks(markdown: &str) -> Vec<Block> {
             }
         }
     }
-    assert!(open.is_none(), "the README has an unclosed code block");
+    assert!(open.is_none(), "an unclosed code block");
     blocks
 }
 
@@ -76,7 +81,7 @@ fn as_binary(code: &str) -> String {
     }
 }
 
-/// Writes a crate named `name` with the README's `dependencies` block and `examples` as its
+/// Writes a crate named `name` with a document's `dependencies` block and `examples` as its
 /// binaries, and builds it offline; panics with cargo's output when it does not build.
 fn build(name: &str, dependencies: &str, examples: &[&Block]) {
     let dir = Path::new(SCRATCH).join("readme-crates").join(name);
@@ -87,7 +92,7 @@ fn build(name: &str, dependencies: &str, examples: &[&Block]) {
     std::fs::create_dir_all(&bin).expect("create the scratch crate");
     assert!(
         dependencies.contains("path = \"../rebalance"),
-        "the README's dependency lines name the checkout `../rebalance`:\n{dependencies}"
+        "{name}: the dependency lines name the checkout `../rebalance`:\n{dependencies}"
     );
     let dependencies = dependencies.replace(
         "path = \"../rebalance",
@@ -122,60 +127,128 @@ fn build(name: &str, dependencies: &str, examples: &[&Block]) {
         .expect("run cargo");
     assert!(
         output.status.success(),
-        "the README's {name} examples do not build with its dependency lines:\n{}",
+        "the {name} examples do not build with their document's dependency lines:\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
 }
 
-#[test]
-fn the_readme_examples_build_with_exactly_the_readme_dependencies() {
-    let blocks = blocks(README);
-    let manifests: Vec<&Block> = blocks.iter().filter(|b| is(b, "toml")).collect();
-    let rocketmq =
-        |code: &str| code.contains("rebalance-rocketmq") || code.contains("rebalance_rocketmq");
-    let [in_memory_deps] = manifests
+/// Whether a block is about RocketMQ (names the transport).
+fn rocketmq(code: &str) -> bool {
+    code.contains("rebalance-rocketmq") || code.contains("rebalance_rocketmq")
+}
+
+/// Whether a block needs the transport's `tls` feature.
+fn tls(code: &str) -> bool {
+    code.contains("\"tls\"") || code.contains("rebalance_rocketmq::tls")
+}
+
+/// The dependency block of `kind` in `document`, if it gives one; panics when it gives two.
+fn one<'a>(
+    document: &str,
+    kind: &str,
+    manifests: &[&'a Block],
+    pick: impl Fn(&str) -> bool,
+) -> Option<&'a Block> {
+    let found: Vec<&Block> = manifests
         .iter()
-        .filter(|b| !rocketmq(&b.code))
-        .collect::<Vec<_>>()[..]
-    else {
-        panic!("the README has one dependency block for the in-memory cluster");
-    };
-    // TLS examples need the transport's `tls` feature, which the plain RocketMQ lines leave off.
-    let tls = |code: &str| code.contains("\"tls\"") || code.contains("rebalance_rocketmq::tls");
-    let [rocketmq_deps] = manifests
+        .copied()
+        .filter(|b| pick(&b.code))
+        .collect();
+    assert!(
+        found.len() <= 1,
+        "{document} has {} dependency blocks for {kind}: give one",
+        found.len()
+    );
+    found.first().copied()
+}
+
+/// Builds `document`'s Rust examples with its own dependency lines, one crate per kind
+/// (`{name}-in-memory`, `{name}-rocketmq`, `{name}-tls`); returns how many examples of each
+/// kind it built.
+fn check(document: &str, name: &str) -> [usize; 3] {
+    let text = std::fs::read_to_string(Path::new(WORKSPACE).join(document))
+        .unwrap_or_else(|e| panic!("read {document}: {e}"));
+    let blocks = blocks(&text);
+    let manifests: Vec<&Block> = blocks
         .iter()
-        .filter(|b| rocketmq(&b.code) && !tls(&b.code))
-        .collect::<Vec<_>>()[..]
-    else {
-        panic!("the README has one dependency block for RocketMQ");
-    };
-    let [tls_deps] = manifests
-        .iter()
-        .filter(|b| tls(&b.code))
-        .collect::<Vec<_>>()[..]
-    else {
-        panic!("the README has one dependency block for RocketMQ with TLS");
-    };
+        .filter(|b| is(b, "toml") && b.code.contains("[dependencies]"))
+        .collect();
+    let in_memory_deps = one(document, "the in-memory cluster", &manifests, |c| {
+        !rocketmq(c)
+    });
+    let rocketmq_deps = one(document, "RocketMQ", &manifests, |c| rocketmq(c) && !tls(c));
+    let tls_deps = one(document, "RocketMQ with TLS", &manifests, tls);
     let (with_rocketmq, in_memory): (Vec<&Block>, Vec<&Block>) = blocks
         .iter()
         .filter(|b| is(b, "rust"))
         .partition(|b| rocketmq(&b.code));
     let (with_tls, with_rocketmq): (Vec<&Block>, Vec<&Block>) =
         with_rocketmq.into_iter().partition(|b| tls(&b.code));
+    let kinds = [
+        ("in-memory", in_memory_deps, &in_memory),
+        ("rocketmq", rocketmq_deps.or(tls_deps), &with_rocketmq),
+        ("tls", tls_deps, &with_tls),
+    ];
+    for (kind, deps, examples) in kinds {
+        if examples.is_empty() {
+            continue;
+        }
+        let deps = deps.unwrap_or_else(|| {
+            panic!("{document} has {kind} examples but no dependency lines to build them with")
+        });
+        if kind == "in-memory" && examples.iter().any(|b| b.code.contains("start_paused")) {
+            assert!(
+                deps.code.contains("test-util"),
+                "{document}: the in-memory examples use `start_paused`, which needs tokio's `test-util`"
+            );
+        }
+        build(&format!("{name}-{kind}"), &deps.code, examples);
+    }
+    [in_memory.len(), with_rocketmq.len(), with_tls.len()]
+}
+
+#[test]
+fn the_readme_examples_build_with_exactly_the_readme_dependencies() {
+    let [in_memory, with_rocketmq, with_tls] = check("README.md", "readme");
     assert!(
-        in_memory.len() >= 3 && !with_rocketmq.is_empty() && !with_tls.is_empty(),
-        "the README's examples were not found: {} in memory, {} with RocketMQ, {} with TLS",
-        in_memory.len(),
-        with_rocketmq.len(),
-        with_tls.len()
+        in_memory >= 1 && with_rocketmq >= 1,
+        "the README's examples were not found: {in_memory} in memory, {with_rocketmq} with RocketMQ, {with_tls} with TLS",
     );
+}
+
+#[test]
+fn the_guide_examples_build_with_exactly_their_pages_dependencies() {
+    let dir = Path::new(WORKSPACE).join("docs/guide");
+    let mut pages: Vec<String> = std::fs::read_dir(&dir)
+        .expect("read docs/guide")
+        .map(|entry| {
+            entry
+                .expect("a directory entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .filter(|name| {
+            let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+            blocks(&text)
+                .iter()
+                .any(|b| is(b, "toml") && b.code.contains("[dependencies]"))
+        })
+        .collect();
+    pages.sort();
     assert!(
-        in_memory_deps.code.contains("test-util"),
-        "the in-memory examples use `start_paused`, which needs tokio's `test-util`"
+        pages.iter().any(|p| p == "README-new.md") || !dir.join("README-new.md").exists(),
+        "the README prepared in the guide gives its dependency lines: {pages:?}"
     );
-    build("in-memory", &in_memory_deps.code, &in_memory);
-    build("rocketmq", &rocketmq_deps.code, &with_rocketmq);
-    build("tls", &tls_deps.code, &with_tls);
+    for page in &pages {
+        let name = format!("guide-{}", page.trim_end_matches(".md").to_lowercase());
+        let built = check(&format!("docs/guide/{page}"), &name);
+        assert!(
+            built.iter().sum::<usize>() >= 1,
+            "docs/guide/{page} gives dependency lines but no Rust example"
+        );
+    }
 }
 
 #[test]

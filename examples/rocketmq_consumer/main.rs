@@ -597,7 +597,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         });
         if args.api == Api::Stream {
             if args.pop {
-                return Err("--pop consumes through the push consumer: leave out --api stream".into());
+                return Err(
+                    "--pop consumes through the push consumer: leave out --api stream".into(),
+                );
             }
             let builder = StreamConsumer::builder(args.group.as_str())
                 .configure(member)

@@ -123,7 +123,10 @@ impl ConsumerProcess {
             // The brokers' expiry: a member not heard of for that long is gone for the others.
             .args([
                 "--member-expiry",
-                &format!("{}ms", cluster.options().channel_expired_timeout.as_millis()),
+                &format!(
+                    "{}ms",
+                    cluster.options().channel_expired_timeout.as_millis()
+                ),
             ])
             .args(["--json", "--consume", "--consume-from", "first"])
             .args(extra)

@@ -23,6 +23,64 @@
 //!   brokers assign the queues (RocketMQ 5's server-side assignment), several members read
 //!   each, and every message is acknowledged at the brokers once consumed (see the `pop`
 //!   module's notes, in [`PopMode`], for where it differs from the Java client).
+//!
+//! **Where to start**: [`PushConsumer::builder`], given a cluster (the in-memory cluster's
+//! client, feature `memory`, or `rebalance_rocketmq::RocketMq`), the topics, and a listener:
+//! [`concurrently`](PushConsumerBuilder::concurrently) with a [`ConcurrentListener`], or
+//! [`orderly`](PushConsumerBuilder::orderly) with an [`OrderlyListener`]; or
+//! [`StreamConsumer::builder`] to read a stream instead of giving a listener. How the consumer is
+//! a member of its group (strategy, timers, client id, exclusive hand-off) is set through
+//! [`configure`](PushConsumerBuilder::configure). [`metrics`] names what it records.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::time::Duration;
+//!
+//! use async_trait::async_trait;
+//! use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+//! use rebalance_consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+//! use rebalance_runtime::memory::InMemoryCluster;
+//!
+//! /// Fails each message's first delivery.
+//! #[derive(Default)]
+//! struct Orders {
+//!     deliveries: AtomicUsize,
+//! }
+//!
+//! #[async_trait]
+//! impl ConcurrentListener for Orders {
+//!     async fn consume(&self, messages: &[Message], context: &mut ConcurrentContext) -> ConsumeResult {
+//!         self.deliveries.fetch_add(messages.len(), Ordering::Relaxed);
+//!         if messages.iter().any(|m| m.reconsume_times() == 0) {
+//!             context.delay_level = 1; // back through the group's retry topic after 1 s
+//!             return ConsumeResult::ReconsumeLater;
+//!         }
+//!         ConsumeResult::Success
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = InMemoryCluster::new();
+//! cluster.create_topic("Orders", 1, 2);
+//! let orders = Arc::new(Orders::default());
+//! let consumer = PushConsumer::builder("orders-group")
+//!     .cluster(cluster.client("10.0.0.1@1"))
+//!     .configure(|m| m.exclusive_hand_off(true)) // how it is a member of its group
+//!     .subscribe("Orders")
+//!     .concurrently(orders.clone())
+//!     .start()
+//!     .await?;
+//! consumer.ready(Duration::from_secs(10)).await?;
+//! cluster.send("Orders", OutgoingMessage::new("order 1"))?;
+//! // The retry topic appears with the first send-back; the next route poll (30 s) shares it.
+//! tokio::time::sleep(Duration::from_secs(90)).await;
+//! assert_eq!(orders.deliveries.load(Ordering::Relaxed), 2); // failed once, then consumed
+//! assert!(cluster.dead_letters("orders-group").is_empty());
+//! consumer.shutdown().await;
+//! # Ok(()) }
+//! ```
 
 #![warn(missing_docs)]
 

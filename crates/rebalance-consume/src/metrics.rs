@@ -1,4 +1,4 @@
-//! The consume layer's metrics, through the [`metrics`](::metrics) facade, under the runtime's
+//! The consume layer's metrics, through the [`metrics`] facade, under the runtime's
 //! conventions (`rebalance_runtime::metrics`: a `rebalance_` prefix, `_total` on counters, base
 //! units; the consumer `group` and the plain `topic` on every one; gauges go up and down by each
 //! consumer's own contribution). The [`PushConsumer`](crate::PushConsumer) records them; the

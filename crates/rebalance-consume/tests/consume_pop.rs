@@ -302,7 +302,10 @@ async fn a_member_leaving_cleanly_finishes_what_it_popped() {
             "{mode:?}"
         );
         assert_eq!(group.journal.duplicates(), Vec::<String>::new(), "{mode:?}");
-        assert!(!group.journal.of("a@1").is_empty(), "{mode:?}: `a` consumed nothing");
+        assert!(
+            !group.journal.of("a@1").is_empty(),
+            "{mode:?}: `a` consumed nothing"
+        );
         assert!(
             group.journal.of("a@1").iter().all(|d| d.finished),
             "{mode:?}: a finished all it took"

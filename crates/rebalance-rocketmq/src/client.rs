@@ -154,7 +154,7 @@ struct Inner {
 /// [`membership`](Self::membership).
 ///
 /// Made [`with_credentials`](Self::with_credentials), it signs every request it sends (ACL 1.0,
-/// see [`acl`](crate::acl)), sync and one-way, to every server; the answers it writes to the
+/// see [`acl`]), sync and one-way, to every server; the answers it writes to the
 /// servers' own requests are not signed.
 ///
 /// With an [`AddressMap`] ([`with_address_map`](Self::with_address_map)), it dials the servers

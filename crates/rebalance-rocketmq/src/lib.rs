@@ -1,6 +1,64 @@
 //! RocketMQ remoting transport for the rebalance runtime: a consumer embeds the runtime, points
 //! it at a RocketMQ name server, and joins a real consumer group next to Java consumers.
 //!
+//! **Where to start**: [`RocketMq`], a cluster in one value (its name servers and brokers,
+//! implementing every trait the rebalance and the consume layer need), given to a consumer's
+//! `cluster(..)`: `PushConsumer::builder(group).cluster(RocketMq::connect(addresses)?)`.
+//! [`RocketMq::builder`] adds credentials ([`Credentials`]), a [`Namespace`], TLS (feature
+//! `tls`) and address overrides. Nothing connects until the first call, and every address is
+//! checked when the value is built:
+//!
+//! ```
+//! use rebalance_rocketmq::{AddressError, Credentials, Namespace, RocketMq};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = RocketMq::builder("10.0.0.1:9876;10.0.0.2:9876")
+//!     .credentials(Credentials::new("my-access-key", "my-secret-key")?)
+//!     .namespace(Namespace::new("MQ_INST_1")?)
+//!     .build()?;
+//! # let _ = cluster;
+//! assert!(matches!(RocketMq::connect("10.0.0.1"), Err(AddressError::Malformed(_))));
+//! // Topics and groups are namespaced on the way to the servers, plain everywhere else.
+//! assert_eq!(Namespace::new("MQ_INST_1")?.wrap("Orders"), "MQ_INST_1%Orders");
+//! # Ok(()) }
+//! ```
+//!
+//! A push consumer on it (`rebalance_consume::PushConsumer`, also `rebalance::consume::PushConsumer`
+//! through the facade):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use async_trait::async_trait;
+//! use rebalance_consume::{ConcurrentContext, ConcurrentListener, ConsumeResult, Message, PushConsumer};
+//! use rebalance_rocketmq::RocketMq;
+//!
+//! struct Print;
+//!
+//! #[async_trait]
+//! impl ConcurrentListener for Print {
+//!     async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+//!         for m in messages {
+//!             println!("{} {}: {}", m.topic(), m.msg_id(), String::from_utf8_lossy(m.body()));
+//!         }
+//!         ConsumeResult::Success
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let consumer = PushConsumer::builder("G")
+//!     .cluster(RocketMq::connect("127.0.0.1:9876")?)
+//!     .subscribe("T")
+//!     .concurrently(Arc::new(Print))
+//!     .start()
+//!     .await?;
+//! consumer.ready(Duration::from_secs(60)).await?; // else an error saying per topic why not
+//! # Ok(()) }
+//! ```
+//!
+//! The parts:
+//!
 //! - [`RemotingCodec`]: the remoting frame as a tokio-util codec, with a frame size limit.
 //! - [`Connection`]: one socket, requests multiplexed by `opaque`, server requests handled.
 //! - [`RemotingClient`]: connections shared per address, re-established with backoff; an

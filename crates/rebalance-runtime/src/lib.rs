@@ -6,6 +6,17 @@
 //! [`QueueLocker`], [`QueueListener`]); transports implement them, and [`memory`] has an
 //! in-memory cluster for tests, examples and simulations.
 //!
+//! **Where to start**: most applications consume messages with the push consumer of the
+//! consume layer (`rebalance_consume::PushConsumer`, built on this crate's lease seam), or
+//! through the `rebalance` facade. This crate is where to start to take part in the rebalance
+//! and consume on your own: [`Consumer::builder`] with a [`QueueListener`], whose callbacks get
+//! a [`QueueLease`] per queue taken (its start position, its cancellation, its commits) and the
+//! [`RemovedQueue`]s given up; the [`ConsumerHandle`] it returns says when the consumer is
+//! [`ready`](ConsumerHandle::ready), what it holds, and each round's report. A transport
+//! implements the traits below (`rebalance-rocketmq` does, for RocketMQ), and a producer picks
+//! queues with [`producer::Producer`]. The example below is the rebalance alone, on the
+//! in-memory cluster.
+//!
 //! A consumer subscribes to topics, each with a tag expression ([`TagExpression`](subscription::TagExpression): `*` or
 //! `TagA || TagB`, see [`subscription`]) that the [`Registration`] carries to the directory.
 //! A clustering consumer also subscribes to its group's retry topic (`%RETRY%{group}`) and

@@ -1,4 +1,4 @@
-//! Metrics, through the [`metrics`](::metrics) facade: the runtime records them, and the
+//! Metrics, through the [`metrics`] facade: the runtime records them, and the
 //! application chooses where they go by installing a recorder (an exporter such as
 //! `metrics-exporter-prometheus`). The library installs none; without one, every call is a
 //! no-op.

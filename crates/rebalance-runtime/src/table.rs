@@ -261,7 +261,7 @@ impl ProcessQueueTable {
             .is_some_and(|r| r.started)
     }
 
-    /// Like [`start_release`](Self::start_release), returning the queue's release (begun now
+    /// Like `start_release` (a test helper), returning the queue's release (begun now
     /// or earlier); `None` when the table has no such queue, or it is not held and not being
     /// released.
     pub(crate) fn begin_release(

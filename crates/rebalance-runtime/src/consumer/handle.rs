@@ -43,7 +43,7 @@ pub(super) struct HandleInner {
     pub(super) killed: CancellationToken,
     /// The first task that panicked.
     pub(super) failure: Arc<OnceLock<TaskFailure>>,
-    /// Which consumer of the process this is (see [`SERVICE_OF`]).
+    /// Which consumer of the process this is (see `app_code::as_callback_of`).
     pub(super) serial: u64,
     /// The held queues' leases as the service last published them.
     pub(super) leases: watch::Receiver<Arc<HeldLeases>>,

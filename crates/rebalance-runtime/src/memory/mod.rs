@@ -27,8 +27,9 @@
 //!   (a broker does not always push them, so the runtime must not depend on it);
 //! - the group's retry topic exists only once a test creates it or a message is sent back (a
 //!   broker creates it, with one queue, at the group's first heartbeat);
-//! - messages (see [`InMemoryCluster::send`] and the [`MessageSource`](crate::consume::MessageSource)
-//!   implementation) are stored in one log per queue with ids, timestamps from tokio's clock
+//! - messages (the consume crate's half of the cluster, `rebalance_consume::memory`: its
+//!   `ClusterMessages` trait gives the cluster `send`, and the cluster is its `MessageSource`)
+//!   are stored in one log per queue with ids, timestamps from tokio's clock
 //!   ([`CLUSTER_EPOCH_MS`] plus the time elapsed) and dense offsets, and are never lost;
 //! - one directory and one lock table serve every broker, locks and offsets are accepted for
 //!   any queue (routed or not), and a call fails or succeeds as a whole (a batch of offset

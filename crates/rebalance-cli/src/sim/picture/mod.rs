@@ -3,7 +3,7 @@
 //! ownership under a black bar; the scripted events on the time axis (the name server's
 //! outages as grey bands); with `--produce`, the lag in a panel under the rows.
 //!
-//! Drawn from the [`timeline`](crate::sim::timeline) model, which a test checks against the
+//! Drawn from the [`timeline`] model, which a test checks against the
 //! summary line. Bounded for any run: at most [`MAX_ROWS`] rows (spread over the queues, with a
 //! note), at most [`SHAPE_BUDGET`] stretches and marks in all (a row with more is drawn by
 //! columns: see `rows.rs`), at most [`MAX_LEGEND_CLIENTS`] clients in the legend; the file stays

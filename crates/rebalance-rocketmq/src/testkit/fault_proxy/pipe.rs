@@ -4,7 +4,7 @@
 //! Each direction is a reader and a writer joined by a channel of chunks, bounded in bytes: the reader
 //! stamps each chunk with the instant it is due (read time, latency, jitter; never before the
 //! previous chunk, so bytes keep their order) and decides, frame by frame
-//! ([`FrameCursor`](super::framing::FrameCursor)), what is dropped and where the connection is
+//! ([`FrameCursor`]), what is dropped and where the connection is
 //! cut; the writer waits until the chunk is due, paces it to the bandwidth, and writes it. While
 //! the proxy is black-holed neither reads nor writes: nothing moves, and the sockets' own
 //! buffers fill as behind a real partition.
