@@ -118,4 +118,15 @@ async fn while_untrusted_a_member_writes_no_offset_and_starts_no_batch() {
         Some(5),
         "nothing written while the membership is not vouched for"
     );
+    // Asked to persist now, the consumer says it did not, naming the queue.
+    match a.handle.persist_offsets().await {
+        Err(rebalance_runtime::ConsumerError::OffsetsNotPersisted { refused }) => {
+            assert_eq!(
+                refused.iter().map(|(queue, _)| queue).collect::<Vec<_>>(),
+                vec![&q]
+            );
+        }
+        other => panic!("persist_offsets while untrusted: {other:?}"),
+    }
+    assert_eq!(cluster.offset(GROUP, &q), Some(5));
 }

@@ -412,7 +412,10 @@ impl ConsumerHandle {
     /// already has are not written again.
     ///
     /// Fails with [`ConsumerError::OffsetsNotPersisted`] naming the queues whose offset the
-    /// store refused (the persistence tick tries them again), and with
+    /// store refused (the persistence tick tries them again), or that were not written because
+    /// this client's membership is not vouched for (no heartbeat accepted within
+    /// [`member_expiry`](crate::config::Intervals::member_expiry): another member may hold
+    /// them; they are released once a heartbeat is accepted), and with
     /// [`ConsumerError::ShutDown`] once the consumer is shutting down (its shutdown persists
     /// the final offsets).
     pub async fn persist_offsets(&self) -> Result<(), ConsumerError> {

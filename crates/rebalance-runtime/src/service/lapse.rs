@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::round::ReleaseMode;
 use super::{Service, topic_report};
+use crate::error::RemoteError;
 use crate::lease_terms::RemovalReason;
 use crate::table::Release;
 use crate::wake::WakeReasons;
@@ -17,6 +18,25 @@ impl Service {
     /// offset is written and no lock renewed (the other members may hold these queues).
     pub(super) fn membership_trusted(&self) -> bool {
         self.ctx.activity.membership.is_trusted(Instant::now())
+    }
+
+    /// What a handle's `persist_offsets` is answered while the membership is not vouched for:
+    /// every held queue whose committed offset is not stored, refused, since nothing is written
+    /// until a heartbeat is accepted again (then the queues are released without their
+    /// offsets, the other members having possibly consumed further).
+    pub(super) fn offsets_not_vouched_for(&self) -> Vec<(MessageQueue, RemoteError)> {
+        self.table
+            .iter()
+            .filter(|(_, pq)| pq.is_held() && pq.unpersisted_offset().is_some())
+            .map(|(queue, _)| {
+                (
+                    queue.clone(),
+                    RemoteError::Unreachable(
+                        "not written: this client's membership is not vouched for (no heartbeat accepted within member_expiry; frozen or cut off from the brokers), so another member may hold the queue now".to_string(),
+                    ),
+                )
+            })
+            .collect()
     }
 
     /// Whether the final offset of a queue whose release began as `release` says may be
