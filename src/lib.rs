@@ -109,10 +109,11 @@ pub mod guide {
 
     pages! {
         Index => "README.md",
-        ReadmeNew => "README-new.md",
         Rebalancing => "rebalancing.md",
         Strategies => "strategies.md",
         Consuming => "consuming.md",
+        Stream => "stream.md",
+        Pop => "pop.md",
         OwnConsumer => "own-consumer.md",
         RealCluster => "real-cluster.md",
         Production => "production.md",
