@@ -575,7 +575,7 @@ async fn serve_pop(
 
 #[async_trait]
 impl PopSource for ClusterClient {
-    /// Pops as described in the [module documentation](self). A queue that is not a readable
+    /// Pops as described in this module's documentation. A queue that is not a readable
     /// queue of its topic (or a topic without route) is refused with code 17, a batch outside
     /// 1 to 32 with 29. Faults: [`ClusterCall::Pop`] (a lost reply leaves the messages
     /// popped, invisible until their time passes).

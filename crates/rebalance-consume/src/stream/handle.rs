@@ -223,7 +223,9 @@ impl StreamConsumerHandle {
     /// The committed offset of a queue this consumer holds: the smallest offset not
     /// acknowledged (every message before it is), which the runtime persists every
     /// `persist_offsets` (5 s), at [`commit`](Self::commit), and when the queue is handed off;
-    /// `None` when the queue is not held, or its start is not resolved yet.
+    /// `None` when the queue is not held, or its start is not resolved yet. An acknowledgement
+    /// reaches it once the queue's pull loop has taken it (at its next wake, soon after
+    /// `ack` returns, not before): read right after `ack`, it may still be the earlier offset.
     pub fn committed(&self, queue: &MessageQueue) -> Option<i64> {
         self.push.leases().lease_of(queue)?.committed()
     }

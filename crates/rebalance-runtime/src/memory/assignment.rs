@@ -129,7 +129,7 @@ impl AssignmentSource for ClusterClient {
         SERVER_STRATEGIES.iter().map(|s| s.to_string()).collect()
     }
 
-    /// The answer a Java broker gives (see the [module documentation](self)). Faults:
+    /// The answer a Java broker gives (see this module's documentation). Faults:
     /// [`ClusterCall::QueryAssignment`].
     async fn query_assignment(
         &self,
