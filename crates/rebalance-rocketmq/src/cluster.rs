@@ -227,6 +227,15 @@ impl QueueLocker for RocketMq {
     ) -> Result<(), RemoteError> {
         self.brokers.unlock(group, client, queues).await
     }
+
+    async fn unlock_departed(
+        &self,
+        group: &str,
+        departed: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<Vec<MessageQueue>, RemoteError> {
+        self.brokers.unlock_departed(group, departed, queues).await
+    }
 }
 
 #[async_trait]
