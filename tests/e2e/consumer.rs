@@ -270,7 +270,11 @@ impl Drop for ConsumerProcess {
             let kept = std::env::temp_dir().join("e2e-failed-logs");
             let to = kept.join(format!("consumer-{}-{}.log", self.label, self.child.id()));
             if std::fs::create_dir_all(&kept).is_ok() && std::fs::copy(&self.stderr, &to).is_ok() {
-                eprintln!("the consumer {}'s log is kept in {}", self.label, to.display());
+                eprintln!(
+                    "the consumer {}'s log is kept in {}",
+                    self.label,
+                    to.display()
+                );
             }
         }
     }
