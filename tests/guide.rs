@@ -1,9 +1,7 @@
 //! The guide (`docs/guide/`) and the README stay whole:
 //! - every page of the guide is compiled as doc tests (it is listed in `src/lib.rs`'s `guide`);
 //! - every relative link of the README, ARCHITECTURE.md and the guide leads to a file that exists,
-//!   and an anchor (`page.md#a-heading`) to one of its headings, as GitHub spells them. The README
-//!   prepared in the guide (`docs/guide/README-new.md`) is read from the repository's root,
-//!   where it is meant to replace `README.md`;
+//!   and an anchor (`page.md#a-heading`) to one of its headings, as GitHub spells them;
 //! - the production page names every metric the runtime and the consume layer record, and no
 //!   other.
 //!
@@ -152,13 +150,7 @@ fn every_relative_link_leads_somewhere() {
         ("ARCHITECTURE.md".to_owned(), root().to_path_buf()),
     ];
     for page in guide_pages() {
-        // The README prepared in the guide links from the root, where it is meant to go.
-        let base = if page.ends_with("/README-new.md") {
-            root().to_path_buf()
-        } else {
-            root().join("docs/guide")
-        };
-        documents.push((page, base));
+        documents.push((page, root().join("docs/guide")));
     }
     let mut broken = Vec::new();
     for (document, base) in &documents {

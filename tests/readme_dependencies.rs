@@ -5,8 +5,7 @@
 //! `Cargo.lock`, in a target directory of its own that later runs reuse.
 //!
 //! The same holds for every page of the guide (`docs/guide/*.md`) that gives dependency lines (a
-//! `toml` block with `[dependencies]`): the README prepared there (`README-new.md`) and the
-//! production page's TLS lines. A page's RocketMQ examples build with its plain RocketMQ lines,
+//! `toml` block with `[dependencies]`), such as the production page's TLS lines. A page's RocketMQ examples build with its plain RocketMQ lines,
 //! or with its TLS lines when it gives only those. The other pages give none: their examples
 //! run as doc tests only.
 //!
@@ -237,10 +236,6 @@ fn the_guide_examples_build_with_exactly_their_pages_dependencies() {
         })
         .collect();
     pages.sort();
-    assert!(
-        pages.iter().any(|p| p == "README-new.md") || !dir.join("README-new.md").exists(),
-        "the README prepared in the guide gives its dependency lines: {pages:?}"
-    );
     for page in &pages {
         let name = format!("guide-{}", page.trim_end_matches(".md").to_lowercase());
         let built = check(&format!("docs/guide/{page}"), &name);
