@@ -12,10 +12,9 @@
 
 mod e2e;
 
-use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use e2e::{ConsumerProcess, Delivery, Log, Producer, Queue, REBALANCE_INTERVAL, queue_set};
+use e2e::{ConsumerProcess, Delivery, Log, Producer, REBALANCE_INTERVAL, queue_set, takeover};
 
 /// How long consumers may take to share the queues once started (a new member is pushed to the
 /// others by the broker; the timer is 2 s).
@@ -108,41 +107,6 @@ async fn static_balance_two_and_four_consumers() {
     let cluster = e2e::two_broker_cluster(&["E2eStatic2", "E2eStatic4"]).await;
     balance(&cluster, "E2eStatic2", 2, 400).await;
     balance(&cluster, "E2eStatic4", 4, 600).await;
-}
-
-/// For each queue of `orphans`: when a survivor was first given it, and when a survivor first
-/// consumed a first delivery from it, after `since`; `None` until both are known for all.
-fn takeover(
-    log: &Log,
-    topic: &str,
-    survivors: &[&str],
-    orphans: &BTreeSet<Queue>,
-    since: Instant,
-) -> Option<(Duration, Duration)> {
-    let messages = log.messages(topic);
-    let mut assigned = Duration::ZERO;
-    let mut consumed = Duration::ZERO;
-    for queue in orphans {
-        let added = log
-            .first_added_after(topic, queue, since)
-            .into_iter()
-            .filter(|(client, _)| survivors.contains(&client.as_str()))
-            .map(|(_, at)| at)
-            .min()?;
-        let first = messages
-            .iter()
-            .filter(|(client, at, m)| {
-                *at >= since
-                    && m.reconsume_times == 0
-                    && &m.queue == queue
-                    && survivors.contains(&client.as_str())
-            })
-            .map(|(_, at, _)| *at)
-            .min()?;
-        assigned = assigned.max(added - since);
-        consumed = consumed.max(first - since);
-    }
-    Some((assigned, consumed))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
