@@ -13,7 +13,7 @@ use rebalance_consume::{MessageSource, PopSource};
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::producer::{Message as Outgoing, MessageSender};
 use rebalance_rocketmq::testkit::TestCluster;
-use rebalance_rocketmq::{BrokerClient, NameServerClient};
+use rebalance_rocketmq::{NameServerClient, RocketMq};
 use rebalance_runtime::{AssignmentSource, GroupDirectory, OffsetStore, QueueLocker};
 
 /// What the Rust broker 1.0 decides differently from Java's (see [`Deviation`]).
@@ -26,8 +26,10 @@ const RUST_BROKER_1_0: &[Deviation] = &[
     Deviation::UnknownStrategyEmpty,
 ];
 
+/// The real servers through `RocketMq`, the one value users give a consumer (so that every seam
+/// it forwards to its `BrokerClient` is checked here, default trait methods included).
 struct Real {
-    brokers: BrokerClient,
+    brokers: RocketMq,
     sender: MessageSender,
     // Dropped last: the servers outlive the clients.
     cluster: TestCluster,
@@ -38,7 +40,7 @@ impl Real {
         common::init_tracing();
         let cluster = TestCluster::start().unwrap();
         let name_server = NameServerClient::from_addresses(&cluster.namesrv_addr()).unwrap();
-        let brokers = BrokerClient::new(name_server.clone());
+        let brokers = RocketMq::from(name_server.clone());
         let sender = MessageSender::new(name_server, "contract-producer");
         Self {
             brokers,
@@ -76,7 +78,7 @@ impl Backend for Real {
 
     fn directory_of_another_client(&self) -> Arc<dyn GroupDirectory> {
         let name_server = NameServerClient::from_addresses(&self.cluster.namesrv_addr()).unwrap();
-        Arc::new(BrokerClient::new(name_server))
+        Arc::new(RocketMq::from(name_server))
     }
 
     fn pop_source(&self) -> Arc<dyn PopSource> {
