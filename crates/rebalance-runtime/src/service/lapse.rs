@@ -20,8 +20,8 @@ impl Service {
         self.ctx.activity.membership.is_trusted(Instant::now())
     }
 
-    /// What a handle's `persist_offsets` is answered while the membership is not vouched for:
-    /// every held queue whose committed offset is not stored, refused, since nothing is written
+    /// What `persist_committed` answers while the membership is not vouched for: every held
+    /// queue whose committed offset is not stored, refused, since nothing is written
     /// until a heartbeat is accepted again (then the queues are released without their
     /// offsets, the other members having possibly consumed further).
     pub(super) fn offsets_not_vouched_for(&self) -> Vec<(MessageQueue, RemoteError)> {

@@ -34,7 +34,8 @@ impl Service {
 
     /// Persists the offsets committed and not stored yet of the held queues that `pick` picks
     /// (asked only of those), and records what the store accepted; returns the queues whose
-    /// offset the store refused, with its answer.
+    /// offset the store refused, with its answer, or, while the membership is not vouched for,
+    /// every held queue whose offset is not stored (nothing is written then).
     pub(super) async fn persist_committed(
         &mut self,
         mut pick: impl FnMut(&ProcessQueue) -> bool,
@@ -46,7 +47,7 @@ impl Service {
                 ?why,
                 "membership not vouched for; not persisting the offsets of held queues"
             );
-            return Vec::new();
+            return self.offsets_not_vouched_for();
         }
         let due: Vec<(MessageQueue, i64)> = self
             .table
