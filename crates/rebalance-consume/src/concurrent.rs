@@ -11,7 +11,7 @@ use super::calls;
 use super::config::EXPIRED_DELAY_LEVEL;
 use super::link::{Ack, Guard, LeaseLink, Tally};
 use super::shared::Shared;
-use super::work::WorkQueue;
+use super::work::{Span, WorkQueue};
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use rebalance_runtime::containment::caught;
 use rebalance_runtime::subscription::is_retry_topic;
@@ -25,31 +25,138 @@ pub(crate) async fn run_worker(
 ) {
     let size = shared.options.consume_batch_size;
     let mut messages = Vec::with_capacity(size);
-    while let Some(taken) = work.next(size, &mut messages, &stop).await {
-        consume(&shared, &*listener, &taken.link, taken.epoch, &mut messages).await;
+    let mut reports = Reports::default();
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        let taken = match work.take(size, &mut messages) {
+            Some(taken) => taken,
+            None => {
+                // Nothing waits: what this worker holds is reported before it sleeps.
+                reports.flush();
+                match work.next(size, &mut messages, &stop).await {
+                    Some(taken) => taken,
+                    None => break,
+                }
+            }
+        };
+        let batch = Batch {
+            link: &taken.link,
+            epoch: taken.epoch,
+            span: taken.span,
+        };
+        consume(&shared, &*listener, batch, &mut messages, &mut reports).await;
         messages.clear();
     }
 }
 
-/// Consumes one batch of a lease (taken in the buffer's `epoch`) and reports it to the
-/// lease's loop. `messages` is left empty or holding what was not reported.
+/// A batch of a lease's messages: the lease's link, the buffer epoch it was taken in, and
+/// where it sits in its work-queue entry ([`Span::ALONE`] when it comes from none).
+#[derive(Clone, Copy)]
+pub(crate) struct Batch<'a> {
+    pub(crate) link: &'a Arc<LeaseLink>,
+    pub(crate) epoch: u64,
+    pub(crate) span: Span,
+}
+
+/// A worker's reports not yet made to their pull loops. Batches that follow each other in one
+/// entry of the work queue ([`Span::follows`]) and were each consumed at once (the listener's
+/// call ended when first polled, every message consumed, no consume guard) are reported
+/// together, as one acknowledgement of their whole range: one report, one wake-up of the loop
+/// and one pass over its buffer per run of batches rather than per batch, which with
+/// batches of one message is most of what the layer costs a message.
+///
+/// What is held is reported before the worker waits for anything (the next batch, a consume
+/// guard, a listener call that did not end at once, a send-back), when the next batch does
+/// not follow it, and when the worker stops (on drop, so even a worker whose task is aborted
+/// reports what it consumed). So a report is held only while its worker runs without waiting,
+/// and for at most one entry: one pull's messages. A held batch still counts as in the
+/// listener ([`LeaseLink::in_flight`]), so a hand-off waits for it.
+#[derive(Default)]
+pub(crate) struct Reports {
+    held: Option<(Arc<LeaseLink>, Span, Ack)>,
+}
+
+impl Reports {
+    /// Makes the held report, if any.
+    pub(crate) fn flush(&mut self) {
+        if let Some((link, _, ack)) = self.held.take() {
+            link.report(ack);
+        }
+    }
+
+    /// Whether a batch of `link` at `span` follows the held report's last batch.
+    fn continues(&self, link: &Arc<LeaseLink>, span: &Span) -> bool {
+        self.held
+            .as_ref()
+            .is_some_and(|(held, last, _)| Arc::ptr_eq(held, link) && span.follows(last))
+    }
+
+    /// Reports the acknowledgement of `batch`: joined to the held one when it follows it,
+    /// held when it may be joined by the next, made at once otherwise.
+    fn report(&mut self, batch: Batch<'_>, ack: Ack) {
+        let joinable = ack.guard.is_none()
+            && ack.retry.is_empty()
+            && ack.finished == 1
+            && batch.span != Span::ALONE;
+        if !joinable {
+            self.flush();
+            batch.link.report(ack);
+            return;
+        }
+        if self.continues(batch.link, &batch.span)
+            && let Some((_, last, held)) = self.held.as_mut()
+            && held.epoch == ack.epoch
+        {
+            held.first = held.first.min(ack.first);
+            held.last = held.last.max(ack.last);
+            held.finished += ack.finished;
+            held.tally.add(ack.tally);
+            *last = batch.span;
+            return;
+        }
+        self.flush();
+        self.held = Some((batch.link.clone(), batch.span, ack));
+    }
+}
+
+impl Drop for Reports {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// Consumes one batch of a lease and reports it to the lease's loop, through `reports`.
+/// `messages` is left empty or holding what was not reported.
 pub(crate) async fn consume(
     shared: &Shared,
     listener: &dyn ConcurrentListener,
-    link: &LeaseLink,
-    epoch: u64,
+    taken: Batch<'_>,
     messages: &mut Vec<Message>,
+    reports: &mut Reports,
 ) {
+    let Batch { link, epoch, span } = taken;
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
         return;
     };
     let (first, last) = (first.queue_offset(), last.queue_offset());
+    if !reports.continues(link, &span) {
+        reports.flush();
+    }
     if !link.begin() {
         // Handed off before it started: dropped unprocessed (the commit offset stays before
         // it, so the next owner consumes it).
+        reports.flush();
         return;
     }
-    let guard = match link.consume_guard().await {
+    if link.is_guarded() {
+        // Its consume guard may have to be waited for.
+        reports.flush();
+    }
+    // One clock read: the trust is checked at the call's start.
+    let started = tokio::time::Instant::now();
+    let guard = match link.consume_guard(started).await {
         Guard::Unneeded => None,
         Guard::Held(guard) => Some(guard),
         Guard::Refused => {
@@ -61,16 +168,21 @@ pub(crate) async fn consume(
                 first,
                 last,
                 retry: std::mem::take(messages),
-                finished: true,
+                finished: 1,
                 guard: None,
                 tally: Tally::default(),
             });
             return;
         }
     };
+    let started = if guard.is_some() {
+        // The call starts after the wait for the guard.
+        tokio::time::Instant::now()
+    } else {
+        started
+    };
     restore_topics(messages);
     let mut context = ConcurrentContext::new(link.queue().clone());
-    let started = tokio::time::Instant::now();
     let in_flight = shared.in_flight.enter(link.queue(), first, last, started);
     let batch = messages.len();
     // `expired`: messages of the batch already sent back because it timed out (no longer
@@ -85,7 +197,7 @@ pub(crate) async fn consume(
             first,
             last,
         };
-        match expiry.run(call).await {
+        match expiry.run(call, reports).await {
             Outcome::Done(Ok(result), sent_back) => {
                 (context.consumed(result, messages.len()), sent_back)
             }
@@ -101,7 +213,7 @@ pub(crate) async fn consume(
                     first,
                     last,
                     retry: Vec::new(),
-                    finished: true,
+                    finished: 1,
                     guard,
                     tally: Tally::call(0, batch, took),
                 });
@@ -113,6 +225,10 @@ pub(crate) async fn consume(
     let failed = batch.saturating_sub(consumed);
     let took = started.elapsed();
     link.metrics().consumed(consumed, failed, took);
+    if consumed != messages.len() {
+        // Failures: sending them back waits for the source.
+        reports.flush();
+    }
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {
@@ -131,15 +247,18 @@ pub(crate) async fn consume(
             send_back(shared, link, failed, context.delay_level).await
         }
     };
-    link.report(Ack {
-        epoch,
-        first,
-        last,
-        retry,
-        finished: true,
-        guard,
-        tally: Tally::call(consumed, failed, took),
-    });
+    reports.report(
+        taken,
+        Ack {
+            epoch,
+            first,
+            last,
+            retry,
+            finished: 1,
+            guard,
+            tally: Tally::call(consumed, failed, took),
+        },
+    );
 }
 
 /// Sends failed messages back; returns those whose send-back failed (consumed again locally
@@ -207,13 +326,15 @@ struct Expiry<'a> {
 
 impl Expiry<'_> {
     /// Awaits `call`; past `consume_timeout`, sends the batch back (so that it no longer holds
-    /// the commit offset), acknowledges it and still waits for the call to end.
-    async fn run<T>(self, call: impl Future<Output = T>) -> Outcome<T> {
+    /// the commit offset), acknowledges it and still waits for the call to end. A call that
+    /// does not end at once first has the worker's held `reports` made.
+    async fn run<T>(self, call: impl Future<Output = T>, reports: &mut Reports) -> Outcome<T> {
         tokio::pin!(call);
         // Most calls end at once: no timer for them.
         if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
             return Outcome::Done(done, Vec::new());
         }
+        reports.flush();
         let timeout = self.shared.options.consume_timeout;
         tokio::select! {
             done = &mut call => return Outcome::Done(done, Vec::new()),
@@ -241,7 +362,7 @@ impl Expiry<'_> {
                 first: self.first,
                 last: self.last,
                 retry: Vec::new(),
-                finished: false,
+                finished: 0,
                 guard: None,
                 tally: Tally::default(),
             });
@@ -303,6 +424,14 @@ mod tests {
         )
     }
 
+    fn alone(link: &Arc<LeaseLink>) -> Batch<'_> {
+        Batch {
+            link,
+            epoch: 0,
+            span: Span::ALONE,
+        }
+    }
+
     fn link(queue: &MessageQueue) -> (Arc<LeaseLink>, AckReceiver) {
         let link = Arc::new(LeaseLink::new(
             queue.clone(),
@@ -323,12 +452,19 @@ mod tests {
         ];
         let listener = Seen::default();
         let (link, mut acks) = link(&retry);
-        consume(&shared, &listener, &link, 0, &mut { messages }).await;
+        consume(
+            &shared,
+            &listener,
+            alone(&link),
+            &mut { messages },
+            &mut Reports::default(),
+        )
+        .await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
         let ack = acks.recv().await;
         assert_eq!(
             (ack.first, ack.last, ack.retry.len(), ack.finished),
-            (0, 1, 0, true)
+            (0, 1, 0, 1)
         );
     }
 
@@ -344,7 +480,14 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, &link, 0, &mut messages).await;
+        consume(
+            &shared,
+            &listener,
+            alone(&link),
+            &mut messages,
+            &mut Reports::default(),
+        )
+        .await;
         let ack = acks.recv().await;
         let kept: Vec<(i64, i32)> = ack
             .retry
@@ -352,7 +495,82 @@ mod tests {
             .map(|m| (m.queue_offset(), m.reconsume_times()))
             .collect();
         assert_eq!(kept, vec![(7, 1)], "kept, counted once more");
-        assert!(ack.finished);
+        assert_eq!(ack.finished, 1);
+    }
+
+    /// Sleeps `delay` on the message at offset `slow`; consumes everything.
+    struct SlowAt {
+        slow: i64,
+        delay: Duration,
+    }
+
+    #[async_trait]
+    impl ConcurrentListener for SlowAt {
+        async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
+            if messages.iter().any(|m| m.queue_offset() == self.slow) {
+                tokio::time::sleep(self.delay).await;
+            }
+            ConsumeResult::Success
+        }
+    }
+
+    /// Runs one worker over `count` messages of one pull, with `listener`; returns the
+    /// reports its loop receives, with when each came, until `count` batches are reported.
+    async fn reports_of(listener: SlowAt, count: i64) -> Vec<(Duration, i64, i64, u64)> {
+        let source = Arc::new(TestSource::default());
+        let shared = Arc::new(shared(source, false, ConsumeOptions::default()));
+        let q = MessageQueue::new("T", "b", 0);
+        let (link, mut acks) = link(&q);
+        let work = Arc::new(WorkQueue::default());
+        work.push(
+            link,
+            0,
+            (0..count)
+                .map(|o| Message::new(q.clone(), o, "x"))
+                .collect(),
+        );
+        let stop = CancellationToken::new();
+        let worker = tokio::spawn(run_worker(shared, Arc::new(listener), work, stop.clone()));
+        let started = tokio::time::Instant::now();
+        let mut reports = Vec::new();
+        let mut finished = 0;
+        while finished < count as u64 {
+            let ack = acks.recv().await;
+            finished += ack.finished;
+            reports.push((started.elapsed(), ack.first, ack.last, ack.finished));
+        }
+        stop.cancel();
+        worker.await.unwrap();
+        reports
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_consumed_at_once_are_reported_together() {
+        let fast = SlowAt {
+            slow: -1,
+            delay: Duration::ZERO,
+        };
+        assert_eq!(
+            reports_of(fast, 4).await,
+            vec![(Duration::ZERO, 0, 3, 4)],
+            "one report for the pull's four batches"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_report_is_made_before_a_call_that_waits() {
+        let slow = SlowAt {
+            slow: 2,
+            delay: Duration::from_secs(10),
+        };
+        assert_eq!(
+            reports_of(slow, 4).await,
+            vec![
+                (Duration::ZERO, 0, 1, 2),
+                (Duration::from_secs(10), 2, 3, 2)
+            ],
+            "the first two are reported while the third is in the listener, not after it"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -366,7 +584,14 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, &link, 0, &mut messages).await;
+        consume(
+            &shared,
+            &listener,
+            alone(&link),
+            &mut messages,
+            &mut Reports::default(),
+        )
+        .await;
         let ack = acks.recv().await;
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
@@ -388,13 +613,20 @@ mod tests {
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
-        let consumed = consume(&shared, &listener, &link, 0, &mut messages);
+        let mut reports = Reports::default();
+        let consumed = consume(
+            &shared,
+            &listener,
+            alone(&link),
+            &mut messages,
+            &mut reports,
+        );
         tokio::pin!(consumed);
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),
             ack = acks.recv() => {
                 assert_eq!(started.elapsed(), Duration::from_secs(60));
-                assert_eq!((ack.first, ack.finished), (3, false));
+                assert_eq!((ack.first, ack.finished), (3, 0));
             }
         }
         let sent: Vec<(i64, i32)> = source.with(|s| {
@@ -407,6 +639,6 @@ mod tests {
         consumed.await;
         assert_eq!(started.elapsed(), Duration::from_secs(100));
         let last = acks.recv().await;
-        assert!(last.finished);
+        assert_eq!(last.finished, 1);
     }
 }

@@ -26,9 +26,10 @@ pub(crate) struct Ack {
     /// Messages of the batch that are not consumed and stay buffered: to be consumed again
     /// locally later (their send-back failed), unless the lease is handed off meanwhile.
     pub(crate) retry: Vec<Message>,
-    /// Whether the batch has left the listener (false for a batch sent back because it timed
-    /// out while the listener still runs).
-    pub(crate) finished: bool,
+    /// How many of the report's batches left the listener: one, none for a batch sent back
+    /// because it timed out while the listener still runs, several for a worker's report of
+    /// batches that followed each other (`concurrent::Reports`).
+    pub(crate) finished: u64,
     /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
     /// pull loop commits, then drops it, so the queue is never unlocked between the two.
     pub(crate) guard: Option<rebalance_runtime::ConsumeGuard>,
@@ -229,22 +230,28 @@ impl LeaseLink {
         }
     }
 
+    /// Whether each batch holds the lease's consume guard (the consumer locks its queues).
+    pub(crate) fn is_guarded(&self) -> bool {
+        self.guarded.is_some()
+    }
+
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
         self.guarded = Some(lease);
         self
     }
 
-    /// Waits for the right to run one batch: the lease's consume guard when the consumer locks
-    /// its queues; refused once the lease is handed off (before or while waiting), while its
-    /// lock is stale, or while the lease is not trusted (this client's membership lapsed).
-    pub(crate) async fn consume_guard(&self) -> Guard {
+    /// Waits for the right to run one batch, asked for at `now`: the lease's consume guard when
+    /// the consumer locks its queues; refused once the lease is handed off (before or while
+    /// waiting), while its lock is stale, or while the lease is not trusted (this client's
+    /// membership lapsed).
+    pub(crate) async fn consume_guard(&self, now: tokio::time::Instant) -> Guard {
         let Some(lease) = &self.guarded else {
             // Not locked: the batch runs only while the lease is trusted (this client's
             // membership is vouched for), like a locked one (see `QueueLease::consume_guard`).
             let trusted = self
                 .recorded
                 .as_ref()
-                .is_none_or(|lease| lease.is_trusted(tokio::time::Instant::now()));
+                .is_none_or(|lease| lease.is_trusted(now));
             return if trusted {
                 Guard::Unneeded
             } else {
@@ -283,8 +290,8 @@ impl LeaseLink {
 
     /// Reports a batch to the pull loop (ignored when the loop is gone).
     pub(crate) fn report(&self, ack: Ack) {
-        if ack.finished {
-            self.finished.fetch_add(1, Ordering::AcqRel);
+        if ack.finished > 0 {
+            self.finished.fetch_add(ack.finished, Ordering::AcqRel);
         }
         let refused = {
             let mut acks = self
@@ -328,7 +335,7 @@ mod tests {
             first,
             last: first,
             retry: Vec::new(),
-            finished: true,
+            finished: 1,
             guard: None,
             tally: Tally::default(),
         }

@@ -459,9 +459,7 @@ impl PullLoop {
     ) -> Option<rebalance_runtime::ConsumeGuard> {
         let guard = ack.guard.take();
         tally.add(ack.tally);
-        if ack.finished {
-            self.finished += 1;
-        }
+        self.finished += ack.finished;
         self.pq
             .ack(ack.epoch, ack.first, ack.last, |o| ack.keeps(o));
         if !ack.retry.is_empty() && ack.epoch == self.pq.epoch() && !self.link.is_dropped() {

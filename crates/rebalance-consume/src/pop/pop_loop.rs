@@ -352,9 +352,7 @@ impl PopLoop {
     /// ends first).
     fn on_ack(&mut self, ack: Ack, tally: &mut Tally) {
         tally.add(ack.tally);
-        if ack.finished {
-            self.finished += 1;
-        }
+        self.finished += ack.finished;
         self.book
             .done(ack.epoch, ack.first, ack.last, |o| ack.keeps(o));
         if ack.retry.is_empty() || self.link.is_dropped() {

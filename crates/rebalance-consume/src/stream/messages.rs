@@ -161,7 +161,7 @@ impl Feed {
             return None;
         }
         let offset = message.queue_offset();
-        let guard = match link.consume_guard().await {
+        let guard = match link.consume_guard(Instant::now()).await {
             Guard::Unneeded => None,
             Guard::Held(guard) => Some(guard),
             Guard::Refused => {
@@ -173,7 +173,7 @@ impl Feed {
                     first: offset,
                     last: offset,
                     retry: vec![message],
-                    finished: true,
+                    finished: 1,
                     guard: None,
                     tally: Tally::default(),
                 });
@@ -215,7 +215,7 @@ impl Ticket {
             first: offset,
             last: offset,
             retry,
-            finished: true,
+            finished: 1,
             guard: self.guard,
             tally: Tally::call(ok, failed, spent),
         });
