@@ -25,28 +25,23 @@ pub(crate) async fn run_worker(
 ) {
     let size = shared.options.consume_batch_size;
     let mut messages = Vec::with_capacity(size);
-    let mut reports = Reports::default();
     loop {
         if stop.is_cancelled() {
             break;
         }
         let taken = match work.take(size, &mut messages) {
             Some(taken) => taken,
-            None => {
-                // Nothing waits: what this worker holds is reported before it sleeps.
-                reports.flush();
-                match work.next(size, &mut messages, &stop).await {
-                    Some(taken) => taken,
-                    None => break,
-                }
-            }
+            None => match work.next(size, &mut messages, &stop).await {
+                Some(taken) => taken,
+                None => break,
+            },
         };
         let batch = Batch {
             link: &taken.link,
             epoch: taken.epoch,
             span: taken.span,
         };
-        consume(&shared, &*listener, batch, &mut messages, &mut reports).await;
+        consume(&shared, &*listener, batch, &mut messages).await;
         messages.clear();
     }
 }
@@ -60,99 +55,23 @@ pub(crate) struct Batch<'a> {
     pub(crate) span: Span,
 }
 
-/// A worker's reports not yet made to their pull loops. Batches that follow each other in one
-/// entry of the work queue ([`Span::follows`]) and were each consumed at once (the listener's
-/// call ended when first polled, every message consumed, no consume guard) are reported
-/// together, as one acknowledgement of their whole range: one report, one wake-up of the loop
-/// and one pass over its buffer per run of batches rather than per batch, which with
-/// batches of one message is most of what the layer costs a message.
-///
-/// What is held is reported before the worker waits for anything (the next batch, a consume
-/// guard, a listener call that did not end at once, a send-back), when the next batch does
-/// not follow it, and when the worker stops (on drop, so even a worker whose task is aborted
-/// reports what it consumed). So a report is held only while its worker runs without waiting,
-/// and for at most one entry: one pull's messages. A held batch still counts as in the
-/// listener ([`LeaseLink::in_flight`]), so a hand-off waits for it.
-#[derive(Default)]
-pub(crate) struct Reports {
-    held: Option<(Arc<LeaseLink>, Span, Ack)>,
-}
-
-impl Reports {
-    /// Makes the held report, if any.
-    pub(crate) fn flush(&mut self) {
-        if let Some((link, _, ack)) = self.held.take() {
-            link.report(ack);
-        }
-    }
-
-    /// Whether a batch of `link` at `span` follows the held report's last batch.
-    fn continues(&self, link: &Arc<LeaseLink>, span: &Span) -> bool {
-        self.held
-            .as_ref()
-            .is_some_and(|(held, last, _)| Arc::ptr_eq(held, link) && span.follows(last))
-    }
-
-    /// Reports the acknowledgement of `batch`: joined to the held one when it follows it,
-    /// held when it may be joined by the next, made at once otherwise.
-    fn report(&mut self, batch: Batch<'_>, ack: Ack) {
-        let joinable = ack.guard.is_none()
-            && ack.retry.is_empty()
-            && ack.finished == 1
-            && batch.span != Span::ALONE;
-        if !joinable {
-            self.flush();
-            batch.link.report(ack);
-            return;
-        }
-        if self.continues(batch.link, &batch.span)
-            && let Some((_, last, held)) = self.held.as_mut()
-            && held.epoch == ack.epoch
-        {
-            held.first = held.first.min(ack.first);
-            held.last = held.last.max(ack.last);
-            held.finished += ack.finished;
-            held.tally.add(ack.tally);
-            *last = batch.span;
-            return;
-        }
-        self.flush();
-        self.held = Some((batch.link.clone(), batch.span, ack));
-    }
-}
-
-impl Drop for Reports {
-    fn drop(&mut self) {
-        self.flush();
-    }
-}
-
-/// Consumes one batch of a lease and reports it to the lease's loop, through `reports`.
-/// `messages` is left empty or holding what was not reported.
+/// Consumes one batch of a lease and reports it to the lease's loop. `messages` is left empty
+/// or holding what was not reported.
 pub(crate) async fn consume(
     shared: &Shared,
     listener: &dyn ConcurrentListener,
     taken: Batch<'_>,
     messages: &mut Vec<Message>,
-    reports: &mut Reports,
 ) {
     let Batch { link, epoch, span } = taken;
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
         return;
     };
     let (first, last) = (first.queue_offset(), last.queue_offset());
-    if !reports.continues(link, &span) {
-        reports.flush();
-    }
     if !link.begin() {
         // Handed off before it started: dropped unprocessed (the commit offset stays before
         // it, so the next owner consumes it).
-        reports.flush();
         return;
-    }
-    if link.is_guarded() {
-        // Its consume guard may have to be waited for.
-        reports.flush();
     }
     // One clock read: the trust is checked at the call's start.
     let started = tokio::time::Instant::now();
@@ -171,6 +90,7 @@ pub(crate) async fn consume(
                 finished: 1,
                 guard: None,
                 tally: Tally::default(),
+                span: Span::ALONE,
             });
             return;
         }
@@ -197,7 +117,7 @@ pub(crate) async fn consume(
             first,
             last,
         };
-        match expiry.run(call, reports).await {
+        match expiry.run(call).await {
             Outcome::Done(Ok(result), sent_back) => {
                 (context.consumed(result, messages.len()), sent_back)
             }
@@ -216,6 +136,7 @@ pub(crate) async fn consume(
                     finished: 1,
                     guard,
                     tally: Tally::call(0, batch, took),
+                    span: Span::ALONE,
                 });
                 return;
             }
@@ -225,10 +146,6 @@ pub(crate) async fn consume(
     let failed = batch.saturating_sub(consumed);
     let took = started.elapsed();
     link.metrics().consumed(consumed, failed, took);
-    if consumed != messages.len() {
-        // Failures: sending them back waits for the source.
-        reports.flush();
-    }
     let retry = if consumed == messages.len() {
         Vec::new()
     } else if shared.broadcasting {
@@ -247,18 +164,16 @@ pub(crate) async fn consume(
             send_back(shared, link, failed, context.delay_level).await
         }
     };
-    reports.report(
-        taken,
-        Ack {
-            epoch,
-            first,
-            last,
-            retry,
-            finished: 1,
-            guard,
-            tally: Tally::call(consumed, failed, took),
-        },
-    );
+    link.report(Ack {
+        epoch,
+        first,
+        last,
+        retry,
+        finished: 1,
+        guard,
+        tally: Tally::call(consumed, failed, took),
+        span,
+    });
 }
 
 /// Sends failed messages back; returns those whose send-back failed (consumed again locally
@@ -326,15 +241,13 @@ struct Expiry<'a> {
 
 impl Expiry<'_> {
     /// Awaits `call`; past `consume_timeout`, sends the batch back (so that it no longer holds
-    /// the commit offset), acknowledges it and still waits for the call to end. A call that
-    /// does not end at once first has the worker's held `reports` made.
-    async fn run<T>(self, call: impl Future<Output = T>, reports: &mut Reports) -> Outcome<T> {
+    /// the commit offset), acknowledges it and still waits for the call to end.
+    async fn run<T>(self, call: impl Future<Output = T>) -> Outcome<T> {
         tokio::pin!(call);
         // Most calls end at once: no timer for them.
         if let Poll::Ready(done) = poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx))).await {
             return Outcome::Done(done, Vec::new());
         }
-        reports.flush();
         let timeout = self.shared.options.consume_timeout;
         tokio::select! {
             done = &mut call => return Outcome::Done(done, Vec::new()),
@@ -365,6 +278,7 @@ impl Expiry<'_> {
                 finished: 0,
                 guard: None,
                 tally: Tally::default(),
+                span: Span::ALONE,
             });
             call.await;
             return Outcome::Expired;
@@ -452,14 +366,7 @@ mod tests {
         ];
         let listener = Seen::default();
         let (link, mut acks) = link(&retry);
-        consume(
-            &shared,
-            &listener,
-            alone(&link),
-            &mut { messages },
-            &mut Reports::default(),
-        )
-        .await;
+        consume(&shared, &listener, alone(&link), &mut { messages }).await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
         let ack = acks.recv().await;
         assert_eq!(
@@ -480,14 +387,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(
-            &shared,
-            &listener,
-            alone(&link),
-            &mut messages,
-            &mut Reports::default(),
-        )
-        .await;
+        consume(&shared, &listener, alone(&link), &mut messages).await;
         let ack = acks.recv().await;
         let kept: Vec<(i64, i32)> = ack
             .retry
@@ -545,7 +445,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn batches_consumed_at_once_are_reported_together() {
+    async fn batches_consumed_before_the_loop_looks_are_reported_together() {
         let fast = SlowAt {
             slow: -1,
             delay: Duration::ZERO,
@@ -553,12 +453,12 @@ mod tests {
         assert_eq!(
             reports_of(fast, 4).await,
             vec![(Duration::ZERO, 0, 3, 4)],
-            "one report for the pull's four batches"
+            "one report for the pull's four batches, consumed before the loop looked"
         );
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_held_report_is_made_before_a_call_that_waits() {
+    async fn reports_are_made_while_the_next_call_waits() {
         let slow = SlowAt {
             slow: 2,
             delay: Duration::from_secs(10),
@@ -569,7 +469,7 @@ mod tests {
                 (Duration::ZERO, 0, 1, 2),
                 (Duration::from_secs(10), 2, 3, 2)
             ],
-            "the first two are reported while the third is in the listener, not after it"
+            "the first two are taken by the loop while the third is in the listener"
         );
     }
 
@@ -584,14 +484,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(
-            &shared,
-            &listener,
-            alone(&link),
-            &mut messages,
-            &mut Reports::default(),
-        )
-        .await;
+        consume(&shared, &listener, alone(&link), &mut messages).await;
         let ack = acks.recv().await;
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
@@ -613,14 +506,7 @@ mod tests {
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
-        let mut reports = Reports::default();
-        let consumed = consume(
-            &shared,
-            &listener,
-            alone(&link),
-            &mut messages,
-            &mut reports,
-        );
+        let consumed = consume(&shared, &listener, alone(&link), &mut messages);
         tokio::pin!(consumed);
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),

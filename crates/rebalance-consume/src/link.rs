@@ -9,6 +9,7 @@ use rebalance_core::MessageQueue;
 use tokio::sync::Notify;
 
 use super::Message;
+use super::work::Span;
 use crate::metrics::TopicMetrics;
 use rebalance_runtime::QueueLease;
 
@@ -27,8 +28,8 @@ pub(crate) struct Ack {
     /// locally later (their send-back failed), unless the lease is handed off meanwhile.
     pub(crate) retry: Vec<Message>,
     /// How many of the report's batches left the listener: one, none for a batch sent back
-    /// because it timed out while the listener still runs, several for a worker's report of
-    /// batches that followed each other (`concurrent::Reports`).
+    /// because it timed out while the listener still runs, several once reports of batches
+    /// that follow each other joined in the inbox ([`Ack::joins`]).
     pub(crate) finished: u64,
     /// The lease's consume guard the batch ran under (when the consumer locks its queues): the
     /// pull loop commits, then drops it, so the queue is never unlocked between the two.
@@ -36,6 +37,9 @@ pub(crate) struct Ack {
     /// What the batch's listener call did, for the running info (recorded by the pull loop
     /// for all the acks it takes at once).
     pub(crate) tally: Tally,
+    /// Where the batch sits in its work-queue entry ([`Span::ALONE`] when it comes from none):
+    /// a report that follows the one waiting before it joins it ([`Ack::absorb`]).
+    pub(crate) span: Span,
 }
 
 /// Listener calls and their outcomes, summed.
@@ -71,6 +75,32 @@ impl Ack {
     /// Whether `offset` stays buffered.
     pub(crate) fn keeps(&self, offset: i64) -> bool {
         self.retry.iter().any(|m| m.queue_offset() == offset)
+    }
+
+    /// Whether the report is of batches that left the listener with every message consumed
+    /// and no consume guard: the only kind that joins another.
+    fn is_plain(&self) -> bool {
+        self.guard.is_none() && self.retry.is_empty() && self.finished > 0
+    }
+
+    /// Whether `next` may join this report: its batch follows this one's last in their
+    /// work-queue entry ([`Span::follows`]: every message of the entry between their offsets
+    /// belongs to one of them), and both are plain.
+    fn joins(&self, next: &Ack) -> bool {
+        self.is_plain()
+            && next.is_plain()
+            && self.epoch == next.epoch
+            && next.span.follows(&self.span)
+    }
+
+    /// Takes `next`, which [`joins`](Self::joins) it, into this report: one acknowledgement of
+    /// the whole range.
+    fn absorb(&mut self, next: Ack) {
+        self.first = self.first.min(next.first);
+        self.last = self.last.max(next.last);
+        self.finished += next.finished;
+        self.tally.add(next.tally);
+        self.span = next.span;
     }
 }
 
@@ -230,11 +260,6 @@ impl LeaseLink {
         }
     }
 
-    /// Whether each batch holds the lease's consume guard (the consumer locks its queues).
-    pub(crate) fn is_guarded(&self) -> bool {
-        self.guarded.is_some()
-    }
-
     pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
         self.guarded = Some(lease);
         self
@@ -288,29 +313,48 @@ impl LeaseLink {
         self.state.load(Ordering::Acquire) & DROPPED != 0
     }
 
-    /// Reports a batch to the pull loop (ignored when the loop is gone).
+    /// Reports a batch to the pull loop (ignored when the loop is gone). A plain report that
+    /// follows the one waiting last in the inbox joins it ([`Ack::joins`]): while the
+    /// loop is busy, a pull's batches of one message reach it as one acknowledgement, not one
+    /// each. The loop is woken only when the inbox was empty: otherwise a wake-up is already on
+    /// its way (the one of the report that filled it, which the loop has not taken yet).
     pub(crate) fn report(&self, ack: Ack) {
         if ack.finished > 0 {
             self.finished.fetch_add(ack.finished, Ordering::AcqRel);
         }
-        let refused = {
+        enum Outcome {
+            Refused(Ack),
+            Waiting { wake: bool },
+        }
+        let outcome = {
             let mut acks = self
                 .inbox
                 .acks
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             match acks.as_mut() {
-                Some(acks) => {
-                    acks.push(ack);
-                    None
-                }
-                None => Some(ack),
+                Some(acks) => match acks.last_mut() {
+                    Some(last) if last.joins(&ack) => {
+                        last.absorb(ack);
+                        Outcome::Waiting { wake: false }
+                    }
+                    Some(_) => {
+                        acks.push(ack);
+                        Outcome::Waiting { wake: false }
+                    }
+                    None => {
+                        acks.push(ack);
+                        Outcome::Waiting { wake: true }
+                    }
+                },
+                None => Outcome::Refused(ack),
             }
         };
-        match refused {
+        match outcome {
             // Dropped outside the lock: it may release the queue's consume guard.
-            Some(ack) => drop(ack),
-            None => self.inbox.ready.notify_one(),
+            Outcome::Refused(ack) => drop(ack),
+            Outcome::Waiting { wake: true } => self.inbox.ready.notify_one(),
+            Outcome::Waiting { wake: false } => {}
         }
     }
 
@@ -338,6 +382,7 @@ mod tests {
             finished: 1,
             guard: None,
             tally: Tally::default(),
+            span: Span::ALONE,
         }
     }
 
@@ -363,6 +408,49 @@ mod tests {
         };
         assert_eq!(acks.recv().await.first, 3);
         waiter.await.unwrap();
+        assert_eq!(link.in_flight(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_report_that_follows_the_one_waiting_joins_it() {
+        use crate::work::WorkQueue;
+        let q = MessageQueue::new("T", "b", 0);
+        let link = Arc::new(LeaseLink::new(q.clone(), test_metrics()));
+        let mut acks = AckReceiver::new(&link);
+        let work = WorkQueue::default();
+        work.push(
+            link.clone(),
+            0,
+            (0..7).map(|o| Message::new(q.clone(), o, "x")).collect(),
+        );
+        let taken = || work.take(1, &mut Vec::new()).unwrap().span;
+        let spans: Vec<Span> = (0..7).map(|_| taken()).collect();
+        let of = |offset: i64| Ack {
+            span: spans[offset as usize],
+            ..ack(offset)
+        };
+        // Reported by several workers, not in order: a report joins only the one waiting last,
+        // and only when it follows it.
+        link.report(of(0));
+        link.report(of(1));
+        link.report(of(3));
+        link.report(of(2));
+        let first = acks.recv().await;
+        assert_eq!((first.first, first.last, first.finished), (0, 1, 2));
+        let second = acks.try_recv().unwrap();
+        assert_eq!((second.first, second.last, second.finished), (3, 3, 1));
+        let third = acks.try_recv().unwrap();
+        assert_eq!((third.first, third.last), (2, 2), "2 does not follow 3");
+        // Taken by the loop in between: a new report, and a wake-up.
+        link.report(of(4));
+        assert_eq!(acks.recv().await.first, 4);
+        // Not plain (a message kept for a local retry): never joined.
+        let mut failed = of(6);
+        failed.retry = vec![Message::new(q.clone(), 6, "x")];
+        link.report(of(5));
+        link.report(failed);
+        assert_eq!(acks.recv().await.last, 5);
+        assert_eq!(acks.try_recv().map(|a| a.first), Some(6));
         assert_eq!(link.in_flight(), 0);
     }
 

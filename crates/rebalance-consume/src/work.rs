@@ -4,9 +4,9 @@
 //! consumed in parallel, and a waiting message costs no more than its share of its pull's
 //! entry.
 //!
-//! Each take says where it sits in its entry ([`Span`]): when one worker's takes follow each
-//! other in one entry, nothing of the entry lies between them, so their reports may be one
-//! (see `concurrent::Reports`).
+//! Each take says where it sits in its entry ([`Span`]): when one take follows another in
+//! their entry, nothing of the entry lies between them, so their reports may be one (see
+//! `LeaseLink::report`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -23,7 +23,7 @@ use crate::Message;
 use crate::concurrent::{restore_topics, send_back};
 use crate::link::{Ack, Guard, LeaseLink, Tally};
 use crate::shared::Shared;
-use crate::work::WorkQueue;
+use crate::work::{Span, WorkQueue};
 
 /// The messages of the queues a stream consumer holds, in the order they were pulled (each
 /// queue's in offset order); ends once the consumer is shut down.
@@ -176,6 +176,7 @@ impl Feed {
                     finished: 1,
                     guard: None,
                     tally: Tally::default(),
+                    span: Span::ALONE,
                 });
                 return None;
             }
@@ -218,6 +219,7 @@ impl Ticket {
             finished: 1,
             guard: self.guard,
             tally: Tally::call(ok, failed, spent),
+            span: Span::ALONE,
         });
     }
 }
