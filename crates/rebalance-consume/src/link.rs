@@ -143,8 +143,9 @@ struct Inbox {
     /// `None` once the loop's [`AckReceiver`] is gone: a report is dropped then, and with it
     /// the consume guard it carries.
     acks: Mutex<Option<Vec<Ack>>>,
-    /// Notified after each report; a notification with nobody waiting is kept for the next
-    /// wait, so none is lost.
+    /// Notified after each report into an empty inbox (a report into a non-empty one has the
+    /// loop's wake-up on its way already: the loop empties the inbox whole, under the same
+    /// lock); a notification with nobody waiting is kept for the next wait, so none is lost.
     ready: Notify,
 }
 
@@ -425,6 +426,9 @@ mod tests {
         );
         let taken = || work.take(1, &mut Vec::new()).unwrap().span;
         let spans: Vec<Span> = (0..7).map(|_| taken()).collect();
+        for _ in 0..7 {
+            assert!(link.begin());
+        }
         let of = |offset: i64| Ack {
             span: spans[offset as usize],
             ..ack(offset)
@@ -441,9 +445,20 @@ mod tests {
         assert_eq!((second.first, second.last, second.finished), (3, 3, 1));
         let third = acks.try_recv().unwrap();
         assert_eq!((third.first, third.last), (2, 2), "2 does not follow 3");
-        // Taken by the loop in between: a new report, and a wake-up.
+        assert_eq!(link.in_flight(), 3, "4, 5 and 6 are still in the listener");
+        // The loop took the inbox whole: 4 follows 3, but nothing waits for it to join, and
+        // a loop waiting for it is woken.
+        let waiter = tokio::spawn(async move {
+            let ack = acks.recv().await;
+            (acks, ack)
+        });
+        tokio::task::yield_now().await;
         link.report(of(4));
-        assert_eq!(acks.recv().await.first, 4);
+        let (mut acks, fourth) = tokio::time::timeout(std::time::Duration::from_secs(1), waiter)
+            .await
+            .expect("the loop is woken")
+            .unwrap();
+        assert_eq!((fourth.first, fourth.last, fourth.finished), (4, 4, 1));
         // Not plain (a message kept for a local retry): never joined.
         let mut failed = of(6);
         failed.retry = vec![Message::new(q.clone(), 6, "x")];
@@ -451,7 +466,7 @@ mod tests {
         link.report(failed);
         assert_eq!(acks.recv().await.last, 5);
         assert_eq!(acks.try_recv().map(|a| a.first), Some(6));
-        assert_eq!(link.in_flight(), 0);
+        assert_eq!(link.in_flight(), 0, "each joined batch counted as finished");
     }
 
     #[tokio::test]
