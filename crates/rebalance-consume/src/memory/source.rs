@@ -89,9 +89,14 @@ async fn serve_pull(client: &ClusterClient, request: &PullRequest) -> PullResult
         return result;
     }
     let offset = request.offset;
-    let arrived =
-        tokio::time::timeout(request.suspend, arrivals.wait_for(|max| *max > offset)).await;
-    tracing::trace!(queue = ?request.queue, offset, arrived = arrived.is_ok(), "held pull resumed");
+    // `wait_for` answers with a read guard of the watch: dropped here, in this statement, as
+    // an append takes the store's lock and then the watch's, and the read below takes the
+    // store's (held across it, the guard deadlocked a send and two held pulls).
+    let arrived = matches!(
+        tokio::time::timeout(request.suspend, arrivals.wait_for(|max| *max > offset)).await,
+        Ok(Ok(_))
+    );
+    tracing::trace!(queue = ?request.queue, offset, arrived, "held pull resumed");
     // Resumed on arrival or at the end of the hold: read once more without holding, as a
     // broker re-runs a held pull.
     read(&mut store.lock()).0
