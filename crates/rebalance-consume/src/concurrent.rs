@@ -11,7 +11,7 @@ use super::calls;
 use super::config::EXPIRED_DELAY_LEVEL;
 use super::link::{Ack, Guard, LeaseLink, Tally};
 use super::shared::Shared;
-use super::work::{Span, WorkQueue};
+use super::work::{Span, Taken, WorkQueue};
 use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use rebalance_runtime::containment::caught;
 use rebalance_runtime::subscription::is_retry_topic;
@@ -25,45 +25,22 @@ pub(crate) async fn run_worker(
 ) {
     let size = shared.options.consume_batch_size;
     let mut messages = Vec::with_capacity(size);
-    loop {
-        if stop.is_cancelled() {
-            break;
-        }
-        let taken = match work.take(size, &mut messages) {
-            Some(taken) => taken,
-            None => match work.next(size, &mut messages, &stop).await {
-                Some(taken) => taken,
-                None => break,
-            },
-        };
-        let batch = Batch {
-            link: &taken.link,
-            epoch: taken.epoch,
-            span: taken.span,
-        };
-        consume(&shared, &*listener, batch, &mut messages).await;
+    while let Some(taken) = work.next(size, &mut messages, &stop).await {
+        consume(&shared, &*listener, &taken, &mut messages).await;
         messages.clear();
     }
 }
 
-/// A batch of a lease's messages: the lease's link, the buffer epoch it was taken in, and
-/// where it sits in its work-queue entry ([`Span::ALONE`] when it comes from none).
-#[derive(Clone, Copy)]
-pub(crate) struct Batch<'a> {
-    pub(crate) link: &'a Arc<LeaseLink>,
-    pub(crate) epoch: u64,
-    pub(crate) span: Span,
-}
-
-/// Consumes one batch of a lease and reports it to the lease's loop. `messages` is left empty
-/// or holding what was not reported.
+/// Consumes one batch of a lease (`taken`: its link, the buffer epoch it was taken in, where
+/// it sits in its work-queue entry) and reports it to the lease's loop. `messages` is left
+/// empty or holding what was not reported.
 pub(crate) async fn consume(
     shared: &Shared,
     listener: &dyn ConcurrentListener,
-    taken: Batch<'_>,
+    taken: &Taken,
     messages: &mut Vec<Message>,
 ) {
-    let Batch { link, epoch, span } = taken;
+    let (link, epoch, span) = (&*taken.link, taken.epoch, taken.span);
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
         return;
     };
@@ -338,9 +315,9 @@ mod tests {
         )
     }
 
-    fn alone(link: &Arc<LeaseLink>) -> Batch<'_> {
-        Batch {
-            link,
+    fn alone(link: &Arc<LeaseLink>) -> Taken {
+        Taken {
+            link: link.clone(),
             epoch: 0,
             span: Span::ALONE,
         }
@@ -366,7 +343,7 @@ mod tests {
         ];
         let listener = Seen::default();
         let (link, mut acks) = link(&retry);
-        consume(&shared, &listener, alone(&link), &mut { messages }).await;
+        consume(&shared, &listener, &alone(&link), &mut { messages }).await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
         let ack = acks.recv().await;
         assert_eq!(
@@ -387,7 +364,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, alone(&link), &mut messages).await;
+        consume(&shared, &listener, &alone(&link), &mut messages).await;
         let ack = acks.recv().await;
         let kept: Vec<(i64, i32)> = ack
             .retry
@@ -484,7 +461,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, alone(&link), &mut messages).await;
+        consume(&shared, &listener, &alone(&link), &mut messages).await;
         let ack = acks.recv().await;
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
@@ -506,7 +483,8 @@ mod tests {
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
-        let consumed = consume(&shared, &listener, alone(&link), &mut messages);
+        let taken = alone(&link);
+        let consumed = consume(&shared, &listener, &taken, &mut messages);
         tokio::pin!(consumed);
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),

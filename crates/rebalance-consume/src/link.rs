@@ -323,39 +323,29 @@ impl LeaseLink {
         if ack.finished > 0 {
             self.finished.fetch_add(ack.finished, Ordering::AcqRel);
         }
-        enum Outcome {
-            Refused(Ack),
-            Waiting { wake: bool },
-        }
-        let outcome = {
+        // `Err`: refused, dropped outside the lock (it may release the queue's consume guard).
+        let wake = {
             let mut acks = self
                 .inbox
                 .acks
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             match acks.as_mut() {
-                Some(acks) => match acks.last_mut() {
-                    Some(last) if last.joins(&ack) => {
-                        last.absorb(ack);
-                        Outcome::Waiting { wake: false }
+                Some(acks) => {
+                    let wake = acks.is_empty();
+                    match acks.last_mut() {
+                        Some(last) if last.joins(&ack) => last.absorb(ack),
+                        _ => acks.push(ack),
                     }
-                    Some(_) => {
-                        acks.push(ack);
-                        Outcome::Waiting { wake: false }
-                    }
-                    None => {
-                        acks.push(ack);
-                        Outcome::Waiting { wake: true }
-                    }
-                },
-                None => Outcome::Refused(ack),
+                    Ok(wake)
+                }
+                None => Err(ack),
             }
         };
-        match outcome {
-            // Dropped outside the lock: it may release the queue's consume guard.
-            Outcome::Refused(ack) => drop(ack),
-            Outcome::Waiting { wake: true } => self.inbox.ready.notify_one(),
-            Outcome::Waiting { wake: false } => {}
+        match wake {
+            Ok(true) => self.inbox.ready.notify_one(),
+            Ok(false) => {}
+            Err(refused) => drop(refused),
         }
     }
 

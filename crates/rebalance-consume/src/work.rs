@@ -141,6 +141,10 @@ impl WorkQueue {
             if stop.is_cancelled() {
                 return None;
             }
+            // Most calls find a batch waiting: no wake-up registered for them.
+            if let Some(taken) = self.take(max, into) {
+                return Some(taken);
+            }
             let ready = self.ready.notified();
             tokio::pin!(ready);
             ready.as_mut().enable();
