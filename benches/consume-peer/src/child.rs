@@ -169,6 +169,11 @@ async fn run(args: &Args) -> Result<serde_json::Value, Box<dyn std::error::Error
         "sys_s": after.system.saturating_sub(before.system).as_secs_f64(),
         "cpu_s_per_million": (messages > 0).then(|| cpu * 1e6 / messages as f64),
         "max_rss_mib": after.max_rss_kib as f64 / 1024.0,
+        // A thread that parks and is woken again costs two switches and a system call or two:
+        // counted, unlike CPU time, the same on a busy machine as on a quiet one.
+        "context_switches_per_thousand": (messages > 0).then(|| {
+            after.switches.saturating_sub(before.switches) as f64 * 1e3 / messages as f64
+        }),
         "peer_config": (args.kind == crate::PEER)
             .then(|| args.peer.as_deref().unwrap_or(crate::FAIR_PEER)),
         "batch": args.batch.unwrap_or(1),

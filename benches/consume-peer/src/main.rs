@@ -222,12 +222,15 @@ mod tests {
         let asked = parse(&args("--consumers ours,rocketmq-rust"));
         let with_peer = parse(&args("--peer defaults"));
         if HAS_PEER {
-            assert_eq!(defaults.consumers, ["ours", "raw", "rocketmq-rust"]);
+            assert_eq!(
+                defaults.consumers,
+                ["ours", "raw", "rocketmq-rust", "stream"]
+            );
             assert_eq!(asked.unwrap().consumers, ["ours", "rocketmq-rust"]);
             assert_eq!(with_peer.unwrap().peer.as_deref(), Some("defaults"));
             assert!(parse(&args("--peer lane=0")).is_err());
         } else {
-            assert_eq!(defaults.consumers, ["ours", "raw"]);
+            assert_eq!(defaults.consumers, ["ours", "raw", "stream"]);
             assert!(asked.unwrap_err().contains("--features peer"));
             assert!(with_peer.unwrap_err().contains("--features peer"));
         }

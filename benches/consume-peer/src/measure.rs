@@ -10,6 +10,8 @@ pub struct Usage {
     pub system: Duration,
     /// Peak resident set size, KiB.
     pub max_rss_kib: u64,
+    /// Context switches: voluntary (a thread parked, waiting for work) and involuntary.
+    pub switches: u64,
 }
 
 impl Usage {
@@ -39,6 +41,8 @@ pub fn own_usage() -> std::io::Result<Usage> {
         user: duration(usage.ru_utime),
         system: duration(usage.ru_stime),
         max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
+        switches: u64::try_from(usage.ru_nvcsw).unwrap_or(0)
+            + u64::try_from(usage.ru_nivcsw).unwrap_or(0),
     })
 }
 

@@ -155,12 +155,13 @@ fn cell((median, min, max): (f64, f64, f64), decimals: usize) -> String {
 
 /// The markdown table of the runs (those cut short by the timeout over what they consumed), and the targets' ratios.
 fn summary(s: &Settings, rows: &[Value]) -> String {
-    let columns: [(&str, usize); 5] = [
+    let columns: [(&str, usize); 6] = [
         ("msgs_per_s", 0),
         ("steady_msgs_per_s", 0),
         ("cpu_s_per_million", 2),
         ("max_rss_mib", 1),
         ("broker_cpu_s_per_million", 2),
+        ("context_switches_per_thousand", 1),
     ];
     let mut medians: BTreeMap<&str, Vec<Option<f64>>> = BTreeMap::new();
     let mut out = format!(
@@ -173,7 +174,7 @@ fn summary(s: &Settings, rows: &[Value]) -> String {
         s.pull.unwrap_or(32),
         load_range(rows)
     );
-    out.push_str("| consumer | runs complete | messages/s | messages/s from the first message | CPU s per million messages | peak RSS (MiB) | broker CPU s per million |\n|---|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| consumer | runs complete | messages/s | messages/s from the first message | CPU s per million messages | peak RSS (MiB) | broker CPU s per million | context switches per 1,000 messages |\n|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for kind in &s.consumers {
         // Every run counts; a run cut short by --timeout over what it consumed by then.
         let runs: Vec<&Value> = rows
