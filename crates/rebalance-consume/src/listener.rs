@@ -111,6 +111,10 @@ impl OrderlyContext {
 /// A panic is contained and counts as [`ConsumeResult::ReconsumeLater`]. A message of the
 /// group's retry topic is shown under the topic it came from ([`Message::topic`]); its
 /// [`queue`](Message::queue) is still the retry topic's.
+///
+/// It is called on the runtime's threads: it must not block one (a synchronous client,
+/// `std::thread::sleep`), or every task of that thread waits with it; move blocking work to
+/// `tokio::task::spawn_blocking` and await it.
 #[async_trait]
 pub trait ConcurrentListener: Send + Sync + 'static {
     /// Consumes a batch (at most `consume_batch_size` messages of one queue, in offset order).
@@ -120,7 +124,8 @@ pub trait ConcurrentListener: Send + Sync + 'static {
 
 /// Consumes the messages of each queue in order, one batch of a queue at a time.
 ///
-/// A panic is contained and counts as [`OrderlyResult::Suspend`].
+/// A panic is contained and counts as [`OrderlyResult::Suspend`]. Like a
+/// [`ConcurrentListener`], it must not block the runtime's thread it is called on.
 #[async_trait]
 pub trait OrderlyListener: Send + Sync + 'static {
     /// Consumes a batch (at most `consume_batch_size` messages of one queue, in offset order).
