@@ -12,6 +12,10 @@
 //!
 //! `cargo bench -p rebalance-consume --bench table_memory`
 
+// The runtime's bench setup: one consumer on the in-memory cluster (what this bench needs of
+// it, not all).
+#[allow(dead_code)]
+#[path = "../../rebalance-runtime/benches/common.rs"]
 mod common;
 mod counting;
 

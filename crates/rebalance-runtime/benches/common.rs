@@ -1,5 +1,6 @@
-//! Shared setup of the runtime benchmarks: one consumer on the in-memory cluster, a listener
-//! that does nothing, and a topic of many queues.
+//! Shared setup of the runtime benchmarks (and of the consume layer's `table_memory`, which
+//! includes this file by path): one consumer on the in-memory cluster, a listener that does
+//! nothing, and a topic of many queues.
 
 use std::sync::Arc;
 
