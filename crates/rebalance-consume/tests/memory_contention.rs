@@ -41,8 +41,10 @@ fn sends_and_held_pulls_of_one_queue_on_many_threads_never_deadlock() {
                             .with_limits(8, u32::MAX)
                             .with_suspend(Duration::from_secs(1));
                     match client.pull(&request).await {
-                        Ok(PullResult::Found { next_offset, .. }) => offset = next_offset,
-                        Ok(PullResult::NoNewMessage { next_offset }) => offset = next_offset,
+                        Ok(
+                            PullResult::Found { next_offset, .. }
+                            | PullResult::NoNewMessage { next_offset },
+                        ) => offset = next_offset,
                         other => panic!("a pull at {offset}: {other:?}"),
                     }
                 }
