@@ -93,11 +93,13 @@
 //! callbacks; an error is printed in words and the exit status is 1.
 //!
 //! With `--json`, one line per callback, shaped like `rebalance simulate --json`'s:
-//! `{"t_ms": ..., "client": ..., "event": "added" | "removed", "topic": ..., "queues": [[topic, broker, queue_id], ...]}`;
+//! `{"t_ms": ..., "unix_us": ..., "client": ..., "event": "added" | "removed", "topic": ..., "queues": [[topic, broker, queue_id], ...]}`;
 //! with `--consume`, the same lines from the changes of the assignment, and one line per message
 //! consumed, written out as it is consumed:
-//! `{"t_ms", "client", "event": "message", "topic", "broker", "queue", "offset", "msg_id", "body", "reconsume_times"}`
-//! (`topic` is the message's: a redelivered one shows the topic it came from, while `broker`,
+//! `{"t_ms", "unix_us", "client", "event": "message", "topic", "broker", "queue", "offset", "msg_id", "body", "reconsume_times"}`
+//! (`t_ms` is milliseconds since this process started; `unix_us` the wall clock, microseconds
+//! since the Unix epoch, taken at the same moment: it orders the lines of several processes on
+//! one machine as they happened, whenever each was read; `topic` is the message's: a redelivered one shows the topic it came from, while `broker`,
 //! `queue` and `offset` say where it was pulled, the retry topic's queue). With server-side
 //! assignment in POP mode an `added` line also has `"shared": [[topic, broker, queue_id], ...]`,
 //! its queues that other members pop too.
@@ -375,6 +377,13 @@ fn parse_param(text: &str) -> Result<(String, Value), String> {
     Ok((key.trim().to_string(), value))
 }
 
+/// The wall clock in microseconds since the Unix epoch (0 for a clock set before it).
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 struct Printer {
     client: String,
     epoch: Instant,
@@ -402,10 +411,10 @@ impl Printer {
         note: &str,
     ) {
         let queues: Vec<MessageQueue> = queues.collect();
-        let t_ms = self.epoch.elapsed().as_millis() as u64;
+        let (t_ms, unix_us) = (self.epoch.elapsed().as_millis() as u64, unix_us());
         if self.json {
             let triples: Vec<_> = queues.iter().map(MessageQueue::to_json_triple).collect();
-            let mut line = json!({"t_ms": t_ms, "client": self.client, "event": event, "topic": topic, "queues": triples});
+            let mut line = json!({"t_ms": t_ms, "unix_us": unix_us, "client": self.client, "event": event, "topic": topic, "queues": triples});
             if !shared.is_empty() {
                 let shared: Vec<_> = shared.iter().map(MessageQueue::to_json_triple).collect();
                 line["shared"] = json!(shared);
@@ -435,11 +444,11 @@ impl Printer {
 impl Printer {
     /// One line per message consumed (standard output is flushed at each line).
     fn message(&self, message: &Message) {
-        let t_ms = self.epoch.elapsed().as_millis() as u64;
+        let (t_ms, unix_us) = (self.epoch.elapsed().as_millis() as u64, unix_us());
         let queue = message.queue();
         let body = String::from_utf8_lossy(message.body());
         if self.json {
-            let line = json!({"t_ms": t_ms, "client": self.client, "event": "message",
+            let line = json!({"t_ms": t_ms, "unix_us": unix_us, "client": self.client, "event": "message",
                 "topic": message.topic(), "broker": &*queue.broker_name, "queue": queue.queue_id,
                 "offset": message.queue_offset(), "msg_id": message.msg_id(), "body": body,
                 "reconsume_times": message.reconsume_times()});

@@ -152,14 +152,20 @@ impl MemberProxies {
 /// A member's consumption of queues that another member held at that moment.
 #[derive(Debug, Default)]
 pub struct Zombies {
-    /// First deliveries consumed from a queue another member held.
+    /// First deliveries consumed from a queue another member held, from the cut until the
+    /// member took a queue again once back: what it consumed of queues it no longer owned.
     pub messages: usize,
-    /// When the test read the first and the last of them.
+    /// When the member consumed the first and the last of them.
     pub first: Option<Instant>,
     /// See `first`.
     pub last: Option<Instant>,
     /// The queues they came from.
     pub queues: BTreeSet<Queue>,
+    /// First deliveries consumed, once the member was back and took its share again, from a
+    /// queue another member still held: not a zombie's consumption but the overlap of a
+    /// rebalance, as when any member joins (the new owner starts before the old one's round
+    /// gives the queue up; the members do not act at the same instant).
+    pub rejoining: usize,
 }
 
 impl Zombies {
@@ -170,8 +176,8 @@ impl Zombies {
     }
 }
 
-/// The lines of `log` in the order they were read, each with who held which queue of `topic`
-/// just before it (from the `added` and `removed` lines read before).
+/// The lines of `log` in the order they were printed, each with who held which queue of `topic`
+/// just before it (from the `added` and `removed` lines printed before).
 fn with_holdings(
     log: &Log,
     topic: &str,
@@ -200,20 +206,35 @@ fn with_holdings(
 /// What `member` consumed of `topic` (first deliveries, from the topic's own queues) while
 /// another member held the queue, as the members' `added` and `removed` lines say: the
 /// consumption of a member that no longer owns a queue (frozen, cut off) while its new owner
-/// consumes it too.
-pub fn zombies(log: &Log, topic: &str, member: &str) -> Zombies {
+/// consumes it too. `back`: when the member was back (thawed, healed); what it consumed from its
+/// first queue added after that (its share taken again) is counted apart, as `rejoining`.
+pub fn zombies(log: &Log, topic: &str, member: &str, back: Instant) -> Zombies {
     let mut zombies = Zombies::default();
+    let mut rejoined = false;
     with_holdings(log, topic, |line, held| {
-        let Event::Message(m) = &line.event else {
+        if line.client != member {
             return;
+        }
+        let m = match &line.event {
+            Event::Added(t, _) if t == topic && line.at >= back => {
+                rejoined = true;
+                return;
+            }
+            Event::Message(m) => m,
+            _ => return,
         };
-        if line.client != member || m.topic != topic || m.reconsume_times > 0 {
+        if m.topic != topic || m.reconsume_times > 0 {
             return;
         }
         let elsewhere = held
             .iter()
             .any(|(client, queues)| client != member && queues.contains(&m.queue));
-        if elsewhere {
+        if !elsewhere {
+            return;
+        }
+        if rejoined {
+            zombies.rejoining += 1;
+        } else {
             zombies.messages += 1;
             zombies.first.get_or_insert(line.at);
             zombies.last = Some(line.at);
@@ -247,7 +268,7 @@ pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> usiz
 }
 
 /// For an ordered topic, the consumptions that show two members consuming a queue at once:
-/// in the order the test read them, each queue's offsets go on by one, or start again at or
+/// in the order they were printed, each queue's offsets go on by one, or start again at or
 /// before the last one (a new owner resumes from the last persisted offset, a suspended batch
 /// is consumed again); a jump forward means that two members took turns on the queue (or that a
 /// message was skipped). Each is described in words.
@@ -373,4 +394,58 @@ pub fn percentile(values: &[Duration], p: f64) -> Duration {
     sorted.sort();
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `client`'s line `json`, printed (and read) `ms` after `t0`.
+    fn line(log: &Log, t0: Instant, ms: u64, client: &str, json: &str) {
+        log.record(client, t0 + Duration::from_millis(ms), json);
+    }
+
+    fn added(queue: i64) -> String {
+        format!(r#"{{"event": "added", "topic": "T", "queues": [["T", "b", {queue}]]}}"#)
+    }
+
+    fn removed(queue: i64) -> String {
+        format!(r#"{{"event": "removed", "topic": "T", "queues": [["T", "b", {queue}]]}}"#)
+    }
+
+    fn message(queue: i64, offset: i64) -> String {
+        format!(
+            r#"{{"event": "message", "topic": "T", "broker": "b", "queue": {queue},
+                "offset": {offset}, "body": "{queue}-{offset}", "reconsume_times": 0}}"#
+        )
+    }
+
+    #[test]
+    fn a_zombie_consumes_what_another_holds_and_a_rejoining_member_overlaps_apart() {
+        let (log, t0) = (Log::default(), Instant::now());
+        line(&log, t0, 0, "victim", &added(0));
+        line(&log, t0, 1, "victim", &message(0, 0));
+        // Cut off: another member takes queue 0; the victim still consumes from it.
+        line(&log, t0, 10, "other", &added(0));
+        line(&log, t0, 11, "victim", &message(0, 1));
+        line(&log, t0, 12, "victim", &message(0, 2));
+        // Back at 20 ms: it releases, then takes queue 0 again before the other gives it up.
+        line(&log, t0, 21, "victim", &removed(0));
+        line(&log, t0, 22, "victim", &message(0, 3));
+        line(&log, t0, 30, "victim", &added(0));
+        line(&log, t0, 31, "victim", &message(0, 4));
+        line(&log, t0, 40, "other", &removed(0));
+        line(&log, t0, 41, "victim", &message(0, 5));
+        let z = zombies(&log, "T", "victim", t0 + Duration::from_millis(20));
+        assert_eq!(z.messages, 3, "offsets 1 and 2 while cut off, 3 once back");
+        assert_eq!(
+            z.last_after(t0 + Duration::from_millis(20)),
+            Duration::from_millis(2)
+        );
+        assert_eq!(
+            z.rejoining, 1,
+            "offset 4, before the other gave the queue up"
+        );
+        assert_eq!(z.queues.len(), 1);
+    }
 }

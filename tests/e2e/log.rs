@@ -1,9 +1,15 @@
-//! The consumers' JSON lines, in the order the test read them, each with the instant it was read,
-//! and what they say: who held which queue when, and who consumed which message.
+//! The consumers' JSON lines, in the order they were printed, each with the instant it was
+//! printed, and what they say: who held which queue when, and who consumed which message.
+//!
+//! The instant is the consumer's own (its line's `unix_us`, the wall clock when it printed it, put
+//! on the test's clock), not when the test read the line: a consumer process the machine runs
+//! late has its lines read late, and in the order of reading its consumption would look later
+//! than another member's taking of the queue that in fact came after it. A line without
+//! `unix_us` (an example built before it had one, `REBALANCE_E2E_CONSUMER`) is timed when read.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use rebalance::MessageQueue;
 use serde_json::Value;
@@ -62,7 +68,7 @@ pub enum Event {
 /// One line of a consumer.
 #[derive(Debug, Clone)]
 pub struct Line {
-    /// When the test read it.
+    /// When the consumer printed it (when the test read it, for a line without `unix_us`).
     pub at: Instant,
     /// The consumer's label.
     pub client: String,
@@ -70,11 +76,41 @@ pub struct Line {
     pub event: Event,
 }
 
-#[derive(Default)]
 struct Lines {
+    /// In the order of their instants (of reading, for lines printed at the same one).
     lines: Vec<Line>,
     /// Lines that were not what the example promises.
     garbage: Vec<String>,
+    /// The test's clock and the wall clock read together: puts the lines' `unix_us` on the
+    /// test's clock.
+    anchor: (Instant, SystemTime),
+}
+
+impl Default for Lines {
+    fn default() -> Self {
+        Self {
+            lines: Vec::new(),
+            garbage: Vec::new(),
+            anchor: (Instant::now(), SystemTime::now()),
+        }
+    }
+}
+
+impl Lines {
+    /// When a line read at `read_at` was printed, from its `unix_us`: never after it was read
+    /// (the two clocks may drift apart by a little).
+    fn printed_at(&self, unix_us: Option<u64>, read_at: Instant) -> Instant {
+        let Some(unix_us) = unix_us else {
+            return read_at;
+        };
+        let (instant, wall) = self.anchor;
+        let printed = SystemTime::UNIX_EPOCH + Duration::from_micros(unix_us);
+        let at = match printed.duration_since(wall) {
+            Ok(after) => instant.checked_add(after),
+            Err(before) => instant.checked_sub(before.duration()),
+        };
+        at.map_or(read_at, |at| at.min(read_at))
+    }
 }
 
 /// Every consumer's lines.
@@ -97,9 +133,11 @@ fn queues_of(value: &Value) -> Option<(String, Vec<Queue>)> {
     Some((topic, queues))
 }
 
-fn parse(text: &str) -> Option<Event> {
+/// What a line says, and when it was printed (its `unix_us`, if it has one).
+fn parse(text: &str) -> Option<(Event, Option<u64>)> {
     let value: Value = serde_json::from_str(text).ok()?;
-    match value.get("event")?.as_str()? {
+    let unix_us = value.get("unix_us").and_then(Value::as_u64);
+    let event = match value.get("event")?.as_str()? {
         "added" => queues_of(&value).map(|(t, q)| Event::Added(t, q)),
         "removed" => queues_of(&value).map(|(t, q)| Event::Removed(t, q)),
         "message" => Some(Event::Message(Msg {
@@ -113,7 +151,8 @@ fn parse(text: &str) -> Option<Event> {
             reconsume_times: value.get("reconsume_times")?.as_i64()?,
         })),
         _ => None,
-    }
+    }?;
+    Some((event, unix_us))
 }
 
 impl Log {
@@ -121,15 +160,23 @@ impl Log {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a line of `client`'s standard output, read at `at`.
-    pub fn record(&self, client: &str, at: Instant, text: &str) {
+    /// Records a line of `client`'s standard output, read at `read_at`, in its place among the
+    /// lines printed before and after it.
+    pub fn record(&self, client: &str, read_at: Instant, text: &str) {
         let mut lines = self.lock();
         match parse(text) {
-            Some(event) => lines.lines.push(Line {
-                at,
-                client: client.to_string(),
-                event,
-            }),
+            Some((event, unix_us)) => {
+                let at = lines.printed_at(unix_us, read_at);
+                let place = lines.lines.partition_point(|line| line.at <= at);
+                lines.lines.insert(
+                    place,
+                    Line {
+                        at,
+                        client: client.to_string(),
+                        event,
+                    },
+                );
+            }
             None => lines.garbage.push(format!("{client}: {text}")),
         }
     }
@@ -149,7 +196,7 @@ impl Log {
         );
     }
 
-    /// The messages of `topic` consumed, with who consumed them and when the test saw it.
+    /// The messages of `topic` consumed, with who consumed them and when.
     pub fn messages(&self, topic: &str) -> Vec<(String, Instant, Msg)> {
         self.lock()
             .lines
@@ -163,7 +210,7 @@ impl Log {
             .collect()
     }
 
-    /// The queues of `topic` each consumer held after its lines read before `until` (all of them
+    /// The queues of `topic` each consumer held after its lines printed before `until` (all of them
     /// when `None`).
     pub fn holdings(
         &self,
@@ -328,5 +375,56 @@ impl Delivery {
     /// The messages consumed more than once, with their consumers.
     pub fn duplicated(&self) -> Vec<(&String, &Vec<(String, i64)>)> {
         self.by_body.iter().filter(|(_, c)| c.len() > 1).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unix_us_now() -> u64 {
+        let since = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH);
+        u64::try_from(since.map_or(0, |d| d.as_micros())).unwrap_or(u64::MAX)
+    }
+
+    #[test]
+    fn lines_are_ordered_by_when_the_consumers_printed_them_not_when_they_were_read() {
+        let log = Log::default();
+        let printed = unix_us_now();
+        let read = Instant::now() + Duration::from_secs(1);
+        let added = format!(
+            r#"{{"unix_us": {}, "event": "added", "topic": "T", "queues": [["T", "b", 1]]}}"#,
+            printed + 1_000
+        );
+        let message = format!(
+            r#"{{"unix_us": {}, "event": "message", "topic": "T", "broker": "b", "queue": 1,
+                "offset": 7, "body": "m", "reconsume_times": 0}}"#,
+            printed + 3_000
+        );
+        // The second member's line, printed later, is read first (its reader ran sooner).
+        log.record("second", read, &message);
+        log.record("first", read + Duration::from_millis(5), &added);
+        // A line without `unix_us` is timed when read.
+        let untimed = r#"{"event": "removed", "topic": "T", "queues": [["T", "b", 1]]}"#;
+        log.record("third", read, untimed);
+        let lines = log.lines();
+        let clients: Vec<&str> = lines.iter().map(|l| l.client.as_str()).collect();
+        assert_eq!(clients, ["first", "second", "third"]);
+        assert_eq!(lines[1].at - lines[0].at, Duration::from_millis(2));
+        assert!(lines[1].at < read, "printed before it was read");
+        assert_eq!(lines[2].at, read);
+        log.assert_no_garbage();
+    }
+
+    #[test]
+    fn a_line_is_never_placed_after_it_was_read() {
+        let log = Log::default();
+        let read = Instant::now();
+        let from_the_future = format!(
+            r#"{{"unix_us": {}, "event": "removed", "topic": "T", "queues": []}}"#,
+            unix_us_now() + 60_000_000
+        );
+        log.record("c", read, &from_the_future);
+        assert_eq!(log.lines()[0].at, read);
     }
 }

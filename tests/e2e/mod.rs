@@ -1,7 +1,8 @@
 //! What the end-to-end tests share: a real name server with two brokers (the test kit's), consumers
 //! that are separate processes (the `rocketmq_consumer` example with `--consume --json`) whose
-//! output lines are collected with the instant the test read them, a producer in the test, and the
-//! waits, each bounded and failing with what was missing.
+//! output lines are collected in the order the consumers printed them, each with the instant it
+//! was printed (the consumer's own clock: see `log`), a producer in the test, and the waits, each
+//! bounded and failing with what was missing.
 // Each test binary uses its part of the kit.
 #![allow(dead_code, unused_imports)]
 
@@ -21,7 +22,7 @@ pub use faults::{
     Group, MemberProxies, MemorySampler, Zombies, ordered_overlaps, percentile, stale_after,
     takeover, zombies,
 };
-pub use log::{Delivery, Log, Msg, Queue};
+pub use log::{Delivery, Event, Log, Msg, Queue};
 pub use producer::{Producer, Stream};
 
 /// The brokers of every end-to-end cluster.
