@@ -4,6 +4,11 @@
 //! message beyond the message itself, measured with a counting allocator.
 //!
 //! `cargo bench -p rebalance-consume --bench consume`
+//!
+//! `CONSUME_BENCH_THREADS=N cargo bench -p rebalance-consume --bench consume` runs the push
+//! consumer's pass on a multi-threaded runtime of `N` worker threads instead, seven times, and
+//! prints each run's CPU time per message over every thread of the process (and its wall time):
+//! what the threads' traffic between them costs, which a one-thread run cannot show.
 
 mod counting;
 
@@ -154,6 +159,7 @@ fn consume_all(runtime: &tokio::runtime::Runtime, queues: i32, per_queue: usize)
         });
         let started = Instant::now();
         let cpu = thread_cpu();
+        let all_cpu = process_cpu();
         let consumer = start(
             &cluster,
             listener.clone(),
@@ -163,6 +169,14 @@ fn consume_all(runtime: &tokio::runtime::Runtime, queues: i32, per_queue: usize)
         .await;
         listener.done.notified().await;
         let cpu = thread_cpu() - cpu;
+        if std::env::var_os("CONSUME_BENCH_THREADS").is_some() {
+            let all_cpu = process_cpu() - all_cpu;
+            println!(
+                "{:.0} ns CPU a message (every thread), {:.0} ns wall",
+                all_cpu.as_nanos() as f64 / total as f64,
+                started.elapsed().as_nanos() as f64 / total as f64
+            );
+        }
         if std::env::var_os("CONSUME_BENCH_PHASES").is_some() {
             let first = listener.first.get().map(|f| *f - started);
             let wall = started.elapsed();
@@ -260,7 +274,35 @@ fn stream_all(runtime: &tokio::runtime::Runtime, queues: i32, per_queue: usize) 
     })
 }
 
+/// The on-CPU time of every thread of this process (`/proc/self/task/*/schedstat`, ns).
+fn process_cpu() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
 fn main() {
+    if let Some(threads) = std::env::var("CONSUME_BENCH_THREADS")
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+    {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (queues, per_queue) = (8, 50_000);
+        for _ in 0..7 {
+            consume_all(&runtime, queues, per_queue);
+        }
+        return;
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

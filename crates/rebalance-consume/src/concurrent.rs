@@ -25,20 +25,23 @@ pub(crate) async fn run_worker(
 ) {
     let size = shared.options.consume_batch_size;
     let mut messages = Vec::with_capacity(size);
+    let mut context = None;
     while let Some(taken) = work.next(size, &mut messages, &stop).await {
-        consume(&shared, &*listener, &taken, &mut messages).await;
+        consume(&shared, &*listener, &taken, &mut messages, &mut context).await;
         messages.clear();
     }
 }
 
 /// Consumes one batch of a lease (`taken`: its link, the buffer epoch it was taken in, where
 /// it sits in its work-queue entry) and reports it to the lease's loop. `messages` is left
-/// empty or holding what was not reported.
+/// empty or holding what was not reported. `context`: the worker's, renewed for the batch
+/// (made at its first).
 pub(crate) async fn consume(
     shared: &Shared,
     listener: &dyn ConcurrentListener,
     taken: &Taken,
     messages: &mut Vec<Message>,
+    context: &mut Option<ConcurrentContext>,
 ) {
     let (link, epoch, span) = (&*taken.link, taken.epoch, taken.span);
     let (Some(first), Some(last)) = (messages.first(), messages.last()) else {
@@ -79,13 +82,19 @@ pub(crate) async fn consume(
         started
     };
     restore_topics(messages);
-    let mut context = ConcurrentContext::new(link.queue().clone());
+    let context = match context {
+        Some(context) => {
+            context.renew(link.queue());
+            context
+        }
+        None => context.insert(ConcurrentContext::new(link.queue().clone())),
+    };
     let in_flight = shared.in_flight.enter(link.queue(), first, last, started);
     let batch = messages.len();
     // `expired`: messages of the batch already sent back because it timed out (no longer
     // buffered).
     let (consumed, expired) = {
-        let call = caught(link.processing(listener.consume(messages, &mut context)));
+        let call = caught(link.processing(listener.consume(messages, context)));
         let expiry = Expiry {
             shared,
             link,
@@ -343,7 +352,14 @@ mod tests {
         ];
         let listener = Seen::default();
         let (link, mut acks) = link(&retry);
-        consume(&shared, &listener, &alone(&link), &mut { messages }).await;
+        consume(
+            &shared,
+            &listener,
+            &alone(&link),
+            &mut { messages },
+            &mut None,
+        )
+        .await;
         assert_eq!(*listener.topics.lock().unwrap(), ["Orders", "%RETRY%G"]);
         let ack = acks.recv().await;
         assert_eq!(
@@ -364,7 +380,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, &alone(&link), &mut messages).await;
+        consume(&shared, &listener, &alone(&link), &mut messages, &mut None).await;
         let ack = acks.recv().await;
         let kept: Vec<(i64, i32)> = ack
             .retry
@@ -461,7 +477,7 @@ mod tests {
         };
         let (link, mut acks) = link(&q);
         let mut messages = vec![Message::new(q.clone(), 7, "x")];
-        consume(&shared, &listener, &alone(&link), &mut messages).await;
+        consume(&shared, &listener, &alone(&link), &mut messages, &mut None).await;
         let ack = acks.recv().await;
         assert!(ack.retry.is_empty(), "acknowledged, not kept");
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
@@ -484,7 +500,8 @@ mod tests {
         let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
         let taken = alone(&link);
-        let consumed = consume(&shared, &listener, &taken, &mut messages);
+        let mut context = None;
+        let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
         tokio::pin!(consumed);
         tokio::select! {
             _ = &mut consumed => panic!("the listener is still running"),

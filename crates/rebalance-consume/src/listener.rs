@@ -56,6 +56,16 @@ impl ConcurrentContext {
         &self.queue
     }
 
+    /// The context of a worker's next batch, of `queue`: the settings as new, and the queue
+    /// cloned only if it is another one (a clone counts on the names every worker shares).
+    pub(crate) fn renew(&mut self, queue: &MessageQueue) {
+        if self.queue != *queue {
+            self.queue = queue.clone();
+        }
+        self.ack_index = None;
+        self.delay_level = 0;
+    }
+
     /// How many messages of a batch of `len` are consumed, given `result`.
     pub(crate) fn consumed(&self, result: ConsumeResult, len: usize) -> usize {
         match result {
@@ -146,5 +156,18 @@ mod tests {
         context.ack_index = Some(usize::MAX);
         assert_eq!(context.consumed(ConsumeResult::Success, 4), 4);
         assert_eq!(context.consumed(ConsumeResult::ReconsumeLater, 4), 0);
+    }
+
+    #[test]
+    fn a_renewed_context_is_a_new_one_for_its_queue() {
+        let mut context = ConcurrentContext::new(MessageQueue::new("T", "b", 0));
+        context.ack_index = Some(1);
+        context.delay_level = 3;
+        let other = MessageQueue::new("T", "b", 1);
+        context.renew(&other);
+        assert_eq!(context, ConcurrentContext::new(other.clone()));
+        context.delay_level = -1;
+        context.renew(&other);
+        assert_eq!(context, ConcurrentContext::new(other));
     }
 }
