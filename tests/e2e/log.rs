@@ -91,9 +91,27 @@ impl Default for Lines {
         Self {
             lines: Vec::new(),
             garbage: Vec::new(),
-            anchor: (Instant::now(), SystemTime::now()),
+            anchor: anchor(),
         }
     }
+}
+
+/// The test's clock and the wall clock read together: of a few tries, the one whose wall-clock
+/// reading came closest after its first read of the test's clock (a thread preempted between
+/// the two reads would put every line that much early), with the middle of the test's two reads.
+fn anchor() -> (Instant, SystemTime) {
+    (0..5)
+        .map(|_| {
+            let before = Instant::now();
+            let wall = SystemTime::now();
+            let after = Instant::now();
+            (after - before, before + (after - before) / 2, wall)
+        })
+        .min_by_key(|(gap, _, _)| *gap)
+        .map_or_else(
+            || (Instant::now(), SystemTime::now()),
+            |(_, at, wall)| (at, wall),
+        )
 }
 
 impl Lines {
@@ -414,6 +432,21 @@ mod tests {
         assert!(lines[1].at < read, "printed before it was read");
         assert_eq!(lines[2].at, read);
         log.assert_no_garbage();
+    }
+
+    #[test]
+    fn lines_printed_at_the_same_instant_keep_the_order_they_were_read_in() {
+        let log = Log::default();
+        let printed = unix_us_now();
+        let read = Instant::now() + Duration::from_secs(1);
+        for client in ["a", "b", "c"] {
+            let line = format!(
+                r#"{{"unix_us": {printed}, "event": "removed", "topic": "T", "queues": []}}"#
+            );
+            log.record(client, read, &line);
+        }
+        let clients: Vec<String> = log.lines().into_iter().map(|l| l.client).collect();
+        assert_eq!(clients, ["a", "b", "c"]);
     }
 
     #[test]

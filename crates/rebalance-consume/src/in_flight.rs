@@ -16,10 +16,12 @@ pub(crate) struct Batch {
     pub(crate) since: Instant,
 }
 
-/// The batches in a push consumer's listener: slabs (a slot per batch, slots reused), one per
-/// thread that enters batches, each on cache lines of its own, so that entering and leaving
-/// costs a short lock nobody else takes and no hashing (it is on every batch's path), and two
-/// runtime threads consuming side by side do not pass one lock's cache line back and forth.
+/// The batches in a push consumer's listener: slabs (a slot per batch, slots reused), up to 8,
+/// each on cache lines of its own, a thread entering its batches in the slab of its number
+/// (threads are numbered round-robin as they first enter a batch, in any consumer), so that
+/// entering and leaving costs a short lock that the other runtime threads most often do not
+/// take, and no hashing (it is on every batch's path), and two runtime threads consuming side by
+/// side do not pass one lock's cache line back and forth.
 ///
 /// A slot keeps the queue of its last batch when the batch leaves: the next batch entered in it
 /// is most often of the same queue (a worker takes a pull's messages one after another), and
@@ -187,6 +189,26 @@ mod tests {
         assert_eq!(in_flight.list()[0].queue, q1);
         drop(again);
         assert!(in_flight.list().is_empty());
+    }
+
+    #[test]
+    fn a_batch_entered_on_one_thread_leaves_from_another() {
+        let registry = InFlight::default();
+        let in_flight = &registry;
+        let q = MessageQueue::new("T", "b", 0);
+        let entry = in_flight.enter(&q, 1, 2, Instant::now());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                // Entered here in another slab, then left; the first batch is still listed.
+                drop(in_flight.enter(&q, 3, 3, Instant::now()));
+                assert_eq!(in_flight.list().len(), 1);
+                drop(entry);
+            });
+        });
+        assert!(in_flight.list().is_empty());
+        let again = in_flight.enter(&MessageQueue::new("T", "b", 1), 4, 4, Instant::now());
+        assert_eq!(in_flight.list()[0].first, 4);
+        drop(again);
     }
 
     #[test]

@@ -59,11 +59,18 @@ impl ConcurrentContext {
     /// The context of a worker's next batch, of `queue`: the settings as new, and the queue
     /// cloned only if it is another one (a clone counts on the names every worker shares).
     pub(crate) fn renew(&mut self, queue: &MessageQueue) {
-        if self.queue != *queue {
-            self.queue = queue.clone();
+        // Every field named: a field added later must be renewed too, or it would carry a
+        // setting of one listener call into the next.
+        let Self {
+            queue: mine,
+            ack_index,
+            delay_level,
+        } = self;
+        if *mine != *queue {
+            *mine = queue.clone();
         }
-        self.ack_index = None;
-        self.delay_level = 0;
+        *ack_index = None;
+        *delay_level = 0;
     }
 
     /// How many messages of a batch of `len` are consumed, given `result`.
