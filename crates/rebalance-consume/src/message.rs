@@ -33,7 +33,9 @@ use super::property;
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Message {
-    queue: MessageQueue,
+    /// Shared by the messages of one pull (or one queue's log): a clone counts on the handle
+    /// only, not on the queue's topic and broker names, which every queue of the topic shares.
+    queue: Arc<MessageQueue>,
     /// The topic shown to the application when it is not the queue's (a retry topic's message,
     /// shown under the topic it came from).
     topic: Option<Box<str>>,
@@ -49,10 +51,15 @@ pub struct Message {
 
 impl Message {
     /// A message of `queue` stored at `queue_offset`, with `body`, no properties, an empty id
-    /// and zero timestamps, commit-log offset and reconsume count.
-    pub fn new(queue: MessageQueue, queue_offset: i64, body: impl Into<Bytes>) -> Self {
+    /// and zero timestamps, commit-log offset and reconsume count. A source making many
+    /// messages of one queue gives them one `Arc<MessageQueue>`.
+    pub fn new(
+        queue: impl Into<Arc<MessageQueue>>,
+        queue_offset: i64,
+        body: impl Into<Bytes>,
+    ) -> Self {
         Self {
-            queue,
+            queue: queue.into(),
             topic: None,
             queue_offset,
             commit_log_offset: 0,

@@ -1,6 +1,9 @@
 //! [`QueueLog`]: the messages of one queue of the in-memory cluster, by offset.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+
+use rebalance_core::MessageQueue;
 
 use tokio::sync::watch;
 
@@ -20,6 +23,8 @@ pub(super) struct QueueLog {
     messages: VecDeque<Message>,
     /// The queue's max offset, for pulls held until a message arrives (long polling).
     arrivals: watch::Sender<i64>,
+    /// The queue, shared by its messages (made with the first).
+    queue: Option<Arc<MessageQueue>>,
 }
 
 impl Default for QueueLog {
@@ -28,6 +33,7 @@ impl Default for QueueLog {
             min: 0,
             messages: VecDeque::new(),
             arrivals: watch::channel(0).0,
+            queue: None,
         }
     }
 }
@@ -41,6 +47,13 @@ impl QueueLog {
     /// One past the last offset.
     pub(super) fn max_offset(&self) -> i64 {
         self.min + self.messages.len() as i64
+    }
+
+    /// `queue`, as this log's messages share it.
+    pub(super) fn shared_queue(&mut self, queue: &MessageQueue) -> Arc<MessageQueue> {
+        self.queue
+            .get_or_insert_with(|| Arc::new(queue.clone()))
+            .clone()
     }
 
     /// The offset the next message gets.

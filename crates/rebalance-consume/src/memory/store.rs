@@ -93,7 +93,7 @@ impl Messages {
             || format!("7F00000100002A9F{commit_log:016X}"),
             String::from,
         );
-        let message = Message::new(queue.clone(), offset, body)
+        let message = Message::new(log.shared_queue(queue), offset, body)
             .with_msg_id(msg_id.as_str())
             .with_commit_log_offset(commit_log)
             .with_properties(properties)

@@ -19,6 +19,7 @@
 //! (the consume layer backs off); anything else → [`PullError::Remote`] with the code and
 //! remark.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rebalance_consume::{Message, PullError, PullRequest, PullResult, property};
@@ -197,6 +198,9 @@ fn read_result(
         _ => next_offset,
     };
     let (min_text, max_text) = (min_offset.to_string(), max_offset.to_string());
+    // One queue for the pull's messages: a clone per message would count on the topic's and
+    // broker's names, which the workers of every queue share.
+    let queue = Arc::new(request.queue.clone());
     let messages = stored
         .into_iter()
         .filter(|m| {
@@ -206,7 +210,7 @@ fn read_result(
         })
         .map(|mut m| {
             m.queue_offset = m.queue_offset.saturating_add(delta);
-            m.into_message(request.queue.clone())
+            m.into_message(queue.clone())
                 .with_property(property::MIN_OFFSET, min_text.clone())
                 .with_property(property::MAX_OFFSET, max_text.clone())
         })

@@ -23,6 +23,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rebalance_consume::{Message, property};
@@ -181,7 +182,7 @@ impl StoredMessage {
     }
 
     /// The consume layer's message, pulled from `queue`.
-    pub fn into_message(self, queue: MessageQueue) -> Message {
+    pub fn into_message(self, queue: impl Into<Arc<MessageQueue>>) -> Message {
         let msg_id = self.msg_id();
         Message::new(queue, self.queue_offset, self.body)
             .with_msg_id(msg_id)
