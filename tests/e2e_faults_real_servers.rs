@@ -66,8 +66,9 @@ struct CutFigures {
     sent: usize,
     duplicates: usize,
     zombies: e2e::Zombies,
-    /// First deliveries the victim consumed once back that another member had consumed.
-    stale: usize,
+    /// First deliveries the victim consumed once back that another member had consumed: before
+    /// it took its share again, and after (a rebalance's overlap).
+    stale: (usize, usize),
     /// The survivors' takeover of the victim's queues, from the cut: given, and consumed.
     takeover: Option<(Duration, Duration)>,
 }
@@ -179,14 +180,16 @@ async fn cut_off(cut: Cut, name: &str) -> [CutFigures; 2] {
             "e2e-faults {cut:?} {kind}: {} sent, lost 0, duplicates {}, zombie messages {} \
              (queues {:?}; the last {:?} after the member was back), consumed again by the \
              member once back {}, consumed once back from queues another member still held \
-             (a rebalance's overlap) {}, takeover (given, consumed) {:?} after the cut",
+             (a rebalance's overlap) {} (of which consumed by it before: {}), takeover (given, \
+             consumed) {:?} after the cut",
             f.sent,
             f.duplicates,
             f.zombies.messages,
             f.zombies.queues,
             f.zombies.last_after(back_at),
-            f.stale,
+            f.stale.0,
             f.zombies.rejoining,
+            f.stale.1,
             f.takeover,
         );
     }
@@ -225,9 +228,9 @@ fn assert_cut_bounds(cut: Cut, [concurrent, orderly]: &[CutFigures; 2]) {
             f.zombies.messages
         );
         assert!(
-            f.stale <= ZOMBIE_BOUND,
+            f.stale.0 <= ZOMBIE_BOUND,
             "{cut:?} {kind}: consumed {} messages again once back",
-            f.stale
+            f.stale.0
         );
         assert!(
             f.zombies.rejoining <= REJOIN_OVERLAP_BOUND,

@@ -256,15 +256,33 @@ pub fn zombies(log: &Log, topic: &str, member: &str, back: Instant) -> Zombies {
     zombies
 }
 
-/// How many first deliveries of `topic` `member` consumed after `since` that another member
-/// had consumed before: a member back from a freeze or a partition resuming its old queues from
-/// its own stale position, after their new owners consumed them.
-pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> usize {
+/// First deliveries of `topic` that `member` consumed after `since` that another member had
+/// consumed before: (before it took its share again, after). Before: a member back from a
+/// freeze or a partition resuming its old queues from its own stale position, after their new
+/// owners consumed them. After (from its first queue added at or after `since`, as in
+/// [`zombies`], and but for a queue it gave up again): the new owner of a queue starting from the
+/// stored offset while the old one, which has not given it up yet, consumed further: a
+/// rebalance's overlap, as when any member joins.
+pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> (usize, usize) {
     let mut consumed_by_others: BTreeSet<(Queue, i64)> = BTreeSet::new();
-    let mut stale = 0;
+    let (mut stale, mut rejoining) = (0, 0);
+    let mut rejoined = false;
+    let mut given_up_again: BTreeSet<Queue> = BTreeSet::new();
     for line in log.lines() {
-        let Event::Message(m) = &line.event else {
-            continue;
+        let m = match &line.event {
+            Event::Added(t, queues) if t == topic && line.client == member && line.at >= since => {
+                rejoined = true;
+                for q in queues {
+                    given_up_again.remove(q);
+                }
+                continue;
+            }
+            Event::Removed(t, queues) if t == topic && line.client == member && rejoined => {
+                given_up_again.extend(queues.iter().cloned());
+                continue;
+            }
+            Event::Message(m) => m,
+            _ => continue,
         };
         if m.topic != topic || m.reconsume_times > 0 {
             continue;
@@ -273,10 +291,14 @@ pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> usiz
         if line.client != member {
             consumed_by_others.insert(key);
         } else if line.at >= since && consumed_by_others.contains(&key) {
-            stale += 1;
+            if rejoined && !given_up_again.contains(&m.queue) {
+                rejoining += 1;
+            } else {
+                stale += 1;
+            }
         }
     }
-    stale
+    (stale, rejoining)
 }
 
 /// For an ordered topic, the consumptions that show two members consuming a queue at once:
@@ -430,6 +452,25 @@ mod tests {
             r#"{{"event": "message", "topic": "T", "broker": "b", "queue": {queue},
                 "offset": {offset}, "body": "{queue}-{offset}", "reconsume_times": 0}}"#
         )
+    }
+
+    #[test]
+    fn what_a_member_consumes_again_once_back_is_split_at_its_rejoin() {
+        let (log, t0) = (Log::default(), Instant::now());
+        line(&log, t0, 0, "other", &added(0));
+        line(&log, t0, 1, "other", &message(0, 4));
+        line(&log, t0, 2, "other", &message(0, 5));
+        line(&log, t0, 3, "other", &message(0, 6));
+        // Back at 10 ms: offset 4 again from its own stale position, then, having taken the
+        // queue again before the other gave it up, 5 from the stored offset.
+        line(&log, t0, 11, "victim", &message(0, 4));
+        line(&log, t0, 20, "victim", &added(0));
+        line(&log, t0, 21, "victim", &message(0, 5));
+        // Given up again, and still consuming: stale again.
+        line(&log, t0, 30, "victim", &removed(0));
+        line(&log, t0, 31, "victim", &message(0, 6));
+        let (stale, rejoining) = stale_after(&log, "T", "victim", t0 + Duration::from_millis(10));
+        assert_eq!((stale, rejoining), (2, 1));
     }
 
     #[test]
