@@ -156,7 +156,7 @@ fn status_and_down_go_through_the_process_named_in_the_directory() {
 
     // A second `up` on the directory is refused, naming the running one.
     let run = rebalance(&servers, &["local-cluster", "up", "--dir", d]);
-    assert_eq!(run.status.code(), Some(2));
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run.stderr));
     assert!(
         text(&run.stderr).contains(&format!("already runs from {d} (pid {pid}, ")),
         "{}",
