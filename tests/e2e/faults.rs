@@ -203,6 +203,56 @@ fn with_holdings(
     }
 }
 
+/// Where a member back from a cut stands, line by line: whether it took its share again (its
+/// first queue of the topic added at or after `back`), and the queues it gave up again since.
+struct Rejoin<'a> {
+    topic: &'a str,
+    member: &'a str,
+    back: Instant,
+    rejoined: bool,
+    given_up_again: BTreeSet<Queue>,
+}
+
+impl<'a> Rejoin<'a> {
+    fn new(topic: &'a str, member: &'a str, back: Instant) -> Self {
+        Self {
+            topic,
+            member,
+            back,
+            rejoined: false,
+            given_up_again: BTreeSet::new(),
+        }
+    }
+
+    /// Follows `line`: true when it is one of the member's `added` or `removed` lines that
+    /// moves where it stands.
+    fn follow(&mut self, line: &Line) -> bool {
+        if line.client != self.member {
+            return false;
+        }
+        match &line.event {
+            Event::Added(t, queues) if t == self.topic && line.at >= self.back => {
+                self.rejoined = true;
+                for q in queues {
+                    self.given_up_again.remove(q);
+                }
+                true
+            }
+            Event::Removed(t, queues) if t == self.topic && self.rejoined => {
+                self.given_up_again.extend(queues.iter().cloned());
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the member's consumption of `queue` now is a rebalance's overlap (it took its
+    /// share again and has not given `queue` up since), not a zombie's.
+    fn overlaps(&self, queue: &Queue) -> bool {
+        self.rejoined && !self.given_up_again.contains(queue)
+    }
+}
+
 /// What `member` consumed of `topic` (first deliveries, from the topic's own queues) while
 /// another member held the queue, as the members' `added` and `removed` lines say: the
 /// consumption of a member that no longer owns a queue (frozen, cut off) while its new owner
@@ -214,26 +264,13 @@ fn with_holdings(
 /// so the rejoin overlap is not asked to wait for it.)
 pub fn zombies(log: &Log, topic: &str, member: &str, back: Instant) -> Zombies {
     let mut zombies = Zombies::default();
-    let mut rejoined = false;
-    let mut given_up_again: BTreeSet<Queue> = BTreeSet::new();
+    let mut rejoin = Rejoin::new(topic, member, back);
     with_holdings(log, topic, |line, held| {
-        if line.client != member {
+        if rejoin.follow(line) || line.client != member {
             return;
         }
-        let m = match &line.event {
-            Event::Added(t, queues) if t == topic && line.at >= back => {
-                rejoined = true;
-                for q in queues {
-                    given_up_again.remove(q);
-                }
-                return;
-            }
-            Event::Removed(t, queues) if t == topic && rejoined => {
-                given_up_again.extend(queues.iter().cloned());
-                return;
-            }
-            Event::Message(m) => m,
-            _ => return,
+        let Event::Message(m) = &line.event else {
+            return;
         };
         if m.topic != topic || m.reconsume_times > 0 {
             return;
@@ -244,7 +281,7 @@ pub fn zombies(log: &Log, topic: &str, member: &str, back: Instant) -> Zombies {
         if !elsewhere {
             return;
         }
-        if rejoined && !given_up_again.contains(&m.queue) {
+        if rejoin.overlaps(&m.queue) {
             zombies.rejoining += 1;
         } else {
             zombies.messages += 1;
@@ -266,23 +303,13 @@ pub fn zombies(log: &Log, topic: &str, member: &str, back: Instant) -> Zombies {
 pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> (usize, usize) {
     let mut consumed_by_others: BTreeSet<(Queue, i64)> = BTreeSet::new();
     let (mut stale, mut rejoining) = (0, 0);
-    let mut rejoined = false;
-    let mut given_up_again: BTreeSet<Queue> = BTreeSet::new();
+    let mut rejoin = Rejoin::new(topic, member, since);
     for line in log.lines() {
-        let m = match &line.event {
-            Event::Added(t, queues) if t == topic && line.client == member && line.at >= since => {
-                rejoined = true;
-                for q in queues {
-                    given_up_again.remove(q);
-                }
-                continue;
-            }
-            Event::Removed(t, queues) if t == topic && line.client == member && rejoined => {
-                given_up_again.extend(queues.iter().cloned());
-                continue;
-            }
-            Event::Message(m) => m,
-            _ => continue,
+        if rejoin.follow(&line) {
+            continue;
+        }
+        let Event::Message(m) = &line.event else {
+            continue;
         };
         if m.topic != topic || m.reconsume_times > 0 {
             continue;
@@ -291,7 +318,7 @@ pub fn stale_after(log: &Log, topic: &str, member: &str, since: Instant) -> (usi
         if line.client != member {
             consumed_by_others.insert(key);
         } else if line.at >= since && consumed_by_others.contains(&key) {
-            if rejoined && !given_up_again.contains(&m.queue) {
+            if rejoin.overlaps(&m.queue) {
                 rejoining += 1;
             } else {
                 stale += 1;
