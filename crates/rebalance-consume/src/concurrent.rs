@@ -23,6 +23,9 @@ pub(crate) async fn run_worker(
     work: Arc<WorkQueue>,
     stop: CancellationToken,
 ) {
+    // The worker's own child of `stop`: checked before every take, and a token's check locks
+    // its node, which every worker of the consumer would otherwise lock, from every thread.
+    let stop = stop.child_token();
     let size = shared.options.consume_batch_size;
     let mut messages = Vec::with_capacity(size);
     let mut context = None;

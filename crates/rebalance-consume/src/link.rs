@@ -113,8 +113,6 @@ pub(crate) struct LeaseLink {
     inbox: Inbox,
     /// [`DROPPED`] | the number of batches that started consumption.
     state: AtomicU64,
-    /// How many batches reported that they left the listener.
-    finished: AtomicU64,
     /// The lease whose consume guard each batch holds, when the consumer locks its queues.
     guarded: Option<QueueLease>,
     /// The lease consumption is recorded on, for the running info.
@@ -140,13 +138,24 @@ pub(crate) enum Guard {
 /// an idle queue a block of 32 slots (about 2 KiB).
 #[derive(Debug)]
 struct Inbox {
-    /// `None` once the loop's [`AckReceiver`] is gone: a report is dropped then, and with it
-    /// the consume guard it carries.
-    acks: Mutex<Option<Vec<Ack>>>,
+    /// The reports, and how many batches reported that they left the listener (counted under
+    /// the same lock as the report itself: a worker's report touches one contended cache line,
+    /// not two).
+    reports: Mutex<Reports>,
     /// Notified after each report into an empty inbox (a report into a non-empty one has the
     /// loop's wake-up on its way already: the loop empties the inbox whole, under the same
     /// lock); a notification with nobody waiting is kept for the next wait, so none is lost.
     ready: Notify,
+}
+
+/// What [`Inbox::reports`] guards.
+#[derive(Debug)]
+struct Reports {
+    /// `None` once the loop's [`AckReceiver`] is gone: a report is dropped then, and with it
+    /// the consume guard it carries.
+    acks: Option<Vec<Ack>>,
+    /// How many batches reported that they left the listener (for [`LeaseLink::in_flight`]).
+    finished: u64,
 }
 
 /// The pull loop's end of a [`LeaseLink`]: the reports, in the order they were made. Dropping
@@ -170,13 +179,13 @@ impl AckReceiver {
     /// The next report, if one was made.
     pub(crate) fn try_recv(&mut self) -> Option<Ack> {
         if self.taken.is_empty() {
-            let mut acks = self
+            let mut reports = self
                 .link
                 .inbox
-                .acks
+                .reports
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(acks) = acks.as_mut() {
+            if let Some(acks) = reports.acks.as_mut() {
                 self.taken.extend(acks.drain(..));
             }
         }
@@ -199,9 +208,10 @@ impl Drop for AckReceiver {
         let left = self
             .link
             .inbox
-            .acks
+            .reports
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .acks
             .take();
         drop(left);
     }
@@ -213,11 +223,13 @@ impl LeaseLink {
         Self {
             queue,
             inbox: Inbox {
-                acks: Mutex::new(Some(Vec::new())),
+                reports: Mutex::new(Reports {
+                    acks: Some(Vec::new()),
+                    finished: 0,
+                }),
                 ready: Notify::new(),
             },
             state: AtomicU64::new(0),
-            finished: AtomicU64::new(0),
             guarded: None,
             recorded: None,
             metrics,
@@ -320,17 +332,15 @@ impl LeaseLink {
     /// each. The loop is woken only when the inbox was empty: otherwise a wake-up is already on
     /// its way (the one of the report that filled it, which the loop has not taken yet).
     pub(crate) fn report(&self, ack: Ack) {
-        if ack.finished > 0 {
-            self.finished.fetch_add(ack.finished, Ordering::AcqRel);
-        }
         // `Err`: refused, dropped outside the lock (it may release the queue's consume guard).
         let wake = {
-            let mut acks = self
+            let mut reports = self
                 .inbox
-                .acks
+                .reports
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            match acks.as_mut() {
+            reports.finished += ack.finished;
+            match reports.acks.as_mut() {
                 Some(acks) => {
                     let wake = acks.is_empty();
                     match acks.last_mut() {
@@ -352,7 +362,13 @@ impl LeaseLink {
     /// How many batches are in the listener (started and not finished).
     pub(crate) fn in_flight(&self) -> u64 {
         let started = self.state.load(Ordering::Acquire) & !DROPPED;
-        started.saturating_sub(self.finished.load(Ordering::Acquire))
+        let finished = self
+            .inbox
+            .reports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .finished;
+        started.saturating_sub(finished)
     }
 }
 

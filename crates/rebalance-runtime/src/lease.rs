@@ -36,6 +36,10 @@ pub(crate) struct LeaseState {
     /// Set when the store accepted a new offset: it is written once more, unchanged, at the
     /// next persistence (see [`LeaseState::set_persisted`]).
     confirm: AtomicBool,
+    /// Set (once, after it) when [`Parts::lock_valid_until`] is first set: a queue that was
+    /// never locked is read as such without the mutex, by every batch's trust check (a lock's
+    /// validity, once recorded, is only ever moved, never removed).
+    locked: AtomicBool,
     parts: OnceLock<Box<Parts>>,
     /// Shared by the consumer's leases and its service.
     pub(crate) activity: Arc<ConsumerActivity>,
@@ -79,12 +83,13 @@ impl LeaseState {
             persisted: AtomicI64::new(-1),
             persist_now: AtomicBool::new(false),
             confirm: AtomicBool::new(false),
+            locked: AtomicBool::new(false),
             parts: OnceLock::new(),
             activity,
             read_mode: ReadMode::Pull,
         };
-        if lock_valid_until.is_some() {
-            *state.locked_until() = lock_valid_until;
+        if let Some(until) = lock_valid_until {
+            state.set_lock_valid_until(until);
         }
         state
     }
@@ -186,6 +191,9 @@ impl LeaseState {
 
     /// Until when the broker lock is trusted (`None`: the queue is not locked).
     pub(crate) fn lock_valid_until(&self) -> Option<Instant> {
+        if !self.locked.load(Ordering::Acquire) {
+            return None;
+        }
         let parts = self.parts.get()?;
         *parts
             .lock_valid_until
@@ -196,6 +204,7 @@ impl LeaseState {
     /// Records a granted lock, trusted until `until`.
     pub(crate) fn set_lock_valid_until(&self, until: Instant) {
         *self.locked_until() = Some(until);
+        self.locked.store(true, Ordering::Release);
     }
 
     /// Whether the queue is locked and its lock is no longer trusted: it may belong to someone
