@@ -104,8 +104,18 @@ async fn pushing(cluster: &InMemoryCluster, group: &str, queues: usize) -> PushC
         .wait_for(|a| a.len() == queues)
         .await
         .expect("every queue");
-    // Each loop reads its start offset, then parks in a long poll.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each loop reads its start offset, then parks in a long poll: parked once what is
+    // allocated stops changing (at 100,000 queues a fixed wait caught some loops still
+    // starting), read every 100 ms, for at most 10 s (long polls are held 15 s).
+    let mut last = counting::live();
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = counting::live();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
     handle
 }
 

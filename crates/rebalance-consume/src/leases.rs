@@ -57,11 +57,11 @@ pub(crate) struct Leases {
 /// current one retires (it stopped pulling) while the lease lives.
 ///
 /// Not an `async fn`: that would keep a second copy of `pull_loop` in every parked task (its
-/// arguments are moved into locals); the block uses the captured one in place.
+/// arguments are moved into locals); the block uses the captured one in place. The lease is
+/// the loop's own (a second copy would be kept for as long as the task is parked too).
 #[allow(clippy::manual_async_fn)]
 fn run_lease(
     shared: Arc<Shared>,
-    lease: QueueLease,
     current: Arc<Mutex<Current>>,
     mut pull_loop: PullLoop,
 ) -> impl Future<Output = ()> + Send {
@@ -73,6 +73,7 @@ fn run_lease(
                 .unwrap_or_else(PoisonError::into_inner)
                 .activity
                 .is_retired();
+            let lease = pull_loop.lease();
             if !retired || lease.is_cancelled() {
                 return;
             }
@@ -108,12 +109,7 @@ impl Leases {
         let (pull_loop, link) = PullLoop::new(self.shared.clone(), lease.clone(), activity.clone());
         let current = Arc::new(Mutex::new(Current { link, activity }));
         let span = tracing::info_span!("pull_loop", queue = %lease.queue().topic, broker = %lease.queue().broker_name, id = lease.queue().queue_id);
-        let run = run_lease(
-            self.shared.clone(),
-            lease.clone(),
-            current.clone(),
-            pull_loop,
-        );
+        let run = run_lease(self.shared.clone(), current.clone(), pull_loop);
         let task = tokio::spawn(run.instrument(span));
         Running {
             lease,

@@ -113,10 +113,11 @@ pub(crate) struct LeaseLink {
     inbox: Inbox,
     /// [`DROPPED`] | the number of batches that started consumption.
     state: AtomicU64,
-    /// The lease whose consume guard each batch holds, when the consumer locks its queues.
-    guarded: Option<QueueLease>,
-    /// The lease consumption is recorded on, for the running info.
+    /// The lease consumption is recorded on, for the running info (none for a link made by a
+    /// test).
     recorded: Option<QueueLease>,
+    /// Whether each batch holds the lease's consume guard (the consumer locks its queues).
+    guarded: bool,
     /// The topic's metric handles, shared by its queues.
     metrics: Arc<TopicMetrics>,
 }
@@ -230,8 +231,8 @@ impl LeaseLink {
                 ready: Notify::new(),
             },
             state: AtomicU64::new(0),
-            guarded: None,
             recorded: None,
+            guarded: false,
             metrics,
         }
     }
@@ -241,7 +242,6 @@ impl LeaseLink {
         &self.metrics
     }
 
-    /// Makes each batch hold `lease`'s consume guard (the consumer locks its queues).
     /// Records each batch's outcome on `lease` (see [`QueueLease::record_consumed`]).
     pub(crate) fn recorded_on(mut self, lease: QueueLease) -> Self {
         self.recorded = Some(lease);
@@ -273,8 +273,10 @@ impl LeaseLink {
         }
     }
 
-    pub(crate) fn guarded_by(mut self, lease: QueueLease) -> Self {
-        self.guarded = Some(lease);
+    /// Makes each batch hold the consume guard of the lease the link is
+    /// [recorded on](Self::recorded_on) (the consumer locks its queues).
+    pub(crate) fn guarded(mut self) -> Self {
+        self.guarded = true;
         self
     }
 
@@ -283,7 +285,7 @@ impl LeaseLink {
     /// waiting), while its lock is stale, or while the lease is not trusted (this client's
     /// membership lapsed).
     pub(crate) async fn consume_guard(&self, now: tokio::time::Instant) -> Guard {
-        let Some(lease) = &self.guarded else {
+        let Some(lease) = self.recorded.as_ref().filter(|_| self.guarded) else {
             // Not locked: the batch runs only while the lease is trusted (this client's
             // membership is vouched for), like a locked one (see `QueueLease::consume_guard`).
             let trusted = self

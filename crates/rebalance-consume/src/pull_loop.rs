@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use tokio::time::{Instant, sleep_until};
+use tokio::time::{Instant, Sleep, sleep_until};
 
 use super::activity::{Activity, ErrorLog};
 use super::calls;
@@ -102,7 +102,7 @@ impl PullLoop {
         )
         .recorded_on(lease.clone());
         if lease.guarded_release().is_some() && !shared.orderly() {
-            link = link.guarded_by(lease.clone());
+            link = link.guarded();
         }
         let link = Arc::new(link);
         let acks = AckReceiver::new(&link);
@@ -128,6 +128,11 @@ impl PullLoop {
         (pull_loop, link)
     }
 
+    /// The loop's lease.
+    pub(crate) fn lease(&self) -> &QueueLease {
+        &self.lease
+    }
+
     /// Runs until the lease is cancelled, then hands the queue off; or until the loop is asked
     /// to retire (it stopped pulling), then stops pulling, lets its batches finish (however
     /// long they take: a running listener call is never cancelled) and commits them.
@@ -144,6 +149,9 @@ impl PullLoop {
         let mut pull_at = Instant::now();
         let mut pull_sent = pull_at;
         let mut consuming: Option<OrderlyFuture> = None;
+        // The one timer, made when something waits on time and dropped when nothing does: a
+        // queue waiting only on its long poll (an idle one) holds none.
+        let mut timer: Option<Pin<Box<Sleep>>> = None;
         loop {
             self.update_gauges();
             let now = Instant::now();
@@ -195,6 +203,15 @@ impl PullLoop {
             .into_iter()
             .flatten()
             .min();
+            match (wake_at, timer.as_mut()) {
+                (None, _) => timer = None,
+                (Some(at), Some(timer)) => {
+                    if timer.deadline() != at {
+                        timer.as_mut().reset(at);
+                    }
+                }
+                (Some(at), None) => timer = Some(Box::pin(sleep_until(at))),
+            }
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled() => break,
@@ -225,7 +242,7 @@ impl PullLoop {
                     pull = None;
                     pull_at = self.on_pull(result, pull_sent);
                 }
-                _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
+                _ = in_slot(&mut timer) => {}
             }
         }
         drop(pull);
@@ -306,13 +323,16 @@ impl PullLoop {
         // pull; a broadcasting consumer keeps its own (as the Java client).
         .with_commit_offset(self.lease.committed().filter(|_| !self.shared.broadcasting));
         let source = self.shared.source.clone();
-        let lease = self.lease.clone();
+        // The link's lease, not a clone of it in the pending pull: an idle queue's pull waits
+        // for as long as the source holds it.
         let link = self.link.clone();
         Box::pin(async move {
             let started = Instant::now();
             let result = calls::pull(&*source, &request).await;
             let took = Instant::now().saturating_duration_since(started);
-            lease.record_pull(took);
+            if let Some(lease) = link.lease() {
+                lease.record_pull(took);
+            }
             let outcome = match &result {
                 Ok(PullResult::Found { .. }) => PullOutcome::Found,
                 Ok(PullResult::NoNewMessage { .. }) => PullOutcome::NoNewMessage,
