@@ -336,7 +336,7 @@ mod tests {
     }
 
     fn link(queue: &MessageQueue) -> (Arc<LeaseLink>, AckReceiver) {
-        let link = Arc::new(LeaseLink::new(
+        let link = Arc::new(LeaseLink::detached(
             queue.clone(),
             Arc::new(TopicMetrics::new("G", &queue.topic)),
         ));

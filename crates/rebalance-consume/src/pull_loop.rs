@@ -96,11 +96,7 @@ impl PullLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let mut link = LeaseLink::new(
-            lease.queue().clone(),
-            shared.topic_metrics(&lease.queue().topic),
-        )
-        .recorded_on(lease.clone());
+        let mut link = LeaseLink::new(lease.clone(), shared.topic_metrics(&lease.queue().topic));
         if lease.guarded_release().is_some() && !shared.orderly() {
             link = link.guarded();
         }
@@ -330,9 +326,7 @@ impl PullLoop {
             let started = Instant::now();
             let result = calls::pull(&*source, &request).await;
             let took = Instant::now().saturating_duration_since(started);
-            if let Some(lease) = link.lease() {
-                lease.record_pull(took);
-            }
+            link.lease().record_pull(took);
             let outcome = match &result {
                 Ok(PullResult::Found { .. }) => PullOutcome::Found,
                 Ok(PullResult::NoNewMessage { .. }) => PullOutcome::NoNewMessage,

@@ -170,7 +170,7 @@ mod tests {
     async fn workers_take_batches_in_order_from_the_first_pull() {
         let work = WorkQueue::default();
         let q = MessageQueue::new("T", "b", 0);
-        let link = Arc::new(LeaseLink::new(
+        let link = Arc::new(LeaseLink::detached(
             q.clone(),
             Arc::new(TopicMetrics::new("G", &q.topic)),
         ));
@@ -203,7 +203,7 @@ mod tests {
     fn a_take_follows_only_the_take_just_before_it_in_its_entry() {
         let work = WorkQueue::default();
         let q = MessageQueue::new("T", "b", 0);
-        let link = Arc::new(LeaseLink::new(
+        let link = Arc::new(LeaseLink::detached(
             q.clone(),
             Arc::new(TopicMetrics::new("G", &q.topic)),
         ));

@@ -112,7 +112,7 @@ pub(crate) fn spawn(
     let span = tracing::info_span!("pop_loop", queue = %queue.topic, broker = %queue.broker_name, id = queue.queue_id);
     let Some(pop) = shared.pop.clone() else {
         let link = Arc::new(LeaseLink::new(
-            queue.clone(),
+            lease.clone(),
             shared.topic_metrics(&queue.topic),
         ));
         let task = tokio::spawn(

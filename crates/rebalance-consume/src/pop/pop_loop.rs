@@ -72,13 +72,10 @@ impl PopLoop {
         lease: QueueLease,
         activity: Arc<Activity>,
     ) -> (Self, Arc<LeaseLink>) {
-        let link = Arc::new(
-            LeaseLink::new(
-                lease.queue().clone(),
-                shared.topic_metrics(&lease.queue().topic),
-            )
-            .recorded_on(lease.clone()),
-        );
+        let link = Arc::new(LeaseLink::new(
+            lease.clone(),
+            shared.topic_metrics(&lease.queue().topic),
+        ));
         let acks = AckReceiver::new(&link);
         let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
         let pop_loop = Self {

@@ -156,7 +156,7 @@ impl Feed {
             epoch,
             message,
         } = taken;
-        if link.lease().is_some_and(|lease| self.stale.is_stale(lease)) || !link.begin() {
+        if self.stale.is_stale(link.lease()) || !link.begin() {
             // Not processed: it stays before the commit offset (the next owner consumes it).
             return None;
         }
