@@ -51,6 +51,8 @@ pub(crate) struct State {
     pub(crate) failing_send_backs: usize,
     /// How many send-backs panic (after the failing ones) before they succeed again.
     pub(crate) panicking_send_backs: usize,
+    /// While set, a send-back never answers.
+    pub(crate) hanging_send_backs: bool,
 }
 
 impl TestSource {
@@ -146,6 +148,9 @@ impl MessageSource for TestSource {
     }
 
     async fn send_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
+        if self.with(|s| s.hanging_send_backs) {
+            std::future::pending::<()>().await;
+        }
         let panics = self.with(|s| {
             let panics = s.failing_send_backs == 0 && s.panicking_send_backs > 0;
             if panics {

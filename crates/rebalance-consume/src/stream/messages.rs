@@ -286,23 +286,32 @@ impl StreamMessage {
     /// [`nack`](Self::nack) with a delay level: 0 lets the source decide, a positive level
     /// picks one of `1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h`, a negative
     /// one sends the message straight to the dead-letter topic.
+    ///
+    /// Cancel-safe: a nack dropped before it completes (a `timeout`, a `select!`) leaves the
+    /// message as a message dropped unacknowledged, consumed again here after 5 s (a
+    /// send-back already made by then delivers it a second time, never not at all).
     pub async fn nack_with_delay_level(mut self, delay_level: i32) {
-        let Some(ticket) = self.ticket.take() else {
+        // The ticket stays in `self` until the send-back is done: a cancelled nack drops it
+        // with the message (see `Drop`), which reports it.
+        let Some(ticket) = self.ticket.as_ref() else {
             return;
         };
+        let (shared, link) = (ticket.shared.clone(), ticket.link.clone());
         let offset = self.message.queue_offset();
         let message = self.message.clone();
-        let retry = if ticket.shared.broadcasting {
-            tracing::warn!(queue = ?ticket.link.queue(), offset, "broadcasting: a message handed back is dropped");
+        let retry = if shared.broadcasting {
+            tracing::warn!(queue = ?link.queue(), offset, "broadcasting: a message handed back is dropped");
             Vec::new()
-        } else if ticket.link.is_dropped() {
+        } else if link.is_dropped() {
             // Handed off meanwhile: not sent back; it stays before the final commit offset,
             // and the next owner consumes it.
             vec![message]
         } else {
-            send_back(&ticket.shared, &ticket.link, vec![message], delay_level).await
+            send_back(&shared, &link, vec![message], delay_level).await
         };
-        ticket.report(offset, retry, false);
+        if let Some(ticket) = self.ticket.take() {
+            ticket.report(offset, retry, false);
+        }
     }
 }
 

@@ -526,3 +526,39 @@ async fn a_queue_taken_away_withdraws_the_batch_nobody_took() {
         "the withdrawn batch is not given"
     );
 }
+
+/// A nack cancelled during its send-back (a `timeout`, a `select!`) hands the message back as
+/// a message dropped unacknowledged: it comes again here, the commit moves past it once it is
+/// acknowledged, and the queue's hand-off ends (found by review: the message was left
+/// unsettled, the commit stuck before it and the hand-off waited forever).
+#[tokio::test(start_paused = true)]
+async fn a_nack_cancelled_during_its_send_back_hands_the_message_back() {
+    let mut rig = Rig::new(ConsumeOptions::default());
+    let q = queue(0);
+    rig.source.append(&q, 3);
+    rig.source.with(|s| s.hanging_send_backs = true);
+    let (lease, _detached) = rig.hold_from(&q, 0).await;
+    let mut held = rig.take(3).await.into_iter();
+    let first = held.next().unwrap();
+    assert!(
+        timeout(Duration::from_secs(1), first.nack()).await.is_err(),
+        "the nack is cancelled during its send-back"
+    );
+    rig.source.with(|s| s.hanging_send_backs = false);
+    held.for_each(StreamMessage::ack);
+    settle().await;
+    let again = timeout(Duration::from_secs(30), rig.stream.next())
+        .await
+        .ok()
+        .flatten()
+        .expect("the message comes again");
+    assert_eq!((again.queue_offset(), again.reconsume_times()), (0, 1));
+    again.ack();
+    settle().await;
+    assert_eq!(lease.committed(), Some(3));
+    let removal = rig.remove(&q);
+    timeout(Duration::from_secs(60), removal)
+        .await
+        .expect("the hand-off ends")
+        .unwrap();
+}
