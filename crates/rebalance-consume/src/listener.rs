@@ -92,6 +92,10 @@ pub struct OrderlyContext {
     /// The lease the batch was pulled under (the stream consumer's ordered batches give up
     /// waiting for the application when it is cancelled).
     lease: QueueLease,
+    /// Set by the stream consumer's feed when the batch never reached the application (the
+    /// stream is gone, or the batch was withdrawn): it is consumed again unchanged, not
+    /// counted as a suspension.
+    pub(crate) undelivered: bool,
 }
 
 impl PartialEq for OrderlyContext {
@@ -109,6 +113,7 @@ impl OrderlyContext {
             queue: lease.queue().clone(),
             suspend_time: None,
             lease: lease.clone(),
+            undelivered: false,
         }
     }
 

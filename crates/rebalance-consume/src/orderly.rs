@@ -73,6 +73,20 @@ pub(crate) async fn consume(
         }
     };
     drop(in_flight);
+    if context.undelivered {
+        // The batch never reached the application (the stream consumer's feed): the same
+        // messages again after the suspension, none of them counted as redelivered; a batch
+        // nobody saw must never count towards the dead letters.
+        return Done {
+            epoch,
+            first,
+            last,
+            retry: messages,
+            suspend: shared.options.suspend(None),
+            guard: Some(guard),
+            _permit: Some(permit),
+        };
+    }
     let (consumed, failed) = match result {
         OrderlyResult::Success => (messages.len(), 0),
         OrderlyResult::Suspend => (0, messages.len()),

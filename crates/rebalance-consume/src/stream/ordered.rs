@@ -69,9 +69,14 @@ impl OrderlyListener for BatchFeed {
             state: state.clone(),
             answer,
         };
+        // A batch the application never had: consumed again unchanged (see `undelivered`).
+        let undelivered = |context: &mut OrderlyContext| {
+            context.undelivered = true;
+            OrderlyResult::Suspend
+        };
         if self.batches.send(offered).is_err() {
             // The stream is gone: nobody consumes; the queue retries after its suspension.
-            return OrderlyResult::Suspend;
+            return undelivered(context);
         }
         tokio::pin!(answered);
         let answer = tokio::select! {
@@ -82,19 +87,24 @@ impl OrderlyListener for BatchFeed {
                     .is_ok();
                 if withdrawn {
                     // Never given: the hand-off need not wait for a stream nobody polls.
-                    return OrderlyResult::Suspend;
+                    return undelivered(context);
                 }
                 // Given: the application settles it, within the hand-off's await_in_flight.
                 answered.await
             }
         };
+        let given = state.load(Ordering::Acquire) == GIVEN;
         match answer {
-            Ok((result, suspend)) => {
+            Ok((result, suspend)) if given => {
                 context.suspend_time = suspend;
                 result
             }
-            // Dropped unanswered (the application dropped the batch, or the stream).
-            Err(_) => OrderlyResult::Suspend,
+            // Withdrawn by the stream (its lease is stale).
+            Ok(_) => undelivered(context),
+            // The application dropped the batch unsettled: a suspension, as documented.
+            Err(_) if given => OrderlyResult::Suspend,
+            // The stream was dropped with the batch still in its channel.
+            Err(_) => undelivered(context),
         }
     }
 }

@@ -562,3 +562,30 @@ async fn a_nack_cancelled_during_its_send_back_hands_the_message_back() {
         .expect("the hand-off ends")
         .unwrap();
 }
+
+/// The task polling an ordered stream ended while a handle keeps the consumer alive: the
+/// batches nobody received are offered again unchanged, never counted as suspensions, so none
+/// goes to the dead letters and the commit stays before them (found by review: each offer
+/// counted as a suspension, and past `max_reconsume_times` every message was dead-lettered and
+/// committed past, unseen).
+#[tokio::test(start_paused = true)]
+async fn batches_nobody_received_are_not_counted_towards_the_dead_letters() {
+    let mut rig = OrderedRig::new(ConsumeOptions {
+        max_reconsume_times: 2,
+        ..ConsumeOptions::default()
+    });
+    let q = queue(0);
+    rig.source.append(&q, 3);
+    // The stream's receiving end is gone.
+    rig.batches = Box::pin(futures_util::stream::empty());
+    let detached = DetachedLease::new(q.clone(), StartPosition::Offset(0));
+    let lease = detached.lease();
+    rig.leases
+        .queues_added("T", std::slice::from_ref(&lease))
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(120)).await;
+    let sent_back = rig.source.with(|s| s.sent_back.len());
+    assert_eq!(sent_back, 0, "nothing sent back or dead-lettered");
+    assert_eq!(lease.committed().unwrap_or(0), 0, "nothing committed past");
+}
