@@ -69,7 +69,7 @@ impl ProcessQueue {
             });
             self.live += 1;
             self.live_bytes += u64::from(bytes);
-            self.next_offset = offset + 1;
+            self.next_offset = offset.saturating_add(1);
             added += 1;
         }
         self.advance(next_offset);
