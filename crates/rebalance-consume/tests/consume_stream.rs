@@ -772,3 +772,41 @@ async fn shutdown_abandons_a_message_held_past_await_in_flight() {
     );
     drop(held);
 }
+
+/// Two seeks of one queue back to back: the second comes while the queue is released for the
+/// first and not taken again yet, and wins: the queue restarts from it (found by review: it
+/// answered `Ok` and was dropped, the queue restarting from the first seek's offset).
+#[tokio::test(start_paused = true)]
+async fn a_second_seek_right_after_the_first_wins() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster);
+    group.join("c1@1").await;
+    let handle = group.handle("c1@1").clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let q0 = handle
+        .assignment()
+        .iter()
+        .find(|q| &*q.topic == "T")
+        .cloned()
+        .unwrap();
+    for i in 0..10 {
+        cluster
+            .send_to(&q0, OutgoingMessage::new(format!("{i}")))
+            .unwrap();
+    }
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(handle.committed(&q0), Some(10));
+    let since = Instant::now();
+    let first = handle.seek(&q0, SeekTo::Beginning).await;
+    let second = handle.seek(&q0, SeekTo::Offset(7)).await;
+    assert!(matches!(first, Ok(0)), "{first:?}");
+    assert!(matches!(second, Ok(7)), "{second:?}");
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        group.journal.offsets_since(&q0, since),
+        vec![7, 8, 9],
+        "the queue restarted from the second seek's offset"
+    );
+    assert_eq!(handle.committed(&q0), Some(10));
+}

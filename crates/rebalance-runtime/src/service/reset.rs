@@ -43,6 +43,7 @@ impl Service {
     pub(super) async fn reset_offsets(&mut self, reset: OffsetReset) {
         let mut by_topic: BTreeMap<String, Vec<(MessageQueue, RemovalReason)>> = BTreeMap::new();
         let mut ignored = 0usize;
+        let mut superseded = false;
         for (queue, offset) in reset.offsets {
             match self.table.get(&queue) {
                 Some(pq) if pq.is_held() && offset >= 0 => {
@@ -54,6 +55,17 @@ impl Service {
                         .or_default()
                         .push((queue, RemovalReason::OffsetReset));
                 }
+                // Released for an earlier reset and not taken again yet (the round that takes
+                // it back has not run): the later reset wins, as if it came once the queue was
+                // back. Ignoring it would drop a reset its caller was told was made.
+                entry if offset >= 0 && self.reset_starts.contains_key(&queue) => {
+                    tracing::info!(queue = ?queue, offset, "offset reset of a queue released for an earlier reset: it restarts from this offset instead");
+                    if entry.is_some() {
+                        self.table.set_reset(&queue, offset);
+                    }
+                    self.reset_starts.insert(queue, offset);
+                    superseded = true;
+                }
                 _ => ignored += 1,
             }
         }
@@ -64,6 +76,9 @@ impl Service {
             );
         }
         if by_topic.is_empty() {
+            if superseded {
+                self.trigger.wake(WakeReasons::OFFSET_RESET);
+            }
             return;
         }
         let mut topics = Vec::with_capacity(by_topic.len());
