@@ -249,8 +249,12 @@ impl QueueListener for Leases {
                 for r in &cancelled {
                     self.shared.count_queue(r.lease.queue(), false);
                 }
-                // A queue taken away is forgotten paused (as the Java lite pull consumer).
-                self.shared.paused.resume(&removed.queue);
+                // A queue taken away is forgotten paused (as the Java lite pull consumer); one
+                // released to restart from a reset offset (a seek) is the same queue, still
+                // held: it stays paused, as a Java lite pull consumer's seek keeps its pause.
+                if removed.reason != rebalance_runtime::RemovalReason::OffsetReset {
+                    self.shared.paused.resume(&removed.queue);
+                }
                 stopping.extend(cancelled);
             }
         }

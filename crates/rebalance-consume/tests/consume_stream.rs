@@ -579,14 +579,15 @@ async fn seeks_replay_from_the_offset_the_beginning_or_a_time_and_lose_nothing()
     assert_eq!(group.journal.offsets_since(&q0, since), Vec::<i64>::new());
     assert_eq!(handle.seek(&q0, SeekTo::End).await.unwrap(), 11);
     sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        handle.paused(),
+        vec![q0.clone()],
+        "a seek keeps the queue paused (as the Java lite pull consumer's)"
+    );
+    assert!(handle.resume(&q0));
     cluster.send_to(&q0, OutgoingMessage::new("after")).unwrap();
     sleep(Duration::from_secs(3)).await;
     assert_eq!(group.journal.offsets_since(&q0, since), vec![11]);
-    assert_eq!(
-        handle.paused(),
-        Vec::<MessageQueue>::new(),
-        "the seek restarted the queue"
-    );
 
     assert!(matches!(
         handle.seek(&q0, SeekTo::Offset(13)).await,
@@ -809,4 +810,44 @@ async fn a_second_seek_right_after_the_first_wins() {
         "the queue restarted from the second seek's offset"
     );
     assert_eq!(handle.committed(&q0), Some(10));
+}
+
+/// A paused queue stays paused through a seek (its release and re-take are the same queue, held
+/// all along), as a Java lite pull consumer's seek keeps its pause; resumed, it consumes from
+/// the seek's offset.
+#[tokio::test(start_paused = true)]
+async fn a_seek_keeps_a_paused_queue_paused() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster);
+    group.join("c1@1").await;
+    let handle = group.handle("c1@1").clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let q0 = handle
+        .assignment()
+        .iter()
+        .find(|q| &*q.topic == "T")
+        .cloned()
+        .unwrap();
+    for i in 0..10 {
+        cluster
+            .send_to(&q0, OutgoingMessage::new(format!("{i}")))
+            .unwrap();
+    }
+    sleep(Duration::from_secs(5)).await;
+    assert!(handle.pause(&q0));
+    let since = Instant::now();
+    assert!(matches!(handle.seek(&q0, SeekTo::Offset(4)).await, Ok(4)));
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(handle.paused(), vec![q0.clone()], "still paused");
+    assert!(
+        group.journal.offsets_since(&q0, since).is_empty(),
+        "nothing consumed while paused"
+    );
+    assert!(handle.resume(&q0));
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        group.journal.offsets_since(&q0, since),
+        vec![4, 5, 6, 7, 8, 9]
+    );
 }

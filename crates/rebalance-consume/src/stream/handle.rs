@@ -204,10 +204,20 @@ impl StreamConsumerHandle {
 
     /// Stops pulling `queue` (a queue this consumer holds) until [`resume`](Self::resume):
     /// what its buffer holds already is still yielded (as the Java lite pull consumer). A
-    /// queue taken away is forgotten paused. Returns false when the queue is not held or was
+    /// queue taken away is forgotten paused; a [`seek`](Self::seek) keeps it paused. Returns false when the queue is not held or was
     /// paused already.
     pub fn pause(&self, queue: &MessageQueue) -> bool {
-        self.push.leases().lease_of(queue).is_some() && self.push.shared().paused.pause(queue)
+        let leases = self.push.leases();
+        if leases.lease_of(queue).is_none() || !self.push.shared().paused.pause(queue) {
+            return false;
+        }
+        // Taken away between the two (its removal resumed it before it was paused): a pause
+        // must not outlive the queue's lease and hold its next one.
+        if leases.lease_of(queue).is_none() {
+            self.push.shared().paused.resume(queue);
+            return false;
+        }
+        true
     }
 
     /// Pulls `queue` again (within 100 ms); false when it was not paused.
@@ -234,6 +244,11 @@ impl StreamConsumerHandle {
     /// has them (see [`ConsumerHandle::persist_offsets`]). Without it they are persisted every
     /// `persist_offsets` (5 s) and at each hand-off: acknowledged messages are never consumed
     /// again by this group unless a crash comes before that.
+    ///
+    /// It persists what the queues' pull loops have taken (see [`committed`](Self::committed)):
+    /// an [`ack`](super::StreamMessage::ack) made just before, on another runtime thread, may reach
+    /// its loop after `commit` read the offsets, and is then persisted at the next commit or
+    /// persistence; a crash in between consumes it again (a duplicate, never a loss).
     pub async fn commit(&self) -> Result<(), ConsumerError> {
         self.consumer().persist_offsets().await
     }
