@@ -285,6 +285,25 @@ impl Book {
         waiting
     }
 
+    /// Gives up every message left (at a hand-off, once what could be acknowledged was):
+    /// those not consumed yet, and, in an orderly pop, those consumed behind one that was not
+    /// (acknowledging them would skip it); returns each one's topic and handle, to hand back.
+    pub(super) fn abandon_all(&mut self) -> Vec<(Arc<str>, String)> {
+        let entries = std::mem::take(&mut self.entries);
+        self.count = 0;
+        self.bytes = 0;
+        entries
+            .into_values()
+            .flat_map(|entry| {
+                let topic = entry.topic;
+                entry
+                    .slots
+                    .into_iter()
+                    .map(move |slot| (topic.clone(), slot.handle))
+            })
+            .collect()
+    }
+
     fn remove(&mut self, epoch: u64, which: impl Fn(&Slot) -> bool) {
         let Some(entry) = self.entries.get_mut(&epoch) else {
             return;
@@ -434,6 +453,20 @@ mod tests {
         book.done(batches[0].0, 5, 6, |_| false);
         let due: Vec<Vec<i64>> = book.acks_due(true).into_iter().map(|b| b.offsets).collect();
         assert_eq!(due, vec![vec![5, 6, 7]]);
+    }
+
+    /// At a hand-off, an orderly pop's messages consumed behind one that was not are given
+    /// back with it, not left invisible for the next owner to wait out (found by review).
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_off_gives_back_what_waits_and_what_was_consumed_behind_it() {
+        let mut book = Book::default();
+        let batches = book.add(popped(0, 0..4), Vec::new(), Instant::now());
+        book.done(batches[0].0, 1, 3, |_| false);
+        assert!(book.acks_due(true).is_empty(), "0 is still waiting");
+        let handles: Vec<String> = book.abandon_all().into_iter().map(|(_, h)| h).collect();
+        assert_eq!(handles, vec!["h0-0", "h0-1", "h0-2", "h0-3"]);
+        assert!(book.is_empty());
+        assert_eq!((book.len(), book.bytes()), (0, 0));
     }
 
     #[tokio::test(start_paused = true)]

@@ -215,7 +215,10 @@ impl PopLoop {
         self.acknowledge(true).await;
         let mut given_back = 0;
         let mut kept = 0;
-        for (topic, handle) in self.book.abandon_waiting() {
+        // Everything the acknowledgements left: never consumed, or consumed behind a message
+        // that was not (an orderly pop acknowledges in order): left invisible, it would hold
+        // the queue up for its next owner until its invisible time is up.
+        for (topic, handle) in self.book.abandon_all() {
             let call = self.pop.source.change_invisible_time(
                 &self.shared.group,
                 &topic,
