@@ -57,12 +57,19 @@ impl ServerRequestHandler for IgnoreServerRequests {
     }
 }
 
+/// The most outgoing frames a connection queues for its writer, whatever
+/// [`ConnectionConfig::outbound_queue`] asks (2^20).
+pub const MAX_OUTBOUND_QUEUE: usize = 1 << 20;
+
 /// How a connection frames and queues its traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionConfig {
     /// The largest frame sent or accepted.
     pub max_frame_len: usize,
-    /// How many outgoing frames may wait for the writer before senders wait.
+    /// How many outgoing frames may wait for the writer before senders wait. Taken within
+    /// `1..=`[`MAX_OUTBOUND_QUEUE`]: 0 is 1, and a larger value is [`MAX_OUTBOUND_QUEUE`] (the
+    /// queue's semaphore could not hold more permits, and no writer needs that many frames
+    /// queued).
     pub outbound_queue: usize,
     /// Close the connection when a request times out and not a byte (of an answer to any
     /// request, or of a server request) has come from the server for at least this long while
@@ -338,7 +345,8 @@ impl Connection {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (read_half, write_half) = tokio::io::split(stream);
-        let (outbound, outbound_rx) = mpsc::channel(config.outbound_queue.max(1));
+        let (outbound, outbound_rx) =
+            mpsc::channel(config.outbound_queue.clamp(1, MAX_OUTBOUND_QUEUE));
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: DashMap::new(),

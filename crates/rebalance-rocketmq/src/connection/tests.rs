@@ -834,3 +834,21 @@ async fn no_deadline_waits_for_the_future_and_a_passed_one_does_not() {
     let past = Some(Instant::now());
     assert_eq!(by_deadline(past, std::future::pending::<()>()).await, None);
 }
+
+/// An outgoing queue of 0 or of more frames than a semaphore holds (`usize::MAX`) is taken
+/// within `1..=MAX_OUTBOUND_QUEUE`, not a panic building the connection.
+#[tokio::test]
+async fn an_outbound_queue_outside_its_bounds_is_clamped() {
+    for outbound_queue in [0, 1, MAX_OUTBOUND_QUEUE + 1, usize::MAX >> 3, usize::MAX] {
+        let config = ConnectionConfig {
+            outbound_queue,
+            ..Default::default()
+        };
+        let (conn, mut server) = pair_with(config, Arc::new(IgnoreServerRequests));
+        let asked = ask(&conn, request_code::GET_ROUTEINFO_BY_TOPIC, T);
+        let request = next(&mut server).await;
+        answer_ok(&mut server, &request).await;
+        let answer = asked.await.unwrap();
+        assert!(answer.is_ok(), "{outbound_queue}: {answer:?}");
+    }
+}
