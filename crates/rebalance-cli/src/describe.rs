@@ -132,9 +132,10 @@ pub struct QueueRow {
 
 impl QueueRow {
     /// Max minus committed, when both are known (never negative). A queue with no committed
-    /// offset counts as not started: its lag is its max offset.
+    /// offset counts as not started: its lag is its max offset. Offsets too far apart for an
+    /// `i64` (a broken broker answer) give `i64::MAX`.
     pub fn lag(&self) -> Option<i64> {
-        Some((self.max? - self.committed.unwrap_or(0)).max(0))
+        Some(self.max?.saturating_sub(self.committed.unwrap_or(0)).max(0))
     }
 }
 
@@ -172,9 +173,12 @@ impl GroupDescription {
         self.rows.iter().filter(|r| r.owners.is_empty()).count()
     }
 
-    /// The total lag of the queues whose lag is known.
+    /// The total lag of the queues whose lag is known (at most `i64::MAX`).
     pub fn lag(&self) -> i64 {
-        self.rows.iter().filter_map(QueueRow::lag).sum()
+        self.rows
+            .iter()
+            .filter_map(QueueRow::lag)
+            .fold(0, i64::saturating_add)
     }
 
     /// The JSON lines: one per queue, then the summary. A popped queue's line ends with
@@ -632,6 +636,30 @@ mod tests {
             max,
             shared: false,
         }
+    }
+
+    #[test]
+    fn lags_of_broken_offsets_saturate_instead_of_overflowing() {
+        assert_eq!(row(0, "a", &[], Some(3), Some(10)).lag(), Some(7));
+        assert_eq!(row(0, "a", &[], Some(10), Some(3)).lag(), Some(0));
+        assert_eq!(row(0, "a", &[], None, Some(4)).lag(), Some(4));
+        assert_eq!(row(0, "a", &[], Some(1), None).lag(), None);
+        // A broker answering i64::MIN as its max offset: no overflow panic in debug builds.
+        assert_eq!(row(0, "a", &[], Some(1), Some(i64::MIN)).lag(), Some(0));
+        assert_eq!(
+            row(0, "a", &[], Some(-1), Some(i64::MAX)).lag(),
+            Some(i64::MAX)
+        );
+        // Two queues each lagging i64::MAX: the total stays i64::MAX.
+        let description = GroupDescription {
+            rows: vec![
+                row(0, "a", &[], Some(0), Some(i64::MAX)),
+                row(1, "a", &[], Some(0), Some(i64::MAX)),
+                row(2, "a", &[], Some(1), Some(i64::MIN)),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(description.lag(), i64::MAX);
     }
 
     #[test]

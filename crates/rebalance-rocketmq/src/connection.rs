@@ -57,12 +57,19 @@ impl ServerRequestHandler for IgnoreServerRequests {
     }
 }
 
+/// The most outgoing frames a connection queues for its writer, whatever
+/// [`ConnectionConfig::outbound_queue`] asks (2^20).
+pub const MAX_OUTBOUND_QUEUE: usize = 1 << 20;
+
 /// How a connection frames and queues its traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionConfig {
     /// The largest frame sent or accepted.
     pub max_frame_len: usize,
-    /// How many outgoing frames may wait for the writer before senders wait.
+    /// How many outgoing frames may wait for the writer before senders wait. Taken within
+    /// `1..=`[`MAX_OUTBOUND_QUEUE`]: 0 is 1, and a larger value is [`MAX_OUTBOUND_QUEUE`] (the
+    /// queue's semaphore could not hold more permits, and no writer needs that many frames
+    /// queued).
     pub outbound_queue: usize,
     /// Close the connection when a request times out and not a byte (of an answer to any
     /// request, or of a server request) has come from the server for at least this long while
@@ -228,12 +235,31 @@ impl Drop for Handle {
     }
 }
 
+/// The end of a `connect_timeout` starting now; `None` (no deadline) when the timeout is too
+/// long to add to the clock (`Duration::MAX`, or a `--timeout` of billions of seconds), which
+/// is what such a timeout means, rather than an overflow panic.
+pub(crate) fn connect_deadline(connect_timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(connect_timeout)
+}
+
+/// `future`'s output, or `None` if `deadline` (`None`: none) passes first.
+pub(crate) async fn by_deadline<F: Future>(
+    deadline: Option<Instant>,
+    future: F,
+) -> Option<F::Output> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
 /// A TCP connection to `dial` (for the server advertised as `addr`) by `deadline` (the end of
-/// `connect_timeout`), with `TCP_NODELAY`. A failure names `addr`, and `dial` when it differs.
+/// `connect_timeout`, see [`connect_deadline`]), with `TCP_NODELAY`. A failure names `addr`,
+/// and `dial` when it differs.
 pub(crate) async fn tcp_connect(
     addr: &str,
     dial: &str,
-    deadline: Instant,
+    deadline: Option<Instant>,
     connect_timeout: Duration,
 ) -> Result<TcpStream, TransportError> {
     let via = if dial == addr {
@@ -241,15 +267,15 @@ pub(crate) async fn tcp_connect(
     } else {
         format!(" (dialing {dial}, its address override)")
     };
-    let stream = match tokio::time::timeout_at(deadline, TcpStream::connect(dial)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
+    let stream = match by_deadline(deadline, TcpStream::connect(dial)).await {
+        Some(Ok(stream)) => stream,
+        Some(Err(e)) => {
             return Err(TransportError::Connect {
                 addr: addr.to_string(),
                 reason: format!("{e}{via}"),
             });
         }
-        Err(_) => {
+        None => {
             return Err(TransportError::Connect {
                 addr: addr.to_string(),
                 reason: format!("no connection within {connect_timeout:?}{via}"),
@@ -279,7 +305,8 @@ impl std::fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`) within `connect_timeout`.
+    /// Connects to `addr` (`host:port`) within `connect_timeout` (one too long to add to the
+    /// clock, such as `Duration::MAX`, sets no limit).
     pub async fn connect(
         addr: &str,
         connect_timeout: Duration,
@@ -300,7 +327,7 @@ impl Connection {
         config: ConnectionConfig,
         handler: Arc<dyn ServerRequestHandler>,
     ) -> Result<Connection, TransportError> {
-        let deadline = Instant::now() + connect_timeout;
+        let deadline = connect_deadline(connect_timeout);
         let stream = tcp_connect(addr, dial, deadline, connect_timeout).await?;
         tracing::debug!(addr, dial, "connected");
         Ok(Self::from_stream(stream, addr, config, handler))
@@ -318,7 +345,8 @@ impl Connection {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         let (read_half, write_half) = tokio::io::split(stream);
-        let (outbound, outbound_rx) = mpsc::channel(config.outbound_queue.max(1));
+        let (outbound, outbound_rx) =
+            mpsc::channel(config.outbound_queue.clamp(1, MAX_OUTBOUND_QUEUE));
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: DashMap::new(),

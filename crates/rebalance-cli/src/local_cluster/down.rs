@@ -11,14 +11,15 @@ const POLL: Duration = Duration::from_millis(100);
 /// How long the servers may take to go once their `up` was killed (their watchdogs kill them).
 const AFTER_KILL: Duration = Duration::from_secs(10);
 
-/// Waits until `done` or `within` has passed: whether it is done.
+/// Waits until `done` or `within` has passed: whether it is done. A `within` too long to add to
+/// the clock (`--timeout 9999999999999999999`) waits until `done`.
 fn wait_until(within: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
+    let deadline = Instant::now().checked_add(within);
     loop {
         if done() {
             return true;
         }
-        if Instant::now() >= deadline {
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return false;
         }
         std::thread::sleep(POLL);
@@ -84,5 +85,27 @@ pub fn status(args: &StatusArgs, out: &mut dyn Write) -> Result<(), LocalCluster
             Ok(())
         }
         _ => Err(LocalClusterError::NotRunning { dir }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_too_long_for_the_clock_waits_until_done() {
+        for within in [
+            Duration::MAX,
+            Duration::from_secs(9_999_999_999_999_999_999),
+        ] {
+            let mut polls = 0;
+            let done = wait_until(within, || {
+                polls += 1;
+                polls == 3
+            });
+            assert!(done, "{within:?}");
+            assert_eq!(polls, 3);
+        }
+        assert!(!wait_until(Duration::ZERO, || false));
     }
 }

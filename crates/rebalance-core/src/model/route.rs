@@ -40,6 +40,16 @@ pub const MASTER_ID: i64 = 0;
 /// this many per broker, and publish queues are held to the same limit.
 pub const MAX_QUEUES_PER_BROKER: i32 = 65_536;
 
+/// The most queues consumers may subscribe to in one topic, all brokers together.
+///
+/// [`MAX_QUEUES_PER_BROKER`] alone does not bound a route: a name server answer of a few
+/// megabytes can list thousands of brokers at that cap, billions of queues.
+/// [`TopicRoute::validate`] rejects a route whose readable brokers announce more than this many
+/// read queues in all ([`RouteDefect::TooManySubscribableQueues`]), and
+/// [`TopicRoute::subscribable_queues`] never builds more. The same limit as the publish side's
+/// [`MAX_PUBLISH_QUEUES`](crate::model::publish::MAX_PUBLISH_QUEUES).
+pub const MAX_SUBSCRIBABLE_QUEUES: usize = 1 << 20;
+
 /// How one broker (a master and its slaves, under one broker name) serves a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -123,7 +133,8 @@ impl TopicRoute {
     /// duplicates. No master is required (consumers may read from slaves).
     ///
     /// A count above [`MAX_QUEUES_PER_BROKER`] (a route that fails [`validate`](Self::validate))
-    /// gives only that many queues: memory stays bounded whatever the route says.
+    /// gives only that many queues, and no route gives more than [`MAX_SUBSCRIBABLE_QUEUES`] in
+    /// all: memory stays bounded whatever the route says.
     pub fn subscribable_queues(&self, topic: &str) -> Vec<MessageQueue> {
         let topic: Arc<str> = topic.into();
         let mut queues: Vec<MessageQueue> = self
@@ -136,6 +147,7 @@ impl TopicRoute {
                 (0..q.read_queue_nums.clamp(0, MAX_QUEUES_PER_BROKER))
                     .map(move |id| MessageQueue::new(topic.clone(), broker.clone(), id))
             })
+            .take(MAX_SUBSCRIBABLE_QUEUES)
             .collect();
         queues.sort();
         queues.dedup();
@@ -164,8 +176,8 @@ impl TopicRoute {
     }
 
     /// Checks that the route makes sense: named brokers, no negative queue count, no count above
-    /// [`MAX_QUEUES_PER_BROKER`], no broker listed twice, and broker data for every readable
-    /// broker. A route that fails this is garbage to be ignored (keep the last good one), not an
+    /// [`MAX_QUEUES_PER_BROKER`], no broker listed twice, broker data for every readable broker,
+    /// and no more than [`MAX_SUBSCRIBABLE_QUEUES`] read queues on the readable brokers in all. A route that fails this is garbage to be ignored (keep the last good one), not an
     /// empty topic.
     ///
     /// ```
@@ -186,6 +198,9 @@ impl TopicRoute {
     /// ```
     pub fn validate(&self) -> Result<(), RouteDefect> {
         let mut seen = std::collections::HashSet::new();
+        // Each count is at most MAX_QUEUES_PER_BROKER once checked, and the brokers are bounded
+        // by the answer's size: a u64 cannot overflow.
+        let mut subscribable: u64 = 0;
         // A set, not `self.broker()` per queue data: that scan is quadratic in the brokers.
         let described: std::collections::HashSet<&str> = self
             .broker_datas
@@ -216,6 +231,15 @@ impl TopicRoute {
             {
                 return Err(RouteDefect::MissingBrokerData(q.broker_name.clone()));
             }
+            if perm::is_readable(q.perm) {
+                subscribable += q.read_queue_nums as u64;
+            }
+        }
+        if subscribable > MAX_SUBSCRIBABLE_QUEUES as u64 {
+            return Err(RouteDefect::TooManySubscribableQueues {
+                count: subscribable,
+                max: MAX_SUBSCRIBABLE_QUEUES,
+            });
         }
         Ok(())
     }
@@ -252,6 +276,17 @@ pub enum RouteDefect {
     /// A readable broker has no address.
     #[error("readable broker `{0}` has no broker data")]
     MissingBrokerData(String),
+    /// The readable brokers announce more than [`MAX_SUBSCRIBABLE_QUEUES`] read queues in all.
+    #[error(
+        "the route's readable brokers announce {count} queues in all, more than the {max} a \
+         topic may have (a corrupt queue count, or a topic to split)"
+    )]
+    TooManySubscribableQueues {
+        /// The sum of the readable brokers' read queue counts.
+        count: u64,
+        /// The limit, [`MAX_SUBSCRIBABLE_QUEUES`].
+        max: usize,
+    },
 }
 
 #[cfg(test)]
@@ -408,6 +443,61 @@ mod tests {
             route(i32::MAX, 8).subscribable_queues("T").len(),
             cap as usize
         );
+    }
+
+    #[test]
+    fn a_total_above_the_topic_limit_is_garbage() {
+        // Every broker at its own cap: each passes, their sum does not.
+        let brokers = MAX_SUBSCRIBABLE_QUEUES / MAX_QUEUES_PER_BROKER as usize;
+        let route = |brokers: usize, perm: i32| {
+            let names: Vec<String> = (0..brokers).map(|i| format!("b{i:04}")).collect();
+            TopicRoute {
+                queue_datas: names
+                    .iter()
+                    .map(|n| qd(n, MAX_QUEUES_PER_BROKER, perm))
+                    .collect(),
+                broker_datas: names
+                    .iter()
+                    .map(|n| BrokerData {
+                        cluster: "c".into(),
+                        broker_name: n.clone(),
+                        broker_addrs: [(0, "a:1".to_string())].into(),
+                    })
+                    .collect(),
+                order_topic_conf: None,
+            }
+        };
+        assert_eq!(
+            route(brokers, 6).validate(),
+            Ok(()),
+            "the limit itself is fine"
+        );
+        let over = route(brokers + 1, 6);
+        let defect = over.validate().unwrap_err();
+        assert_eq!(
+            defect,
+            RouteDefect::TooManySubscribableQueues {
+                count: (brokers as u64 + 1) * MAX_QUEUES_PER_BROKER as u64,
+                max: MAX_SUBSCRIBABLE_QUEUES,
+            }
+        );
+        assert_eq!(
+            defect.to_string(),
+            "the route's readable brokers announce 1114112 queues in all, more than the 1048576 \
+             a topic may have (a corrupt queue count, or a topic to split)"
+        );
+        // The review's case: a thousand brokers at the cap, 65.5 million queues.
+        assert!(matches!(
+            route(1000, 4).validate(),
+            Err(RouteDefect::TooManySubscribableQueues {
+                count: 65_536_000,
+                ..
+            })
+        ));
+        // Write-only brokers give no queue to subscribe to and count for nothing here.
+        assert_eq!(route(brokers + 1, 2).validate(), Ok(()));
+        // Unvalidated, the route still builds no more than the limit.
+        assert_eq!(over.subscribable_queues("T").len(), MAX_SUBSCRIBABLE_QUEUES);
     }
 
     #[test]

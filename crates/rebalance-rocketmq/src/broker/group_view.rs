@@ -30,9 +30,12 @@ pub struct QueueProgress {
 }
 
 impl QueueProgress {
-    /// Messages not consumed yet: max offset minus committed offset (never negative).
+    /// Messages not consumed yet: max offset minus committed offset (never negative; offsets
+    /// too far apart for an `i64`, which only a broken answer has, give `i64::MAX`).
     pub fn lag(&self) -> i64 {
-        (self.broker_offset - self.consumer_offset).max(0)
+        self.broker_offset
+            .saturating_sub(self.consumer_offset)
+            .max(0)
     }
 }
 
@@ -236,5 +239,30 @@ impl BrokerClient {
             .collect();
         offsets.sort();
         Ok(offsets)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn progress(broker_offset: i64, consumer_offset: i64) -> QueueProgress {
+        QueueProgress {
+            queue: MessageQueue::new("T", "b", 0),
+            broker_offset,
+            consumer_offset,
+            last_timestamp: 0,
+        }
+    }
+
+    #[test]
+    fn lag_is_never_negative_and_never_overflows() {
+        assert_eq!(progress(10, 3).lag(), 7);
+        assert_eq!(progress(3, 10).lag(), 0);
+        // Offsets from a broken answer: no "attempt to subtract with overflow" in debug builds.
+        assert_eq!(progress(i64::MIN, 1).lag(), 0);
+        assert_eq!(progress(i64::MIN, i64::MAX).lag(), 0);
+        assert_eq!(progress(i64::MAX, -1).lag(), i64::MAX);
+        assert_eq!(progress(i64::MAX, i64::MIN).lag(), i64::MAX);
     }
 }

@@ -783,3 +783,72 @@ async fn an_answer_that_cannot_be_sent_fails_no_request_of_ours() {
     assert_eq!(ours.await.unwrap().unwrap().code, 0);
     assert!(conn.is_open());
 }
+
+/// Connect timeouts too long to add to the clock (the CLI's `--timeout 9999999999999999999`)
+/// mean no deadline, not an overflow panic; long ones that can be added work as deadlines.
+#[tokio::test]
+async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
+    assert!(connect_deadline(Duration::MAX).is_none());
+    assert!(connect_deadline(Duration::from_secs(u64::MAX / 2)).is_none());
+    assert!(connect_deadline(Duration::from_secs(1)).is_some());
+    let huge = [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX / 2),
+        Duration::from_secs(9_999_999_999_999_999_999),
+        Duration::from_secs(100_000_000_000_000_000),
+        Duration::from_secs(3_000_000_000),
+    ];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let open = listener.local_addr().unwrap().to_string();
+    let closed = {
+        let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        gone.local_addr().unwrap().to_string()
+    };
+    for timeout in huge {
+        let connection = Connection::connect(
+            &open,
+            timeout,
+            ConnectionConfig::default(),
+            Arc::new(IgnoreServerRequests),
+        )
+        .await;
+        assert!(connection.is_ok(), "{timeout:?}: {connection:?}");
+        let refused = Connection::connect(
+            &closed,
+            timeout,
+            ConnectionConfig::default(),
+            Arc::new(IgnoreServerRequests),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&refused, TransportError::Connect { addr, .. } if *addr == closed),
+            "{timeout:?}: {refused:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_deadline_waits_for_the_future_and_a_passed_one_does_not() {
+    assert_eq!(by_deadline(None, async { 7 }).await, Some(7));
+    let past = Some(Instant::now());
+    assert_eq!(by_deadline(past, std::future::pending::<()>()).await, None);
+}
+
+/// An outgoing queue of 0 or of more frames than a semaphore holds (`usize::MAX`) is taken
+/// within `1..=MAX_OUTBOUND_QUEUE`, not a panic building the connection.
+#[tokio::test]
+async fn an_outbound_queue_outside_its_bounds_is_clamped() {
+    for outbound_queue in [0, 1, MAX_OUTBOUND_QUEUE + 1, usize::MAX >> 3, usize::MAX] {
+        let config = ConnectionConfig {
+            outbound_queue,
+            ..Default::default()
+        };
+        let (conn, mut server) = pair_with(config, Arc::new(IgnoreServerRequests));
+        let asked = ask(&conn, request_code::GET_ROUTEINFO_BY_TOPIC, T);
+        let request = next(&mut server).await;
+        answer_ok(&mut server, &request).await;
+        let answer = asked.await.unwrap();
+        assert!(answer.is_ok(), "{outbound_queue}: {answer:?}");
+    }
+}

@@ -2,8 +2,8 @@
 
 mod lenient;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use dashmap::DashMap;
 use rebalance_core::TopicRoute;
@@ -15,29 +15,81 @@ pub use lenient::{RouteParseError, parse_route, quote_integer_keys};
 struct Tables {
     topics: DashMap<String, TopicRoute>,
     brokers: DashMap<String, BTreeMap<i64, String>>,
+    /// Which brokers the routes name, for [`RouteCache::update`] to drop those none names any
+    /// more. Taken by writers only: lookups read `brokers` alone.
+    mentions: Mutex<Mentions>,
 }
 
-/// The last routes fetched from the name server, and the addresses of every broker seen in them
+/// The broker names each topic's routes mention, and how many of those lists name each broker.
+#[derive(Debug, Default)]
+struct Mentions {
+    /// Per topic (forgotten ones too), the broker names of its last route and of the route
+    /// before (each list sorted, without duplicates).
+    by_topic: HashMap<String, [Vec<String>; 2]>,
+    /// Per broker name, how many lists of `by_topic` name it (never 0: at 0 it is removed, and
+    /// its addresses with it).
+    counts: HashMap<String, usize>,
+}
+
+/// The last routes fetched from the name server, and the addresses of the brokers they name
 /// (broker name → broker id → address). Cheap to clone; clones share the tables.
+///
+/// A broker's addresses stay as long as the last route of some topic, or the route before it,
+/// names the broker (a topic [`forget`](Self::forget)ten keeps its last two routes' brokers):
+/// a queue of a broker that just left its topic's route can still have its offset committed
+/// at the hand-off, and a name server that names new brokers in every answer does not grow
+/// the table past two answers per topic.
 #[derive(Debug, Clone, Default)]
 pub struct RouteCache {
     tables: Arc<Tables>,
 }
 
 impl RouteCache {
-    /// Records the route of `topic` and its brokers' addresses.
+    /// Records the route of `topic` and its brokers' addresses. Brokers neither this route,
+    /// the one before it, nor another topic's last two routes name are dropped.
     pub fn update(&self, topic: &str, route: &TopicRoute) {
+        let names: Vec<String> = route
+            .broker_datas
+            .iter()
+            .map(|b| b.broker_name.as_str())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let mut mentions = self
+            .tables
+            .mentions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         for broker in &route.broker_datas {
             self.tables
                 .brokers
                 .insert(broker.broker_name.clone(), broker.broker_addrs.clone());
         }
+        // The new list counts before the oldest is let go: a broker both name stays throughout.
+        for name in &names {
+            *mentions.counts.entry(name.clone()).or_default() += 1;
+        }
+        let lists = mentions.by_topic.entry(topic.to_string()).or_default();
+        let last = std::mem::replace(&mut lists[0], names);
+        let oldest = std::mem::replace(&mut lists[1], last);
+        for name in oldest {
+            let Some(count) = mentions.counts.get_mut(&name) else {
+                continue;
+            };
+            *count -= 1;
+            if *count == 0 {
+                mentions.counts.remove(&name);
+                self.tables.brokers.remove(&name);
+            }
+        }
         self.tables.topics.insert(topic.to_string(), route.clone());
     }
 
     /// Forgets the route of `topic`, which is gone (the name server client calls it when told
-    /// "topic not found"). Broker addresses are kept: other topics may use the same brokers.
-    /// Returns whether a route was cached.
+    /// "topic not found"). Its brokers' addresses are kept, for offsets and locks of queues still
+    /// held, until the topic's next routes no longer name them. Returns whether a route was
+    /// cached.
     pub fn forget(&self, topic: &str) -> bool {
         self.tables.topics.remove(topic).is_some()
     }
@@ -125,6 +177,97 @@ mod tests {
         assert_eq!(
             cache.broker_addrs("a"),
             Some(BTreeMap::from([(0, "m:9".to_string())]))
+        );
+    }
+
+    /// A route naming each broker of `brokers`, with a master at `m:<name>`.
+    fn naming(brokers: &[&str]) -> TopicRoute {
+        let mut all = TopicRoute::default();
+        for broker in brokers {
+            let one = route(broker, &[(0, &format!("m:{broker}"))]);
+            all.queue_datas.extend(one.queue_datas);
+            all.broker_datas.extend(one.broker_datas);
+        }
+        all
+    }
+
+    fn known_brokers(cache: &RouteCache) -> usize {
+        cache.tables.brokers.len()
+    }
+
+    #[test]
+    fn a_name_server_naming_new_brokers_every_time_does_not_grow_the_table() {
+        let cache = RouteCache::default();
+        for i in 0..10_000 {
+            let names = [format!("gen{i}-a"), format!("gen{i}-b")];
+            cache.update("T", &naming(&[&names[0], &names[1]]));
+            // This route's brokers and the previous one's, nothing older.
+            assert!(
+                known_brokers(&cache) <= 4,
+                "{} after {i}",
+                known_brokers(&cache)
+            );
+        }
+        assert_eq!(known_brokers(&cache), 4);
+        let mentions = cache.tables.mentions.lock().unwrap();
+        assert_eq!(mentions.counts.len(), 4);
+        assert_eq!(mentions.by_topic.len(), 1);
+        drop(mentions);
+        assert_eq!(
+            cache.master_addr("gen9999-a").as_deref(),
+            Some("m:gen9999-a")
+        );
+        assert_eq!(
+            cache.master_addr("gen9998-b").as_deref(),
+            Some("m:gen9998-b")
+        );
+        assert_eq!(cache.master_addr("gen9997-a"), None);
+        assert_eq!(cache.any_addr("gen0-a"), None);
+    }
+
+    #[test]
+    fn a_broker_stays_while_a_route_of_some_topic_names_it() {
+        let cache = RouteCache::default();
+        cache.update("T", &naming(&["a", "b"]));
+        cache.update("U", &naming(&["b", "c"]));
+        // T loses b: the route before still names it (a queue of b handed off now commits).
+        cache.update("T", &naming(&["a"]));
+        assert_eq!(cache.master_addr("b").as_deref(), Some("m:b"));
+        cache.update("T", &naming(&["a"]));
+        // T no longer names b at all, but U does.
+        assert_eq!(cache.master_addr("b").as_deref(), Some("m:b"));
+        cache.update("U", &naming(&["c"]));
+        cache.update("U", &naming(&["c"]));
+        assert_eq!(cache.master_addr("b"), None, "no route names b any more");
+        assert_eq!(cache.master_addr("a").as_deref(), Some("m:a"));
+        assert_eq!(cache.master_addr("c").as_deref(), Some("m:c"));
+        // The same route polled again and again keeps its brokers, once each.
+        for _ in 0..100 {
+            cache.update("U", &naming(&["c", "d"]));
+        }
+        assert_eq!(known_brokers(&cache), 3);
+        assert_eq!(cache.tables.mentions.lock().unwrap().counts["c"], 2);
+        // A forgotten topic keeps its brokers until it is routed again.
+        assert!(cache.forget("U"));
+        assert_eq!(cache.master_addr("d").as_deref(), Some("m:d"));
+        cache.update("U", &naming(&["e"]));
+        cache.update("U", &naming(&["e"]));
+        assert_eq!(cache.master_addr("d"), None);
+        // A route listing a broker twice names it once.
+        let mut twice = naming(&["f"]);
+        twice.broker_datas.push(twice.broker_datas[0].clone());
+        cache.update("V", &twice);
+        cache.update("V", &naming(&["g"]));
+        cache.update("V", &naming(&["g"]));
+        assert_eq!(cache.master_addr("f"), None);
+        assert!(
+            !cache
+                .tables
+                .mentions
+                .lock()
+                .unwrap()
+                .counts
+                .contains_key("f")
         );
     }
 }

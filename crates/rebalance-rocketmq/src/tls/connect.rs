@@ -5,19 +5,20 @@ use std::time::Duration;
 
 use rustls::{AlertDescription, CertificateError};
 use rustls_pki_types::ServerName;
-use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
 use super::TlsConfig;
-use crate::connection::{Connection, ConnectionConfig, ServerRequestHandler, tcp_connect};
+use crate::connection::{
+    Connection, ConnectionConfig, ServerRequestHandler, by_deadline, connect_deadline, tcp_connect,
+};
 use crate::error::TransportError;
 
 impl Connection {
     /// Connects to `addr` (`host:port`) and runs TLS over the socket, both within
-    /// `connect_timeout`. The server's certificate is checked against `tls`'s trust and its
-    /// server name (the override, or `addr`'s host). An untrusted certificate is
-    /// [`TransportError::CertificateNotTrusted`]; any other handshake failure
-    /// [`TransportError::Tls`].
+    /// `connect_timeout` (one too long to add to the clock sets no limit). The server's
+    /// certificate is checked against `tls`'s trust and its server name (the override, or
+    /// `addr`'s host). An untrusted certificate is [`TransportError::CertificateNotTrusted`]; any
+    /// other handshake failure [`TransportError::Tls`].
     pub async fn connect_tls(
         addr: &str,
         connect_timeout: Duration,
@@ -40,20 +41,18 @@ impl Connection {
         handler: Arc<dyn ServerRequestHandler>,
     ) -> Result<Connection, TransportError> {
         let server_name = server_name_for(tls, addr)?;
-        let deadline = Instant::now() + connect_timeout;
+        let deadline = connect_deadline(connect_timeout);
         let stream = tcp_connect(addr, dial, deadline, connect_timeout).await?;
         let name = server_name.to_str().into_owned();
         let connector = TlsConnector::from(tls.client.clone());
-        let stream = match tokio::time::timeout_at(deadline, connector.connect(server_name, stream))
-            .await
-        {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => {
+        let stream = match by_deadline(deadline, connector.connect(server_name, stream)).await {
+            Some(Ok(stream)) => stream,
+            Some(Err(e)) => {
                 let error = handshake_error(addr, &name, &e);
                 tracing::warn!(addr, server_name = %name, %error, "TLS handshake failed");
                 return Err(error);
             }
-            Err(_) => {
+            None => {
                 return Err(TransportError::Tls {
                     addr: addr.to_string(),
                     reason: format!(

@@ -398,6 +398,44 @@ async fn a_plaintext_server_is_a_handshake_error() {
     assert!(reason.contains("does it serve TLS"), "{reason}");
 }
 
+/// A connect timeout too long to add to the clock means no deadline for the TCP connection and
+/// the handshake, not an overflow panic.
+#[tokio::test]
+async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            let mut framed = Framed::new(socket, RemotingCodec::default());
+            let hello = RemotingCommand::response(0, 1, Some("plaintext".into()));
+            let _ = framed.send(hello).await;
+            tokio::spawn(async move { while framed.next().await.is_some() {} });
+        }
+    });
+    let tls = TlsConfig::builder()
+        .insecure_trust_any_certificate()
+        .build()
+        .unwrap();
+    for timeout in [
+        Duration::MAX,
+        Duration::from_secs(9_999_999_999_999_999_999),
+    ] {
+        let error = Connection::connect_tls(
+            &addr,
+            timeout,
+            ConnectionConfig::default(),
+            &tls,
+            Arc::new(IgnoreServerRequests),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&error, TransportError::Tls { reason, .. } if reason.contains("no TLS")),
+            "{timeout:?}: {error:?}"
+        );
+    }
+}
+
 /// A server that speaks first, in plaintext: the answer is no TLS record.
 #[tokio::test]
 async fn a_plaintext_answer_is_a_handshake_error() {
