@@ -35,6 +35,17 @@ async fn a_healthy_consumer_is_ready_after_its_first_round() {
     ));
 }
 
+/// A timeout too long to add to the clock waits as long as it takes (it panicked with
+/// "overflow when adding duration to instant"; found by review).
+#[tokio::test(start_paused = true)]
+async fn a_timeout_too_long_for_the_clock_waits_as_long_as_it_takes() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T"]).await;
+    a.handle.ready(Duration::MAX).await.expect("ready");
+    a.handle.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_misspelled_topic_is_named_as_not_found() {
     let cluster = InMemoryCluster::new();

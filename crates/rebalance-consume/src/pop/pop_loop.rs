@@ -202,7 +202,8 @@ impl PopLoop {
             .shared
             .options
             .await_in_flight
-            .map(|limit| Instant::now() + limit);
+            // A limit too long for the clock is no limit.
+            .and_then(|limit| Instant::now().checked_add(limit));
         (started, deadline)
     }
 

@@ -121,7 +121,10 @@ impl ConsumerHandle {
     /// client, locks refused, a failing callback. Fails with [`ConsumerError::ShutDown`] when
     /// the consumer stops first. The group's retry topic counts once a round reported it.
     pub async fn ready(&self, timeout: Duration) -> Result<(), ConsumerError> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long for the clock waits as long as it takes (a far deadline).
+        let deadline = Instant::now()
+            .checked_add(timeout)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(30 * 365 * 24 * 3600));
         let locks = self.inner.ctx.uses_locks();
         let mut rounds = self.inner.rounds.clone();
         let mut ready: BTreeSet<String> = BTreeSet::new();
