@@ -511,7 +511,7 @@ mod tests {
     #[test]
     fn a_pull_past_the_decode_budget_delivers_what_fits_and_goes_on_from_there() {
         use crate::message::tests::{encode_compressed, sample};
-        let big = "y".repeat(1000);
+        let big = "y".repeat(10_000);
         let stored: Vec<_> = (40..44)
             .map(|o| {
                 let mut m = sample(o, &big);
@@ -523,8 +523,9 @@ mod tests {
             .with_ext("nextBeginOffset", 44)
             .with_body(encode_compressed(&stored));
         let limits = DecodeLimits {
-            max_body: 1000,
-            max_total: 3500,
+            max_body: 10_000,
+            max_total: 35_000,
+            ..DecodeLimits::default()
         };
         let PullAnswer::Done(PullResult::Found {
             messages,
