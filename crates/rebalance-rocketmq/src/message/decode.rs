@@ -467,7 +467,8 @@ fn decode_record(
                 }
                 other => other,
             })?;
-            charge(budget, body.len(), limits)?;
+            // Its capacity is what the `Bytes` keeps (`decompress` leaves none spare).
+            charge(budget, body.capacity(), limits)?;
             Bytes::from(body)
         }
     };

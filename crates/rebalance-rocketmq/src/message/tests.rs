@@ -468,6 +468,31 @@ fn an_inner_batch_past_the_limits_is_left_whole_for_the_next_pull() {
     assert_eq!(decode_batch(&bytes, &roomy).unwrap().len(), 6);
 }
 
+/// Found by review: 64 LZ4 blocks announcing 16 MiB each and decompressing to one byte, in a
+/// 6 KB pull, held 1 GiB. The first is refused, naming the lie.
+#[test]
+fn lz4_blocks_announcing_more_than_they_hold_are_refused() {
+    let mut lie = (16u32 << 20).to_le_bytes().to_vec();
+    lie.extend_from_slice(&[0x10, b'a']);
+    let mut bytes = BytesMut::new();
+    for offset in 0..64 {
+        let mut message = sample(offset, "");
+        message.body = Bytes::from(lie.clone());
+        let mut record = BytesMut::new();
+        encode(&plain(message), &mut record);
+        // The body written as is, marked as an LZ4 block: the sysFlag follows the total size,
+        // magic, body CRC, queue id, flag and the two offsets.
+        record[36..40].copy_from_slice(&Compression::Lz4.sys_flag().to_be_bytes());
+        bytes.extend_from_slice(&record);
+    }
+    assert!(bytes.len() < 10_000);
+    let err = decode_batch(&bytes, &DecodeLimits::default()).unwrap_err();
+    assert!(
+        matches!(&err, DecodeError::Decompress { kind: Compression::Lz4, reason } if reason.contains("length prefix")),
+        "{err}"
+    );
+}
+
 #[test]
 fn a_truncated_or_malformed_body_is_an_error_naming_the_record() {
     let bytes = encode_all(&[plain(sample(0, "a")), plain(sample(1, "b"))]);
