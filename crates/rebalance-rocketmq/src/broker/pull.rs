@@ -9,7 +9,8 @@
 //!
 //! **Answers**: 0 → [`PullResult::Found`] (decoded, re-filtered by tag, `offsetDelta` applied,
 //! [`MIN_OFFSET`](property::MIN_OFFSET) / [`MAX_OFFSET`](property::MAX_OFFSET) set on each
-//! message); 19 and 20 → [`PullResult::NoNewMessage`]; 21 → [`PullResult::OffsetMoved`]; 24 and
+//! message; a message at a negative offset or at `i64::MAX` makes the answer a
+//! [`RemoteError::BadResponse`]); 19 and 20 → [`PullResult::NoNewMessage`]; 21 → [`PullResult::OffsetMoved`]; 24 and
 //! 25 → this client heartbeats the broker again and the pull fails with
 //! [`PullError::Remote`] (the consume layer retries); 2 and 215 → [`PullError::Throttled`];
 //! a refusal of this client's credentials or permissions (16, the ACL 2.0 codes 3001 and 3002,
@@ -201,26 +202,46 @@ fn read_result(
     // One queue for the pull's messages: a clone per message would count on the topic's and
     // broker's names, which the workers of every queue share.
     let queue = Arc::new(request.queue.clone());
-    let messages = stored
-        .into_iter()
-        .filter(|m| {
-            request
-                .expression
-                .matches(m.properties.get(property::TAGS).map(String::as_str))
-        })
-        .map(|mut m| {
-            m.queue_offset = m.queue_offset.saturating_add(delta);
+    let mut messages = Vec::with_capacity(stored.len());
+    for mut m in stored {
+        let stored_offset = m.queue_offset;
+        m.queue_offset = stored_offset.saturating_add(delta);
+        if !is_message_offset(m.queue_offset) {
+            return Err(RemoteError::BadResponse(format!(
+                "pull of {}@{}:{} from offset {}: a message at queue offset {} (stored {stored_offset}, \
+                 offsetDelta {delta}): a message's offset is at least 0 and below {}",
+                request.queue.topic,
+                request.queue.broker_name,
+                request.queue.queue_id,
+                request.offset,
+                m.queue_offset,
+                i64::MAX
+            )));
+        }
+        if !request
+            .expression
+            .matches(m.properties.get(property::TAGS).map(String::as_str))
+        {
+            continue;
+        }
+        messages.push(
             m.into_message(queue.clone())
                 .with_property(property::MIN_OFFSET, min_text.clone())
-                .with_property(property::MAX_OFFSET, max_text.clone())
-        })
-        .collect();
+                .with_property(property::MAX_OFFSET, max_text.clone()),
+        );
+    }
     Ok(PullResult::Found {
         messages,
         next_offset,
         min_offset,
         max_offset,
     })
+}
+
+/// Whether `offset` can be a message's queue offset: not negative, and with a next offset (the
+/// consumer commits the offset after a message's). An answer with any other is malformed.
+pub(crate) fn is_message_offset(offset: i64) -> bool {
+    (0..i64::MAX).contains(&offset)
 }
 
 /// The messages of `result` as the application knows them: the topic a message of a retry
@@ -511,7 +532,7 @@ mod tests {
     #[test]
     fn a_pull_past_the_decode_budget_delivers_what_fits_and_goes_on_from_there() {
         use crate::message::tests::{encode_compressed, sample};
-        let big = "y".repeat(1000);
+        let big = "y".repeat(10_000);
         let stored: Vec<_> = (40..44)
             .map(|o| {
                 let mut m = sample(o, &big);
@@ -523,8 +544,9 @@ mod tests {
             .with_ext("nextBeginOffset", 44)
             .with_body(encode_compressed(&stored));
         let limits = DecodeLimits {
-            max_body: 1000,
-            max_total: 3500,
+            max_body: 10_000,
+            max_total: 35_000,
+            ..DecodeLimits::default()
         };
         let PullAnswer::Done(PullResult::Found {
             messages,
@@ -537,6 +559,48 @@ mod tests {
         let offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
         assert_eq!(offsets, [40, 41, 42]);
         assert_eq!(next_offset, 43);
+    }
+
+    /// Found by review: a message at a negative offset, or at `i64::MAX` (none after it),
+    /// was delivered and panicked the consumer committing the offset after it. Such an answer
+    /// is a bad response naming the offset, whether the record or `offsetDelta` made it.
+    #[test]
+    fn a_message_at_an_impossible_offset_is_a_bad_response() {
+        use crate::message::tests::{encode_messages, sample};
+        let at = |offset| {
+            let mut m = sample(0, "x");
+            m.queue_offset = offset;
+            m
+        };
+        for (stored, delta, offset) in [
+            (-1, 0, -1),
+            (i64::MIN, 0, i64::MIN),
+            (i64::MAX, 0, i64::MAX),
+            (5, i64::MAX, i64::MAX),
+            (5, -6, -1),
+        ] {
+            let body = encode_messages(&[at(10), at(stored)]);
+            let response = answer(0).with_ext("offsetDelta", delta).with_body(body);
+            let got = read_answer(&response, &request(), &DecodeLimits::default());
+            let PullAnswer::Failed(PullError::Remote(RemoteError::BadResponse(text))) = &got else {
+                panic!("{stored} + {delta}: {got:?}");
+            };
+            assert!(
+                text.contains(&format!("queue offset {offset} ")),
+                "{stored} + {delta}: {text}"
+            );
+        }
+        for (stored, delta) in [(0, 0), (i64::MAX - 1, 0), (5, i64::MAX - 6)] {
+            let body = encode_messages(&[at(stored)]);
+            let response = answer(0).with_ext("offsetDelta", delta).with_body(body);
+            assert!(
+                matches!(
+                    read_answer(&response, &request(), &DecodeLimits::default()),
+                    PullAnswer::Done(PullResult::Found { .. })
+                ),
+                "{stored} + {delta}"
+            );
+        }
     }
 
     /// The body is decoded, re-filtered by tag (the broker filters by hash code only), the

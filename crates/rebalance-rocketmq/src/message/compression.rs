@@ -8,7 +8,9 @@
 //! size-prefixed block the Rust client writes.
 //!
 //! Every decompression stops one byte past the limit, so a small body that inflates to
-//! gigabytes costs at most the limit.
+//! gigabytes costs at most the limit, and its result holds exactly its length (what the
+//! decoder charges to its budget); an LZ4 block's announced length is checked against the limit
+//! before it is allocated, and must be the length it decompresses to.
 
 use std::io::Read;
 
@@ -61,16 +63,20 @@ impl Compression {
         COMPRESSED_FLAG | (kind << COMPRESSION_TYPE_SHIFT)
     }
 
-    /// Decompresses `data`, refusing a result longer than `max_len` bytes.
+    /// Decompresses `data`, refusing a result longer than `max_len` bytes. The result holds no
+    /// spare capacity: what it holds is its length.
     pub fn decompress(self, data: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
-        match self {
+        let mut out = match self {
             Self::Zlib => read_capped(flate2::read::ZlibDecoder::new(data), self, max_len),
             Self::Lz4 if data.starts_with(&LZ4_FRAME_MAGIC) => {
                 read_capped(lz4_flex::frame::FrameDecoder::new(data), self, max_len)
             }
             Self::Lz4 => lz4_block(data, max_len),
             Self::Zstd => zstd(data, max_len),
-        }
+        }?;
+        // `read_to_end` grows its buffer by doubling: up to twice the length would be kept.
+        out.shrink_to_fit();
+        Ok(out)
     }
 }
 
@@ -95,7 +101,9 @@ fn read_capped(
     Ok(out)
 }
 
-/// An LZ4 block prefixed with its decompressed length (u32, little-endian).
+/// An LZ4 block prefixed with its decompressed length (u32, little-endian). The length is
+/// checked against `max_len` before anything is allocated (the decompressor allocates it
+/// whole), and a block that does not decompress to exactly that length is refused.
 fn lz4_block(data: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     let bad = |reason: String| DecodeError::Decompress {
         kind: Compression::Lz4,
@@ -108,7 +116,14 @@ fn lz4_block(data: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     if size > max_len {
         return Err(DecodeError::BodyTooLarge { limit: max_len });
     }
-    lz4_flex::block::decompress(block, size).map_err(|e| bad(e.to_string()))
+    let out = lz4_flex::block::decompress(block, size).map_err(|e| bad(e.to_string()))?;
+    if out.len() != size {
+        return Err(bad(format!(
+            "the block decompresses to {} bytes, not the {size} its length prefix announces",
+            out.len()
+        )));
+    }
+    Ok(out)
 }
 
 #[cfg(feature = "zstd")]
@@ -190,6 +205,48 @@ mod tests {
         let block = lz4_flex::block::compress_prepend_size(&text);
         assert!(Compression::Lz4.decompress(&block, 1999).is_err());
         assert_eq!(Compression::Lz4.decompress(&block, 2000).unwrap(), text);
+    }
+
+    /// Found by review: a block announcing 16 MiB that decompressed to one byte was kept with
+    /// its 16 MiB allocation and charged one byte.
+    #[test]
+    fn an_lz4_block_shorter_than_its_length_prefix_is_refused() {
+        let mut lie = (16u32 << 20).to_le_bytes().to_vec();
+        lie.extend_from_slice(&[0x10, b'a']); // one literal, the end of the block
+        let err = Compression::Lz4.decompress(&lie, 16 << 20).unwrap_err();
+        assert!(
+            matches!(&err, DecodeError::Decompress { kind: Compression::Lz4, reason }
+                if reason.contains("1 bytes, not the 16777216")),
+            "{err}"
+        );
+        let mut honest = 1u32.to_le_bytes().to_vec();
+        honest.extend_from_slice(&[0x10, b'a']);
+        assert_eq!(
+            Compression::Lz4.decompress(&honest, 16 << 20).unwrap(),
+            b"a"
+        );
+    }
+
+    /// Found by review: a zlib or LZ4-frame body was kept in the buffer `read_to_end` grew by
+    /// doubling, up to twice its length, which alone was charged to the budget.
+    #[test]
+    fn a_decompressed_body_holds_no_spare_capacity() {
+        for len in [5_000, 100_000, 1_000_001] {
+            let text: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let mut frame = lz4_flex::frame::FrameEncoder::new(Vec::new());
+            frame.write_all(&text).unwrap();
+            let frame = frame.finish().unwrap();
+            let block = lz4_flex::block::compress_prepend_size(&text);
+            for (kind, data) in [
+                (Compression::Zlib, zlib(&text)),
+                (Compression::Lz4, frame),
+                (Compression::Lz4, block),
+            ] {
+                let out = kind.decompress(&data, 2 << 20).unwrap();
+                assert_eq!(out, text);
+                assert_eq!(out.capacity(), out.len(), "{kind:?} of {len} bytes");
+            }
+        }
     }
 
     #[test]

@@ -89,9 +89,20 @@ pub enum DecodeError {
         /// Why.
         reason: String,
     },
-    /// A decompressed body, or the pull's bodies together, would pass the limit.
-    #[error("decompressed bodies larger than the limit of {limit} bytes")]
+    /// A decompressed body would pass [`DecodeLimits::max_body`], or the answer's decoded
+    /// messages together (bodies, topics, properties) would pass [`DecodeLimits::max_total`].
+    #[error("decoded messages larger than the limit of {limit} bytes")]
     BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The answer holds more messages, inner batches unwrapped, than
+    /// [`DecodeLimits::max_messages`].
+    #[error(
+        "more than {limit} messages in one answer (inner batches unwrapped): the broker's answer is \
+         malformed or hostile, or `DecodeLimits::max_messages` is too small for it"
+    )]
+    TooManyMessages {
         /// The limit.
         limit: usize,
     },
@@ -100,13 +111,25 @@ pub enum DecodeError {
     Unsupported(String),
 }
 
-/// How much decompression one pull may cost.
+/// How much memory decoding one answer (a pull's or a POP's) may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeLimits {
     /// The largest decompressed body of one message (16 MiB).
     pub max_body: usize,
-    /// The largest sum of decompressed bodies in one pull (64 MiB).
+    /// The budget of one answer (64 MiB): its decompressed bodies, and for every decoded
+    /// message [`MESSAGE_OVERHEAD`] bytes plus its topic and properties, are charged to it.
+    /// Bodies that were not compressed are not: they are copies of the answer's bytes.
     pub max_total: usize,
+    /// The most messages one answer may decode, inner batches unwrapped (65,536).
+    ///
+    /// A pull or a POP asks for a few dozen records (32 by default; the Java client's pull at
+    /// most 1,024), but a record may be an inner batch of many messages (a producer's batch,
+    /// within the broker's 4 MiB message size), so the bound is well above what an honest
+    /// answer holds. It keeps a small hostile answer (22-byte inner records, or a compressed
+    /// body of them) from making hundreds of thousands of messages; 65,536 empty messages are
+    /// charged [`MESSAGE_OVERHEAD`] each, under half of the default `max_total`, so the count
+    /// is reached before the budget and the error names it.
+    pub max_messages: usize,
 }
 
 impl Default for DecodeLimits {
@@ -114,9 +137,14 @@ impl Default for DecodeLimits {
         Self {
             max_body: 16 << 20,
             max_total: 64 << 20,
+            max_messages: 1 << 16,
         }
     }
 }
+
+/// What each decoded message is charged against [`DecodeLimits::max_total`] beside its body,
+/// topic and properties: its place in the answer's list (twice its size, for the list's growth).
+pub const MESSAGE_OVERHEAD: usize = 2 * std::mem::size_of::<StoredMessage>();
 
 /// A host as a record stores it: an address and a port (an i32 on the wire).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,13 +289,10 @@ impl<'a> Reader<'a> {
 /// pull would start after them), and so does a body that passes the limits (see
 /// [`decode_prefix`] for the records that fit).
 pub fn decode_batch(body: &[u8], limits: &DecodeLimits) -> Result<Vec<StoredMessage>, DecodeError> {
-    let prefix = decode_prefix(body, limits)?;
-    if !prefix.complete {
-        return Err(DecodeError::BodyTooLarge {
-            limit: limits.max_total,
-        });
+    match decode_until_limit(body, limits)? {
+        (messages, None) => Ok(messages),
+        (_, Some(limit)) => Err(limit),
     }
-    Ok(prefix.messages)
 }
 
 /// The records of a pull's body that fit in the limits, from the first.
@@ -276,43 +301,100 @@ pub struct DecodedPrefix {
     /// The messages decoded, in order, inner batches unwrapped.
     pub messages: Vec<StoredMessage>,
     /// Whether they are the whole body; `false` when decoding stopped before a record whose
-    /// body would have passed a limit (the messages from that record on were not decoded).
+    /// messages would have passed a limit (the messages from that record on were not decoded).
     pub complete: bool,
 }
 
-/// Decodes a pull's body as [`decode_batch`] does, but stops before a record whose
-/// decompressed body would pass [`DecodeLimits::max_body`] or the pull's remaining
-/// [`DecodeLimits::max_total`] once at least one message is decoded, instead of failing: the
-/// pull then delivers the messages before it, and the next pull starts at that record (a pull
-/// of many large messages would otherwise fail at the same offset forever). A first record too
-/// large alone, or a malformed one, is still an error.
+/// Decodes a pull's body as [`decode_batch`] does, but stops before a record whose messages
+/// would pass a limit ([`DecodeLimits::max_body`], the answer's remaining
+/// [`DecodeLimits::max_total`] or [`DecodeLimits::max_messages`]) once at least one message is
+/// decoded, instead of failing: the pull then delivers the messages before it, and the next
+/// pull starts at that record (a pull of many large messages would otherwise fail at the same
+/// offset forever). A first record too large alone, or a malformed one, is still an error. An
+/// inner batch is decoded whole or not at all.
 pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix, DecodeError> {
+    let (messages, stopped) = decode_until_limit(body, limits)?;
+    Ok(DecodedPrefix {
+        messages,
+        complete: stopped.is_none(),
+    })
+}
+
+/// The records of `body` up to the first that passes a limit, and that limit's error; a limit
+/// passed by the first record, or any other error, fails the whole.
+fn decode_until_limit(
+    body: &[u8],
+    limits: &DecodeLimits,
+) -> Result<(Vec<StoredMessage>, Option<DecodeError>), DecodeError> {
     let mut messages = Vec::new();
     let mut pos = 0;
     let mut budget = limits.max_total;
     while pos < body.len() {
         let (record, size) = record_at(body, pos)?;
-        let message = match decode_record(record, pos, limits, &mut budget) {
-            Ok(message) => message,
-            Err(DecodeError::BodyTooLarge { .. }) if !messages.is_empty() => {
-                return Ok(DecodedPrefix {
-                    messages,
-                    complete: false,
-                });
+        let before = messages.len();
+        let decoded = decode_record(record, pos, limits, &mut budget).and_then(|message| {
+            if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0
+            {
+                unwrap_inner_batch(message, pos, limits, &mut budget, &mut messages)
+            } else {
+                push_counted(&mut messages, message, limits)
+            }
+        });
+        match decoded {
+            Ok(()) => {}
+            Err(e @ (DecodeError::BodyTooLarge { .. } | DecodeError::TooManyMessages { .. }))
+                if before > 0 =>
+            {
+                // None of this record's messages (an inner batch's all or none): they come
+                // whole in a later pull.
+                messages.truncate(before);
+                return Ok((messages, Some(e)));
             }
             Err(e) => return Err(e),
-        };
-        if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0 {
-            unwrap_inner_batch(message, pos, &mut messages)?;
-        } else {
-            messages.push(message);
         }
         pos += size;
     }
-    Ok(DecodedPrefix {
-        messages,
-        complete: true,
-    })
+    Ok((messages, None))
+}
+
+/// Adds `message` to `out` unless that passes [`DecodeLimits::max_messages`].
+fn push_counted(
+    out: &mut Vec<StoredMessage>,
+    message: StoredMessage,
+    limits: &DecodeLimits,
+) -> Result<(), DecodeError> {
+    if out.len() >= limits.max_messages {
+        return Err(DecodeError::TooManyMessages {
+            limit: limits.max_messages,
+        });
+    }
+    out.push(message);
+    Ok(())
+}
+
+/// Takes `cost` bytes from the answer's `budget`, failing when fewer are left.
+fn charge(budget: &mut usize, cost: usize, limits: &DecodeLimits) -> Result<(), DecodeError> {
+    *budget = budget.checked_sub(cost).ok_or(DecodeError::BodyTooLarge {
+        limit: limits.max_total,
+    })?;
+    Ok(())
+}
+
+/// The bytes a message with a topic of `topic_len` bytes and `properties` holds beside its
+/// body: [`MESSAGE_OVERHEAD`], the topic, and the properties' table and strings.
+fn held_beside_body(topic_len: usize, properties: &HashMap<String, String>) -> usize {
+    let table = properties
+        .capacity()
+        .saturating_mul(std::mem::size_of::<(String, String)>() + 1);
+    properties.iter().fold(
+        MESSAGE_OVERHEAD
+            .saturating_add(topic_len)
+            .saturating_add(table),
+        |sum, (k, v)| {
+            sum.saturating_add(k.capacity())
+                .saturating_add(v.capacity())
+        },
+    )
 }
 
 /// The record starting at `pos`, bounded by its total size.
@@ -385,7 +467,8 @@ fn decode_record(
                 }
                 other => other,
             })?;
-            *budget -= body.len();
+            // Its capacity is what the `Bytes` keeps (`decompress` leaves none spare).
+            charge(budget, body.capacity(), limits)?;
             Bytes::from(body)
         }
     };
@@ -401,6 +484,7 @@ fn decode_record(
     let properties = properties::parse(&String::from_utf8_lossy(
         r.take("properties", properties_len)?,
     ));
+    charge(budget, held_beside_body(topic.len(), &properties), limits)?;
     Ok(StoredMessage {
         body_crc,
         queue_id,
@@ -424,10 +508,13 @@ fn decode_record(
 /// the outer record's body is records of `total size, magic, body CRC, flag, body length +
 /// body, properties length (i16) + properties`; each becomes a message with the outer
 /// record's fields, its own flag, body and properties, and the queue offset of the outer
-/// record plus its index.
+/// record plus its index. Each is counted against [`DecodeLimits::max_messages`] and charged
+/// to the answer's `budget` (its body is a slice of the outer body, already charged).
 fn unwrap_inner_batch(
     outer: StoredMessage,
     at: usize,
+    limits: &DecodeLimits,
+    budget: &mut usize,
     out: &mut Vec<StoredMessage>,
 ) -> Result<(), DecodeError> {
     let mut r = Reader {
@@ -437,6 +524,11 @@ fn unwrap_inner_batch(
     };
     let mut index = 0i64;
     while r.pos < r.data.len() {
+        if out.len() >= limits.max_messages {
+            return Err(DecodeError::TooManyMessages {
+                limit: limits.max_messages,
+            });
+        }
         let _total = r.i32("inner total size")?;
         let _magic = r.i32("inner magic code")?;
         let body_crc = r.i32("inner body CRC")?;
@@ -451,15 +543,34 @@ fn unwrap_inner_batch(
         let properties = properties::parse(&String::from_utf8_lossy(
             r.take("inner properties", properties_len)?,
         ));
-        out.push(StoredMessage {
-            body_crc,
-            flag,
-            queue_offset: outer.queue_offset.saturating_add(index),
-            body,
-            properties,
-            topic: outer.topic.clone(),
-            ..outer.clone()
-        });
+        charge(
+            budget,
+            held_beside_body(outer.topic.len(), &properties),
+            limits,
+        )?;
+        // Built field by field: the outer record's properties are not the inner message's,
+        // and are not copied for each.
+        push_counted(
+            out,
+            StoredMessage {
+                body_crc,
+                queue_id: outer.queue_id,
+                flag,
+                queue_offset: outer.queue_offset.saturating_add(index),
+                commit_log_offset: outer.commit_log_offset,
+                sys_flag: outer.sys_flag,
+                born_timestamp: outer.born_timestamp,
+                born_host: outer.born_host,
+                store_timestamp: outer.store_timestamp,
+                store_host: outer.store_host,
+                reconsume_times: outer.reconsume_times,
+                prepared_transaction_offset: outer.prepared_transaction_offset,
+                body,
+                topic: outer.topic.clone(),
+                properties,
+            },
+            limits,
+        )?;
         index += 1;
     }
     Ok(())

@@ -228,12 +228,13 @@ fn compressed_bodies_come_back_decompressed() {
 /// first, and says it stopped; a first record too large alone is still an error.
 #[test]
 fn the_records_that_fit_the_budget_are_decoded_and_the_rest_left_for_the_next_pull() {
-    let big = "x".repeat(1000);
+    let big = "x".repeat(10_000);
     let messages: Vec<StoredMessage> = (5..9).map(|i| sample(i, &big)).collect();
     let bytes = encode_compressed(&messages);
     let limits = DecodeLimits {
-        max_body: 1000,
-        max_total: 2500,
+        max_body: 10_000,
+        max_total: 25_000,
+        ..DecodeLimits::default()
     };
     let prefix = decode_prefix(&bytes, &limits).unwrap();
     assert!(!prefix.complete);
@@ -243,18 +244,19 @@ fn the_records_that_fit_the_budget_are_decoded_and_the_rest_left_for_the_next_pu
     assert!(whole.complete);
     assert_eq!(whole.messages.len(), 4);
     let tiny = DecodeLimits {
-        max_body: 999,
+        max_body: 9_999,
         max_total: 1 << 20,
+        ..DecodeLimits::default()
     };
     assert_eq!(
         decode_prefix(&bytes, &tiny),
-        Err(DecodeError::BodyTooLarge { limit: 999 })
+        Err(DecodeError::BodyTooLarge { limit: 9_999 })
     );
 }
 
 #[test]
 fn the_pulls_decompression_budget_is_shared_by_its_messages() {
-    let big = "x".repeat(1000);
+    let big = "x".repeat(10_000);
     let records: Vec<Record> = (0..3)
         .map(|i| Record {
             message: sample(i, &big),
@@ -264,33 +266,36 @@ fn the_pulls_decompression_budget_is_shared_by_its_messages() {
         .collect();
     let bytes = encode_all(&records);
     let limits = DecodeLimits {
-        max_body: 1000,
-        max_total: 2500,
+        max_body: 10_000,
+        max_total: 25_000,
+        ..DecodeLimits::default()
     };
     assert_eq!(
         decode_batch(&bytes, &limits),
-        Err(DecodeError::BodyTooLarge { limit: 2500 })
+        Err(DecodeError::BodyTooLarge { limit: 25_000 })
     );
+    // The bodies and, per message, its overhead, topic and properties.
     let roomy = DecodeLimits {
-        max_body: 1000,
-        max_total: 3000,
+        max_body: 10_000,
+        max_total: 32_000,
+        ..DecodeLimits::default()
     };
     assert_eq!(decode_batch(&bytes, &roomy).unwrap().len(), 3);
     let small_bodies = DecodeLimits {
-        max_body: 999,
+        max_body: 9_999,
         max_total: 1 << 20,
+        ..DecodeLimits::default()
     };
     assert_eq!(
         decode_batch(&bytes, &small_bodies),
-        Err(DecodeError::BodyTooLarge { limit: 999 })
+        Err(DecodeError::BodyTooLarge { limit: 9_999 })
     );
 }
 
-#[test]
-fn an_inner_batch_is_unwrapped_into_its_messages() {
+/// The body of an inner batch of `messages` (body, properties), flags 10, 11 and so on.
+fn inner_batch<'a>(messages: impl IntoIterator<Item = (&'a str, String)>) -> Bytes {
     let mut inner = BytesMut::new();
-    for (i, (body, tag)) in [("first", "A"), ("second", "B")].iter().enumerate() {
-        let props = properties::format([("TAGS", *tag)]);
+    for (i, (body, props)) in messages.into_iter().enumerate() {
         let size = 4 + 4 + 4 + 4 + 4 + body.len() + 2 + props.len();
         inner.put_i32(size as i32);
         inner.put_i32(0);
@@ -301,8 +306,35 @@ fn an_inner_batch_is_unwrapped_into_its_messages() {
         inner.put_i16(props.len() as i16);
         inner.put_slice(props.as_bytes());
     }
+    inner.freeze()
+}
+
+/// A record at `offset` whose body is the inner batch `inner`, on `topic`.
+fn inner_batch_record(
+    offset: i64,
+    topic: &str,
+    inner: Bytes,
+    compression: Option<Compression>,
+) -> Record {
+    let mut outer = sample(offset, "");
+    outer.body = inner;
+    outer.topic = topic.into();
+    outer.sys_flag = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG;
+    Record {
+        message: outer,
+        v2: true,
+        compression,
+    }
+}
+
+#[test]
+fn an_inner_batch_is_unwrapped_into_its_messages() {
+    let inner = inner_batch(
+        [("first", "A"), ("second", "B")]
+            .map(|(body, tag)| (body, properties::format([("TAGS", tag)]))),
+    );
     let mut outer = sample(40, "");
-    outer.body = inner.freeze();
+    outer.body = inner;
     outer.sys_flag = NEED_UNWRAP_FLAG | INNER_BATCH_FLAG;
     let decoded = decode_batch(&encode_all(&[plain(outer)]), &DecodeLimits::default()).unwrap();
     assert_eq!(decoded.len(), 2);
@@ -314,6 +346,151 @@ fn an_inner_batch_is_unwrapped_into_its_messages() {
     assert_eq!(decoded[1].flag, 11);
     assert_eq!(decoded[0].properties["TAGS"], "A");
     assert_eq!(decoded[1].commit_log_offset, 1000 + 40 * 100);
+}
+
+/// What the decoded messages hold beside their bodies: their topics and properties.
+fn held_beside_bodies(messages: &[StoredMessage]) -> usize {
+    messages
+        .iter()
+        .map(|m| {
+            let strings: usize = m
+                .properties
+                .iter()
+                .map(|(k, v)| k.capacity() + v.capacity())
+                .sum();
+            m.topic.capacity()
+                + strings
+                + m.properties.capacity() * std::mem::size_of::<(String, String)>()
+        })
+        .sum()
+}
+
+/// Found by review: minimal (22-byte) inner records under a 32,767-byte topic each held a
+/// copy of the topic, uncharged: a 440 KB body held 625 MiB. Each inner message is now
+/// charged its topic and properties, and what they hold stays within the budget.
+#[test]
+fn an_inner_batch_under_a_long_topic_is_charged_to_the_budget() {
+    let topic = "t".repeat(i16::MAX as usize);
+    let record = |n| {
+        inner_batch_record(
+            0,
+            &topic,
+            inner_batch((0..n).map(|_| ("", String::new()))),
+            None,
+        )
+    };
+    let bytes = encode_all(&[record(20_000)]);
+    assert!(bytes.len() < 500_000);
+    assert_eq!(
+        decode_batch(&bytes, &DecodeLimits::default()).err(),
+        Some(DecodeError::BodyTooLarge { limit: 64 << 20 })
+    );
+    let limits = DecodeLimits {
+        max_total: 1 << 20,
+        ..DecodeLimits::default()
+    };
+    for n in [10, 20, 30, 40] {
+        match decode_batch(&encode_all(&[record(n)]), &limits) {
+            Ok(messages) => {
+                assert_eq!(messages.len(), n);
+                assert!(held_beside_bodies(&messages) <= limits.max_total);
+            }
+            Err(e) => {
+                assert!(n * topic.len() > limits.max_total / 2, "{n}: {e}");
+                assert_eq!(e, DecodeError::BodyTooLarge { limit: 1 << 20 });
+            }
+        }
+    }
+}
+
+/// Found by review: a 15 KB zlib body of zeros unwrapped into 700,000 messages. The number of
+/// messages one answer decodes is bounded.
+#[test]
+fn an_answer_of_more_messages_than_the_limit_is_refused() {
+    let limit = DecodeLimits::default().max_messages;
+    assert_eq!(limit, 65_536);
+    assert!(limit * MESSAGE_OVERHEAD < DecodeLimits::default().max_total / 2);
+    let inner = inner_batch((0..limit + 1).map(|_| ("", String::new())));
+    let bytes = encode_all(&[inner_batch_record(
+        0,
+        "T",
+        inner.clone(),
+        Some(Compression::Zlib),
+    )]);
+    assert_eq!(
+        decode_batch(&bytes, &DecodeLimits::default()).err(),
+        Some(DecodeError::TooManyMessages { limit })
+    );
+    let exact = inner.slice(..inner.len() - 22);
+    let bytes = encode_all(&[inner_batch_record(0, "T", exact, Some(Compression::Zlib))]);
+    assert_eq!(
+        decode_batch(&bytes, &DecodeLimits::default())
+            .unwrap()
+            .len(),
+        limit
+    );
+    // Plain records count too.
+    let few = DecodeLimits {
+        max_messages: 2,
+        ..DecodeLimits::default()
+    };
+    let bytes = encode_messages(&[sample(1, "a"), sample(2, "b"), sample(3, "c")]);
+    assert_eq!(
+        decode_batch(&bytes, &few),
+        Err(DecodeError::TooManyMessages { limit: 2 })
+    );
+    let prefix = decode_prefix(&bytes, &few).unwrap();
+    assert!(!prefix.complete);
+    assert_eq!(prefix.messages.len(), 2);
+}
+
+/// An inner batch that passes a limit after other records is left whole for the next pull,
+/// none of its messages delivered.
+#[test]
+fn an_inner_batch_past_the_limits_is_left_whole_for_the_next_pull() {
+    let inner = inner_batch((0..5).map(|_| ("m", String::new())));
+    let bytes = encode_all(&[
+        plain(sample(1, "a")),
+        inner_batch_record(2, "T", inner, None),
+    ]);
+    let limits = DecodeLimits {
+        max_messages: 4,
+        ..DecodeLimits::default()
+    };
+    let prefix = decode_prefix(&bytes, &limits).unwrap();
+    assert!(!prefix.complete);
+    assert_eq!(prefix.messages.len(), 1);
+    assert_eq!(prefix.messages[0].queue_offset, 1);
+    let roomy = DecodeLimits {
+        max_messages: 6,
+        ..DecodeLimits::default()
+    };
+    assert_eq!(decode_batch(&bytes, &roomy).unwrap().len(), 6);
+}
+
+/// Found by review: 64 LZ4 blocks announcing 16 MiB each and decompressing to one byte, in a
+/// 6 KB pull, held 1 GiB. The first is refused, naming the lie.
+#[test]
+fn lz4_blocks_announcing_more_than_they_hold_are_refused() {
+    let mut lie = (16u32 << 20).to_le_bytes().to_vec();
+    lie.extend_from_slice(&[0x10, b'a']);
+    let mut bytes = BytesMut::new();
+    for offset in 0..64 {
+        let mut message = sample(offset, "");
+        message.body = Bytes::from(lie.clone());
+        let mut record = BytesMut::new();
+        encode(&plain(message), &mut record);
+        // The body written as is, marked as an LZ4 block: the sysFlag follows the total size,
+        // magic, body CRC, queue id, flag and the two offsets.
+        record[36..40].copy_from_slice(&Compression::Lz4.sys_flag().to_be_bytes());
+        bytes.extend_from_slice(&record);
+    }
+    assert!(bytes.len() < 10_000);
+    let err = decode_batch(&bytes, &DecodeLimits::default()).unwrap_err();
+    assert!(
+        matches!(&err, DecodeError::Decompress { kind: Compression::Lz4, reason } if reason.contains("length prefix")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -484,7 +661,7 @@ proptest! {
         if let Some(cut) = cut {
             bytes.truncate(cut.index(bytes.len()));
         }
-        let limits = DecodeLimits { max_body: 4096, max_total: 8192 };
+        let limits = DecodeLimits { max_body: 4096, max_total: 8192, ..DecodeLimits::default() };
         if let Ok(messages) = decode_batch(&bytes, &limits) {
             let total: usize = messages.iter().map(|m| m.body.len()).sum();
             prop_assert!(total <= bytes.len() + 8192);

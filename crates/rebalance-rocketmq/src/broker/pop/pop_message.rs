@@ -33,6 +33,7 @@ use super::handle::{HandleFields, ReceiptHandle, RetryFlag};
 use super::offset_info::OffsetInfo;
 use super::{FIRST_POP_TIME, POP_CK, PopError, invalid, millis};
 use crate::broker::BrokerClient;
+use crate::broker::pull::is_message_offset;
 use crate::broker::pull::subscription_string;
 use crate::broker::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
@@ -413,6 +414,9 @@ fn read_batch(
     let mut messages = Vec::with_capacity(stored.len());
     let mut unmatched = Vec::new();
     for record in stored {
+        if !is_message_offset(record.queue_offset) {
+            return Err(impossible_offset(&where_(), record.queue_offset));
+        }
         let handle = match record.properties.get(POP_CK) {
             Some(text) => ReceiptHandle::parse(text),
             None => {
@@ -454,6 +458,9 @@ fn read_batch(
                 record.queue_offset
             ))
         })?;
+        if !is_message_offset(handle.fields().queue_offset) {
+            return Err(impossible_offset(&where_(), handle.fields().queue_offset));
+        }
         let tag = record.properties.get(property::TAGS).map(String::as_str);
         if matches!(&request.filter, PopFilter::Tags(expression) if !expression.matches(tag)) {
             unmatched.push(handle);
@@ -480,6 +487,14 @@ fn read_batch(
         messages,
         unmatched,
     })
+}
+
+/// The error of a POP answer (`where_`) with a message at `offset`, which no message can be at.
+fn impossible_offset(where_: &str, offset: i64) -> RemoteError {
+    RemoteError::BadResponse(format!(
+        "{where_}: a message at queue offset {offset}: a message's offset is at least 0 and below {}",
+        i64::MAX
+    ))
 }
 
 /// The first offset of each (retry flag, queue) in the batch: the checkpoint offset when the

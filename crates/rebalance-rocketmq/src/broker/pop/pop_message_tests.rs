@@ -386,3 +386,41 @@ proptest! {
         let _ = read(&response);
     }
 }
+
+/// Found by review: a popped message at a negative offset, or at `i64::MAX` (none after it),
+/// was delivered and panicked the consumer. Such an answer is a bad response naming the offset,
+/// whether the record, `msgOffsetInfo` or the message's receipt handle says it.
+#[test]
+fn a_message_at_an_impossible_offset_is_a_bad_response() {
+    let at = |offset| {
+        let mut m = sample(0, "x");
+        m.queue_offset = offset;
+        m
+    };
+    let mut handled = sample(100, "a");
+    handled.properties.insert(
+        POP_CK.into(),
+        format!("100 5000 60000 2 0 broker-a 3 {}", i64::MAX),
+    );
+    let cases = [
+        (found(&[at(-1)], "", ""), -1),
+        (found(&[at(i64::MIN)], "", ""), i64::MIN),
+        (found(&[at(i64::MAX)], "", ""), i64::MAX),
+        (
+            found(&[at(7)], "0 3 7", &format!("0 3 {}", i64::MAX)),
+            i64::MAX,
+        ),
+        (found(&[handled], "0 3 100", "0 3 100"), i64::MAX),
+    ];
+    for (i, (response, offset)) in cases.iter().enumerate() {
+        let err = read(response).unwrap_err();
+        assert!(
+            matches!(&err, RemoteError::BadResponse(text)
+                if text.contains("POP") && text.contains(&format!("queue offset {offset}:"))),
+            "case {i}: {err:?}"
+        );
+    }
+    let highest = i64::MAX - 1;
+    let batch = batch(&found(&[at(highest)], "", ""));
+    assert_eq!(batch.messages[0].message.queue_offset(), highest);
+}
