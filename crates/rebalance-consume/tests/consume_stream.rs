@@ -774,11 +774,8 @@ async fn shutdown_abandons_a_message_held_past_await_in_flight() {
     drop(held);
 }
 
-/// Two seeks of one queue back to back: the second comes while the queue is released for the
-/// first and not taken again yet, and wins: the queue restarts from it (found by review: it
-/// answered `Ok` and was dropped, the queue restarting from the first seek's offset).
-#[tokio::test(start_paused = true)]
-async fn a_second_seek_right_after_the_first_wins() {
+/// One member holding the one queue of `T`, once it consumed the 10 messages sent to it.
+async fn one_member_consumed_ten() -> (Group, StreamConsumerHandle, MessageQueue) {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 1);
     let mut group = Group::new(&cluster);
@@ -797,6 +794,15 @@ async fn a_second_seek_right_after_the_first_wins() {
             .unwrap();
     }
     sleep(Duration::from_secs(5)).await;
+    (group, handle, q0)
+}
+
+/// Two seeks of one queue back to back: the second comes while the queue is released for the
+/// first and not taken again yet, and wins: the queue restarts from it (found by review: it
+/// answered `Ok` and was dropped, the queue restarting from the first seek's offset).
+#[tokio::test(start_paused = true)]
+async fn a_second_seek_right_after_the_first_wins() {
+    let (group, handle, q0) = one_member_consumed_ten().await;
     assert_eq!(handle.committed(&q0), Some(10));
     let since = Instant::now();
     let first = handle.seek(&q0, SeekTo::Beginning).await;
@@ -817,24 +823,7 @@ async fn a_second_seek_right_after_the_first_wins() {
 /// the seek's offset.
 #[tokio::test(start_paused = true)]
 async fn a_seek_keeps_a_paused_queue_paused() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let mut group = Group::new(&cluster);
-    group.join("c1@1").await;
-    let handle = group.handle("c1@1").clone();
-    handle.ready(Duration::from_secs(10)).await.unwrap();
-    let q0 = handle
-        .assignment()
-        .iter()
-        .find(|q| &*q.topic == "T")
-        .cloned()
-        .unwrap();
-    for i in 0..10 {
-        cluster
-            .send_to(&q0, OutgoingMessage::new(format!("{i}")))
-            .unwrap();
-    }
-    sleep(Duration::from_secs(5)).await;
+    let (group, handle, q0) = one_member_consumed_ten().await;
     assert!(handle.pause(&q0));
     let since = Instant::now();
     assert!(matches!(handle.seek(&q0, SeekTo::Offset(4)).await, Ok(4)));

@@ -398,10 +398,8 @@ async fn a_plaintext_server_is_a_handshake_error() {
     assert!(reason.contains("does it serve TLS"), "{reason}");
 }
 
-/// A connect timeout too long to add to the clock means no deadline for the TCP connection and
-/// the handshake, not an overflow panic.
-#[tokio::test]
-async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
+/// A server that speaks first, in plaintext (a RocketMQ answer): its address.
+async fn plaintext_server() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     tokio::spawn(async move {
@@ -412,6 +410,14 @@ async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
             tokio::spawn(async move { while framed.next().await.is_some() {} });
         }
     });
+    addr
+}
+
+/// A connect timeout too long to add to the clock means no deadline for the TCP connection and
+/// the handshake, not an overflow panic.
+#[tokio::test]
+async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
+    let addr = plaintext_server().await;
     let tls = TlsConfig::builder()
         .insecure_trust_any_certificate()
         .build()
@@ -439,16 +445,7 @@ async fn a_connect_timeout_too_long_for_the_clock_is_no_deadline() {
 /// A server that speaks first, in plaintext: the answer is no TLS record.
 #[tokio::test]
 async fn a_plaintext_answer_is_a_handshake_error() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let mut framed = Framed::new(socket, RemotingCodec::default());
-            let hello = RemotingCommand::response(0, 1, Some("plaintext".into()));
-            let _ = framed.send(hello).await;
-            tokio::spawn(async move { while framed.next().await.is_some() {} });
-        }
-    });
+    let addr = plaintext_server().await;
     let tls = TlsConfig::builder()
         .insecure_trust_any_certificate()
         .build()
