@@ -115,6 +115,12 @@ impl Service {
             if *a.queue.topic != *topic {
                 continue;
             }
+            // A queue to pull must be one of the route's (a popped one may be `-1`, every queue
+            // of its broker); the brokers' answer is outside input.
+            if a.mode == ReadMode::Pull && view.queues.binary_search(&a.queue).is_err() {
+                tracing::warn!(topic, queue = ?a.queue, "the brokers assigned a queue to pull that the route does not have; skipping it");
+                continue;
+            }
             // A queue held in the other mode is released first and taken again next round:
             // its lease would read it the wrong way.
             let held_otherwise = self
@@ -129,6 +135,9 @@ impl Service {
             }
             modes.insert(a.queue, a.mode);
         }
+        // In queue order, each once, whatever order or repetitions the answer had.
+        mine.sort();
+        mine.dedup();
         self.server.modes.insert(topic.to_string(), modes);
         if switching > 0 {
             // The next round takes them back, as soon as rounds may run.
