@@ -249,11 +249,8 @@ impl LeaseLink {
     /// A link for a lease no consumer manages, of `queue` (for tests).
     #[cfg(test)]
     pub(crate) fn detached(queue: MessageQueue, metrics: Arc<TopicMetrics>) -> Self {
-        let detached = rebalance_runtime::testing::DetachedLease::new(
-            queue,
-            rebalance_runtime::StartPosition::Offset(0),
-        );
-        Self::new(detached.lease(), metrics)
+        let (lease, _) = crate::testing::lease(&queue, rebalance_runtime::StartPosition::Offset(0));
+        Self::new(lease, metrics)
     }
 
     /// The lease the link's loop consumes.

@@ -524,11 +524,6 @@ fn unwrap_inner_batch(
     };
     let mut index = 0i64;
     while r.pos < r.data.len() {
-        if out.len() >= limits.max_messages {
-            return Err(DecodeError::TooManyMessages {
-                limit: limits.max_messages,
-            });
-        }
         let _total = r.i32("inner total size")?;
         let _magic = r.i32("inner magic code")?;
         let body_crc = r.i32("inner body CRC")?;
