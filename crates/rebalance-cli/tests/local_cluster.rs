@@ -32,9 +32,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Fake server binaries: enough for `up` to believe they are installed.
-fn fake_servers() -> PathBuf {
-    let dir = temp("servers");
+/// Fake server binaries: enough for `up` to believe they are installed. Each test names its own
+/// directory: tests run in parallel, and `temp` empties the directory it is given.
+fn fake_servers(name: &str) -> PathBuf {
+    let dir = temp(&format!("servers-{name}"));
     std::fs::create_dir_all(dir.join("bin")).unwrap();
     for bin in ["rocketmq-namesrv-rust", "rocketmq-broker-rust"] {
         std::fs::write(dir.join("bin").join(bin), "").unwrap();
@@ -142,7 +143,7 @@ fn bad_broker_counts_are_refused() {
 
 #[test]
 fn status_and_down_go_through_the_process_named_in_the_directory() {
-    let servers = fake_servers();
+    let servers = fake_servers("running");
     let dir = temp("running");
     let mut up = stand_in_up();
     let pid = up.0.id();
@@ -178,7 +179,7 @@ fn status_and_down_go_through_the_process_named_in_the_directory() {
 
 #[test]
 fn the_state_of_a_cluster_whose_process_died_is_cleaned_up() {
-    let servers = fake_servers();
+    let servers = fake_servers("stale");
     let dir = temp("stale");
     let mut gone = Command::new("true").spawn().unwrap();
     let pid = gone.id();
@@ -199,7 +200,7 @@ fn the_state_of_a_cluster_whose_process_died_is_cleaned_up() {
 
 #[test]
 fn a_name_server_port_in_use_is_refused_before_anything_starts() {
-    let servers = fake_servers();
+    let servers = fake_servers("port");
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let dir = temp("port");
