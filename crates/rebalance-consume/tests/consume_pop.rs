@@ -14,10 +14,11 @@ use async_trait::async_trait;
 use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
 use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PopMode,
-    PopOptions, PushConsumer, PushConsumerHandle,
+    PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
 };
 use rebalance_runtime::config::Intervals;
-use rebalance_runtime::memory::InMemoryCluster;
+use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
+use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, RemoteError, ServerAnswer};
 use tokio::time::{Instant, sleep};
 
 const GROUP: &str = "G";
@@ -76,13 +77,73 @@ impl Journal {
     }
 }
 
-/// Takes `work` per batch; fails the first delivery of the messages whose body ends in
-/// `fail_suffix`.
+/// Takes `work` per batch (`slow`'s time for a batch with a body ending in its suffix); fails
+/// the first delivery of the messages whose body ends in `fail_suffix`.
 struct App {
     client: String,
     journal: Arc<Journal>,
     work: Duration,
+    slow: Option<(&'static str, Duration)>,
     fail_suffix: Option<&'static str>,
+}
+
+/// The in-memory cluster behind a slow network: each acknowledgement is made at once, and its
+/// answer comes back `delay` later.
+#[derive(Clone)]
+struct SlowAcks {
+    inner: ClusterClient,
+    delay: Duration,
+}
+
+#[async_trait]
+impl PopSource for SlowAcks {
+    async fn pop(&self, request: &PopRequest) -> Result<PopResult, PullError> {
+        self.inner.pop(request).await
+    }
+
+    async fn ack(&self, group: &str, topic: &str, handles: &[&str]) -> Result<(), RemoteError> {
+        let answer = self.inner.ack(group, topic, handles).await;
+        sleep(self.delay).await;
+        answer
+    }
+
+    async fn change_invisible_time(
+        &self,
+        group: &str,
+        topic: &str,
+        handle: &str,
+        invisible_time: Duration,
+    ) -> Result<String, RemoteError> {
+        self.inner
+            .change_invisible_time(group, topic, handle, invisible_time)
+            .await
+    }
+}
+
+#[async_trait]
+impl AssignmentSource for SlowAcks {
+    fn strategies(&self) -> Vec<String> {
+        self.inner.strategies()
+    }
+
+    async fn query_assignment(
+        &self,
+        request: &AssignmentRequest<'_>,
+    ) -> Result<ServerAnswer, RemoteError> {
+        self.inner.query_assignment(request).await
+    }
+
+    async fn set_read_mode(
+        &self,
+        group: &str,
+        topic: &str,
+        mode: ReadMode,
+        pop_share: i32,
+    ) -> Result<(), RemoteError> {
+        self.inner
+            .set_read_mode(group, topic, mode, pop_share)
+            .await
+    }
 }
 
 #[async_trait]
@@ -107,7 +168,17 @@ impl ConcurrentListener for App {
             .fetch_add(messages.len(), Ordering::SeqCst)
             + messages.len();
         self.journal.most_inside.fetch_max(inside, Ordering::SeqCst);
-        sleep(self.work).await;
+        let work = match self.slow {
+            Some((suffix, slow))
+                if messages
+                    .iter()
+                    .any(|m| m.body().ends_with(suffix.as_bytes())) =>
+            {
+                slow
+            }
+            _ => self.work,
+        };
+        sleep(work).await;
         self.journal
             .inside
             .fetch_sub(messages.len(), Ordering::SeqCst);
@@ -133,7 +204,10 @@ struct Group {
     pop: PopOptions,
     options: ConsumeOptions,
     work: Duration,
+    slow: Option<(&'static str, Duration)>,
     fail_suffix: Option<&'static str>,
+    /// How long the answer to each acknowledgement takes, if not at once.
+    slow_acks: Option<Duration>,
     members: BTreeMap<String, PushConsumerHandle>,
 }
 
@@ -148,7 +222,9 @@ impl Group {
             pop,
             options: ConsumeOptions::default(),
             work: Duration::from_millis(10),
+            slow: None,
             fail_suffix: None,
+            slow_acks: None,
             members: BTreeMap::new(),
         }
     }
@@ -159,12 +235,23 @@ impl Group {
             client: id.to_string(),
             journal: self.journal.clone(),
             work: self.work,
+            slow: self.slow,
             fail_suffix: self.fail_suffix,
         });
-        let handle = PushConsumer::builder(GROUP)
+        let builder = PushConsumer::builder(GROUP)
             .subscribe("T")
-            .cluster(client.clone())
-            .pop(client, self.pop.clone())
+            .cluster(client.clone());
+        let builder = match self.slow_acks {
+            Some(delay) => builder.pop(
+                SlowAcks {
+                    inner: client,
+                    delay,
+                },
+                self.pop.clone(),
+            ),
+            None => builder.pop(client, self.pop.clone()),
+        };
+        let handle = builder
             .configure(|c| {
                 c.intervals(Intervals {
                     adaptive_settle: None,
@@ -377,6 +464,51 @@ async fn a_slow_batch_has_its_invisible_time_extended() {
         assert_eq!(group.journal.duplicates(), Vec::<String>::new());
         group.stop().await;
     }
+}
+
+/// An acknowledgement whose answer is slow (9 s, within its 10 s bound) holds nothing else up:
+/// the batch still in the listener has its invisible time extended on time, so no other member
+/// gets its message, and the loop pops and acknowledges the rest meanwhile.
+#[tokio::test(start_paused = true)]
+async fn a_slow_acknowledgement_does_not_hold_up_an_extension() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.pop.invisible_time = Duration::from_secs(8);
+    group.slow = Some(("slow", Duration::from_secs(20)));
+    group.slow_acks = Some(Duration::from_secs(9));
+    group.options.consume_concurrency = 2;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    let send = |body: &str| {
+        cluster
+            .send("T", OutgoingMessage::new(body.to_owned()))
+            .unwrap()
+            .msg_id
+    };
+    // In the listener for 20 s: extended at 6 s, and again at 12 s and 18 s.
+    let mut produced = vec![send("m-slow")];
+    sleep(Duration::from_millis(100)).await;
+    // Consumed at once: its acknowledgement answers 9 s later.
+    produced.push(send("m-fast"));
+    sleep(Duration::from_millis(100)).await;
+    group.join("b@1").await;
+    sleep(Duration::from_secs(5)).await;
+    // Acknowledged by the broker meanwhile, answers still on their way: the loop pops on.
+    produced.extend((0..3).map(|i| send(&format!("m{i}"))));
+    sleep(Duration::from_secs(40)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    assert!(
+        group
+            .journal
+            .of("b@1")
+            .iter()
+            .all(|d| !produced[..2].contains(&d.msg_id)),
+        "b got none of a's first two: {:?}",
+        group.journal.of("b@1")
+    );
+    assert_eq!(group.journal.duplicates(), Vec::<String>::new());
+    group.stop().await;
 }
 
 /// A queue stops popping while its unacknowledged messages reach the threshold, whatever the

@@ -42,6 +42,31 @@ struct Entry {
     visible_again: Instant,
     /// Whether the brokers refused to extend it (they are not asked again).
     fixed: bool,
+    /// Whether an acknowledgement of some of its messages is on its way (one at a time, so
+    /// that an orderly pop's reach the brokers in offset order).
+    acking: bool,
+    /// Extensions of its messages on their way: meanwhile nothing of it is acknowledged (an
+    /// extension replaces the handle an acknowledgement names) and nothing more extended.
+    extending: usize,
+}
+
+impl Entry {
+    fn new(topic: Arc<str>, visible_again: Instant) -> Self {
+        Self {
+            topic,
+            slots: Vec::new(),
+            visible_again,
+            fixed: false,
+            acking: false,
+            extending: 0,
+        }
+    }
+
+    /// Whether its next extension can be asked for: not refused, none on its way, and some
+    /// message to extend (one whose acknowledgement is not on its way).
+    fn extendable(&self) -> bool {
+        !self.fixed && self.extending == 0 && self.slots.iter().any(|s| s.state != State::Acking)
+    }
 }
 
 /// Acknowledgements to make: one entry's handles, in offset order.
@@ -113,15 +138,8 @@ impl Book {
             None => {
                 let epoch = self.next_epoch;
                 self.next_epoch += 1;
-                self.entries.insert(
-                    epoch,
-                    Entry {
-                        topic: Arc::from(message.topic()),
-                        slots: Vec::new(),
-                        visible_again,
-                        fixed: false,
-                    },
-                );
+                self.entries
+                    .insert(epoch, Entry::new(Arc::from(message.topic()), visible_again));
                 epoch
             }
         };
@@ -164,15 +182,8 @@ impl Book {
             if !follows {
                 let epoch = self.next_epoch;
                 self.next_epoch += 1;
-                self.entries.insert(
-                    epoch,
-                    Entry {
-                        topic: Arc::from(message.topic()),
-                        slots: Vec::new(),
-                        visible_again,
-                        fixed: false,
-                    },
-                );
+                self.entries
+                    .insert(epoch, Entry::new(Arc::from(message.topic()), visible_again));
                 batches.push((epoch, Vec::new()));
             }
             let Some((epoch, batch)) = batches.last_mut() else {
@@ -213,10 +224,14 @@ impl Book {
 
     /// The acknowledgements due, marked as on their way: per entry, the consumed messages not
     /// acknowledged yet, in offset order; with `in_order`, only those before the entry's first
-    /// message still waiting.
+    /// message still waiting. An entry with an acknowledgement or an extension on its way has
+    /// none due until they answer.
     pub(super) fn acks_due(&mut self, in_order: bool) -> Vec<AckBatch> {
         let mut due = Vec::new();
         for (&epoch, entry) in &mut self.entries {
+            if entry.acking || entry.extending > 0 {
+                continue;
+            }
             let mut batch = AckBatch {
                 epoch,
                 topic: entry.topic.clone(),
@@ -235,6 +250,7 @@ impl Book {
                 }
             }
             if !batch.offsets.is_empty() {
+                entry.acking = true;
                 due.push(batch);
             }
         }
@@ -243,6 +259,7 @@ impl Book {
 
     /// The brokers took `batch`: its messages leave the book (an entry with none left goes).
     pub(super) fn acked(&mut self, batch: &AckBatch) {
+        self.ack_answered(batch.epoch);
         self.remove(batch.epoch, |slot| {
             slot.state == State::Acking && batch.offsets.contains(&slot.offset)
         });
@@ -250,6 +267,7 @@ impl Book {
 
     /// `batch` failed: its messages are to acknowledge again.
     pub(super) fn ack_failed(&mut self, batch: &AckBatch) {
+        self.ack_answered(batch.epoch);
         if let Some(entry) = self.entries.get_mut(&batch.epoch) {
             for slot in &mut entry.slots {
                 if slot.state == State::Acking && batch.offsets.contains(&slot.offset) {
@@ -259,10 +277,17 @@ impl Book {
         }
     }
 
-    /// Gives up the messages of entry `epoch` at `offsets` (not consumed here: the brokers
-    /// deliver them again after their invisible time).
-    pub(super) fn abandon(&mut self, epoch: u64, offsets: &[i64]) {
-        self.remove(epoch, |slot| offsets.contains(&slot.offset));
+    /// Gives up the messages of `batch`, whose acknowledgement failed (the brokers deliver
+    /// them again after their invisible time).
+    pub(super) fn abandon(&mut self, batch: &AckBatch) {
+        self.ack_answered(batch.epoch);
+        self.remove(batch.epoch, |slot| batch.offsets.contains(&slot.offset));
+    }
+
+    fn ack_answered(&mut self, epoch: u64) {
+        if let Some(entry) = self.entries.get_mut(&epoch) {
+            entry.acking = false;
+        }
     }
 
     /// Gives up every message not consumed yet (the consumed ones stay, to acknowledge);
@@ -323,36 +348,43 @@ impl Book {
     }
 
     /// When the next extension is due (three quarters into an entry's invisible time, by
-    /// `due`), if any entry can be extended.
+    /// `due`), if any entry can be extended (see `Entry::extendable`).
     pub(super) fn next_extension(&self, due: impl Fn(Instant) -> Instant) -> Option<Instant> {
         self.entries
             .values()
-            .filter(|e| !e.fixed)
+            .filter(|e| e.extendable())
             .map(|e| due(e.visible_again))
             .min()
     }
 
-    /// The extensions due at `now`: every message of the entries due, not acknowledged yet.
+    /// The extensions due at `now`, marked as on their way: every message of the entries due,
+    /// but those whose acknowledgement is on its way.
     pub(super) fn extensions_due(
-        &self,
+        &mut self,
         now: Instant,
         due: impl Fn(Instant) -> Instant,
     ) -> Vec<Extension> {
-        self.entries
-            .iter()
-            .filter(|(_, e)| !e.fixed && due(e.visible_again) <= now)
-            .flat_map(|(&epoch, e)| {
-                e.slots
+        let mut extensions = Vec::new();
+        for (&epoch, entry) in &mut self.entries {
+            if !entry.extendable() || due(entry.visible_again) > now {
+                continue;
+            }
+            let before = extensions.len();
+            extensions.extend(
+                entry
+                    .slots
                     .iter()
                     .filter(|s| s.state != State::Acking)
-                    .map(move |s| Extension {
+                    .map(|s| Extension {
                         epoch,
-                        topic: e.topic.clone(),
+                        topic: entry.topic.clone(),
                         offset: s.offset,
                         handle: s.handle.clone(),
-                    })
-            })
-            .collect()
+                    }),
+            );
+            entry.extending = extensions.len() - before;
+        }
+        extensions
     }
 
     /// The brokers extended `extension`: its message answers to `handle` now, and its entry is
@@ -364,6 +396,7 @@ impl Book {
         visible_again: Instant,
     ) {
         if let Some(entry) = self.entries.get_mut(&extension.epoch) {
+            entry.extending = entry.extending.saturating_sub(1);
             entry.visible_again = entry.visible_again.max(visible_again);
             if let Some(slot) = entry
                 .slots
@@ -375,9 +408,10 @@ impl Book {
         }
     }
 
-    /// The brokers refused to extend entry `epoch`: it is not asked again.
+    /// The brokers refused to extend a message of entry `epoch`: it is not asked again.
     pub(super) fn not_extendable(&mut self, epoch: u64) {
         if let Some(entry) = self.entries.get_mut(&epoch) {
+            entry.extending = entry.extending.saturating_sub(1);
             entry.fixed = true;
         }
     }
@@ -518,6 +552,44 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_entry_has_one_acknowledgement_on_its_way_at_a_time() {
+        let mut book = Book::default();
+        let start = Instant::now();
+        book.add(popped(0, 0..3), Vec::new(), start + Duration::from_secs(60));
+        book.add(popped(1, 0..1), Vec::new(), start + Duration::from_secs(60));
+        book.done(0, 0, 0, |_| false);
+        book.done(1, 0, 0, |_| false);
+        let first = book.acks_due(false);
+        assert_eq!(first.len(), 2, "one per entry");
+        book.done(0, 1, 2, |_| false);
+        assert!(
+            book.acks_due(false).is_empty(),
+            "entry 0's first is on its way"
+        );
+        // Acknowledged messages are not extended; the others of the entry are.
+        let due = |visible: Instant| visible - Duration::from_secs(15);
+        let extensions = book.extensions_due(start + Duration::from_secs(50), due);
+        let offsets: Vec<(u64, i64)> = extensions.iter().map(|e| (e.epoch, e.offset)).collect();
+        assert_eq!(offsets, vec![(0, 1), (0, 2)]);
+        assert_eq!(
+            book.next_extension(due),
+            None,
+            "entry 1 has nothing to extend but what is being acknowledged"
+        );
+        for extension in &extensions {
+            book.not_extendable(extension.epoch);
+        }
+        book.acked(&first[0]);
+        book.ack_failed(&first[1]);
+        let next: Vec<Vec<i64>> = book
+            .acks_due(false)
+            .into_iter()
+            .map(|b| b.offsets)
+            .collect();
+        assert_eq!(next, vec![vec![1, 2], vec![0]]);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn kept_messages_wait_and_abandoned_ones_leave() {
         let mut book = Book::default();
         book.add(popped(0, 0..3), Vec::new(), Instant::now());
@@ -525,7 +597,12 @@ mod tests {
         let due = book.acks_due(true);
         assert_eq!(due[0].offsets, vec![0]);
         book.acked(&due[0]);
-        book.abandon(0, &[1]);
+        book.abandon(&AckBatch {
+            epoch: 0,
+            topic: Arc::from("T"),
+            offsets: vec![1],
+            handles: Vec::new(),
+        });
         let due = book.acks_due(true);
         assert_eq!(due[0].offsets, vec![2]);
         book.acked(&due[0]);
@@ -552,10 +629,17 @@ mod tests {
         let later = start + Duration::from_secs(46);
         let extensions = book.extensions_due(later, due);
         assert_eq!(extensions.len(), 2);
+        // On their way: not asked again, and nothing of the entry acknowledged with a handle
+        // an extension is replacing.
+        assert!(book.extensions_due(later, due).is_empty());
+        assert_eq!(book.next_extension(due), None);
         book.extended(&extensions[0], "new".into(), later + invisible);
         book.done(0, 0, 1, |_| false);
+        assert!(book.acks_due(true).is_empty());
+        book.extended(&extensions[1], "h0-1".into(), later + invisible);
         let acks = book.acks_due(true);
         assert_eq!(acks[0].handles, vec!["new", "h0-1"]);
+        book.ack_failed(&acks[0]);
         assert_eq!(
             book.next_extension(due),
             Some(later + invisible - invisible / 4)

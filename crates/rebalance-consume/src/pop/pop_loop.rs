@@ -3,6 +3,11 @@
 //! what they consumed (in offset order for an orderly pop), extends the invisible time of
 //! batches consumed for too long, and when the lease ends, stops popping and finishes what it
 //! popped.
+//!
+//! Acknowledgements and extensions are calls on their way beside the loop, never awaited in
+//! its turn: a broker slow to answer one (up to [`CALL_TIMEOUT`]) holds up neither the pops,
+//! nor the other entries' acknowledgements, nor an extension falling due meanwhile. Within one
+//! entry they go one at a time (see [`Book`]).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -10,6 +15,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, sleep_until};
 
 use super::book::{AckBatch, Book, Extension};
@@ -26,6 +32,20 @@ use rebalance_runtime::running::QueueBuffer;
 use rebalance_runtime::{QueueLease, RemoteError};
 
 type PopFuture = Pin<Box<dyn Future<Output = Result<PopResult, PullError>> + Send>>;
+
+/// An acknowledgement or an extension on its way.
+type Call = Pin<Box<dyn Future<Output = Answer> + Send>>;
+
+/// What an acknowledgement or an extension answered.
+enum Answer {
+    Ack(AckBatch, Result<(), RemoteError>),
+    Extend {
+        extension: Extension,
+        /// When it was sent: the new invisible time counts from then.
+        sent: Instant,
+        answer: Result<String, RemoteError>,
+    },
+}
 
 /// How much longer than its poll time a pop may take before it counts as an error.
 const POP_GRACE: Duration = Duration::from_secs(15);
@@ -103,6 +123,7 @@ impl PopLoop {
         self.activity.touch();
         tracing::debug!(queue = ?self.lease.queue(), mode = self.pop.options.mode.as_str(), "pop loop started");
         let mut pop: Option<PopFuture> = None;
+        let mut calls: FuturesUnordered<Call> = FuturesUnordered::new();
         let mut pop_at = Instant::now();
         let mut pop_sent = pop_at;
         let mut ack_retry_at: Option<Instant> = None;
@@ -131,18 +152,19 @@ impl PopLoop {
             }
             self.resubmit_due(now);
             if ack_retry_at.is_none_or(|at| at <= now) {
-                ack_retry_at = self.acknowledge(stopping).await;
+                ack_retry_at = None;
+                self.send_acks(&mut calls);
             }
             let due = |visible: Instant| self.pop.options.extension_due(visible);
             if self.book.next_extension(due).is_some_and(|at| at <= now) {
-                self.extend(Instant::now()).await;
+                self.send_extensions(now, &mut calls);
             }
             self.update_gauges();
             if let Some((started, deadline)) = stop {
                 let done = self.finished >= started;
                 let late = deadline.is_some_and(|d| Instant::now() >= d);
                 if done || late {
-                    self.hand_off(late).await;
+                    self.hand_off(late, calls).await;
                     break;
                 }
             }
@@ -169,6 +191,11 @@ impl PopLoop {
                     self.link.record_consumed(tally);
                     if held && self.book.len() < self.pop.options.threshold_for_queue {
                         pop_at = Instant::now();
+                    }
+                }
+                Some(answer) = calls.next(), if !calls.is_empty() => {
+                    if let Some(at) = self.on_answer(answer, stopping) {
+                        ack_retry_at = Some(at);
                     }
                 }
                 result = in_slot(&mut pop) => {
@@ -208,12 +235,19 @@ impl PopLoop {
     }
 
     /// The hand-off, once the batches in the listener finished (or `await_in_flight` is up,
-    /// `late`): what they consumed is acknowledged (in order), and everything else, never
-    /// given to the listener (or still in it, when late), is made visible again at once for
-    /// the members that pop the queue now. A broker that cannot change an ordinary pop's
-    /// invisible time (the Rust broker 1.0) keeps those invisible, and never gives them back.
-    async fn hand_off(&mut self, late: bool) {
-        self.acknowledge(true).await;
+    /// `late`): the `calls` on their way answer (each within [`CALL_TIMEOUT`]), what was
+    /// consumed is acknowledged (in order), and everything else, never given to the listener
+    /// (or still in it, when late), is made visible again at once for the members that pop the
+    /// queue now. A broker that cannot change an ordinary pop's invisible time (the Rust broker
+    /// 1.0) keeps those invisible, and never gives them back.
+    async fn hand_off(&mut self, late: bool, mut calls: FuturesUnordered<Call>) {
+        while let Some(answer) = calls.next().await {
+            self.on_answer(answer, true);
+        }
+        self.send_acks(&mut calls);
+        while let Some(answer) = calls.next().await {
+            self.on_answer(answer, true);
+        }
         let mut given_back = 0;
         let mut kept = 0;
         // Everything the acknowledgements left: never consumed, or consumed behind a message
@@ -380,74 +414,88 @@ impl PopLoop {
         }
     }
 
-    /// Makes the acknowledgements due, one call per entry, in order. Returns when to try the
-    /// failed ones again (while stopping, they are given up instead: the brokers deliver them
-    /// again after their invisible time).
-    async fn acknowledge(&mut self, stopping: bool) -> Option<Instant> {
+    /// Sends the acknowledgements due: one call per entry, each entry's consumed messages in
+    /// offset order (see [`Book::acks_due`]).
+    fn send_acks(&mut self, calls: &mut FuturesUnordered<Call>) {
         let in_order = self.pop.options.mode == PopMode::Orderly;
-        let mut retry_at = None;
         for batch in self.book.acks_due(in_order) {
-            match self.ack(&batch).await {
-                Ok(()) => self.book.acked(&batch),
-                Err(e) if stopping => {
-                    tracing::warn!(queue = ?self.lease.queue(), count = batch.offsets.len(), error = %e, "could not acknowledge consumed messages while handing off; the brokers deliver them again after their invisible time");
-                    self.book.abandon(batch.epoch, &batch.offsets);
-                }
-                Err(e) => {
-                    self.errors
-                        .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
-                    self.book.ack_failed(&batch);
-                    retry_at = Some(Instant::now() + PULL_ERROR_DELAY);
-                }
-            }
+            let source = self.pop.source.clone();
+            let group = self.shared.group.clone();
+            calls.push(Box::pin(async move {
+                let answer = {
+                    let handles: Vec<&str> = batch.handles.iter().map(String::as_str).collect();
+                    contained("ack", source.ack(&group, &batch.topic, &handles)).await
+                };
+                Answer::Ack(batch, answer)
+            }));
         }
-        retry_at
     }
 
-    async fn ack(&self, batch: &AckBatch) -> Result<(), RemoteError> {
-        let handles: Vec<&str> = batch.handles.iter().map(String::as_str).collect();
-        let call = self
-            .pop
-            .source
-            .ack(&self.shared.group, &batch.topic, &handles);
-        contained("ack", call).await
-    }
-
-    /// Extends the invisible time of the batches due (each of their messages not acknowledged
-    /// yet); a batch the brokers refuse to extend is not asked again.
-    async fn extend(&mut self, now: Instant) {
+    /// Sends the extensions of invisible time due at `now`: one call per message not
+    /// acknowledged yet of each entry due.
+    fn send_extensions(&mut self, now: Instant, calls: &mut FuturesUnordered<Call>) {
         let invisible = self.pop.options.invisible_time;
         let due = |visible: Instant| self.pop.options.extension_due(visible);
         for extension in self.book.extensions_due(now, due) {
-            let sent = Instant::now();
-            match self.change(&extension, invisible).await {
-                Ok(handle) => {
-                    tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
-                    self.book.extended(&extension, handle, sent + invisible);
+            let source = self.pop.source.clone();
+            let group = self.shared.group.clone();
+            calls.push(Box::pin(async move {
+                let sent = Instant::now();
+                let call = source.change_invisible_time(
+                    &group,
+                    &extension.topic,
+                    &extension.handle,
+                    invisible,
+                );
+                let answer = contained("change invisible time", call).await;
+                Answer::Extend {
+                    extension,
+                    sent,
+                    answer,
                 }
-                Err(e) => {
-                    if !self.refusal_said {
-                        self.refusal_said = true;
-                        tracing::warn!(queue = ?self.lease.queue(), error = %e, "the brokers did not extend the invisible time of messages still being consumed: another member may get them once it passes (the Rust broker 1.0 refuses it for an ordinary POP)");
-                    }
-                    self.book.not_extendable(extension.epoch);
-                }
-            }
+            }));
         }
     }
 
-    async fn change(
-        &self,
-        extension: &Extension,
-        invisible: Duration,
-    ) -> Result<String, RemoteError> {
-        let call = self.pop.source.change_invisible_time(
-            &self.shared.group,
-            &extension.topic,
-            &extension.handle,
-            invisible,
-        );
-        contained("change invisible time", call).await
+    /// Takes the answer of an acknowledgement or an extension. Returns when to try a failed
+    /// acknowledgement again (while `stopping`, it is given up instead: the brokers deliver
+    /// its messages again after their invisible time). An entry the brokers refuse to extend
+    /// is not asked again.
+    fn on_answer(&mut self, answer: Answer, stopping: bool) -> Option<Instant> {
+        match answer {
+            Answer::Ack(batch, Ok(())) => self.book.acked(&batch),
+            Answer::Ack(batch, Err(e)) if stopping => {
+                tracing::warn!(queue = ?self.lease.queue(), count = batch.offsets.len(), error = %e, "could not acknowledge consumed messages while handing off; the brokers deliver them again after their invisible time");
+                self.book.abandon(&batch);
+            }
+            Answer::Ack(batch, Err(e)) => {
+                self.errors
+                    .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
+                self.book.ack_failed(&batch);
+                return Some(Instant::now() + PULL_ERROR_DELAY);
+            }
+            Answer::Extend {
+                extension,
+                sent,
+                answer: Ok(handle),
+            } => {
+                let invisible = self.pop.options.invisible_time;
+                tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
+                self.book.extended(&extension, handle, sent + invisible);
+            }
+            Answer::Extend {
+                extension,
+                answer: Err(e),
+                ..
+            } => {
+                if !self.refusal_said {
+                    self.refusal_said = true;
+                    tracing::warn!(queue = ?self.lease.queue(), error = %e, "the brokers did not extend the invisible time of messages still being consumed: another member may get them once it passes (the Rust broker 1.0 refuses it for an ordinary POP)");
+                }
+                self.book.not_extendable(extension.epoch);
+            }
+        }
+        None
     }
 
     /// Sets this queue's share of the buffer gauges and the running info: the messages popped
