@@ -399,6 +399,15 @@ fn read_batch(
     };
     let pop_time: i64 = required(response, "popTime")?;
     let invisible_ms: i64 = required(response, "invisibleTime")?;
+    // The handles carry it back to the brokers, which revive the messages by it.
+    let invisible_time = u64::try_from(invisible_ms)
+        .map(Duration::from_millis)
+        .map_err(|_| {
+            RemoteError::BadResponse(format!(
+                "{}: invisibleTime {invisible_ms} ms is negative",
+                where_()
+            ))
+        })?;
     let revive_queue_id: i32 = required(response, "reviveQid")?;
     let rest = header::<i64>(response, "restNum")?.unwrap_or(0);
     let info = OffsetInfo::parse(
@@ -481,7 +490,7 @@ fn read_batch(
     }
     Ok(PopBatch {
         pop_time,
-        invisible_time: Duration::from_millis(u64::try_from(invisible_ms).unwrap_or(0)),
+        invisible_time,
         revive_queue_id,
         rest,
         messages,

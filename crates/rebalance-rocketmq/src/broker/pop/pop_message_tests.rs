@@ -338,6 +338,7 @@ fn malformed_answers_are_typed_errors_naming_the_pop() {
         good.clone()
             .with_body(encode_messages(&records).slice(..50)),
         found(&[bad_handle], "0 3 100", "0 3 100"),
+        good.clone().with_ext("invisibleTime", "-1"),
     ];
     for (i, response) in cases.iter().enumerate() {
         let err = read(response).unwrap_err();
