@@ -180,6 +180,17 @@ impl Leases {
             .cloned()
     }
 
+    /// The links of the live leases' current loops.
+    pub(crate) fn links(&self) -> Vec<Arc<LeaseLink>> {
+        let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
+        loops
+            .values()
+            .flatten()
+            .filter(|running| !running.lease.is_cancelled())
+            .map(|running| running.current().link)
+            .collect()
+    }
+
     /// Stops every loop at once, handing nothing off (a crash).
     pub(crate) fn abort_all(&self) {
         let loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);

@@ -86,6 +86,7 @@
 
 mod activity;
 mod calls;
+mod commit_waits;
 mod concurrent;
 mod config;
 mod flow;
@@ -131,7 +132,7 @@ pub use source::{
     MessageSource, PullError, PullRequest, PullResult, SendBack,
 };
 pub use stream::{
-    MessageStream, OrderedBatch, OrderedStream, SEEK_LOOKUP_TIMEOUT, SeekError, SeekTo,
-    StreamConsumer, StreamConsumerBuilder, StreamConsumerError, StreamConsumerHandle,
+    COMMIT_WAIT, MessageStream, OrderedBatch, OrderedStream, SEEK_LOOKUP_TIMEOUT, SeekError,
+    SeekTo, StreamConsumer, StreamConsumerBuilder, StreamConsumerError, StreamConsumerHandle,
     StreamMessage,
 };

@@ -152,6 +152,10 @@ struct Inbox {
     /// loop's wake-up on its way already: the loop empties the inbox whole, under the same
     /// lock); a notification with nobody waiting is kept for the next wait, so none is lost.
     ready: Notify,
+    /// How many reports the loop has taken and committed ([`Reports::made`] as it was when
+    /// the loop took them): a commit waits for the reports made before it
+    /// ([`LeaseLink::has_applied`]).
+    applied: AtomicU64,
 }
 
 /// What [`Inbox::reports`] guards.
@@ -162,6 +166,8 @@ struct Reports {
     acks: Option<Vec<Ack>>,
     /// How many batches reported that they left the listener (for [`LeaseLink::in_flight`]).
     finished: u64,
+    /// How many reports were made (and not refused).
+    made: u64,
 }
 
 /// The pull loop's end of a [`LeaseLink`]: the reports, in the order they were made. Dropping
@@ -171,6 +177,8 @@ pub(crate) struct AckReceiver {
     link: Arc<LeaseLink>,
     /// Taken from the inbox and not yet received.
     taken: VecDeque<Ack>,
+    /// How many reports had been made when the inbox was last taken.
+    taken_upto: u64,
 }
 
 impl AckReceiver {
@@ -179,6 +187,7 @@ impl AckReceiver {
         Self {
             link: link.clone(),
             taken: VecDeque::new(),
+            taken_upto: 0,
         }
     }
 
@@ -194,8 +203,25 @@ impl AckReceiver {
             if let Some(acks) = reports.acks.as_mut() {
                 self.taken.extend(acks.drain(..));
             }
+            self.taken_upto = reports.made;
         }
         self.taken.pop_front()
+    }
+
+    /// Says that every report received is committed (its offsets are the lease's committed
+    /// offset): a commit waiting for them may go on. Nothing while some taken report is not
+    /// received yet. Returns whether it said so.
+    pub(crate) fn applied(&self) -> bool {
+        if !self.taken.is_empty() {
+            return false;
+        }
+        // SeqCst, as the waiting commit's count (see `CommitWaits`): of the two, the loop
+        // sees the commit waiting or the commit sees this.
+        self.link
+            .inbox
+            .applied
+            .store(self.taken_upto, Ordering::SeqCst);
+        true
     }
 
     /// Waits for the next report. Cancel-safe: a report taken is kept for the next call.
@@ -232,8 +258,10 @@ impl LeaseLink {
                 reports: Mutex::new(Reports {
                     acks: Some(Vec::new()),
                     finished: 0,
+                    made: 0,
                 }),
                 ready: Notify::new(),
+                applied: AtomicU64::new(0),
             },
             state: AtomicU64::new(0),
             guarded: false,
@@ -333,14 +361,16 @@ impl LeaseLink {
     pub(crate) fn report(&self, ack: Ack) {
         // `Err`: refused, dropped outside the lock (it may release the queue's consume guard).
         let wake = {
-            let mut reports = self
+            let mut guard = self
                 .inbox
                 .reports
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
+            let reports = &mut *guard;
             reports.finished += ack.finished;
             match reports.acks.as_mut() {
                 Some(acks) => {
+                    reports.made += 1;
                     let wake = acks.is_empty();
                     match acks.last_mut() {
                         Some(last) if last.joins(&ack) => last.absorb(ack),
@@ -356,6 +386,22 @@ impl LeaseLink {
             Ok(false) => {}
             Err(refused) => drop(refused),
         }
+    }
+
+    /// How many reports were made so far, `None` once the loop is gone (nothing it was
+    /// given is committed any more).
+    pub(crate) fn reports_made(&self) -> Option<u64> {
+        let reports = self
+            .inbox
+            .reports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        reports.acks.is_some().then_some(reports.made)
+    }
+
+    /// Whether the loop has committed the first `made` reports.
+    pub(crate) fn has_applied(&self, made: u64) -> bool {
+        self.inbox.applied.load(Ordering::SeqCst) >= made
     }
 
     /// How many batches are in the listener (started and not finished).

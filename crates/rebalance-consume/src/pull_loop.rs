@@ -221,6 +221,9 @@ impl PullLoop {
                     }
                     self.link.record_consumed(tally);
                     self.commit();
+                    if self.acks.applied() {
+                        self.shared.commits.applied();
+                    }
                     // Only now may the runtime unlock the queue: the commit covers the batches.
                     drop(guards);
                     if self.held && self.drained() {

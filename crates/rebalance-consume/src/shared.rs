@@ -54,6 +54,8 @@ pub(crate) struct Shared {
     metrics: Mutex<HashMap<String, Arc<TopicMetrics>>>,
     /// POP consumption, when configured: the source and options of the popped leases' loops.
     pub(crate) pop: Option<Arc<crate::pop::PopShared>>,
+    /// The explicit commits waiting for the loops to take the acknowledgements made before.
+    pub(crate) commits: crate::commit_waits::CommitWaits,
 }
 
 impl Shared {
@@ -80,6 +82,7 @@ impl Shared {
             held: Mutex::new(HashMap::new()),
             metrics: Mutex::new(HashMap::new()),
             pop: None,
+            commits: Default::default(),
         }
     }
 

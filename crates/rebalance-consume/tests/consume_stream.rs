@@ -726,6 +726,63 @@ async fn commit_persists_the_acknowledged_offsets_at_once() {
     assert!(handle.commit().await.is_err());
 }
 
+/// `commit` persists every acknowledgement made before it, also on a multi-threaded runtime,
+/// where the queue's pull loop takes the acknowledgement on another thread: `ack()` then
+/// `commit().await` never persists an offset before the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_persists_every_acknowledgement_made_before_it() {
+    const MESSAGES: i64 = 200;
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut stream = StreamConsumer::builder(GROUP)
+        .configure(|c| {
+            c.cluster(client.clone()).intervals(Intervals {
+                adaptive_settle: None,
+                persist_offsets: Duration::from_secs(3600),
+                ..Intervals::default()
+            })
+        })
+        .source(Arc::new(client))
+        .subscribe("T")
+        .start()
+        .await
+        .unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    for i in 0..MESSAGES {
+        cluster
+            .send("T", OutgoingMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    let checker = cluster.clone();
+    // On a worker thread, where a wake-up may run after the task that made it.
+    let behind = tokio::spawn(async move {
+        let mut behind = Vec::new();
+        for _ in 0..MESSAGES {
+            let message = stream.next().await.expect("a message");
+            let (queue, offset) = (message.queue().clone(), message.queue_offset());
+            message.ack();
+            handle.commit().await.expect("commit");
+            let stored = checker.offset(GROUP, &queue);
+            if stored < Some(offset + 1) {
+                behind.push((offset, stored));
+            }
+        }
+        handle.shutdown().await;
+        behind
+    });
+    let behind = tokio::time::timeout(Duration::from_secs(60), behind)
+        .await
+        .expect("done within a minute")
+        .unwrap();
+    assert_eq!(
+        behind,
+        Vec::new(),
+        "(offset acknowledged, offset stored after the commit)"
+    );
+}
+
 /// A shutdown with `await_in_flight` abandons a message held past it: the stream ends, the
 /// shutdown returns, and the message is not committed.
 #[tokio::test(start_paused = true)]

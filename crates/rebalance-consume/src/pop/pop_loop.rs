@@ -189,6 +189,10 @@ impl PopLoop {
                         self.on_ack(ack, &mut tally);
                     }
                     self.link.record_consumed(tally);
+                    // Nothing to commit: no explicit commit waits for a popped queue.
+                    if self.acks.applied() {
+                        self.shared.commits.applied();
+                    }
                     if held && self.book.len() < self.pop.options.threshold_for_queue {
                         pop_at = Instant::now();
                     }

@@ -17,6 +17,11 @@ use crate::calls;
 /// How long a seek waits for each offset lookup at the source.
 pub const SEEK_LOOKUP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long [`StreamConsumerHandle::commit`] waits for the queues' loops to take the
+/// acknowledgements made before it (they take them at their next wake, within microseconds
+/// unless the runtime is starved).
+pub const COMMIT_WAIT: Duration = Duration::from_secs(1);
+
 /// Where [`StreamConsumerHandle::seek`] moves a queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeekTo {
@@ -245,11 +250,21 @@ impl StreamConsumerHandle {
     /// `persist_offsets` (5 s) and at each hand-off: acknowledged messages are never consumed
     /// again by this group unless a crash comes before that.
     ///
-    /// It persists what the queues' pull loops have taken (see [`committed`](Self::committed)):
-    /// an [`ack`](super::StreamMessage::ack) made just before, on another runtime thread, may reach
-    /// its loop after `commit` read the offsets, and is then persisted at the next commit or
-    /// persistence; a crash in between consumes it again (a duplicate, never a loss).
+    /// It covers every [`ack`](super::StreamMessage::ack) that returned before it was called,
+    /// on any thread: it first waits for the queues' pull loops to take them (see
+    /// [`committed`](Self::committed)), which they do at their next wake, at most
+    /// [`COMMIT_WAIT`] (a loop that has not by then is named in a warning, and its
+    /// acknowledgements are persisted at the next commit or persistence). An ordered batch's
+    /// [`commit`](super::OrderedBatch::commit) is taken by its loop before the next batch of
+    /// its queue is yielded, but not waited for here: one made just before may be persisted
+    /// only at the next commit or persistence (a crash in between consumes it again, a
+    /// duplicate, never a loss).
     pub async fn commit(&self) -> Result<(), ConsumerError> {
+        let links = self.push.leases().links();
+        let behind = self.push.shared().commits.wait(links, COMMIT_WAIT).await;
+        if behind > 0 {
+            tracing::warn!(queues = behind, wait = ?COMMIT_WAIT, "commit: some queues' loops did not take their acknowledgements in time; those are persisted at the next commit or persistence");
+        }
         self.consumer().persist_offsets().await
     }
 

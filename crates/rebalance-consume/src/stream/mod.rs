@@ -58,6 +58,6 @@ mod stale;
 mod tests;
 
 pub use builder::{StreamConsumer, StreamConsumerBuilder, StreamConsumerError};
-pub use handle::{SEEK_LOOKUP_TIMEOUT, SeekError, SeekTo, StreamConsumerHandle};
+pub use handle::{COMMIT_WAIT, SEEK_LOOKUP_TIMEOUT, SeekError, SeekTo, StreamConsumerHandle};
 pub use messages::{MessageStream, StreamMessage};
 pub use ordered::{OrderedBatch, OrderedStream};
