@@ -224,6 +224,29 @@ impl AckReceiver {
         true
     }
 
+    /// [`applied`](Self::applied) after an ordered batch's outcome was committed: every
+    /// settling counted on the link ([`LeaseLink::count_settled`]) is committed too, when no
+    /// report waits (only one ordered batch of a queue is out at a time, and its settling was
+    /// counted before the loop had its outcome). Returns whether it said so.
+    pub(crate) fn settled(&mut self) -> bool {
+        if !self.taken.is_empty() {
+            return false;
+        }
+        {
+            let reports = self
+                .link
+                .inbox
+                .reports
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if !reports.acks.as_ref().is_some_and(Vec::is_empty) {
+                return false;
+            }
+            self.taken_upto = reports.made;
+        }
+        self.applied()
+    }
+
     /// Waits for the next report. Cancel-safe: a report taken is kept for the next call.
     pub(crate) async fn recv(&mut self) -> Ack {
         loop {
@@ -397,6 +420,19 @@ impl LeaseLink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         reports.acks.is_some().then_some(reports.made)
+    }
+
+    /// Counts an ordered batch's settling as a report (one an explicit commit waits for), made
+    /// before its outcome is given to the loop.
+    pub(crate) fn count_settled(&self) {
+        let mut reports = self
+            .inbox
+            .reports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if reports.acks.is_some() {
+            reports.made += 1;
+        }
     }
 
     /// Whether the loop has committed the first `made` reports.

@@ -1,5 +1,6 @@
 //! The application's message listeners: [`ConcurrentListener`] and [`OrderlyListener`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -7,6 +8,7 @@ use rebalance_core::MessageQueue;
 use rebalance_runtime::QueueLease;
 
 use super::Message;
+use crate::link::LeaseLink;
 
 /// What a [`ConcurrentListener`] did with a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,9 +91,10 @@ pub struct OrderlyContext {
     /// On [`Suspend`](OrderlyResult::Suspend): how long to wait before trying the batch again;
     /// `None` (default): the consumer's `suspend_time`. Clamped to 10 ms – 30 s.
     pub suspend_time: Option<Duration>,
-    /// The lease the batch was pulled under (the stream consumer's ordered batches give up
-    /// waiting for the application when it is cancelled).
-    lease: QueueLease,
+    /// The link of the lease the batch was pulled under (the stream consumer's ordered
+    /// batches give up waiting for the application when the lease is cancelled, and count
+    /// their settling on it for an explicit commit).
+    link: Arc<LeaseLink>,
     /// Set by the stream consumer's feed when the batch never reached the application (the
     /// stream is gone, or the batch was withdrawn): it is consumed again unchanged, not
     /// counted as a suspension.
@@ -107,19 +110,24 @@ impl PartialEq for OrderlyContext {
 impl Eq for OrderlyContext {}
 
 impl OrderlyContext {
-    /// The context of a batch pulled under `lease`.
-    pub(crate) fn of_lease(lease: &QueueLease) -> Self {
+    /// The context of a batch pulled under `link`'s lease.
+    pub(crate) fn of_link(link: &Arc<LeaseLink>) -> Self {
         Self {
-            queue: lease.queue().clone(),
+            queue: link.queue().clone(),
             suspend_time: None,
-            lease: lease.clone(),
+            link: link.clone(),
             undelivered: false,
         }
     }
 
     /// The lease the batch was pulled under.
     pub(crate) fn lease(&self) -> &QueueLease {
-        &self.lease
+        self.link.lease()
+    }
+
+    /// Its loop's link.
+    pub(crate) fn link(&self) -> &Arc<LeaseLink> {
+        &self.link
     }
 
     /// The queue the batch was pulled from.

@@ -9,7 +9,7 @@ use super::calls;
 use super::concurrent::restore_topics;
 use super::shared::Shared;
 use super::{Message, OrderlyContext, OrderlyListener, OrderlyResult, SendBack};
-use crate::metrics::TopicMetrics;
+use crate::link::LeaseLink;
 use rebalance_runtime::QueueLease;
 use rebalance_runtime::containment::caught;
 
@@ -38,7 +38,7 @@ pub(crate) async fn consume(
     listener: Arc<dyn OrderlyListener>,
     permits: Arc<Semaphore>,
     lease: QueueLease,
-    metrics: Arc<TopicMetrics>,
+    link: Arc<LeaseLink>,
     epoch: u64,
     messages: Vec<Message>,
 ) -> Done {
@@ -61,7 +61,7 @@ pub(crate) async fn consume(
     };
     let mut messages = messages;
     restore_topics(&mut messages);
-    let mut context = OrderlyContext::of_lease(&lease);
+    let mut context = OrderlyContext::of_link(&link);
     let started = tokio::time::Instant::now();
     let in_flight = shared.in_flight.enter(lease.queue(), first, last, started);
     let call = lease.processing(listener.consume(&messages, &mut context));
@@ -92,7 +92,7 @@ pub(crate) async fn consume(
         OrderlyResult::Suspend => (0, messages.len()),
     };
     let took = started.elapsed();
-    metrics.consumed(consumed, failed, took);
+    link.metrics().consumed(consumed, failed, took);
     lease.record_consumed(consumed as u64, failed as u64, took);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),

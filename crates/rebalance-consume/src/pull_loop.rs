@@ -233,6 +233,9 @@ impl PullLoop {
                 done = in_slot(&mut consuming) => {
                     consuming = None;
                     self.on_orderly_done(done);
+                    if self.acks.settled() {
+                        self.shared.commits.applied();
+                    }
                     if self.held && self.drained() {
                         pull_at = Instant::now();
                     }
@@ -524,7 +527,7 @@ impl PullLoop {
             listener.clone(),
             permits.clone(),
             self.lease.clone(),
-            self.link.metrics().clone(),
+            self.link.clone(),
             self.pq.epoch(),
             batch,
         )))

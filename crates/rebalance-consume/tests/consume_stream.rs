@@ -783,6 +783,64 @@ async fn commit_persists_every_acknowledgement_made_before_it() {
     );
 }
 
+/// The same for the ordered stream: `batch.commit()` then `commit().await` persists the offset
+/// past the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_persists_every_ordered_batch_committed_before_it() {
+    const MESSAGES: i64 = 100;
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut stream = StreamConsumer::builder(GROUP)
+        .configure(|c| {
+            c.cluster(client.clone()).intervals(Intervals {
+                adaptive_settle: None,
+                persist_offsets: Duration::from_secs(3600),
+                ..Intervals::default()
+            })
+        })
+        .source(Arc::new(client))
+        .subscribe("T")
+        .start_ordered()
+        .await
+        .unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    for i in 0..MESSAGES {
+        cluster
+            .send("T", OutgoingMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    let checker = cluster.clone();
+    let behind = tokio::spawn(async move {
+        let mut behind = Vec::new();
+        let mut next = 0;
+        while next < MESSAGES {
+            let batch = stream.next().await.expect("a batch");
+            let queue = batch.queue().clone();
+            let last = batch.messages().last().expect("a message").queue_offset();
+            batch.commit();
+            handle.commit().await.expect("commit");
+            let stored = checker.offset(GROUP, &queue);
+            if stored < Some(last + 1) {
+                behind.push((last, stored));
+            }
+            next = last + 1;
+        }
+        handle.shutdown().await;
+        behind
+    });
+    let behind = tokio::time::timeout(Duration::from_secs(60), behind)
+        .await
+        .expect("done within a minute")
+        .unwrap();
+    assert_eq!(
+        behind,
+        Vec::new(),
+        "(last offset committed, offset stored after the commit)"
+    );
+}
+
 /// A shutdown with `await_in_flight` abandons a message held past it: the stream ends, the
 /// shutdown returns, and the message is not committed.
 #[tokio::test(start_paused = true)]

@@ -250,15 +250,12 @@ impl StreamConsumerHandle {
     /// `persist_offsets` (5 s) and at each hand-off: acknowledged messages are never consumed
     /// again by this group unless a crash comes before that.
     ///
-    /// It covers every [`ack`](super::StreamMessage::ack) that returned before it was called,
-    /// on any thread: it first waits for the queues' pull loops to take them (see
+    /// It covers every [`ack`](super::StreamMessage::ack) (and every ordered batch's
+    /// [`commit`](super::OrderedBatch::commit)) that returned before it was called, on any
+    /// thread: it first waits for the queues' pull loops to take them (see
     /// [`committed`](Self::committed)), which they do at their next wake, at most
-    /// [`COMMIT_WAIT`] (a loop that has not by then is named in a warning, and its
-    /// acknowledgements are persisted at the next commit or persistence). An ordered batch's
-    /// [`commit`](super::OrderedBatch::commit) is taken by its loop before the next batch of
-    /// its queue is yielded, but not waited for here: one made just before may be persisted
-    /// only at the next commit or persistence (a crash in between consumes it again, a
-    /// duplicate, never a loss).
+    /// [`COMMIT_WAIT`] (a loop that has not by then is counted in a warning, and its
+    /// acknowledgements are persisted at the next commit or persistence).
     pub async fn commit(&self) -> Result<(), ConsumerError> {
         let links = self.push.leases().links();
         let behind = self.push.shared().commits.wait(links, COMMIT_WAIT).await;

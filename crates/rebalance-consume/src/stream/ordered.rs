@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::handle::StreamConsumerHandle;
 use super::stale::StaleLeases;
+use crate::link::LeaseLink;
 use crate::{Message, OrderlyContext, OrderlyListener, OrderlyResult};
 
 /// A batch waits in the stream's channel.
@@ -39,6 +40,7 @@ type Answer = (OrderlyResult, Option<Duration>);
 pub(crate) struct Offered {
     messages: Vec<Message>,
     lease: QueueLease,
+    link: Arc<LeaseLink>,
     state: Arc<AtomicU8>,
     answer: oneshot::Sender<Answer>,
 }
@@ -66,6 +68,7 @@ impl OrderlyListener for BatchFeed {
         let offered = Offered {
             messages: messages.to_vec(),
             lease: lease.clone(),
+            link: context.link().clone(),
             state: state.clone(),
             answer,
         };
@@ -211,6 +214,7 @@ impl Batches {
             return Some(OrderedBatch {
                 queue: offered.lease.queue().clone(),
                 messages: offered.messages,
+                link: offered.link,
                 answer: Some(offered.answer),
             });
         }
@@ -226,6 +230,8 @@ impl Batches {
 pub struct OrderedBatch {
     queue: MessageQueue,
     messages: Vec<Message>,
+    /// Its loop's link, where its settling is counted for an explicit commit.
+    link: Arc<LeaseLink>,
     answer: Option<oneshot::Sender<Answer>>,
 }
 
@@ -270,6 +276,8 @@ impl OrderedBatch {
 
     fn settle(&mut self, result: OrderlyResult, suspend: Option<Duration>) {
         if let Some(answer) = self.answer.take() {
+            // Before the loop can have the outcome: a commit made after this waits for it.
+            self.link.count_settled();
             // The loop may have stopped waiting (await_in_flight is up): nothing to tell.
             let _ = answer.send((result, suspend));
         }
