@@ -4,9 +4,11 @@
 //!
 //! [`replace`] does, in `offsets.json`'s directory:
 //!
-//! 1. write the new text to `offsets.json.tmp` and fsync it;
-//! 2. if `offsets.json` exists, rename it to `offsets.json.bak` (replacing the older backup);
-//! 3. rename `offsets.json.tmp` to `offsets.json`;
+//! 1. write the new text to this writer's own temporary file (`offsets.json.tmp-{pid}-{n}`)
+//!    and fsync it;
+//! 2. if `offsets.json` exists, rename it to `offsets.json.bak` (replacing the older backup;
+//!    gone meanwhile, moved by another writer, it is left to that writer);
+//! 3. rename the temporary file to `offsets.json`;
 //! 4. fsync the directory, so that both renames are durable before the write is reported done.
 //!
 //! After a crash: during 1, `offsets.json` is untouched (old); between 2 and 3, `offsets.json`
@@ -14,6 +16,11 @@
 //! (`files::load`) and the Java client read when the main file is missing; after 3, the new
 //! table. Any subset of the two renames reaching the disk before a power loss gives one of
 //! these states too, since the temporary file's data is synced before either.
+//!
+//! Two writers of one file (two processes given one path, against the documented rule) each
+//! write their own temporary file and only rename whole files, so whatever their interleaving,
+//! `offsets.json` (or, while it is missing, its backup) holds one of their tables: the last
+//! rename wins, and neither write fails for the other's.
 //!
 //! The steps go through [`Steps`], so that tests can stop a write after any number of bytes
 //! or between any two steps (a process crash; what a power loss does to data not yet synced is
@@ -78,9 +85,14 @@ pub(super) fn replace(
         .write_synced(&files.tmp, text)
         .map_err(at("writing", &files.tmp))?;
     if files.main.exists() {
-        steps
-            .rename(&files.main, &files.bak)
-            .map_err(at("keeping the previous table as", &files.bak))?;
+        match steps.rename(&files.main, &files.bak) {
+            Ok(()) => {}
+            // Another writer moved it to the backup after `exists`: so much the better.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::debug!(path = %files.main.display(), "the offset file was moved away by another writer during this write");
+            }
+            Err(e) => return Err(at("keeping the previous table as", &files.bak)(e)),
+        }
     }
     steps
         .rename(&files.tmp, &files.main)

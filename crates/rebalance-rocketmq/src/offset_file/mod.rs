@@ -37,12 +37,13 @@
 //! such a file; the error says how to recover it.
 //!
 //! **Writing** (`atomic.rs`) replaces the whole file through a temporary file in the same
-//! directory: write `offsets.json.tmp` and fsync it, rename `offsets.json` to
-//! `offsets.json.bak`, rename the temporary file to `offsets.json`, fsync the directory. A
-//! crash at any point leaves the old table or the new one (between the renames only the
-//! backup exists, and the open rule reads it). `offsets.json.bak` therefore holds the table as
-//! it was before the last write, as Java's does; it is read only when `offsets.json` is
-//! missing. Java writes the file in place, without fsync.
+//! directory: write this store's own `offsets.json.tmp-{pid}-{n}` and fsync it, rename
+//! `offsets.json` to `offsets.json.bak`, rename the temporary file to `offsets.json`, fsync
+//! the directory. A crash at any point leaves the old table or the new one (between the
+//! renames only the backup exists, and the open rule reads it), and at most a temporary file
+//! behind, never read (it can be deleted). `offsets.json.bak` therefore holds the table as it
+//! was before the last write, as Java's does; it is read only when `offsets.json` is missing.
+//! Java writes the file in place, without fsync.
 //!
 //! **When.** The runtime persists the committed offsets on its persistence tick (every 5 s)
 //! with one [`persist_many`](OffsetStore::persist_many), and the final offsets of released
@@ -52,9 +53,10 @@
 //! Java 5.2.0): a queue that comes back resumes from them.
 //!
 //! **One writer per file.** The file is not locked: two consumers (or processes) given the
-//! same file overwrite each other's progress, as two Java clients with one client id would.
-//! Give each consumer its own store; a store refuses calls for a group other than the first
-//! one it served.
+//! same file overwrite each other's progress, as two Java clients with one client id would
+//! (each write replaces the whole table), though the file stays readable, since each store
+//! writes its own temporary file and only renames whole files. Give each consumer its own
+//! file; a store refuses calls for a group other than the first one it served.
 
 mod atomic;
 mod error;

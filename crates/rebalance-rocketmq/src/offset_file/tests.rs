@@ -319,7 +319,12 @@ async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_back
         render(&expected)
     );
     assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
-    assert!(!files.tmp.exists());
+    assert!(!store.inner.files.tmp.exists());
+    assert_eq!(
+        std::fs::read_dir(&files.dir).unwrap().count(),
+        2,
+        "the file and its backup"
+    );
     assert_eq!(store.read("G", &q("T", "broker-a", 1)).await, Ok(Some(17)));
     assert_eq!(
         FileOffsetStore::open(&files.main).unwrap().offsets(),
@@ -350,8 +355,8 @@ async fn an_unchanged_offset_is_not_written_again() {
 #[tokio::test]
 async fn a_failed_write_is_an_error_naming_the_file_and_is_written_at_the_next_persist() {
     let dir = tempfile::tempdir().unwrap();
-    let files = files_in(dir.path());
-    let store = FileOffsetStore::open(&files.main).unwrap();
+    let store = FileOffsetStore::open(files_in(dir.path()).main).unwrap();
+    let files = store.inner.files.clone();
     // A directory where the temporary file goes: creating it fails, even as root.
     std::fs::create_dir_all(&files.tmp).unwrap();
     let queue = q("T", "b", 0);
@@ -506,4 +511,102 @@ proptest! {
         atomic::replace(&files, render(&newer).as_bytes(), &mut atomic::RealSteps).unwrap();
         prop_assert_eq!(load(&files).unwrap().0, newer);
     }
+}
+
+// ----- Two writers of one file -----
+
+/// The real steps, with `between` run once at step `at` of the write: 0 halfway through
+/// writing the temporary file, 1 before the first rename, 2 before the second (or the
+/// directory's sync when there is one rename only).
+struct Interleaved<F: FnMut()> {
+    at: usize,
+    step: usize,
+    between: Option<F>,
+}
+
+impl<F: FnMut()> Interleaved<F> {
+    fn step(&mut self) {
+        if self.step == self.at {
+            if let Some(mut between) = self.between.take() {
+                between();
+            }
+        }
+        self.step += 1;
+    }
+}
+
+impl<F: FnMut()> Steps for Interleaved<F> {
+    fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = std::fs::File::create(path)?;
+        let half = bytes.len() / 2;
+        file.write_all(&bytes[..half])?;
+        self.step();
+        file.write_all(&bytes[half..])?;
+        file.sync_all()
+    }
+
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.step();
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        self.step();
+        atomic::RealSteps.sync_dir(dir)
+    }
+}
+
+/// Two stores given one file (two processes with one client id, as two Java clients on one
+/// host at the default `{ip}@DEFAULT`): whatever point of one's write the other's whole write
+/// comes at, both succeed and the file holds one of their tables, never a damaged one.
+#[test]
+fn two_writers_of_one_file_never_leave_it_unreadable() {
+    let mine = table(&[
+        (q("T", "broker-a", 0), 1_000_000),
+        (q("T", "broker-a", 1), 7),
+    ]);
+    let theirs = table(&[(q("U", "broker-b", 5), 3)]);
+    for at in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("G").join(OFFSET_FILE_NAME);
+        write(&main, JAVA_FILE.as_bytes());
+        let my_files = OffsetFiles::new(main.clone());
+        let their_files = OffsetFiles::new(main.clone());
+        let mut theirs_written = None;
+        let mut steps = Interleaved {
+            at,
+            step: 0,
+            between: Some(|| {
+                theirs_written = Some(atomic::replace(
+                    &their_files,
+                    render(&theirs).as_bytes(),
+                    &mut atomic::RealSteps,
+                ));
+            }),
+        };
+        let outcome = atomic::replace(&my_files, render(&mine).as_bytes(), &mut steps);
+        assert!(outcome.is_ok(), "at {at}: {outcome:?}");
+        let theirs_written = theirs_written.expect("the other write ran");
+        assert!(theirs_written.is_ok(), "at {at}: {theirs_written:?}");
+        let (after, _) = load(&my_files).unwrap_or_else(|e| panic!("at {at}: {e}"));
+        assert_eq!(after, mine, "at {at}: the last write's table");
+    }
+}
+
+/// The other writer moved `offsets.json` away after this one saw it (its own write under
+/// way): this write still succeeds.
+#[test]
+fn a_main_file_moved_away_by_another_writer_does_not_fail_the_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    let mut steps = Interleaved {
+        at: 1,
+        step: 0,
+        between: Some(|| std::fs::rename(&files.main, &files.bak).unwrap()),
+    };
+    let new = table(&[(q("T", "broker-a", 0), 50)]);
+    atomic::replace(&files, render(&new).as_bytes(), &mut steps).unwrap();
+    assert_eq!(load(&files).unwrap(), (new, Source::Main));
+    assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
 }
