@@ -610,3 +610,21 @@ fn a_main_file_moved_away_by_another_writer_does_not_fail_the_write() {
     assert_eq!(load(&files).unwrap(), (new, Source::Main));
     assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
 }
+
+/// A huge key or value (a hostile or foreign file under the size limit) is named by its
+/// beginning: the error, logged and shown to an operator, stays short.
+#[test]
+fn a_huge_key_or_value_is_quoted_short_in_the_error() {
+    let long = "x".repeat(1 << 20);
+    let queue = r#"{"brokerName":"b","queueId":0,"topic":"T"}"#;
+    for text in [
+        format!("{{\"offsetTable\":{{\"{long}\":1}}}}"),
+        format!("{{\"offsetTable\":{{{queue}:\"{long}\"}}}}"),
+        format!("{{\"offsetTable\":{{{{\"brokerName\":\"{long}\"}}:1}}}}"),
+        format!("{{\"offsetTable\":\"{long}\"}}"),
+    ] {
+        let reason = parse(text.as_bytes()).unwrap_err();
+        assert!(reason.len() < 1_000, "{} bytes", reason.len());
+        assert!(reason.contains("xxxx"), "{reason}");
+    }
+}
