@@ -70,17 +70,32 @@ impl Steps for RealSteps {
 }
 
 /// Replaces the table of `files` with `text` (see the module's documentation). Which step
-/// failed is in the error's message.
+/// failed is in the error's message; a write that fails before its temporary file became
+/// `offsets.json` removes it (each store has its own, so failed writes would pile up).
 pub(super) fn replace(
     files: &OffsetFiles,
     text: &[u8],
     steps: &mut impl Steps,
 ) -> std::io::Result<()> {
-    let at = |step: &str, path: &Path| {
-        let step = step.to_string();
-        let path = path.display().to_string();
-        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step} {path}: {e}"))
-    };
+    if let Err(e) = write_and_rename(files, text, steps) {
+        if let Err(left) = std::fs::remove_file(&files.tmp) {
+            if left.kind() != std::io::ErrorKind::NotFound {
+                tracing::debug!(path = %files.tmp.display(), error = %left, "could not remove the temporary file of a failed write");
+            }
+        }
+        return Err(e);
+    }
+    steps
+        .sync_dir(&files.dir)
+        .map_err(at("syncing the directory", &files.dir))
+}
+
+/// Steps 1 to 3: the new table written, synced and renamed to `offsets.json`.
+fn write_and_rename(
+    files: &OffsetFiles,
+    text: &[u8],
+    steps: &mut impl Steps,
+) -> std::io::Result<()> {
     steps
         .write_synced(&files.tmp, text)
         .map_err(at("writing", &files.tmp))?;
@@ -96,8 +111,12 @@ pub(super) fn replace(
     }
     steps
         .rename(&files.tmp, &files.main)
-        .map_err(at("renaming the new table to", &files.main))?;
-    steps
-        .sync_dir(&files.dir)
-        .map_err(at("syncing the directory", &files.dir))
+        .map_err(at("renaming the new table to", &files.main))
+}
+
+/// An error of `step` on `path`, saying so.
+fn at(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> std::io::Error {
+    let step = step.to_string();
+    let path = path.display().to_string();
+    move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step} {path}: {e}"))
 }

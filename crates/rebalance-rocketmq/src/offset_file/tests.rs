@@ -628,3 +628,22 @@ fn a_huge_key_or_value_is_quoted_short_in_the_error() {
         assert!(reason.contains("xxxx"), "{reason}");
     }
 }
+
+/// A write that fails (here: the backup's place is taken by a directory) leaves no temporary
+/// file behind: each store has its own, and failed writes of many runs would pile up.
+#[tokio::test]
+async fn a_failed_write_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    std::fs::create_dir_all(files.bak.join("taken")).unwrap();
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    let answer = store.persist("G", &q("T", "broker-a", 0), 50).await;
+    assert!(answer.is_err(), "{answer:?}");
+    let names: Vec<_> = std::fs::read_dir(&files.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+    assert_eq!(std::fs::read_to_string(&files.main).unwrap(), JAVA_FILE);
+}
