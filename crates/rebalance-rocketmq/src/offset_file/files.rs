@@ -33,8 +33,6 @@ pub(super) struct OffsetFiles {
 impl OffsetFiles {
     /// The files of the table at `main`, with a temporary file of their own.
     pub(super) fn new(main: PathBuf) -> Self {
-        static WRITERS: AtomicU64 = AtomicU64::new(0);
-        let writer = WRITERS.fetch_add(1, Ordering::Relaxed);
         let with_suffix = |suffix: &str| {
             let mut name = main.as_os_str().to_os_string();
             name.push(suffix);
@@ -46,11 +44,18 @@ impl OffsetFiles {
         };
         Self {
             bak: with_suffix(".bak"),
-            tmp: with_suffix(&format!(".tmp-{}-{writer}", std::process::id())),
+            tmp: with_suffix(&format!(".tmp-{}", unique())),
             dir,
             main,
         }
     }
+}
+
+/// `{pid}-{n}`: a name no other file of this process or of another running process takes.
+pub(super) fn unique() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
 }
 
 /// `name` as one directory of a path, or why it cannot be one.

@@ -327,9 +327,10 @@ impl Inner {
 }
 
 /// Checks that a file can be created in `dir` (a read-only directory fails at open, not at
-/// every persistence tick); the probe's name is this process's own.
+/// every persistence tick); the probe's name is this call's own (two stores opened at once
+/// must not remove each other's).
 fn probe_writable(dir: &Path) -> Result<(), OffsetFileError> {
-    let probe = dir.join(format!(".{OFFSET_FILE_NAME}.probe-{}", std::process::id()));
+    let probe = dir.join(format!(".{OFFSET_FILE_NAME}.probe-{}", files::unique()));
     let not_writable = |source| OffsetFileError::NotWritable {
         dir: dir.to_path_buf(),
         source,

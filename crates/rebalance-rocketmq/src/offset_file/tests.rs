@@ -647,3 +647,26 @@ async fn a_failed_write_leaves_no_temporary_file() {
     assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
     assert_eq!(std::fs::read_to_string(&files.main).unwrap(), JAVA_FILE);
 }
+
+/// Stores of one directory opened at the same time in one process (two consumers started
+/// together with one client id) do not take each other's writability probe for a failure.
+#[test]
+fn stores_opened_together_all_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("G").join(OFFSET_FILE_NAME);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let main = main.clone();
+            std::thread::spawn(move || {
+                (0..50)
+                    .map(|_| FileOffsetStore::open(&main).map(|_| ()))
+                    .find(Result::is_err)
+            })
+        })
+        .collect();
+    for thread in threads {
+        if let Some(Err(e)) = thread.join().unwrap() {
+            panic!("{e}");
+        }
+    }
+}
