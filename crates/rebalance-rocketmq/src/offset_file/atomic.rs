@@ -120,3 +120,27 @@ fn at(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> std::io::Error 
     let path = path.display().to_string();
     move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{step} {path}: {e}"))
 }
+
+/// Creates `dir` and its missing parents, and syncs the parent of each directory created, from
+/// the deepest up: an fsync of a directory makes its entries durable, not its own entry in its
+/// parent, and the writes sync only `dir`. A parent that cannot be synced (no read permission
+/// on a directory created by someone else) is logged: the directories exist, and only a power
+/// loss soon after could lose them.
+pub(super) fn create_dir_synced(dir: &Path, steps: &mut impl Steps) -> std::io::Result<()> {
+    let created: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .collect();
+    std::fs::create_dir_all(dir)?;
+    for made in created {
+        let parent = match made.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            // A relative path's first directory: its parent is the working directory.
+            _ => Path::new("."),
+        };
+        if let Err(e) = steps.sync_dir(parent) {
+            tracing::warn!(dir = %parent.display(), error = %e, "could not sync a directory holding a new offset directory");
+        }
+    }
+    Ok(())
+}

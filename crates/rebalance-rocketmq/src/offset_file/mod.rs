@@ -159,14 +159,17 @@ struct Versioned {
 }
 
 impl FileOffsetStore {
-    /// Opens the offset table in the file `path` (creating its directory): reads it (or its
-    /// `.bak`, by the rule in the [module documentation](self)) and checks that files can be
-    /// written beside it. The file itself is written at the first persist.
+    /// Opens the offset table in the file `path` (creating its directory, synced into its
+    /// parent): reads it (or its `.bak`, by the rule in the [module documentation](self)) and
+    /// checks that files can be written beside it. The file itself is written at the first
+    /// persist.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, OffsetFileError> {
         let files = OffsetFiles::new(path.into());
-        std::fs::create_dir_all(&files.dir).map_err(|source| OffsetFileError::NotWritable {
-            dir: files.dir.clone(),
-            source,
+        atomic::create_dir_synced(&files.dir, &mut RealSteps).map_err(|source| {
+            OffsetFileError::NotWritable {
+                dir: files.dir.clone(),
+                source,
+            }
         })?;
         let (offsets, source) = files::load(&files)?;
         probe_writable(&files.dir)?;

@@ -670,3 +670,44 @@ fn stores_opened_together_all_open() {
         }
     }
 }
+
+/// Records the directories synced; does nothing else.
+#[derive(Default)]
+struct SyncedDirs(Vec<std::path::PathBuf>);
+
+impl Steps for SyncedDirs {
+    fn write_synced(&mut self, _: &Path, _: &[u8]) -> std::io::Result<()> {
+        unreachable!("no file is written")
+    }
+
+    fn rename(&mut self, _: &Path, _: &Path) -> std::io::Result<()> {
+        unreachable!("nothing is renamed")
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        self.0.push(dir.to_path_buf());
+        Ok(())
+    }
+}
+
+/// The directories an open creates (`{dir}/{clientId}/{group}`) are synced into their parents,
+/// so that a power loss after the first write cannot take the directory, and the file in it,
+/// away; directories already there are not synced again.
+#[test]
+fn created_directories_are_synced_into_their_parents() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("10.0.0.1@DEFAULT").join("G");
+    let mut steps = SyncedDirs::default();
+    atomic::create_dir_synced(&dir, &mut steps).unwrap();
+    assert!(dir.is_dir());
+    assert_eq!(
+        steps.0,
+        vec![
+            root.path().join("10.0.0.1@DEFAULT"),
+            root.path().to_path_buf()
+        ]
+    );
+    let mut again = SyncedDirs::default();
+    atomic::create_dir_synced(&dir, &mut again).unwrap();
+    assert!(again.0.is_empty(), "{:?}", again.0);
+}
