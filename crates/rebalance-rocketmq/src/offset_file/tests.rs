@@ -711,3 +711,51 @@ fn created_directories_are_synced_into_their_parents() {
     atomic::create_dir_synced(&dir, &mut again).unwrap();
     assert!(again.0.is_empty(), "{:?}", again.0);
 }
+
+/// A write that hangs (a hung disk or network file system; here: a FIFO where the temporary
+/// file goes, whose opening blocks until a reader comes) does not hang the persist: the
+/// runtime awaits every call, and a call that never returns stalls its rounds and shutdown.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    Arc::get_mut(&mut store.inner).unwrap().write_timeout = std::time::Duration::from_millis(300);
+    let fifo = store.inner.files.tmp.clone();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Whatever happens, the hung write is let go after 3 s (so that the test ends).
+    let release = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            let _ = std::fs::read(&fifo);
+        })
+    };
+    let queue = q("T", "b", 0);
+    let started = std::time::Instant::now();
+    let answer = store.persist("G", &queue, 5).await;
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "answered after {waited:?}"
+    );
+    let Err(RemoteError::Storage(text)) = &answer else {
+        panic!("{answer:?}");
+    };
+    assert!(text.contains("not finished"), "{text}");
+    // A second persist while the first write still hangs waits for it no longer either.
+    let started = std::time::Instant::now();
+    assert!(store.persist("G", &queue, 6).await.is_err());
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    release.join().unwrap();
+    // Once the disk answers again, the next persist writes the file.
+    store.persist("G", &queue, 7).await.unwrap();
+    assert_eq!(
+        FileOffsetStore::open(store.path()).unwrap().offsets(),
+        table(&[(queue, 7)])
+    );
+}
