@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{OffsetTable, parse};
 use super::{MAX_OFFSET_FILE_BYTES, OffsetFileError};
@@ -21,14 +22,16 @@ pub(super) struct OffsetFiles {
     pub(super) main: PathBuf,
     /// The table before the last write (`offsets.json.bak`).
     pub(super) bak: PathBuf,
-    /// A write under way (`offsets.json.tmp`); never read.
+    /// A write under way (`offsets.json.tmp-{pid}-{n}`, one name per [`OffsetFiles`] value
+    /// of this process, so that two writers of one file never write into the same temporary
+    /// file); never read.
     pub(super) tmp: PathBuf,
     /// Their directory.
     pub(super) dir: PathBuf,
 }
 
 impl OffsetFiles {
-    /// The files of the table at `main`.
+    /// The files of the table at `main`, with a temporary file of their own.
     pub(super) fn new(main: PathBuf) -> Self {
         let with_suffix = |suffix: &str| {
             let mut name = main.as_os_str().to_os_string();
@@ -41,11 +44,18 @@ impl OffsetFiles {
         };
         Self {
             bak: with_suffix(".bak"),
-            tmp: with_suffix(".tmp"),
+            tmp: with_suffix(&format!(".tmp-{}", unique())),
             dir,
             main,
         }
     }
+}
+
+/// `{pid}-{n}`: a name no other file of this process or of another running process takes.
+pub(super) fn unique() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}", std::process::id())
 }
 
 /// `name` as one directory of a path, or why it cannot be one.

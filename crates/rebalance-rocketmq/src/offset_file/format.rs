@@ -80,18 +80,34 @@ pub(super) fn parse(bytes: &[u8]) -> Result<OffsetTable, String> {
         });
     }
     let json = stringify_object_keys(text);
-    let document: Document =
-        serde_json::from_str(&json).map_err(|e| format!("not an offset table: {e}"))?;
+    let document: Document = serde_json::from_str(&json)
+        .map_err(|e| format!("not an offset table: {}", excerpt(&e.to_string())))?;
     let mut table = OffsetTable::new();
     for (key, value) in document.offset_table.map(|e| e.0).unwrap_or_default() {
-        let queue =
-            parse_queue_key(&key).ok_or_else(|| format!("the key {key} is not a message queue"))?;
-        let offset = value
-            .as_i64()
-            .ok_or_else(|| format!("the offset of {key} is not an integer: {value}"))?;
+        let queue = parse_queue_key(&key)
+            .ok_or_else(|| format!("the key {} is not a message queue", excerpt(&key)))?;
+        let offset = value.as_i64().ok_or_else(|| {
+            format!(
+                "the offset of {} is not an integer: {}",
+                excerpt(&key),
+                excerpt(&value.to_string())
+            )
+        })?;
         table.insert(queue, offset);
     }
     Ok(table)
+}
+
+/// The longest part of a key or value an error quotes.
+const EXCERPT_CHARS: usize = 120;
+
+/// `text`, or its beginning and how long it is when it is longer than [`EXCERPT_CHARS`]: a
+/// file of many megabytes gives an error of a line.
+fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
 }
 
 /// The file's text for `table`, in the Java client's layout.

@@ -37,24 +37,29 @@
 //! such a file; the error says how to recover it.
 //!
 //! **Writing** (`atomic.rs`) replaces the whole file through a temporary file in the same
-//! directory: write `offsets.json.tmp` and fsync it, rename `offsets.json` to
-//! `offsets.json.bak`, rename the temporary file to `offsets.json`, fsync the directory. A
-//! crash at any point leaves the old table or the new one (between the renames only the
-//! backup exists, and the open rule reads it). `offsets.json.bak` therefore holds the table as
-//! it was before the last write, as Java's does; it is read only when `offsets.json` is
-//! missing. Java writes the file in place, without fsync.
+//! directory: write this store's own `offsets.json.tmp-{pid}-{n}` and fsync it, rename
+//! `offsets.json` to `offsets.json.bak`, rename the temporary file to `offsets.json`, fsync
+//! the directory. A crash at any point leaves the old table or the new one (between the
+//! renames only the backup exists, and the open rule reads it), and at most a temporary file
+//! behind, never read (it can be deleted). `offsets.json.bak` therefore holds the table as it
+//! was before the last write, as Java's does; it is read only when `offsets.json` is missing.
+//! Java writes the file in place, without fsync.
 //!
 //! **When.** The runtime persists the committed offsets on its persistence tick (every 5 s)
 //! with one [`persist_many`](OffsetStore::persist_many), and the final offsets of released
 //! queues (a shutdown releases them all) the same way: each call writes the file once, and
-//! not at all when no offset changed. Each answer is `Ok` only once the file holding the
-//! offset is on disk. Offsets of queues this client no longer holds stay in the file (as since
-//! Java 5.2.0): a queue that comes back resumes from them.
+//! not at all when no offset changed, on a blocking thread. Each answer is `Ok` only once the
+//! file holding the offset is on disk, and comes within 10 s: a write still under way then (a
+//! hung disk or network file system) goes on in the background, the answer is an error (the
+//! runtime tries again at its next tick), and later writes wait for it without taking another
+//! thread. Offsets of queues this client no longer holds stay in the file (as since Java
+//! 5.2.0): a queue that comes back resumes from them.
 //!
 //! **One writer per file.** The file is not locked: two consumers (or processes) given the
-//! same file overwrite each other's progress, as two Java clients with one client id would.
-//! Give each consumer its own store; a store refuses calls for a group other than the first
-//! one it served.
+//! same file overwrite each other's progress, as two Java clients with one client id would
+//! (each write replaces the whole table), though the file stays readable, since each store
+//! writes its own temporary file and only renames whole files. Give each consumer its own
+//! file; a store refuses calls for a group other than the first one it served.
 
 mod atomic;
 mod error;
@@ -80,6 +85,11 @@ use files::{OffsetFiles, Source};
 
 /// The largest offset file read or written: 32 MiB, some 300,000 queues in Java's layout.
 pub const MAX_OFFSET_FILE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// How long a persist waits for the file to be written: a write still under way after it (a
+/// hung disk or network file system) goes on in the background, and the persist answers an
+/// error.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A per-client [`OffsetStore`] ([`OffsetScope::Client`]) in a local file, for broadcasting
 /// consumers: see the [module documentation](self) for the path, the format, the read rule
@@ -143,10 +153,14 @@ struct Inner {
     table: Mutex<Versioned>,
     /// The version the file holds.
     written: AtomicU64,
-    /// Held by the one write under way (on a blocking thread, never across an `.await`).
-    writing: Mutex<()>,
+    /// Held by the one write under way, from before it starts on its blocking thread until it
+    /// ends there (even when its persist stopped waiting), so that a hung write holds one
+    /// thread, and the persists after it wait for it without holding any.
+    writing: Arc<tokio::sync::Mutex<()>>,
     /// The group this store serves: the first one it was called for.
     group: OnceLock<String>,
+    /// How long a persist waits for its write.
+    write_timeout: std::time::Duration,
 }
 
 #[derive(Debug)]
@@ -157,14 +171,17 @@ struct Versioned {
 }
 
 impl FileOffsetStore {
-    /// Opens the offset table in the file `path` (creating its directory): reads it (or its
-    /// `.bak`, by the rule in the [module documentation](self)) and checks that files can be
-    /// written beside it. The file itself is written at the first persist.
+    /// Opens the offset table in the file `path` (creating its directory, synced into its
+    /// parent): reads it (or its `.bak`, by the rule in the [module documentation](self)) and
+    /// checks that files can be written beside it. The file itself is written at the first
+    /// persist.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, OffsetFileError> {
         let files = OffsetFiles::new(path.into());
-        std::fs::create_dir_all(&files.dir).map_err(|source| OffsetFileError::NotWritable {
-            dir: files.dir.clone(),
-            source,
+        atomic::create_dir_synced(&files.dir, &mut RealSteps).map_err(|source| {
+            OffsetFileError::NotWritable {
+                dir: files.dir.clone(),
+                source,
+            }
         })?;
         let (offsets, source) = files::load(&files)?;
         probe_writable(&files.dir)?;
@@ -190,8 +207,9 @@ impl FileOffsetStore {
                     version: 0,
                 }),
                 written: AtomicU64::new(0),
-                writing: Mutex::new(()),
+                writing: Arc::new(tokio::sync::Mutex::new(())),
                 group: OnceLock::new(),
+                write_timeout: WRITE_TIMEOUT,
             }),
         })
     }
@@ -252,18 +270,38 @@ impl FileOffsetStore {
         )))
     }
 
-    /// Writes the table to the file unless it already holds `version` or a later one.
+    /// Writes the table to the file unless it already holds `version` or a later one; an
+    /// error when that has not happened within the store's write timeout (the write goes on).
     async fn flush(&self, version: u64) -> Result<(), RemoteError> {
         if self.inner.written.load(Ordering::Acquire) >= version {
             return Ok(());
         }
+        let deadline = tokio::time::Instant::now() + self.inner.write_timeout;
+        let unfinished = || {
+            RemoteError::Storage(format!(
+                "writing the offset file {} has not finished after {:?} (a slow or hung disk?); \
+                 it goes on in the background, and the next persist writes the offsets again",
+                self.inner.files.main.display(),
+                self.inner.write_timeout
+            ))
+        };
+        let Ok(writing) =
+            tokio::time::timeout_at(deadline, self.inner.writing.clone().lock_owned()).await
+        else {
+            return Err(unfinished());
+        };
         let inner = self.inner.clone();
-        match tokio::task::spawn_blocking(move || inner.write_latest()).await {
-            Ok(answer) => answer,
-            Err(e) => Err(RemoteError::Storage(format!(
+        let write = tokio::task::spawn_blocking(move || {
+            let _writing = writing;
+            inner.write_latest()
+        });
+        match tokio::time::timeout_at(deadline, write).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => Err(RemoteError::Storage(format!(
                 "writing the offset file {} was interrupted: {e}",
                 self.inner.files.main.display()
             ))),
+            Err(_) => Err(unfinished()),
         }
     }
 }
@@ -290,9 +328,8 @@ impl Inner {
     }
 
     /// Writes the latest table, unless the file already holds it (a write that finished while
-    /// this one waited wrote it). Blocking: runs on a blocking thread.
+    /// this one waited wrote it). Blocking: runs on a blocking thread, with `writing` held.
     fn write_latest(&self) -> Result<(), RemoteError> {
-        let _writing = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         let (version, offsets) = {
             let table = self.lock_table();
             (table.version, table.offsets.clone())
@@ -325,9 +362,10 @@ impl Inner {
 }
 
 /// Checks that a file can be created in `dir` (a read-only directory fails at open, not at
-/// every persistence tick); the probe's name is this process's own.
+/// every persistence tick); the probe's name is this call's own (two stores opened at once
+/// must not remove each other's).
 fn probe_writable(dir: &Path) -> Result<(), OffsetFileError> {
-    let probe = dir.join(format!(".{OFFSET_FILE_NAME}.probe-{}", std::process::id()));
+    let probe = dir.join(format!(".{OFFSET_FILE_NAME}.probe-{}", files::unique()));
     let not_writable = |source| OffsetFileError::NotWritable {
         dir: dir.to_path_buf(),
         source,

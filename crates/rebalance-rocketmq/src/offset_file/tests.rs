@@ -319,7 +319,12 @@ async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_back
         render(&expected)
     );
     assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
-    assert!(!files.tmp.exists());
+    assert!(!store.inner.files.tmp.exists());
+    assert_eq!(
+        std::fs::read_dir(&files.dir).unwrap().count(),
+        2,
+        "the file and its backup"
+    );
     assert_eq!(store.read("G", &q("T", "broker-a", 1)).await, Ok(Some(17)));
     assert_eq!(
         FileOffsetStore::open(&files.main).unwrap().offsets(),
@@ -350,8 +355,8 @@ async fn an_unchanged_offset_is_not_written_again() {
 #[tokio::test]
 async fn a_failed_write_is_an_error_naming_the_file_and_is_written_at_the_next_persist() {
     let dir = tempfile::tempdir().unwrap();
-    let files = files_in(dir.path());
-    let store = FileOffsetStore::open(&files.main).unwrap();
+    let store = FileOffsetStore::open(files_in(dir.path()).main).unwrap();
+    let files = store.inner.files.clone();
     // A directory where the temporary file goes: creating it fails, even as root.
     std::fs::create_dir_all(&files.tmp).unwrap();
     let queue = q("T", "b", 0);
@@ -506,4 +511,251 @@ proptest! {
         atomic::replace(&files, render(&newer).as_bytes(), &mut atomic::RealSteps).unwrap();
         prop_assert_eq!(load(&files).unwrap().0, newer);
     }
+}
+
+// ----- Two writers of one file -----
+
+/// The real steps, with `between` run once at step `at` of the write: 0 halfway through
+/// writing the temporary file, 1 before the first rename, 2 before the second (or the
+/// directory's sync when there is one rename only).
+struct Interleaved<F: FnMut()> {
+    at: usize,
+    step: usize,
+    between: Option<F>,
+}
+
+impl<F: FnMut()> Interleaved<F> {
+    fn step(&mut self) {
+        if self.step == self.at {
+            if let Some(mut between) = self.between.take() {
+                between();
+            }
+        }
+        self.step += 1;
+    }
+}
+
+impl<F: FnMut()> Steps for Interleaved<F> {
+    fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = std::fs::File::create(path)?;
+        let half = bytes.len() / 2;
+        file.write_all(&bytes[..half])?;
+        self.step();
+        file.write_all(&bytes[half..])?;
+        file.sync_all()
+    }
+
+    fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()> {
+        self.step();
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        self.step();
+        atomic::RealSteps.sync_dir(dir)
+    }
+}
+
+/// Two stores given one file (two processes with one client id, as two Java clients on one
+/// host at the default `{ip}@DEFAULT`): whatever point of one's write the other's whole write
+/// comes at, both succeed and the file holds one of their tables, never a damaged one.
+#[test]
+fn two_writers_of_one_file_never_leave_it_unreadable() {
+    let mine = table(&[
+        (q("T", "broker-a", 0), 1_000_000),
+        (q("T", "broker-a", 1), 7),
+    ]);
+    let theirs = table(&[(q("U", "broker-b", 5), 3)]);
+    for at in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("G").join(OFFSET_FILE_NAME);
+        write(&main, JAVA_FILE.as_bytes());
+        let my_files = OffsetFiles::new(main.clone());
+        let their_files = OffsetFiles::new(main.clone());
+        let mut theirs_written = None;
+        let mut steps = Interleaved {
+            at,
+            step: 0,
+            between: Some(|| {
+                theirs_written = Some(atomic::replace(
+                    &their_files,
+                    render(&theirs).as_bytes(),
+                    &mut atomic::RealSteps,
+                ));
+            }),
+        };
+        let outcome = atomic::replace(&my_files, render(&mine).as_bytes(), &mut steps);
+        assert!(outcome.is_ok(), "at {at}: {outcome:?}");
+        let theirs_written = theirs_written.expect("the other write ran");
+        assert!(theirs_written.is_ok(), "at {at}: {theirs_written:?}");
+        let (after, _) = load(&my_files).unwrap_or_else(|e| panic!("at {at}: {e}"));
+        assert_eq!(after, mine, "at {at}: the last write's table");
+    }
+}
+
+/// The other writer moved `offsets.json` away after this one saw it (its own write under
+/// way): this write still succeeds.
+#[test]
+fn a_main_file_moved_away_by_another_writer_does_not_fail_the_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    let mut steps = Interleaved {
+        at: 1,
+        step: 0,
+        between: Some(|| std::fs::rename(&files.main, &files.bak).unwrap()),
+    };
+    let new = table(&[(q("T", "broker-a", 0), 50)]);
+    atomic::replace(&files, render(&new).as_bytes(), &mut steps).unwrap();
+    assert_eq!(load(&files).unwrap(), (new, Source::Main));
+    assert_eq!(std::fs::read_to_string(&files.bak).unwrap(), JAVA_FILE);
+}
+
+/// A huge key or value (a hostile or foreign file under the size limit) is named by its
+/// beginning: the error, logged and shown to an operator, stays short.
+#[test]
+fn a_huge_key_or_value_is_quoted_short_in_the_error() {
+    let long = "x".repeat(1 << 20);
+    let queue = r#"{"brokerName":"b","queueId":0,"topic":"T"}"#;
+    for text in [
+        format!("{{\"offsetTable\":{{\"{long}\":1}}}}"),
+        format!("{{\"offsetTable\":{{{queue}:\"{long}\"}}}}"),
+        format!("{{\"offsetTable\":{{{{\"brokerName\":\"{long}\"}}:1}}}}"),
+        format!("{{\"offsetTable\":\"{long}\"}}"),
+    ] {
+        let reason = parse(text.as_bytes()).unwrap_err();
+        assert!(reason.len() < 1_000, "{} bytes", reason.len());
+        assert!(reason.contains("xxxx"), "{reason}");
+    }
+}
+
+/// A write that fails (here: the backup's place is taken by a directory) leaves no temporary
+/// file behind: each store has its own, and failed writes of many runs would pile up.
+#[tokio::test]
+async fn a_failed_write_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    std::fs::create_dir_all(files.bak.join("taken")).unwrap();
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    let answer = store.persist("G", &q("T", "broker-a", 0), 50).await;
+    assert!(answer.is_err(), "{answer:?}");
+    let names: Vec<_> = std::fs::read_dir(&files.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+    assert_eq!(std::fs::read_to_string(&files.main).unwrap(), JAVA_FILE);
+}
+
+/// Stores of one directory opened at the same time in one process (two consumers started
+/// together with one client id) do not take each other's writability probe for a failure.
+#[test]
+fn stores_opened_together_all_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("G").join(OFFSET_FILE_NAME);
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let main = main.clone();
+            std::thread::spawn(move || {
+                (0..50)
+                    .map(|_| FileOffsetStore::open(&main).map(|_| ()))
+                    .find(Result::is_err)
+            })
+        })
+        .collect();
+    for thread in threads {
+        if let Some(Err(e)) = thread.join().unwrap() {
+            panic!("{e}");
+        }
+    }
+}
+
+/// Records the directories synced; does nothing else.
+#[derive(Default)]
+struct SyncedDirs(Vec<std::path::PathBuf>);
+
+impl Steps for SyncedDirs {
+    fn write_synced(&mut self, _: &Path, _: &[u8]) -> std::io::Result<()> {
+        unreachable!("no file is written")
+    }
+
+    fn rename(&mut self, _: &Path, _: &Path) -> std::io::Result<()> {
+        unreachable!("nothing is renamed")
+    }
+
+    fn sync_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        self.0.push(dir.to_path_buf());
+        Ok(())
+    }
+}
+
+/// The directories an open creates (`{dir}/{clientId}/{group}`) are synced into their parents,
+/// so that a power loss after the first write cannot take the directory, and the file in it,
+/// away; directories already there are not synced again.
+#[test]
+fn created_directories_are_synced_into_their_parents() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("10.0.0.1@DEFAULT").join("G");
+    let mut steps = SyncedDirs::default();
+    atomic::create_dir_synced(&dir, &mut steps).unwrap();
+    assert!(dir.is_dir());
+    assert_eq!(
+        steps.0,
+        vec![
+            root.path().join("10.0.0.1@DEFAULT"),
+            root.path().to_path_buf()
+        ]
+    );
+    let mut again = SyncedDirs::default();
+    atomic::create_dir_synced(&dir, &mut again).unwrap();
+    assert!(again.0.is_empty(), "{:?}", again.0);
+}
+
+/// A write that hangs (a hung disk or network file system; here: a FIFO where the temporary
+/// file goes, whose opening blocks until a reader comes) does not hang the persist: the
+/// runtime awaits every call, and a call that never returns stalls its rounds and shutdown.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    Arc::get_mut(&mut store.inner).unwrap().write_timeout = std::time::Duration::from_millis(300);
+    let fifo = store.inner.files.tmp.clone();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Whatever happens, the hung write is let go after 3 s (so that the test ends).
+    let release = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            let _ = std::fs::read(&fifo);
+        })
+    };
+    let queue = q("T", "b", 0);
+    let started = std::time::Instant::now();
+    let answer = store.persist("G", &queue, 5).await;
+    let waited = started.elapsed();
+    assert!(
+        waited < std::time::Duration::from_secs(2),
+        "answered after {waited:?}"
+    );
+    let Err(RemoteError::Storage(text)) = &answer else {
+        panic!("{answer:?}");
+    };
+    assert!(text.contains("not finished"), "{text}");
+    // A second persist while the first write still hangs waits for it no longer either.
+    let started = std::time::Instant::now();
+    assert!(store.persist("G", &queue, 6).await.is_err());
+    assert!(started.elapsed() < std::time::Duration::from_secs(2));
+    release.join().unwrap();
+    // Once the disk answers again, the next persist writes the file.
+    store.persist("G", &queue, 7).await.unwrap();
+    assert_eq!(
+        FileOffsetStore::open(store.path()).unwrap().offsets(),
+        table(&[(queue, 7)])
+    );
 }
