@@ -727,31 +727,39 @@ async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
         .status()
         .unwrap();
     assert!(made.success());
-    // Whatever happens, the hung write is let go after 3 s (so that the test ends).
-    let release = {
-        let fifo = fifo.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_secs(3));
-            let _ = std::fs::read(&fifo);
-        })
-    };
+    // The hung write is let go at the end, or when the test fails (so that it ends).
+    struct Release(Option<std::path::PathBuf>);
+    impl Release {
+        fn now(&mut self) {
+            if let Some(fifo) = self.0.take() {
+                // Blocks until the hung write has written its table and closed the file.
+                let _ = std::thread::spawn(move || std::fs::read(fifo)).join();
+            }
+        }
+    }
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.now();
+        }
+    }
+    let mut release = Release(Some(fifo));
     let queue = q("T", "b", 0);
-    let started = std::time::Instant::now();
-    let answer = store.persist("G", &queue, 5).await;
-    let waited = started.elapsed();
-    assert!(
-        waited < std::time::Duration::from_secs(2),
-        "answered after {waited:?}"
-    );
+    // Bounded by the store (300 ms here), not by the disk: without the bound, the write would
+    // hang until the release, and the test would fail on this timeout instead.
+    let bound = std::time::Duration::from_secs(20);
+    let answer = tokio::time::timeout(bound, store.persist("G", &queue, 5))
+        .await
+        .expect("the persist answers while the write hangs");
     let Err(RemoteError::Storage(text)) = &answer else {
         panic!("{answer:?}");
     };
     assert!(text.contains("not finished"), "{text}");
     // A second persist while the first write still hangs waits for it no longer either.
-    let started = std::time::Instant::now();
-    assert!(store.persist("G", &queue, 6).await.is_err());
-    assert!(started.elapsed() < std::time::Duration::from_secs(2));
-    release.join().unwrap();
+    let again = tokio::time::timeout(bound, store.persist("G", &queue, 6))
+        .await
+        .expect("the second persist answers too");
+    assert!(again.is_err(), "{again:?}");
+    release.now();
     // Once the disk answers again, the next persist writes the file.
     store.persist("G", &queue, 7).await.unwrap();
     assert_eq!(
