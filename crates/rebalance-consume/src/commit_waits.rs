@@ -41,9 +41,9 @@ impl Drop for Waiting<'_> {
 }
 
 impl CommitWaits {
-    /// A loop committed every report it took (`AckReceiver::applied`): wakes the commits
-    /// waiting, if any.
-    pub(crate) fn applied(&self) {
+    /// A loop committed every report it took (`AckReceiver::applied`), or stopped taking
+    /// them (its hand-off began): wakes the commits waiting, if any, to look again.
+    pub(crate) fn changed(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.applied.notify_waiters();
         }
@@ -86,5 +86,95 @@ impl CommitWaits {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rebalance_core::MessageQueue;
+
+    use super::*;
+    use crate::link::{Ack, AckReceiver, Tally};
+    use crate::metrics::TopicMetrics;
+    use crate::work::Span;
+
+    fn link() -> Arc<LeaseLink> {
+        Arc::new(LeaseLink::detached(
+            MessageQueue::new("T", "b", 0),
+            Arc::new(TopicMetrics::new("G", "T")),
+        ))
+    }
+
+    fn ack(offset: i64) -> Ack {
+        Ack {
+            epoch: 0,
+            first: offset,
+            last: offset,
+            retry: Vec::new(),
+            finished: 1,
+            guard: None,
+            tally: Tally::default(),
+            span: Span::ALONE,
+        }
+    }
+
+    const BOUND: Duration = Duration::from_secs(10);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_waits_for_the_reports_made_before_it_and_no_longer() {
+        let waits = Arc::new(CommitWaits::default());
+        let (taken, idle) = (link(), link());
+        let mut acks = AckReceiver::new(&taken);
+        let _idle_acks = AckReceiver::new(&idle);
+        taken.report(ack(0));
+        let started = Instant::now();
+        let wait = tokio::spawn({
+            let (waits, links) = (waits.clone(), vec![taken.clone(), idle.clone()]);
+            async move { waits.wait(links, BOUND).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!wait.is_finished(), "the report is not taken yet");
+        // A report made after the commit began is not waited for.
+        taken.report(ack(1));
+        assert_eq!(acks.try_recv().map(|a| a.first), Some(0));
+        assert!(!acks.applied(), "a report taken and not received");
+        assert_eq!(acks.try_recv().map(|a| a.first), Some(1));
+        assert!(acks.applied());
+        waits.changed();
+        assert_eq!(wait.await.unwrap(), 0);
+        assert_eq!(Instant::now() - started, Duration::from_millis(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_that_hands_off_or_never_takes_its_reports_ends_the_wait() {
+        let waits = Arc::new(CommitWaits::default());
+        let handing_off = link();
+        let _acks = AckReceiver::new(&handing_off);
+        handing_off.report(ack(0));
+        let started = Instant::now();
+        let wait = tokio::spawn({
+            let (waits, links) = (waits.clone(), vec![handing_off.clone()]);
+            async move { waits.wait(links, BOUND).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        handing_off.drop_lease();
+        waits.changed();
+        assert_eq!(wait.await.unwrap(), 0, "its hand-off commits it");
+        assert_eq!(Instant::now() - started, Duration::from_millis(5));
+        // A loop that takes nothing: the wait ends at its bound, counting it.
+        let stuck = link();
+        let _acks = AckReceiver::new(&stuck);
+        stuck.report(ack(0));
+        let started = Instant::now();
+        assert_eq!(waits.wait(vec![stuck], BOUND).await, 1);
+        assert_eq!(Instant::now() - started, BOUND);
+        // A loop gone (its receiver dropped) has nothing to commit any more.
+        let gone = link();
+        let acks = AckReceiver::new(&gone);
+        gone.report(ack(0));
+        drop(acks);
+        let started = Instant::now();
+        assert_eq!(waits.wait(vec![gone], BOUND).await, 0);
+        assert_eq!(Instant::now(), started);
     }
 }

@@ -222,7 +222,7 @@ impl PullLoop {
                     self.link.record_consumed(tally);
                     self.commit();
                     if self.acks.applied() {
-                        self.shared.commits.applied();
+                        self.shared.commits.changed();
                     }
                     // Only now may the runtime unlock the queue: the commit covers the batches.
                     drop(guards);
@@ -234,7 +234,7 @@ impl PullLoop {
                     consuming = None;
                     self.on_orderly_done(done);
                     if self.acks.settled() {
-                        self.shared.commits.applied();
+                        self.shared.commits.changed();
                     }
                     if self.held && self.drained() {
                         pull_at = Instant::now();
@@ -585,6 +585,8 @@ impl PullLoop {
         let since = Instant::now();
         let retiring = !self.lease.is_cancelled();
         let started = self.link.drop_lease();
+        // A commit waiting for this loop's reports waits no more: the hand-off commits them.
+        self.shared.commits.changed();
         let in_flight = started - self.finished.min(started);
         let await_in_flight = self.shared.options.await_in_flight.filter(|_| !retiring);
         let mut consuming = consuming;

@@ -191,7 +191,7 @@ impl PopLoop {
                     self.link.record_consumed(tally);
                     // Nothing to commit: no explicit commit waits for a popped queue.
                     if self.acks.applied() {
-                        self.shared.commits.applied();
+                        self.shared.commits.changed();
                     }
                     if held && self.book.len() < self.pop.options.threshold_for_queue {
                         pop_at = Instant::now();
@@ -228,6 +228,7 @@ impl PopLoop {
             ));
         }
         let started = self.link.drop_lease();
+        self.shared.commits.changed();
         tracing::debug!(queue = ?self.lease.queue(), popped = self.book.len(), started, finished = self.finished, "lease ended; waiting for the batches in the listener");
         let deadline = self
             .shared
