@@ -31,6 +31,10 @@ struct Slot {
     handle: String,
     bytes: usize,
     state: State,
+    /// When the brokers may give it to someone else (from when its pop was sent, or its last
+    /// extension): a message whose acknowledgement was on its way when the others of its entry
+    /// were extended keeps its own time.
+    visible_again: Instant,
 }
 
 /// One queue's messages of one pop.
@@ -38,8 +42,6 @@ struct Slot {
 struct Entry {
     topic: Arc<str>,
     slots: Vec<Slot>,
-    /// When the brokers may give the messages to someone else (from when the pop was sent).
-    visible_again: Instant,
     /// Whether the brokers refused to extend it (they are not asked again).
     fixed: bool,
     /// Whether an acknowledgement of some of its messages is on its way (one at a time, so
@@ -51,11 +53,10 @@ struct Entry {
 }
 
 impl Entry {
-    fn new(topic: Arc<str>, visible_again: Instant) -> Self {
+    fn new(topic: Arc<str>) -> Self {
         Self {
             topic,
             slots: Vec::new(),
-            visible_again,
             fixed: false,
             acking: false,
             extending: 0,
@@ -65,7 +66,12 @@ impl Entry {
     /// Whether its next extension can be asked for: not refused, none on its way, and some
     /// message to extend (one whose acknowledgement is not on its way).
     fn extendable(&self) -> bool {
-        !self.fixed && self.extending == 0 && self.slots.iter().any(|s| s.state != State::Acking)
+        !self.fixed && self.extending == 0 && self.extendable_slots().next().is_some()
+    }
+
+    /// Its messages that an extension may name: those whose acknowledgement is not on its way.
+    fn extendable_slots(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().filter(|s| s.state != State::Acking)
     }
 }
 
@@ -139,7 +145,7 @@ impl Book {
                 let epoch = self.next_epoch;
                 self.next_epoch += 1;
                 self.entries
-                    .insert(epoch, Entry::new(Arc::from(message.topic()), visible_again));
+                    .insert(epoch, Entry::new(Arc::from(message.topic())));
                 epoch
             }
         };
@@ -155,6 +161,7 @@ impl Book {
                     handle,
                     bytes: 0,
                     state: State::Done,
+                    visible_again,
                 },
             );
             self.count += 1;
@@ -183,7 +190,7 @@ impl Book {
                 let epoch = self.next_epoch;
                 self.next_epoch += 1;
                 self.entries
-                    .insert(epoch, Entry::new(Arc::from(message.topic()), visible_again));
+                    .insert(epoch, Entry::new(Arc::from(message.topic())));
                 batches.push((epoch, Vec::new()));
             }
             let Some((epoch, batch)) = batches.last_mut() else {
@@ -196,6 +203,7 @@ impl Book {
                     handle,
                     bytes,
                     state: State::Waiting,
+                    visible_again,
                 });
                 self.count += 1;
                 self.bytes += bytes as u64;
@@ -347,18 +355,18 @@ impl Book {
         }
     }
 
-    /// When the next extension is due (three quarters into an entry's invisible time, by
+    /// When the next extension is due (three quarters into a message's invisible time, by
     /// `due`), if any entry can be extended (see `Entry::extendable`).
     pub(super) fn next_extension(&self, due: impl Fn(Instant) -> Instant) -> Option<Instant> {
         self.entries
             .values()
             .filter(|e| e.extendable())
-            .map(|e| due(e.visible_again))
+            .flat_map(|e| e.extendable_slots().map(|s| due(s.visible_again)))
             .min()
     }
 
-    /// The extensions due at `now`, marked as on their way: every message of the entries due,
-    /// but those whose acknowledgement is on its way.
+    /// The extensions due at `now`, marked as on their way: the messages due of the entries
+    /// that can be extended, but those whose acknowledgement is on its way.
     pub(super) fn extensions_due(
         &mut self,
         now: Instant,
@@ -366,15 +374,14 @@ impl Book {
     ) -> Vec<Extension> {
         let mut extensions = Vec::new();
         for (&epoch, entry) in &mut self.entries {
-            if !entry.extendable() || due(entry.visible_again) > now {
+            if !entry.extendable() {
                 continue;
             }
             let before = extensions.len();
             extensions.extend(
                 entry
-                    .slots
-                    .iter()
-                    .filter(|s| s.state != State::Acking)
+                    .extendable_slots()
+                    .filter(|s| due(s.visible_again) <= now)
                     .map(|s| Extension {
                         epoch,
                         topic: entry.topic.clone(),
@@ -387,8 +394,8 @@ impl Book {
         extensions
     }
 
-    /// The brokers extended `extension`: its message answers to `handle` now, and its entry is
-    /// invisible until `visible_again`.
+    /// The brokers extended `extension`: its message answers to `handle` now, and is invisible
+    /// until `visible_again`.
     pub(super) fn extended(
         &mut self,
         extension: &Extension,
@@ -397,13 +404,13 @@ impl Book {
     ) {
         if let Some(entry) = self.entries.get_mut(&extension.epoch) {
             entry.extending = entry.extending.saturating_sub(1);
-            entry.visible_again = entry.visible_again.max(visible_again);
             if let Some(slot) = entry
                 .slots
                 .iter_mut()
                 .find(|s| s.offset == extension.offset)
             {
                 slot.handle = handle;
+                slot.visible_again = slot.visible_again.max(visible_again);
             }
         }
     }
@@ -646,6 +653,49 @@ mod tests {
         );
         book.not_extendable(0);
         assert_eq!(book.next_extension(due), None);
+    }
+
+    /// A message whose acknowledgement was on its way when the others of its entry were
+    /// extended was not extended: once the acknowledgement fails, it falls due at its own time
+    /// (it was counted as extended with the others, and became visible before its next
+    /// extension, or its acknowledgement's retry, to be consumed again by another member).
+    #[tokio::test(start_paused = true)]
+    async fn a_message_not_extended_while_its_acknowledgement_was_on_its_way_keeps_its_time() {
+        let mut book = Book::default();
+        let start = Instant::now();
+        let invisible = Duration::from_secs(60);
+        let due = |visible: Instant| visible - invisible / 4;
+        book.add(popped(0, 0..3), Vec::new(), start + invisible);
+        book.done(0, 0, 0, |_| false);
+        let acks = book.acks_due(false);
+        assert_eq!(acks[0].offsets, vec![0]);
+        let later = start + Duration::from_secs(46);
+        let extensions = book.extensions_due(later, due);
+        let offsets: Vec<i64> = extensions.iter().map(|e| e.offset).collect();
+        assert_eq!(offsets, vec![1, 2], "not the one being acknowledged");
+        for extension in &extensions {
+            let handle = format!("new-{}", extension.offset);
+            book.extended(extension, handle, later + invisible);
+        }
+        book.ack_failed(&acks[0]);
+        assert_eq!(
+            book.next_extension(due),
+            Some(start + Duration::from_secs(45)),
+            "0 is still invisible only until its pop's time"
+        );
+        let extensions = book.extensions_due(later, due);
+        let named: Vec<(i64, &str)> = extensions
+            .iter()
+            .map(|e| (e.offset, e.handle.as_str()))
+            .collect();
+        assert_eq!(named, vec![(0, "h0-0")], "only 0, with its own handle");
+        book.extended(&extensions[0], "new-0".into(), later + invisible);
+        assert_eq!(
+            book.next_extension(due),
+            Some(later + invisible - invisible / 4)
+        );
+        let acks = book.acks_due(false);
+        assert_eq!(acks[0].handles, vec!["new-0"]);
     }
 
     proptest! {
