@@ -17,7 +17,7 @@ use rebalance_consume::{
     PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
 };
 use rebalance_runtime::config::Intervals;
-use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
+use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster};
 use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, RemoteError, ServerAnswer};
 use tokio::time::{Instant, sleep};
 
@@ -509,6 +509,57 @@ async fn a_slow_acknowledgement_does_not_hold_up_an_extension() {
     );
     assert_eq!(group.journal.duplicates(), Vec::<String>::new());
     group.stop().await;
+}
+
+/// A member leaving while a message waits for its local retry (its send-back failed) and a
+/// batch is still in the listener: the loop waits for the batch without spinning. The retry,
+/// never resubmitted once the lease ended, kept waking the loop at once from its due time on
+/// (on a paused clock, time stood still, and the hand-off never ended).
+#[test]
+fn a_hand_off_waiting_for_a_batch_does_not_spin_on_a_local_retry() {
+    let (ended, ends) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let cluster = InMemoryCluster::new();
+            cluster.create_topic("T", 1, 1);
+            let mut group = Group::new(&cluster, PopMode::Ordinary);
+            group.slow = Some(("slow", Duration::from_secs(20)));
+            group.fail_suffix = Some("fail");
+            group.options.consume_concurrency = 2;
+            group.join("a@1").await;
+            sleep(Duration::from_millis(100)).await;
+            cluster.fail_next(ClusterCall::SendBack, 100);
+            for body in ["m-slow", "m-fail"] {
+                cluster
+                    .send("T", OutgoingMessage::new(body.to_owned()))
+                    .unwrap();
+            }
+            sleep(Duration::from_secs(1)).await;
+            let deliveries = group.journal.of("a@1");
+            assert_eq!(deliveries.len(), 2, "{deliveries:?}");
+            let started = Instant::now();
+            group.members.remove("a@1").unwrap().shutdown().await;
+            assert!(
+                Instant::now() - started >= Duration::from_secs(18),
+                "the hand-off waited for the slow batch, past the retry's 5 s"
+            );
+        });
+        let _ = ended.send(());
+    });
+    match ends.recv_timeout(Duration::from_secs(30)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the hand-off did not end within 30 s of real time: the pop loop spun")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            panic!("the test failed on its thread (see its panic above)")
+        }
+    }
 }
 
 /// A queue stops popping while its unacknowledged messages reach the threshold, whatever the

@@ -229,6 +229,10 @@ impl PopLoop {
         }
         let started = self.link.drop_lease();
         self.shared.commits.changed();
+        // Never resubmitted now (see `resubmit_due`): left waiting, the first one's time, once
+        // past, would wake the loop at once at every turn until the hand-off. Their messages
+        // are handed back with the rest.
+        self.retries.clear();
         tracing::debug!(queue = ?self.lease.queue(), popped = self.book.len(), started, finished = self.finished, "lease ended; waiting for the batches in the listener");
         let deadline = self
             .shared
