@@ -224,6 +224,12 @@ impl AckReceiver {
         true
     }
 
+    /// Says that the loop's hand-off committed all it will: a commit waiting for its reports
+    /// may go on (after the hand-off, a report is never committed).
+    pub(crate) fn handed_off(&self) {
+        self.link.inbox.applied.store(u64::MAX, Ordering::SeqCst);
+    }
+
     /// [`applied`](Self::applied) after an ordered batch's outcome was committed: every
     /// settling counted on the link ([`LeaseLink::count_settled`]) is committed too, when no
     /// report waits (only one ordered batch of a queue is out at a time, and its settling was

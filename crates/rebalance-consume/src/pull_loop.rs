@@ -625,6 +625,9 @@ impl PullLoop {
             self.on_final_ack(ack, since);
         }
         self.commit();
+        // A retiring loop's lease lives on: a commit waits for this (see `CommitWaits::wait`).
+        self.acks.handed_off();
+        self.shared.commits.changed();
         let queue = self.lease.queue();
         if retiring {
             tracing::info!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "retired the pull loop");
