@@ -198,6 +198,9 @@ impl Leases {
             running.task.abort();
             running.current().link.drop_lease();
         }
+        // A commit waiting for the loops looks again (a loop whose task is gone is not waited
+        // for).
+        self.shared.commits.changed();
     }
 
     /// Ends the task of `queue`'s loops as a panic would (for tests).

@@ -1,5 +1,6 @@
 //! The application's message listeners: [`ConcurrentListener`] and [`OrderlyListener`].
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -85,7 +86,7 @@ impl ConcurrentContext {
 }
 
 /// Per-call settings of an [`OrderlyListener`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct OrderlyContext {
     queue: MessageQueue,
     /// On [`Suspend`](OrderlyResult::Suspend): how long to wait before trying the batch again;
@@ -99,6 +100,15 @@ pub struct OrderlyContext {
     /// stream is gone, or the batch was withdrawn): it is consumed again unchanged, not
     /// counted as a suspension.
     pub(crate) undelivered: bool,
+}
+
+impl fmt::Debug for OrderlyContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OrderlyContext")
+            .field("queue", &self.queue)
+            .field("suspend_time", &self.suspend_time)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PartialEq for OrderlyContext {

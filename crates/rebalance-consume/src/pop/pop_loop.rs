@@ -182,6 +182,17 @@ impl PopLoop {
             tokio::select! {
                 biased;
                 _ = self.lease.cancelled(), if !stopping => {}
+                // Before the reports: the calls are sent only when first polled, and a busy
+                // inbox, ready at every turn, would keep them from being polled at all. Their
+                // answers come at the network's pace, and cannot starve the reports.
+                Some(answer) = calls.next(), if !calls.is_empty() => {
+                    if let Some(at) = self.on_answer(answer, stopping) {
+                        ack_retry_at = Some(at);
+                    }
+                    if held && self.book.len() < self.pop.options.threshold_for_queue {
+                        pop_at = Instant::now();
+                    }
+                }
                 ack = self.acks.recv() => {
                     let mut tally = Tally::default();
                     self.on_ack(ack, &mut tally);
@@ -195,11 +206,6 @@ impl PopLoop {
                     }
                     if held && self.book.len() < self.pop.options.threshold_for_queue {
                         pop_at = Instant::now();
-                    }
-                }
-                Some(answer) = calls.next(), if !calls.is_empty() => {
-                    if let Some(at) = self.on_answer(answer, stopping) {
-                        ack_retry_at = Some(at);
                     }
                 }
                 result = in_slot(&mut pop) => {
