@@ -678,20 +678,7 @@ async fn assign_mode_consumes_the_queues_named_whatever_the_group() {
 async fn commit_persists_the_acknowledged_offsets_at_once() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 1);
-    let client = cluster.client("c1@1");
-    let mut stream = StreamConsumer::builder(GROUP)
-        .configure(|c| {
-            c.cluster(client.clone()).intervals(Intervals {
-                adaptive_settle: None,
-                persist_offsets: Duration::from_secs(3600),
-                ..Intervals::default()
-            })
-        })
-        .source(Arc::new(client))
-        .subscribe("T")
-        .start()
-        .await
-        .unwrap();
+    let mut stream = persisted_when_asked(&cluster).start().await.unwrap();
     let handle = stream.handle().clone();
     handle.ready(Duration::from_secs(10)).await.unwrap();
     let queue = handle
@@ -726,16 +713,11 @@ async fn commit_persists_the_acknowledged_offsets_at_once() {
     assert!(handle.commit().await.is_err());
 }
 
-/// `commit` persists every acknowledgement made before it, also on a multi-threaded runtime,
-/// where the queue's pull loop takes the acknowledgement on another thread: `ack()` then
-/// `commit().await` never persists an offset before the message.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commit_persists_every_acknowledgement_made_before_it() {
-    const MESSAGES: i64 = 200;
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
+/// A lone member of `GROUP` subscribed to `T`, whose offsets are persisted only when asked (its
+/// persistence tick is an hour away).
+fn persisted_when_asked(cluster: &InMemoryCluster) -> StreamConsumerBuilder {
     let client = cluster.client("c1@1");
-    let mut stream = StreamConsumer::builder(GROUP)
+    StreamConsumer::builder(GROUP)
         .configure(|c| {
             c.cluster(client.clone()).intervals(Intervals {
                 adaptive_settle: None,
@@ -745,16 +727,29 @@ async fn commit_persists_every_acknowledgement_made_before_it() {
         })
         .source(Arc::new(client))
         .subscribe("T")
-        .start()
-        .await
-        .unwrap();
-    let handle = stream.handle().clone();
-    handle.ready(Duration::from_secs(10)).await.unwrap();
-    for i in 0..MESSAGES {
+}
+
+/// Sends `count` messages to `T`.
+fn send(cluster: &InMemoryCluster, count: i64) {
+    for i in 0..count {
         cluster
             .send("T", OutgoingMessage::new(format!("m{i}")))
             .unwrap();
     }
+}
+
+/// `commit` persists every acknowledgement made before it, also on a multi-threaded runtime,
+/// where the queue's pull loop takes the acknowledgement on another thread: `ack()` then
+/// `commit().await` never persists an offset before the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_persists_every_acknowledgement_made_before_it() {
+    const MESSAGES: i64 = 200;
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut stream = persisted_when_asked(&cluster).start().await.unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    send(&cluster, MESSAGES);
     let checker = cluster.clone();
     // On a worker thread, where a wake-up may run after the task that made it.
     let behind = tokio::spawn(async move {
@@ -790,27 +785,13 @@ async fn commit_persists_every_ordered_batch_committed_before_it() {
     const MESSAGES: i64 = 100;
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 1);
-    let client = cluster.client("c1@1");
-    let mut stream = StreamConsumer::builder(GROUP)
-        .configure(|c| {
-            c.cluster(client.clone()).intervals(Intervals {
-                adaptive_settle: None,
-                persist_offsets: Duration::from_secs(3600),
-                ..Intervals::default()
-            })
-        })
-        .source(Arc::new(client))
-        .subscribe("T")
+    let mut stream = persisted_when_asked(&cluster)
         .start_ordered()
         .await
         .unwrap();
     let handle = stream.handle().clone();
     handle.ready(Duration::from_secs(10)).await.unwrap();
-    for i in 0..MESSAGES {
-        cluster
-            .send("T", OutgoingMessage::new(format!("m{i}")))
-            .unwrap();
-    }
+    send(&cluster, MESSAGES);
     let checker = cluster.clone();
     let behind = tokio::spawn(async move {
         let mut behind = Vec::new();
