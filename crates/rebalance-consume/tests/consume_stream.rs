@@ -738,6 +738,20 @@ fn send(cluster: &InMemoryCluster, count: i64) {
     }
 }
 
+/// Asserts that the consuming task found no commit whose stored offset was behind what was
+/// settled before it: (the last offset settled, the offset stored after the commit).
+async fn assert_none_behind(task: JoinHandle<Vec<(i64, Option<i64>)>>) {
+    let behind = tokio::time::timeout(Duration::from_secs(60), task)
+        .await
+        .expect("done within a minute")
+        .unwrap();
+    assert_eq!(
+        behind,
+        Vec::new(),
+        "(offset settled, offset stored after the commit)"
+    );
+}
+
 /// `commit` persists every acknowledgement made before it, also on a multi-threaded runtime,
 /// where the queue's pull loop takes the acknowledgement on another thread: `ack()` then
 /// `commit().await` never persists an offset before the message.
@@ -767,15 +781,7 @@ async fn commit_persists_every_acknowledgement_made_before_it() {
         handle.shutdown().await;
         behind
     });
-    let behind = tokio::time::timeout(Duration::from_secs(60), behind)
-        .await
-        .expect("done within a minute")
-        .unwrap();
-    assert_eq!(
-        behind,
-        Vec::new(),
-        "(offset acknowledged, offset stored after the commit)"
-    );
+    assert_none_behind(behind).await;
 }
 
 /// The same for the ordered stream: `batch.commit()` then `commit().await` persists the offset
@@ -811,15 +817,7 @@ async fn commit_persists_every_ordered_batch_committed_before_it() {
         handle.shutdown().await;
         behind
     });
-    let behind = tokio::time::timeout(Duration::from_secs(60), behind)
-        .await
-        .expect("done within a minute")
-        .unwrap();
-    assert_eq!(
-        behind,
-        Vec::new(),
-        "(last offset committed, offset stored after the commit)"
-    );
+    assert_none_behind(behind).await;
 }
 
 /// A shutdown with `await_in_flight` abandons a message held past it: the stream ends, the
