@@ -37,11 +37,11 @@ pub(crate) async fn consume(
     shared: Arc<Shared>,
     listener: Arc<dyn OrderlyListener>,
     permits: Arc<Semaphore>,
-    lease: QueueLease,
     link: Arc<LeaseLink>,
     epoch: u64,
     messages: Vec<Message>,
 ) -> Done {
+    let lease = link.lease();
     let first = messages.first().map_or(0, Message::queue_offset);
     let last = messages.last().map_or(0, Message::queue_offset);
     let not_now = |messages, permit| Done {
@@ -96,7 +96,7 @@ pub(crate) async fn consume(
     lease.record_consumed(consumed as u64, failed as u64, took);
     let retry = match result {
         OrderlyResult::Success => Vec::new(),
-        OrderlyResult::Suspend => past_the_limit(&shared, &lease, messages).await,
+        OrderlyResult::Suspend => past_the_limit(&shared, lease, messages).await,
     };
     Done {
         epoch,

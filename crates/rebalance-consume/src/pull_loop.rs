@@ -526,7 +526,6 @@ impl PullLoop {
             self.shared.clone(),
             listener.clone(),
             permits.clone(),
-            self.lease.clone(),
             self.link.clone(),
             self.pq.epoch(),
             batch,

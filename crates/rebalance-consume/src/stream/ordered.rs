@@ -17,7 +17,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::Stream;
 use rebalance_core::MessageQueue;
-use rebalance_runtime::QueueLease;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +38,7 @@ type Answer = (OrderlyResult, Option<Duration>);
 /// A batch on its way from a pull loop to the stream.
 pub(crate) struct Offered {
     messages: Vec<Message>,
-    lease: QueueLease,
+    /// Its loop's link, and through it the lease it was pulled under.
     link: Arc<LeaseLink>,
     state: Arc<AtomicU8>,
     answer: oneshot::Sender<Answer>,
@@ -67,7 +66,6 @@ impl OrderlyListener for BatchFeed {
         let (answer, answered) = oneshot::channel();
         let offered = Offered {
             messages: messages.to_vec(),
-            lease: lease.clone(),
             link: context.link().clone(),
             state: state.clone(),
             answer,
@@ -197,7 +195,7 @@ impl Batches {
                 _ = self.stop.cancelled() => return None,
                 offered = self.received.recv() => offered?,
             };
-            if self.stale.is_stale(&offered.lease) {
+            if self.stale.is_stale(offered.link.lease()) {
                 // The queue was taken away, or a seek left the lease behind: its loop gets the
                 // batch back unconsumed (its commit stays before it).
                 offered.state.store(WITHDRAWN, Ordering::Release);
@@ -212,7 +210,7 @@ impl Batches {
                 continue;
             }
             return Some(OrderedBatch {
-                queue: offered.lease.queue().clone(),
+                queue: offered.link.queue().clone(),
                 messages: offered.messages,
                 link: offered.link,
                 answer: Some(offered.answer),
