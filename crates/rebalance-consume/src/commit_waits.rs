@@ -42,8 +42,8 @@ impl Drop for Waiting<'_> {
 
 impl CommitWaits {
     /// A loop committed every report it took (`AckReceiver::applied`), its hand-off began (its
-    /// lease may be cancelled), or its hand-off committed (`AckReceiver::handed_off`): wakes
-    /// the commits waiting, if any, to look again.
+    /// lease may be cancelled), or its hand-off committed (`AckReceiver::handed_off`), or the
+    /// loops were aborted: wakes the commits waiting, if any, to look again.
     pub(crate) fn changed(&self) {
         if self.waiting.load(Ordering::SeqCst) > 0 {
             self.applied.notify_waiters();
@@ -139,10 +139,9 @@ mod tests {
         // A report made after the commit began is not waited for.
         taken.report(ack(1));
         assert_eq!(acks.try_recv().map(|a| a.first), Some(0));
-        assert!(!acks.applied(), "a report taken and not received");
+        assert!(!acks.applied(&waits), "a report taken and not received");
         assert_eq!(acks.try_recv().map(|a| a.first), Some(1));
-        assert!(acks.applied());
-        waits.changed();
+        assert!(acks.applied(&waits));
         assert_eq!(wait.await.unwrap(), 0);
         assert_eq!(Instant::now() - started, Duration::from_millis(5));
     }
@@ -171,8 +170,7 @@ mod tests {
         );
         assert_eq!(acks.try_recv().map(|a| a.first), Some(0));
         assert!(acks.try_recv().is_none());
-        acks.handed_off();
-        waits.changed();
+        acks.handed_off(&waits);
         assert_eq!(wait.await.unwrap(), 0);
     }
 

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use super::Message;
 use super::work::Span;
+use crate::commit_waits::CommitWaits;
 use crate::metrics::TopicMetrics;
 use rebalance_runtime::QueueLease;
 
@@ -209,34 +210,36 @@ impl AckReceiver {
     }
 
     /// Says that every report received is committed (its offsets are the lease's committed
-    /// offset): a commit waiting for them may go on. Nothing while some taken report is not
-    /// received yet. Returns whether it said so.
-    pub(crate) fn applied(&self) -> bool {
+    /// offset), and wakes the `commits` waiting for them. Nothing while some taken report is
+    /// not received yet. Returns whether it said so.
+    pub(crate) fn applied(&self, commits: &CommitWaits) -> bool {
         if !self.taken.is_empty() {
             return false;
         }
-        // SeqCst, as the waiting commit's count (see `CommitWaits`): of the two, the loop
-        // sees the commit waiting or the commit sees this.
-        self.link
-            .inbox
-            .applied
-            .store(self.taken_upto, Ordering::SeqCst);
+        self.store_applied(self.taken_upto, commits);
         true
     }
 
-    /// Says that the loop's hand-off committed all it will: a commit waiting for its reports
-    /// may go on (after the hand-off, a report is never committed).
-    pub(crate) fn handed_off(&self) {
-        self.link.inbox.applied.store(u64::MAX, Ordering::SeqCst);
+    /// Says that the loop's hand-off committed all it will (after it, a report is never
+    /// committed), and wakes the `commits` waiting for its reports.
+    pub(crate) fn handed_off(&self, commits: &CommitWaits) {
+        self.store_applied(u64::MAX, commits);
+    }
+
+    fn store_applied(&self, applied: u64, commits: &CommitWaits) {
+        // SeqCst, as the waiting commits' count (see `CommitWaits`): of the two, the loop
+        // sees a commit waiting or the commit sees this.
+        self.link.inbox.applied.store(applied, Ordering::SeqCst);
+        commits.changed();
     }
 
     /// [`applied`](Self::applied) after an ordered batch's outcome was committed: every
     /// settling counted on the link ([`LeaseLink::count_settled`]) is committed too, when no
     /// report waits (only one ordered batch of a queue is out at a time, and its settling was
-    /// counted before the loop had its outcome). Returns whether it said so.
-    pub(crate) fn settled(&mut self) -> bool {
+    /// counted before the loop had its outcome).
+    pub(crate) fn settled(&mut self, commits: &CommitWaits) {
         if !self.taken.is_empty() {
-            return false;
+            return;
         }
         {
             let reports = self
@@ -246,11 +249,11 @@ impl AckReceiver {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if !reports.acks.as_ref().is_some_and(Vec::is_empty) {
-                return false;
+                return;
             }
             self.taken_upto = reports.made;
         }
-        self.applied()
+        self.applied(commits);
     }
 
     /// Waits for the next report. Cancel-safe: a report taken is kept for the next call.

@@ -221,9 +221,7 @@ impl PullLoop {
                     }
                     self.link.record_consumed(tally);
                     self.commit();
-                    if self.acks.applied() {
-                        self.shared.commits.changed();
-                    }
+                    self.acks.applied(&self.shared.commits);
                     // Only now may the runtime unlock the queue: the commit covers the batches.
                     drop(guards);
                     if self.held && self.drained() {
@@ -233,9 +231,7 @@ impl PullLoop {
                 done = in_slot(&mut consuming) => {
                     consuming = None;
                     self.on_orderly_done(done);
-                    if self.acks.settled() {
-                        self.shared.commits.changed();
-                    }
+                    self.acks.settled(&self.shared.commits);
                     if self.held && self.drained() {
                         pull_at = Instant::now();
                     }
@@ -625,8 +621,7 @@ impl PullLoop {
         }
         self.commit();
         // A retiring loop's lease lives on: a commit waits for this (see `CommitWaits::wait`).
-        self.acks.handed_off();
-        self.shared.commits.changed();
+        self.acks.handed_off(&self.shared.commits);
         let queue = self.lease.queue();
         if retiring {
             tracing::info!(queue = ?queue, in_flight, commit = self.pq.commit_offset(), dropped = self.pq.len(), "retired the pull loop");

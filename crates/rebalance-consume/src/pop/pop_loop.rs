@@ -189,9 +189,6 @@ impl PopLoop {
                     if let Some(at) = self.on_answer(answer, stopping) {
                         ack_retry_at = Some(at);
                     }
-                    if held && self.book.len() < self.pop.options.threshold_for_queue {
-                        pop_at = Instant::now();
-                    }
                 }
                 ack = self.acks.recv() => {
                     let mut tally = Tally::default();
@@ -201,18 +198,18 @@ impl PopLoop {
                     }
                     self.link.record_consumed(tally);
                     // Nothing to commit: no explicit commit waits for a popped queue.
-                    if self.acks.applied() {
-                        self.shared.commits.changed();
-                    }
-                    if held && self.book.len() < self.pop.options.threshold_for_queue {
-                        pop_at = Instant::now();
-                    }
+                    self.acks.applied(&self.shared.commits);
                 }
                 result = in_slot(&mut pop) => {
                     pop = None;
                     pop_at = self.on_pop(result, pop_sent);
                 }
                 _ = sleep_until(wake_at.unwrap_or(now)), if wake_at.is_some() => {}
+            }
+            // Reports and acknowledgements made room: a queue held by flow control pops again
+            // at once.
+            if held && self.book.len() < self.pop.options.threshold_for_queue {
+                pop_at = Instant::now();
             }
         }
         self.gauges.set(0, 0, 0);
@@ -256,13 +253,9 @@ impl PopLoop {
     /// queue now. A broker that cannot change an ordinary pop's invisible time (the Rust broker
     /// 1.0) keeps those invisible, and never gives them back.
     async fn hand_off(&mut self, late: bool, mut calls: FuturesUnordered<Call>) {
-        while let Some(answer) = calls.next().await {
-            self.on_answer(answer, true);
-        }
+        self.finish_calls(&mut calls).await;
         self.send_acks(&mut calls);
-        while let Some(answer) = calls.next().await {
-            self.on_answer(answer, true);
-        }
+        self.finish_calls(&mut calls).await;
         let mut given_back = 0;
         let mut kept = 0;
         // Everything the acknowledgements left: never consumed, or consumed behind a message
@@ -426,6 +419,14 @@ impl PopLoop {
             if let Some((_, epoch, message)) = self.retries.pop_front() {
                 work.push(self.link.clone(), epoch, vec![message]);
             }
+        }
+    }
+
+    /// Takes the answers of every call on its way, as a hand-off does (a failed
+    /// acknowledgement is given up).
+    async fn finish_calls(&mut self, calls: &mut FuturesUnordered<Call>) {
+        while let Some(answer) = calls.next().await {
+            self.on_answer(answer, true);
         }
     }
 
