@@ -738,6 +738,19 @@ fn send(cluster: &InMemoryCluster, count: i64) {
     }
 }
 
+/// Commits; then, if the offset stored for `queue` is not past `last` (the last offset settled
+/// before the commit), returns both.
+async fn commit_behind(
+    handle: &StreamConsumerHandle,
+    cluster: &InMemoryCluster,
+    queue: &MessageQueue,
+    last: i64,
+) -> Option<(i64, Option<i64>)> {
+    handle.commit().await.expect("commit");
+    let stored = cluster.offset(GROUP, queue);
+    (stored < Some(last + 1)).then_some((last, stored))
+}
+
 /// Asserts that the consuming task found no commit whose stored offset was behind what was
 /// settled before it: (the last offset settled, the offset stored after the commit).
 async fn assert_none_behind(task: JoinHandle<Vec<(i64, Option<i64>)>>) {
@@ -772,11 +785,7 @@ async fn commit_persists_every_acknowledgement_made_before_it() {
             let message = stream.next().await.expect("a message");
             let (queue, offset) = (message.queue().clone(), message.queue_offset());
             message.ack();
-            handle.commit().await.expect("commit");
-            let stored = checker.offset(GROUP, &queue);
-            if stored < Some(offset + 1) {
-                behind.push((offset, stored));
-            }
+            behind.extend(commit_behind(&handle, &checker, &queue, offset).await);
         }
         handle.shutdown().await;
         behind
@@ -807,11 +816,7 @@ async fn commit_persists_every_ordered_batch_committed_before_it() {
             let queue = batch.queue().clone();
             let last = batch.messages().last().expect("a message").queue_offset();
             batch.commit();
-            handle.commit().await.expect("commit");
-            let stored = checker.offset(GROUP, &queue);
-            if stored < Some(last + 1) {
-                behind.push((last, stored));
-            }
+            behind.extend(commit_behind(&handle, &checker, &queue, last).await);
             next = last + 1;
         }
         handle.shutdown().await;
