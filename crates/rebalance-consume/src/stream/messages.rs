@@ -163,21 +163,20 @@ impl Feed {
         let offset = message.queue_offset();
         let guard = match link.consume_guard(Instant::now()).await {
             Guard::Unneeded => None,
+            // The guard's await may yield (a release waiting, tokio's cooperative budget), and
+            // a seek may run meanwhile: its lease left behind, the message is not yielded
+            // after the seek returned. (No await follows, so none can come in between.)
+            Guard::Held(guard) if self.stale.is_stale(link.lease()) => {
+                tracing::debug!(queue = ?link.queue(), offset, "a seek left the lease behind while the message waited for its guard; not yielded");
+                Self::withhold(&link, epoch, message, Some(guard));
+                return None;
+            }
             Guard::Held(guard) => Some(guard),
             Guard::Refused => {
                 // As a worker's batch: buffered, consumed again locally once the lock is
                 // renewed, or by the next owner once handed off.
                 tracing::debug!(queue = ?link.queue(), offset, "no consume guard; the message waits");
-                link.report(Ack {
-                    epoch,
-                    first: offset,
-                    last: offset,
-                    retry: vec![message],
-                    finished: 1,
-                    guard: None,
-                    tally: Tally::default(),
-                    span: Span::ALONE,
-                });
+                Self::withhold(&link, epoch, message, None);
                 return None;
             }
         };
@@ -191,6 +190,30 @@ impl Feed {
                 since: Instant::now(),
             }),
         })
+    }
+}
+
+impl Feed {
+    /// Reports a message begun on `link` and not yielded: not processed, so it stays below the
+    /// commit offset (consumed again here, or by the queue's next owner), and `guard` is
+    /// dropped once the loop took the report.
+    fn withhold(
+        link: &LeaseLink,
+        epoch: u64,
+        message: Message,
+        guard: Option<rebalance_runtime::ConsumeGuard>,
+    ) {
+        let offset = message.queue_offset();
+        link.report(Ack {
+            epoch,
+            first: offset,
+            last: offset,
+            retry: vec![message],
+            finished: 1,
+            guard,
+            tally: Tally::default(),
+            span: Span::ALONE,
+        });
     }
 }
 

@@ -395,6 +395,50 @@ async fn a_lease_left_behind_by_a_seek_yields_nothing_more() {
     assert_eq!(lease.committed(), Some(1), "only what was acknowledged");
 }
 
+/// A seek that runs while the stream's wait for a locked queue's consume guard yields (here:
+/// tokio's cooperative budget ran out at it): the message of the lease the seek left behind is
+/// not yielded after the seek, stays uncommitted, and its guard is given back.
+#[tokio::test(start_paused = true)]
+async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded() {
+    let mut rig = Rig::new(ConsumeOptions::default());
+    let q = queue(0);
+    rig.source.append(&q, 4);
+    let detached = DetachedLease::locked(
+        q.clone(),
+        StartPosition::Offset(0),
+        Instant::now() + Duration::from_secs(3600),
+        Duration::from_secs(60),
+    );
+    let (lease, detached) = rig.hold(detached).await;
+    let m0 = rig.take(1).await.pop().unwrap();
+    let next = rig.stream.next();
+    tokio::pin!(next);
+    // Spend this poll's budget: the stream's wait for offset 1's guard yields.
+    let mut spent = 0;
+    while tokio::task::coop::has_budget_remaining() && spent < 10_000 {
+        tokio::task::consume_budget().await;
+        spent += 1;
+    }
+    assert!(
+        !tokio::task::coop::has_budget_remaining(),
+        "a budget to spend"
+    );
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await;
+    assert!(first.is_pending(), "the guard's wait yielded");
+    // The seek (the stream's part of it).
+    rig.stale.mark(&lease);
+    let after = timeout(Duration::from_secs(1), &mut next).await;
+    assert!(
+        after.is_err(),
+        "nothing of the lease left behind: {:?}",
+        after.map(|m| m.map(|m| m.queue_offset()))
+    );
+    m0.ack();
+    settle().await;
+    assert_eq!(lease.committed(), Some(1), "only what was acknowledged");
+    assert!(!detached.guard_held(), "the guard is given back");
+}
+
 /// An ordered stream over the pull loops, on a [`TestSource`].
 struct OrderedRig {
     source: Arc<TestSource>,
