@@ -93,6 +93,42 @@ fn strings(value: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The queues of a GET_CONSUME_STATS answer (`ConsumeStats`). Every queue's `brokerOffset` and
+/// `consumerOffset` must be integers (a broker always writes both): a queue reported without one
+/// would otherwise show a lag of 0, hiding a backlog. `lastTimestamp` is 0 when missing.
+fn consume_stats(body: &Value) -> Result<Vec<QueueProgress>, RemoteError> {
+    queue_map(&body["offsetTable"])
+        .map(|(queue, v)| {
+            let required = |key: &str| {
+                v.get(key).and_then(Value::as_i64).ok_or_else(|| {
+                    RemoteError::BadResponse(format!(
+                        "consume stats: queue {} of topic {} on {} has no integer {key} ({})",
+                        queue.queue_id,
+                        queue.topic,
+                        queue.broker_name,
+                        excerpt(v)
+                    ))
+                })
+            };
+            Ok(QueueProgress {
+                broker_offset: required("brokerOffset")?,
+                consumer_offset: required("consumerOffset")?.max(0),
+                last_timestamp: v.get("lastTimestamp").and_then(Value::as_i64).unwrap_or(0),
+                queue,
+            })
+        })
+        .collect()
+}
+
+/// At most 200 characters of `value`, for an error message.
+fn excerpt(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(200) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text,
+    }
+}
+
 impl BrokerClient {
     /// `queue` with its topic as the application names it.
     fn plain_queue(&self, mut queue: MessageQueue) -> MessageQueue {
@@ -117,15 +153,10 @@ impl BrokerClient {
         let op = self.group_op("consume stats", group);
         let response = self.call_ok(addr, &op, request).await?;
         let body = json_body(&response, "consume stats")?;
-        let int = |v: &Value, k: &str| v.get(k).and_then(Value::as_i64).unwrap_or(0);
-        let mut queues: Vec<QueueProgress> = queue_map(&body["offsetTable"])
-            .map(|(queue, v)| QueueProgress {
-                queue: self.plain_queue(queue),
-                broker_offset: int(v, "brokerOffset"),
-                consumer_offset: int(v, "consumerOffset").max(0),
-                last_timestamp: int(v, "lastTimestamp"),
-            })
-            .collect();
+        let mut queues = consume_stats(&body)?;
+        for progress in &mut queues {
+            progress.queue = self.plain_queue(progress.queue.clone());
+        }
         queues.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok(queues)
     }
@@ -252,6 +283,53 @@ mod tests {
             broker_offset,
             consumer_offset,
             last_timestamp: 0,
+        }
+    }
+
+    fn stats(text: &str) -> Result<Vec<QueueProgress>, RemoteError> {
+        let body: Value = serde_json::from_str(&stringify_object_keys(text)).unwrap();
+        consume_stats(&body)
+    }
+
+    #[test]
+    fn consume_stats_are_read_from_the_rust_brokers_answer() {
+        // As the Rust broker 1.0.0 answered (object keys; `pullOffset` from 5.1 on).
+        let queues = stats(
+            r#"{"offsetTable":{{"topic":"T1","brokerName":"broker-a","queueId":1}:{"brokerOffset":9,"consumerOffset":-1,"pullOffset":0,"lastTimestamp":7},
+            {"topic":"T1","brokerName":"broker-a","queueId":0}:{"brokerOffset":5,"consumerOffset":3}},"consumeTps":0.0}"#,
+        )
+        .unwrap();
+        let mut queues = queues;
+        queues.sort_by(|a, b| a.queue.cmp(&b.queue));
+        assert_eq!(queues.len(), 2);
+        assert_eq!((queues[0].broker_offset, queues[0].consumer_offset), (5, 3));
+        assert_eq!(queues[0].last_timestamp, 0);
+        // A committed offset of -1 (none) is 0, as a Java broker reports it.
+        assert_eq!((queues[1].broker_offset, queues[1].consumer_offset), (9, 0));
+        assert_eq!(queues[1].lag(), 9);
+        assert_eq!(
+            stats(r#"{"offsetTable":{},"consumeTps":0.0}"#).unwrap(),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn a_queue_without_its_offsets_is_a_bad_answer_not_a_lag_of_zero() {
+        for entry in [
+            r#"{"consumerOffset":3}"#,
+            r#"{"brokerOffset":9}"#,
+            r#"{"brokerOffset":"9","consumerOffset":3}"#,
+            r#"{"brokerOffset":9,"consumerOffset":null}"#,
+        ] {
+            let text = format!(
+                r#"{{"offsetTable":{{{{"topic":"T1","brokerName":"b","queueId":4}}:{entry}}}}}"#
+            );
+            match stats(&text) {
+                Err(RemoteError::BadResponse(message)) => {
+                    assert!(message.contains("queue 4 of topic T1 on b"), "{message}");
+                }
+                other => panic!("{entry}: {other:?}"),
+            }
         }
     }
 
