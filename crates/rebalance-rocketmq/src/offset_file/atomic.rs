@@ -33,7 +33,7 @@ use super::files::OffsetFiles;
 
 /// The file system operations a write is made of.
 pub(super) trait Steps {
-    /// Creates or truncates `path`, writes `bytes` and syncs them to disk.
+    /// Creates or truncates `path` (never through a link: [`create_file`]), writes `bytes` and syncs them to disk.
     fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()>;
     /// Renames `from` to `to`, replacing `to`.
     fn rename(&mut self, from: &Path, to: &Path) -> std::io::Result<()>;
@@ -46,7 +46,7 @@ pub(super) struct RealSteps;
 
 impl Steps for RealSteps {
     fn write_synced(&mut self, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-        let mut file = std::fs::File::create(path)?;
+        let mut file = create_file(path)?;
         file.write_all(bytes)?;
         file.sync_all()
     }
@@ -66,6 +66,35 @@ impl Steps for RealSteps {
             let _ = dir;
             Ok(())
         }
+    }
+}
+
+/// Creates or truncates `path` for writing, never through a symbolic link: a link found at
+/// `path` (planted there, which `File::create` would follow and truncate the file it points to)
+/// is removed, the link itself and not what it points to, and the file created in its place.
+/// On Unix the open refuses a link itself (`O_NOFOLLOW`), so a link put back in between is
+/// refused too; elsewhere the check comes before the open.
+pub(super) fn create_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let is_link =
+        || std::fs::symlink_metadata(path).is_ok_and(|meta| meta.file_type().is_symlink());
+    #[cfg(not(unix))]
+    if is_link() {
+        std::fs::remove_file(path)?;
+    }
+    match options.open(path) {
+        Err(e) if is_link() => {
+            tracing::warn!(path = %path.display(), error = %e, "a symbolic link stood where the offset file's temporary file is written; removed it");
+            std::fs::remove_file(path)?;
+            options.open(path)
+        }
+        result => result,
     }
 }
 

@@ -4,6 +4,7 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use super::format::{OffsetTable, parse};
 use super::{MAX_OFFSET_FILE_BYTES, OffsetFileError};
@@ -48,6 +49,62 @@ impl OffsetFiles {
             dir,
             main,
         }
+    }
+}
+
+/// How old a temporary file of a write (`offsets.json.tmp-*`) or of the writability probe
+/// (`.offsets.json.probe-*`) must be for an open to remove it as left by a crash: a write
+/// lasts milliseconds (at most its 10 s timeout), so a younger one may be another live
+/// writer's.
+pub const STALE_TEMPORARY_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// Removes the temporary files of `files`' table that a crashed writer left (see
+/// [`STALE_TEMPORARY_AGE`]). What cannot be listed or removed is logged and left: it is never
+/// read, and the table was opened.
+pub(super) fn remove_stale_temporaries(files: &OffsetFiles) {
+    let Some(name) = files.main.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let temporary = format!("{name}.tmp-");
+    let probe = format!(".{OFFSET_FILE_NAME}.probe-");
+    let entries = match std::fs::read_dir(&files.dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::debug!(dir = %files.dir.display(), error = %e, "could not list the offset file's directory for temporary files left by a crash");
+            return;
+        }
+    };
+    let now = SystemTime::now();
+    let mut removed = 0usize;
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(entry_name) = file_name.to_str() else {
+            continue;
+        };
+        if !entry_name.starts_with(&temporary) && !entry_name.starts_with(&probe) {
+            continue;
+        }
+        let path = entry.path();
+        // The entry's own time (a link's, not its target's): only files and links are removed.
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|at| now.duration_since(at).ok());
+        if meta.is_dir() || age.is_none_or(|age| age < STALE_TEMPORARY_AGE) {
+            continue;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "could not remove a temporary file left by a crash")
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(dir = %files.dir.display(), removed, "removed temporary files that interrupted writes of the offset file left");
     }
 }
 

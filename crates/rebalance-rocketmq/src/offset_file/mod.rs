@@ -41,7 +41,10 @@
 //! `offsets.json` to `offsets.json.bak`, rename the temporary file to `offsets.json`, fsync
 //! the directory. A crash at any point leaves the old table or the new one (between the
 //! renames only the backup exists, and the open rule reads it), and at most a temporary file
-//! behind, never read (it can be deleted). `offsets.json.bak` therefore holds the table as it
+//! behind, never read: the next open of the file removes the temporary files older than
+//! [`STALE_TEMPORARY_AGE`] (a write takes milliseconds, and at most its 10 s timeout), so that
+//! crashes do not pile them up. A temporary file is never written through a symbolic link found
+//! at its name: the link is removed. `offsets.json.bak` therefore holds the table as it
 //! was before the last write, as Java's does; it is read only when `offsets.json` is missing.
 //! Java writes the file in place, without fsync.
 //!
@@ -77,7 +80,7 @@ use rebalance_core::MessageQueue;
 use rebalance_runtime::{OffsetScope, OffsetStore, RemoteError};
 
 pub use error::OffsetFileError;
-pub use files::OFFSET_FILE_NAME;
+pub use files::{OFFSET_FILE_NAME, STALE_TEMPORARY_AGE};
 pub use format::OffsetTable;
 
 use atomic::{RealSteps, replace};
@@ -185,6 +188,7 @@ impl FileOffsetStore {
         })?;
         let (offsets, source) = files::load(&files)?;
         probe_writable(&files.dir)?;
+        files::remove_stale_temporaries(&files);
         match source {
             Source::Main => {
                 tracing::info!(path = %files.main.display(), offsets = offsets.len(), "opened the offset file")
@@ -370,7 +374,7 @@ fn probe_writable(dir: &Path) -> Result<(), OffsetFileError> {
         dir: dir.to_path_buf(),
         source,
     };
-    std::fs::File::create(&probe).map_err(not_writable)?;
+    atomic::create_file(&probe).map_err(not_writable)?;
     std::fs::remove_file(&probe).map_err(not_writable)
 }
 

@@ -648,6 +648,76 @@ async fn a_failed_write_leaves_no_temporary_file() {
     assert_eq!(std::fs::read_to_string(&files.main).unwrap(), JAVA_FILE);
 }
 
+/// Sets the modification time of `path` to `age` ago.
+fn age(path: &Path, age: std::time::Duration) {
+    let file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - age)
+        .unwrap();
+}
+
+/// Temporary files that crashed writes (and probes) left are removed at the next open once
+/// they are old enough not to be a live writer's; nothing else in the directory is touched.
+#[test]
+fn an_open_removes_the_temporary_files_that_crashes_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    let old = [
+        files.dir.join("offsets.json.tmp-4242-0"),
+        files.dir.join("offsets.json.tmp-4242-7"),
+        files.dir.join(".offsets.json.probe-4242-1"),
+    ];
+    let young = files.dir.join("offsets.json.tmp-4343-0");
+    let other = files.dir.join("notes.tmp-1");
+    for path in old.iter().chain([&young, &other]) {
+        write(path, b"half a table");
+    }
+    for path in old.iter().chain([&other]) {
+        age(
+            path,
+            STALE_TEMPORARY_AGE + std::time::Duration::from_secs(60),
+        );
+    }
+    age(&young, STALE_TEMPORARY_AGE / 2);
+    let store = FileOffsetStore::open(&files.main).unwrap();
+    assert_eq!(store.offsets(), java_table());
+    let mut names: Vec<_> = std::fs::read_dir(&files.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["notes.tmp-1", "offsets.json", "offsets.json.tmp-4343-0"]
+    );
+}
+
+/// A symbolic link planted at a temporary file's name is never written through: the file it
+/// points to keeps its bytes, and the table is written all the same.
+#[cfg(unix)]
+#[test]
+fn a_link_at_the_temporary_files_name_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = files_in(dir.path());
+    write(&files.main, JAVA_FILE.as_bytes());
+    let victim = dir.path().join("victim");
+    write(&victim, b"precious");
+    std::os::unix::fs::symlink(&victim, &files.tmp).unwrap();
+    let table = table(&[(q("T", "broker-a", 0), 50)]);
+    super::atomic::replace(
+        &files,
+        render(&table).as_bytes(),
+        &mut super::atomic::RealSteps,
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(load(&files).unwrap(), (table, Source::Main));
+    assert!(
+        std::fs::symlink_metadata(&files.tmp).is_err(),
+        "the link is gone"
+    );
+}
+
 /// Stores of one directory opened at the same time in one process (two consumers started
 /// together with one client id) do not take each other's writability probe for a failure.
 #[test]
