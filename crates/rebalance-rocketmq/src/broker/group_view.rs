@@ -120,6 +120,24 @@ fn consume_stats(body: &Value) -> Result<Vec<QueueProgress>, RemoteError> {
         .collect()
 }
 
+/// The queue-keyed offsets at `value` (an answer to `what`): each must be an integer, or the
+/// answer is a [`RemoteError::BadResponse`] naming the queue (a queue dropped silently would
+/// tell an operator that fewer queues were reset, or held, than were).
+fn queue_offsets(value: &Value, what: &str) -> Result<Vec<(MessageQueue, i64)>, RemoteError> {
+    queue_map(value)
+        .map(|(queue, offset)| match offset.as_i64() {
+            Some(offset) => Ok((queue, offset)),
+            None => Err(RemoteError::BadResponse(format!(
+                "{what}: queue {} of topic {} on {} has no integer offset ({})",
+                queue.queue_id,
+                queue.topic,
+                queue.broker_name,
+                excerpt(offset)
+            ))),
+        })
+        .collect()
+}
+
 /// At most 200 characters of `value`, for an error message.
 fn excerpt(value: &Value) -> String {
     let text = value.to_string();
@@ -224,16 +242,17 @@ impl BrokerClient {
             .as_object()
             .cloned()
             .unwrap_or_default();
-        Ok(table
+        table
             .iter()
             .map(|(client, offsets)| {
-                let mut offsets: Vec<(MessageQueue, i64)> = queue_map(offsets)
-                    .filter_map(|(q, o)| Some((self.plain_queue(q), o.as_i64()?)))
-                    .collect();
+                let mut offsets = queue_offsets(offsets, "consumer status")?
+                    .into_iter()
+                    .map(|(q, o)| (self.plain_queue(q), o))
+                    .collect::<Vec<_>>();
                 offsets.sort();
-                (client.clone(), offsets)
+                Ok((client.clone(), offsets))
             })
-            .collect())
+            .collect()
     }
 
     /// INVOKE_BROKER_TO_RESET_OFFSET at the broker at `addr` (what `mqadmin
@@ -265,9 +284,11 @@ impl BrokerClient {
             return Ok(Vec::new());
         }
         let body = json_body(&response, "reset offsets")?;
-        let mut offsets: Vec<(MessageQueue, i64)> = queue_map(&body["offsetTable"])
-            .filter_map(|(q, o)| Some((self.plain_queue(q), o.as_i64()?)))
-            .collect();
+        let mut offsets: Vec<(MessageQueue, i64)> =
+            queue_offsets(&body["offsetTable"], "reset offsets")?
+                .into_iter()
+                .map(|(q, o)| (self.plain_queue(q), o))
+                .collect();
         offsets.sort();
         Ok(offsets)
     }
@@ -329,6 +350,33 @@ mod tests {
                     assert!(message.contains("queue 4 of topic T1 on b"), "{message}");
                 }
                 other => panic!("{entry}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_offset_that_is_not_an_integer_is_a_bad_answer_not_a_queue_left_out() {
+        let body = |offset: &str| -> Value {
+            let text = format!(
+                r#"{{"offsetTable":{{{{"topic":"T1","brokerName":"b","queueId":0}}:5,{{"topic":"T1","brokerName":"b","queueId":3}}:{offset}}}}}"#
+            );
+            serde_json::from_str(&stringify_object_keys(&text)).unwrap()
+        };
+        let mut read = queue_offsets(&body("7")["offsetTable"], "reset offsets").unwrap();
+        read.sort();
+        assert_eq!(
+            read,
+            vec![
+                (MessageQueue::new("T1", "b", 0), 5),
+                (MessageQueue::new("T1", "b", 3), 7)
+            ]
+        );
+        for bad in [r#""7""#, "7.5", "null", "{}"] {
+            match queue_offsets(&body(bad)["offsetTable"], "reset offsets") {
+                Err(RemoteError::BadResponse(message)) => {
+                    assert!(message.contains("queue 3 of topic T1 on b"), "{message}");
+                }
+                other => panic!("{bad}: {other:?}"),
             }
         }
     }
