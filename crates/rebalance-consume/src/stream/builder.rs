@@ -123,7 +123,8 @@ impl StreamConsumerBuilder {
     /// the group; no rebalance moves them. The consumer still registers in its group, whose
     /// retry topic it shares with the other members (a message handed back comes again
     /// through it), so give an assign-mode consumer a group that has no subscribe-mode
-    /// member. A queue missing from its topic's route is taken once it appears.
+    /// member. A queue missing from its topic's route is taken once it appears; until then it
+    /// is logged at WARN (once, and at INFO when it appears).
     pub fn assign(mut self, queues: impl IntoIterator<Item = MessageQueue>) -> Self {
         self.assigned.get_or_insert_with(Vec::new).extend(queues);
         self
