@@ -215,4 +215,24 @@ mod tests {
         assert_eq!(waits.wait(vec![gone], BOUND).await, 0);
         assert_eq!(Instant::now(), started);
     }
+
+    /// A loop whose task ends without a hand-off (it panicked, or was aborted) while a commit
+    /// waits for it: the commit goes on at once, not at its bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_gone_while_a_commit_waits_ends_the_wait_at_once() {
+        let waits = Arc::new(CommitWaits::default());
+        let dying = link();
+        let acks = AckReceiver::new(&dying).waking(&waits);
+        dying.report(ack(0));
+        let wait = tokio::spawn({
+            let (waits, links) = (waits.clone(), vec![dying.clone()]);
+            async move { waits.wait(links, BOUND).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(!wait.is_finished(), "the report is not taken yet");
+        let gone = Instant::now();
+        drop(acks);
+        assert_eq!(wait.await.unwrap(), 0);
+        assert_eq!(Instant::now(), gone, "not {BOUND:?} later");
+    }
 }

@@ -180,6 +180,9 @@ pub(crate) struct AckReceiver {
     taken: VecDeque<Ack>,
     /// How many reports had been made when the inbox was last taken.
     taken_upto: u64,
+    /// The commits to wake when the receiver goes without a hand-off (its loop's task
+    /// panicked or was aborted), so that none waits for it to its bound.
+    commits: Option<Arc<CommitWaits>>,
 }
 
 impl AckReceiver {
@@ -189,7 +192,14 @@ impl AckReceiver {
             link: link.clone(),
             taken: VecDeque::new(),
             taken_upto: 0,
+            commits: None,
         }
+    }
+
+    /// Wakes `commits` when the receiver is dropped (see [`Drop`]).
+    pub(crate) fn waking(mut self, commits: &Arc<CommitWaits>) -> Self {
+        self.commits = Some(commits.clone());
+        self
     }
 
     /// The next report, if one was made.
@@ -278,6 +288,10 @@ impl Drop for AckReceiver {
             .acks
             .take();
         drop(left);
+        // The link has no receiver now: a commit waiting for it looks again and goes on.
+        if let Some(commits) = &self.commits {
+            commits.changed();
+        }
     }
 }
 

@@ -101,7 +101,7 @@ impl PullLoop {
             link = link.guarded();
         }
         let link = Arc::new(link);
-        let acks = AckReceiver::new(&link);
+        let acks = AckReceiver::new(&link).waking(&shared.commits);
         let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
         let pull_loop = Self {
             shared,

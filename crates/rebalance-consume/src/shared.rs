@@ -55,7 +55,7 @@ pub(crate) struct Shared {
     /// POP consumption, when configured: the source and options of the popped leases' loops.
     pub(crate) pop: Option<Arc<crate::pop::PopShared>>,
     /// The explicit commits waiting for the loops to take the acknowledgements made before.
-    pub(crate) commits: crate::commit_waits::CommitWaits,
+    pub(crate) commits: Arc<crate::commit_waits::CommitWaits>,
 }
 
 impl Shared {

@@ -96,7 +96,7 @@ impl PopLoop {
             lease.clone(),
             shared.topic_metrics(&lease.queue().topic),
         ));
-        let acks = AckReceiver::new(&link);
+        let acks = AckReceiver::new(&link).waking(&shared.commits);
         let gauges = QueueGauges::new(&shared.group, &lease.queue().topic);
         let pop_loop = Self {
             shared,
