@@ -126,12 +126,29 @@ fn lz4_block(data: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
     Ok(out)
 }
 
+/// The largest zstd window (as a power of two) a body of at most `max_len` bytes is read with:
+/// the smallest that holds `max_len`, and at least 2^23 (8 MiB, what the zstd format asks every
+/// decoder to support). The decoder allocates the window a frame's header asks for before any
+/// output (up to 2^27 by default), so a tiny frame could otherwise make it reserve 128 MiB.
+#[cfg(any(feature = "zstd", test))]
+fn zstd_window_log(max_len: usize) -> u32 {
+    let needed = max_len
+        .max(1)
+        .checked_next_power_of_two()
+        .map_or(u32::MAX, usize::trailing_zeros);
+    needed.clamp(23, 31)
+}
+
 #[cfg(feature = "zstd")]
 fn zstd(data: &[u8], max_len: usize) -> Result<Vec<u8>, DecodeError> {
-    let decoder = zstd::stream::read::Decoder::new(data).map_err(|e| DecodeError::Decompress {
+    let bad = |e: std::io::Error| DecodeError::Decompress {
         kind: Compression::Zstd,
         reason: e.to_string(),
-    })?;
+    };
+    let mut decoder = zstd::stream::read::Decoder::new(data).map_err(bad)?;
+    decoder
+        .window_log_max(zstd_window_log(max_len))
+        .map_err(bad)?;
     read_capped(decoder, Compression::Zstd, max_len)
 }
 
@@ -277,5 +294,39 @@ mod tests {
         let data = zstd::encode_all(&text[..], 3).unwrap();
         assert_eq!(Compression::Zstd.decompress(&data, 1000).unwrap(), text);
         assert!(Compression::Zstd.decompress(&data, 10).is_err());
+    }
+
+    #[test]
+    fn the_zstd_window_holds_the_body_limit_and_at_least_8_mib() {
+        assert_eq!(zstd_window_log(0), 23);
+        assert_eq!(zstd_window_log(1000), 23);
+        assert_eq!(zstd_window_log(8 << 20), 23);
+        assert_eq!(zstd_window_log((8 << 20) + 1), 24);
+        assert_eq!(zstd_window_log(16 << 20), 24);
+        assert_eq!(zstd_window_log(usize::MAX), 31);
+    }
+
+    /// A frame of a few bytes whose header asks for a 128 MiB window (the decoder's default
+    /// limit) and holds nothing: refused, not decoded with the window reserved.
+    #[cfg(feature = "zstd")]
+    #[test]
+    fn a_zstd_frame_asking_for_a_window_over_the_limit_is_refused() {
+        // Magic; descriptor: no content size, not single-segment; window 2^(10 + 17);
+        // one last raw block of 0 bytes.
+        let frame = [0x28, 0xB5, 0x2F, 0xFD, 0x00, 17 << 3, 0x01, 0x00, 0x00];
+        let err = Compression::Zstd.decompress(&frame, 16 << 20).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DecodeError::Decompress {
+                    kind: Compression::Zstd,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        // The same frame asking for 8 MiB is an empty body.
+        let small = [0x28, 0xB5, 0x2F, 0xFD, 0x00, 13 << 3, 0x01, 0x00, 0x00];
+        assert_eq!(Compression::Zstd.decompress(&small, 16 << 20).unwrap(), b"");
     }
 }
