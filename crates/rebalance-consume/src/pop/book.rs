@@ -285,13 +285,6 @@ impl Book {
         }
     }
 
-    /// Gives up the messages of `batch`, whose acknowledgement failed (the brokers deliver
-    /// them again after their invisible time).
-    pub(super) fn abandon(&mut self, batch: &AckBatch) {
-        self.ack_answered(batch.epoch);
-        self.remove(batch.epoch, |slot| batch.offsets.contains(&slot.offset));
-    }
-
     fn ack_answered(&mut self, epoch: u64) {
         if let Some(entry) = self.entries.get_mut(&epoch) {
             entry.acking = false;
@@ -597,21 +590,17 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn kept_messages_wait_and_abandoned_ones_leave() {
+    async fn kept_messages_wait_and_waiting_ones_are_given_up() {
         let mut book = Book::default();
         book.add(popped(0, 0..3), Vec::new(), Instant::now());
         book.done(0, 0, 2, |o| o == 1);
         let due = book.acks_due(true);
         assert_eq!(due[0].offsets, vec![0]);
         book.acked(&due[0]);
-        book.abandon(&AckBatch {
-            epoch: 0,
-            topic: Arc::from("T"),
-            offsets: vec![1],
-            handles: Vec::new(),
-        });
+        assert!(book.acks_due(true).is_empty(), "1 waits, and 2 behind it");
+        book.done(0, 1, 1, |_| false);
         let due = book.acks_due(true);
-        assert_eq!(due[0].offsets, vec![2]);
+        assert_eq!(due[0].offsets, vec![1, 2]);
         book.acked(&due[0]);
         assert!(book.is_empty());
         book.add(popped(0, 3..6), Vec::new(), Instant::now());
