@@ -632,3 +632,34 @@ async fn an_acknowledgement_failing_during_a_hand_off_is_not_given_up() {
         group.stop().await;
     }
 }
+
+/// A member handing off late (`await_in_flight`) a message whose invisible time passed (its
+/// extension failed) leaves it to the brokers, which delivered it again already: made
+/// "visible again" with its dead handle, a Java broker writes a checkpoint of it anew and
+/// delivers it once more (the Java client never acknowledges nor changes a message past its
+/// invisible time; found by review).
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.slow = Some(("m0", Duration::from_secs(40)));
+    group.options.await_in_flight = Some(Duration::from_secs(1));
+    // `a`, holding `m0`, pops no more: `m0` delivered again goes to `b`.
+    group.pop.threshold_for_queue = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    // `a`'s extension at 15 s fails: `m0` is delivered again at 20 s, to `b`.
+    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 1);
+    let produced = produce(&cluster, 1);
+    sleep(Duration::from_millis(100)).await;
+    group.join("b@1").await;
+    sleep(Duration::from_secs(25)).await;
+    assert_eq!(group.journal.of("b@1").len(), 1, "delivered again to b");
+    group.members.remove("a@1").unwrap().shutdown().await;
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    let deliveries = group.journal.deliveries.lock().unwrap().clone();
+    assert_eq!(deliveries.len(), 2, "to a, then to b: {deliveries:?}");
+    group.stop().await;
+}

@@ -156,7 +156,11 @@ impl PopLoop {
                 self.send_acks(&mut calls);
             }
             let due = |visible: Instant| self.pop.options.extension_due(visible);
-            if self.book.next_extension(due).is_some_and(|at| at <= now) {
+            if self
+                .book
+                .next_extension(now, due)
+                .is_some_and(|at| at <= now)
+            {
                 self.send_extensions(now, &mut calls);
             }
             self.update_gauges();
@@ -172,7 +176,7 @@ impl PopLoop {
             let wake_at = [
                 (!stopping && pop.is_none()).then_some(pop_at),
                 self.retries.front().map(|(at, _, _)| *at),
-                self.book.next_extension(due),
+                self.book.next_extension(now, due),
                 ack_retry_at,
                 stop.and_then(|(_, deadline)| deadline),
             ]
@@ -251,7 +255,8 @@ impl PopLoop {
     /// consumed is acknowledged (in order; a failed acknowledgement tried once more), and
     /// everything else, never given to the listener (or still in it, when late, or whose
     /// acknowledgement failed again), is made visible again at once for the members that pop
-    /// the queue now. A broker that cannot change an ordinary pop's invisible time (the Rust
+    /// the queue now, but for the messages past their invisible time (the brokers' again:
+    /// a Java broker given their dead handles would deliver them once more). A broker that cannot change an ordinary pop's invisible time (the Rust
     /// broker 1.0) keeps those invisible, and never gives them back.
     async fn hand_off(&mut self, late: bool, mut calls: FuturesUnordered<Call>) {
         self.finish_calls(&mut calls).await;
@@ -262,7 +267,7 @@ impl PopLoop {
         // Everything the acknowledgements left: never consumed, or consumed behind a message
         // that was not (an orderly pop acknowledges in order): left invisible, it would hold
         // the queue up for its next owner until its invisible time is up.
-        for (topic, handle) in self.book.abandon_all() {
+        for (topic, handle) in self.book.abandon_all(Instant::now()) {
             let call = self.pop.source.change_invisible_time(
                 &self.shared.group,
                 &topic,
