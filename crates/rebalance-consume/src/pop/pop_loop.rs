@@ -156,7 +156,11 @@ impl PopLoop {
                 self.send_acks(&mut calls);
             }
             let due = |visible: Instant| self.pop.options.extension_due(visible);
-            if self.book.next_extension(due).is_some_and(|at| at <= now) {
+            if self
+                .book
+                .next_extension(now, due)
+                .is_some_and(|at| at <= now)
+            {
                 self.send_extensions(now, &mut calls);
             }
             self.update_gauges();
@@ -172,7 +176,7 @@ impl PopLoop {
             let wake_at = [
                 (!stopping && pop.is_none()).then_some(pop_at),
                 self.retries.front().map(|(at, _, _)| *at),
-                self.book.next_extension(due),
+                self.book.next_extension(now, due),
                 ack_retry_at,
                 stop.and_then(|(_, deadline)| deadline),
             ]
@@ -186,7 +190,7 @@ impl PopLoop {
                 // inbox, ready at every turn, would keep them from being polled at all. Their
                 // answers come at the network's pace, and cannot starve the reports.
                 Some(answer) = calls.next(), if !calls.is_empty() => {
-                    if let Some(at) = self.on_answer(answer, stopping) {
+                    if let Some(at) = self.on_answer(answer) {
                         ack_retry_at = Some(at);
                     }
                 }
@@ -248,10 +252,13 @@ impl PopLoop {
 
     /// The hand-off, once the batches in the listener finished (or `await_in_flight` is up,
     /// `late`): the `calls` on their way answer (each within [`CALL_TIMEOUT`]), what was
-    /// consumed is acknowledged (in order), and everything else, never given to the listener
-    /// (or still in it, when late), is made visible again at once for the members that pop the
-    /// queue now. A broker that cannot change an ordinary pop's invisible time (the Rust broker
-    /// 1.0) keeps those invisible, and never gives them back.
+    /// consumed is acknowledged (in order; a failed acknowledgement tried once more), and
+    /// everything else, never given to the listener (or still in it, when late, or whose
+    /// acknowledgement failed again), is made visible again at once for the members that pop
+    /// the queue now, but for the messages past their invisible time (the brokers' again:
+    /// a Java broker given their dead handles would deliver them once more). A broker that
+    /// cannot change an ordinary pop's invisible time (the Rust broker 1.0) keeps those
+    /// invisible, and never gives them back.
     async fn hand_off(&mut self, late: bool, mut calls: FuturesUnordered<Call>) {
         self.finish_calls(&mut calls).await;
         self.send_acks(&mut calls);
@@ -261,7 +268,7 @@ impl PopLoop {
         // Everything the acknowledgements left: never consumed, or consumed behind a message
         // that was not (an orderly pop acknowledges in order): left invisible, it would hold
         // the queue up for its next owner until its invisible time is up.
-        for (topic, handle) in self.book.abandon_all() {
+        for (topic, handle) in self.book.abandon_all(Instant::now()) {
             let call = self.pop.source.change_invisible_time(
                 &self.shared.group,
                 &topic,
@@ -423,10 +430,10 @@ impl PopLoop {
     }
 
     /// Takes the answers of every call on its way, as a hand-off does (a failed
-    /// acknowledgement is given up).
+    /// acknowledgement leaves its messages to acknowledge, at once).
     async fn finish_calls(&mut self, calls: &mut FuturesUnordered<Call>) {
         while let Some(answer) = calls.next().await {
-            self.on_answer(answer, true);
+            self.on_answer(answer);
         }
     }
 
@@ -474,16 +481,14 @@ impl PopLoop {
     }
 
     /// Takes the answer of an acknowledgement or an extension. Returns when to try a failed
-    /// acknowledgement again (while `stopping`, it is given up instead: the brokers deliver
-    /// its messages again after their invisible time). An entry the brokers refuse to extend
-    /// is not asked again.
-    fn on_answer(&mut self, answer: Answer, stopping: bool) -> Option<Instant> {
+    /// acknowledgement again (its messages are consumed, to acknowledge: never skipped). An
+    /// entry the brokers refuse to extend is not asked again.
+    fn on_answer(&mut self, answer: Answer) -> Option<Instant> {
         match answer {
             Answer::Ack(batch, Ok(())) => self.book.acked(&batch),
-            Answer::Ack(batch, Err(e)) if stopping => {
-                tracing::warn!(queue = ?self.lease.queue(), count = batch.offsets.len(), error = %e, "could not acknowledge consumed messages while handing off; the brokers deliver them again after their invisible time");
-                self.book.abandon(&batch);
-            }
+            // Tried again even while the lease ends (once more at the hand-off, which then
+            // hands back what is still not acknowledged): given up, an orderly pop's later
+            // messages would be acknowledged ahead of it.
             Answer::Ack(batch, Err(e)) => {
                 self.errors
                     .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
