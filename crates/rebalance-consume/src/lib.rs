@@ -124,7 +124,8 @@ pub use listener::{
 };
 pub use message::Message;
 pub use pop::{
-    MAX_POP_BATCH, PopMode, PopOptions, PopOptionsError, PopRequest, PopResult, PopSource, PopStart,
+    MAX_INVISIBLE_TIME, MAX_POP_BATCH, PopMode, PopOptions, PopOptionsError, PopRequest, PopResult,
+    PopSource, PopStart,
 };
 pub use push::{PushConsumer, PushConsumerBuilder, PushConsumerError, PushConsumerHandle};
 pub use source::{

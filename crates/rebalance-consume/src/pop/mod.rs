@@ -60,7 +60,7 @@ use rebalance_runtime::QueueLease;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-pub use options::{PopMode, PopOptions, PopOptionsError};
+pub use options::{MAX_INVISIBLE_TIME, PopMode, PopOptions, PopOptionsError};
 pub use source::{MAX_POP_BATCH, PopRequest, PopResult, PopSource, PopStart};
 
 use crate::activity::Activity;

@@ -98,6 +98,10 @@ impl Default for PopOptions {
     }
 }
 
+/// The longest [`PopOptions::invisible_time`]: 12 hours (a member that dies leaves the messages
+/// it popped invisible this long).
+pub const MAX_INVISIBLE_TIME: Duration = Duration::from_secs(12 * 3600);
+
 /// Why [`PopOptions`] cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -105,9 +109,9 @@ pub enum PopOptionsError {
     /// The batch size is outside 1 to 32.
     #[error("pop option `batch_size` is {0}; it must be 1 to 32")]
     BatchSize(u32),
-    /// The invisible time is under a second.
+    /// The invisible time is under a second, or over [`MAX_INVISIBLE_TIME`].
     #[error(
-        "pop option `invisible_time` is {0:?}; it must be at least 1 s (the consumer extends it at three quarters)"
+        "pop option `invisible_time` is {0:?}; it must be at least 1 s (the consumer extends it at three quarters) and at most 12 h (a member that dies leaves its messages invisible this long; the Java client takes 5 s to 5 min)"
     )]
     InvisibleTime(Duration),
     /// The threshold is zero.
@@ -166,7 +170,8 @@ impl PopOptions {
         if !(1..=MAX_POP_BATCH).contains(&self.batch_size) {
             return Err(PopOptionsError::BatchSize(self.batch_size));
         }
-        if self.invisible_time < Duration::from_secs(1) {
+        if self.invisible_time < Duration::from_secs(1) || self.invisible_time > MAX_INVISIBLE_TIME
+        {
             return Err(PopOptionsError::InvisibleTime(self.invisible_time));
         }
         if self.threshold_for_queue == 0 {
@@ -199,6 +204,11 @@ mod tests {
             f(&mut o);
             o.validate()
         };
+        let with_value = |invisible_time| {
+            PopOptions::default()
+                .with_invisible_time(invisible_time)
+                .validate()
+        };
         assert_eq!(
             with(|o| o.batch_size = 0),
             Err(PopOptionsError::BatchSize(0))
@@ -208,6 +218,15 @@ mod tests {
             with(|o| o.invisible_time = Duration::from_millis(999)),
             Err(PopOptionsError::InvisibleTime(Duration::from_millis(999)))
         );
+        assert_eq!(
+            with(|o| o.invisible_time = MAX_INVISIBLE_TIME),
+            Ok(()),
+            "12 h"
+        );
+        for past in [MAX_INVISIBLE_TIME + Duration::from_millis(1), Duration::MAX] {
+            // `Duration::MAX` made the loop's `sent + invisible_time` overflow: a panic.
+            assert_eq!(with_value(past), Err(PopOptionsError::InvisibleTime(past)));
+        }
         assert_eq!(
             with(|o| o.threshold_for_queue = 0),
             Err(PopOptionsError::Threshold)
