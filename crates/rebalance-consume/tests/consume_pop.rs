@@ -649,8 +649,9 @@ async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
     group.pop.threshold_for_queue = 1;
     group.join("a@1").await;
     sleep(Duration::from_millis(100)).await;
-    // `a`'s extension at 15 s fails: `m0` is delivered again at 20 s, to `b`.
-    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 1);
+    // `a`'s extension at 15 s fails, and each try after it (every second while `m0` is
+    // invisible): `m0` is delivered again at 20 s, to `b`.
+    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 5);
     let produced = produce(&cluster, 1);
     sleep(Duration::from_millis(100)).await;
     group.join("b@1").await;
@@ -661,5 +662,29 @@ async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
     assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
     let deliveries = group.journal.deliveries.lock().unwrap().clone();
     assert_eq!(deliveries.len(), 2, "to a, then to b: {deliveries:?}");
+    group.stop().await;
+}
+
+/// An extension of invisible time that fails on its way (the broker not reached) is tried
+/// again a second later, while the message is still invisible: the message being consumed is
+/// not delivered to another member meanwhile.
+#[tokio::test(start_paused = true)]
+async fn an_extension_failing_on_its_way_is_tried_again_before_the_message_is_visible() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.slow = Some(("m0", Duration::from_secs(40)));
+    group.pop.threshold_for_queue = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    // `a`'s extension at 15 s fails twice; the third try, at 17 s, extends it.
+    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 2);
+    let produced = produce(&cluster, 1);
+    sleep(Duration::from_millis(100)).await;
+    group.join("b@1").await;
+    sleep(Duration::from_secs(60)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    let deliveries = group.journal.deliveries.lock().unwrap().clone();
+    assert_eq!(deliveries.len(), 1, "to a only: {deliveries:?}");
     group.stop().await;
 }

@@ -50,6 +50,8 @@ struct Entry {
     /// Extensions of its messages on their way: meanwhile nothing of it is acknowledged (an
     /// extension replaces the handle an acknowledgement names) and nothing more extended.
     extending: usize,
+    /// Not extended before this (an extension failed on the way: tried again then).
+    extend_after: Option<Instant>,
 }
 
 impl Entry {
@@ -60,6 +62,7 @@ impl Entry {
             fixed: false,
             acking: false,
             extending: 0,
+            extend_after: None,
         }
     }
 
@@ -366,7 +369,13 @@ impl Book {
         self.entries
             .values()
             .filter(|e| e.extendable(now))
-            .flat_map(|e| e.extendable_slots(now).map(|s| due(s.visible_again)))
+            .flat_map(|e| {
+                e.extendable_slots(now).map(|s| {
+                    e.extend_after.map_or(due(s.visible_again), |after| {
+                        due(s.visible_again).max(after)
+                    })
+                })
+            })
             .min()
     }
 
@@ -379,7 +388,7 @@ impl Book {
     ) -> Vec<Extension> {
         let mut extensions = Vec::new();
         for (&epoch, entry) in &mut self.entries {
-            if !entry.extendable(now) {
+            if !entry.extendable(now) || entry.extend_after.is_some_and(|after| after > now) {
                 continue;
             }
             let before = extensions.len();
@@ -417,6 +426,16 @@ impl Book {
                 slot.handle = handle;
                 slot.visible_again = slot.visible_again.max(visible_again);
             }
+        }
+    }
+
+    /// An extension of a message of entry `epoch` failed on its way (the brokers did not
+    /// answer, or could not be reached): the entry's messages still invisible are extended
+    /// again from `retry_at`.
+    pub(super) fn extension_failed(&mut self, epoch: u64, retry_at: Instant) {
+        if let Some(entry) = self.entries.get_mut(&epoch) {
+            entry.extending = entry.extending.saturating_sub(1);
+            entry.extend_after = Some(retry_at);
         }
     }
 
@@ -733,6 +752,35 @@ mod tests {
             Some(at_6 + invisible - invisible / 4),
             "0's next, not 1's past one"
         );
+    }
+
+    /// An extension that failed on its way is asked again from its retry time, while the
+    /// message is still invisible; not before, and not after.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_extension_is_tried_again_while_the_message_is_invisible() {
+        let mut book = Book::default();
+        let start = Instant::now();
+        let invisible = Duration::from_secs(8);
+        let due = |visible: Instant| visible - invisible / 4;
+        book.add(popped(0, 0..1), Vec::new(), start + invisible);
+        let at_6 = start + Duration::from_secs(6);
+        let first = book.extensions_due(at_6, due);
+        assert_eq!(first.len(), 1);
+        let retry_at = at_6 + Duration::from_secs(1);
+        book.extension_failed(first[0].epoch, retry_at);
+        assert!(
+            book.extensions_due(at_6, due).is_empty(),
+            "not before its retry"
+        );
+        assert_eq!(book.next_extension(at_6, due), Some(retry_at));
+        let again = book.extensions_due(retry_at, due);
+        assert_eq!(again.len(), 1, "tried again");
+        book.extension_failed(again[0].epoch, start + invisible);
+        assert!(
+            book.extensions_due(start + invisible, due).is_empty(),
+            "past its invisible time: the brokers' again"
+        );
+        assert_eq!(book.next_extension(start + invisible, due), None);
     }
 
     proptest! {

@@ -54,6 +54,10 @@ const POP_GRACE: Duration = Duration::from_secs(15);
 /// failed (the transport's own timeout, 3 s, comes first).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long after an extension of invisible time failed on its way (no answer, or the broker
+/// not reached) it is asked again, while the messages are still invisible.
+const EXTENSION_RETRY_DELAY: Duration = Duration::from_secs(1);
+
 /// The POP loop of one lease.
 pub(crate) struct PopLoop {
     shared: Arc<Shared>,
@@ -503,6 +507,17 @@ impl PopLoop {
                 let invisible = self.pop.options.invisible_time;
                 tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
                 self.book.extended(&extension, handle, sent + invisible);
+            }
+            // Not answered, or not reached: another try while the messages are still
+            // invisible, rather than letting another member have them.
+            Answer::Extend {
+                extension,
+                answer: Err(e @ (RemoteError::Timeout { .. } | RemoteError::Unreachable(_))),
+                ..
+            } => {
+                tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, error = %e, retry_in = ?EXTENSION_RETRY_DELAY, "extending the invisible time of a message failed on the way; trying again");
+                self.book
+                    .extension_failed(extension.epoch, Instant::now() + EXTENSION_RETRY_DELAY);
             }
             Answer::Extend {
                 extension,
