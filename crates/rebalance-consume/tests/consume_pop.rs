@@ -633,6 +633,26 @@ async fn an_acknowledgement_failing_during_a_hand_off_is_not_given_up() {
     }
 }
 
+/// One queue, ordinary POP with an invisible time of 20 s and `await_in_flight` 1 s: `a` joins
+/// and pops `m0`, which takes it 40 s, and pops no more meanwhile (a threshold of 1, so that
+/// `m0` delivered again goes to `b`); the next `extension_failures` changes of invisible time
+/// fail; `b` joins.
+async fn slow_m0_on_a_then_b(extension_failures: usize) -> (Group, Vec<String>) {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.slow = Some(("m0", Duration::from_secs(40)));
+    group.options.await_in_flight = Some(Duration::from_secs(1));
+    group.pop.threshold_for_queue = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    cluster.fail_next(ClusterCall::ChangeInvisibleTime, extension_failures);
+    let produced = produce(&cluster, 1);
+    sleep(Duration::from_millis(100)).await;
+    group.join("b@1").await;
+    (group, produced)
+}
+
 /// A member handing off late (`await_in_flight`) a message whose invisible time passed (its
 /// extension failed) leaves it to the brokers, which delivered it again already: made
 /// "visible again" with its dead handle, a Java broker writes a checkpoint of it anew and
@@ -640,21 +660,9 @@ async fn an_acknowledgement_failing_during_a_hand_off_is_not_given_up() {
 /// invisible time; found by review).
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let mut group = Group::new(&cluster, PopMode::Ordinary);
-    group.slow = Some(("m0", Duration::from_secs(40)));
-    group.options.await_in_flight = Some(Duration::from_secs(1));
-    // `a`, holding `m0`, pops no more: `m0` delivered again goes to `b`.
-    group.pop.threshold_for_queue = 1;
-    group.join("a@1").await;
-    sleep(Duration::from_millis(100)).await;
     // `a`'s extension at 15 s fails, and each try after it (every second while `m0` is
     // invisible): `m0` is delivered again at 20 s, to `b`.
-    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 5);
-    let produced = produce(&cluster, 1);
-    sleep(Duration::from_millis(100)).await;
-    group.join("b@1").await;
+    let (mut group, produced) = slow_m0_on_a_then_b(5).await;
     sleep(Duration::from_secs(25)).await;
     assert_eq!(group.journal.of("b@1").len(), 1, "delivered again to b");
     group.members.remove("a@1").unwrap().shutdown().await;
@@ -670,18 +678,8 @@ async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
 /// not delivered to another member meanwhile.
 #[tokio::test(start_paused = true)]
 async fn an_extension_failing_on_its_way_is_tried_again_before_the_message_is_visible() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let mut group = Group::new(&cluster, PopMode::Ordinary);
-    group.slow = Some(("m0", Duration::from_secs(40)));
-    group.pop.threshold_for_queue = 1;
-    group.join("a@1").await;
-    sleep(Duration::from_millis(100)).await;
     // `a`'s extension at 15 s fails twice; the third try, at 17 s, extends it.
-    cluster.fail_next(ClusterCall::ChangeInvisibleTime, 2);
-    let produced = produce(&cluster, 1);
-    sleep(Duration::from_millis(100)).await;
-    group.join("b@1").await;
+    let (mut group, produced) = slow_m0_on_a_then_b(2).await;
     sleep(Duration::from_secs(60)).await;
     assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
     let deliveries = group.journal.deliveries.lock().unwrap().clone();
