@@ -59,8 +59,19 @@ impl Service {
         if due.is_empty() {
             return refused;
         }
-        let answers = self.ctx.offsets.persist_many(&self.ctx.group, &due).await;
-        for ((queue, offset), answer) in due.into_iter().zip(answers) {
+        let mut answers = self
+            .ctx
+            .offsets
+            .persist_many(&self.ctx.group, &due)
+            .await
+            .into_iter();
+        for (queue, offset) in due {
+            // A queue the store did not answer for is not stored (as at a release).
+            let answer = answers.next().unwrap_or_else(|| {
+                Err(RemoteError::BadResponse(
+                    "the offset store answered fewer queues than it was asked".into(),
+                ))
+            });
             match answer {
                 Ok(()) => {
                     if why == Persisting::AtOnce {
