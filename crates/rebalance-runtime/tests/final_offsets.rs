@@ -186,6 +186,48 @@ async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_queue_lost_with_a_refused_lock_writes_no_final_offset_over_the_new_holder() {
+    let cluster = short_lock_cluster();
+    let a = first_member(&cluster, exclusive).await;
+    // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
+    settle(Duration::from_secs(11)).await;
+    intruder_locks(&cluster, &queue(1)).await;
+    settle(MIN).await;
+    cluster.set_offset(GROUP, &queue(1), 100);
+    // a, unaware, commits 90; its persistence tick at 15 s is refused, and its renewal at
+    // 20 s is refused too: the broker says the lock is someone else's.
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
+    cluster.fail_next(ClusterCall::PersistOffset, 1);
+    settle(Duration::from_secs(8)).await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
+    // Neither the release nor anything after it writes 90 over the new holder's progress.
+    settle(Duration::from_secs(30)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_offset_is_persisted_under_a_lock_no_longer_trusted() {
+    let cluster = short_lock_cluster();
+    let a = first_member(&cluster, exclusive).await;
+    // a's renewal at 20 s goes unanswered: it trusts its lock of queue 1 until about 30 s, and
+    // keeps the queue until its next renewal, at 40 s.
+    settle(Duration::from_secs(18)).await;
+    cluster.fail_next(ClusterCall::Lock, 1);
+    settle(Duration::from_secs(13)).await;
+    // At 32 s another client holds the lock, and at 33 s has stored its progress, 100; a batch
+    // of a's that began before its lock ran out commits 90.
+    intruder_locks(&cluster, &queue(1)).await;
+    settle(MIN).await;
+    cluster.set_offset(GROUP, &queue(1), 100);
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
+    // Neither the persistence ticks at 35 s and 40 s nor the release writes 90.
+    settle(Duration::from_secs(10)).await;
+    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
+    settle(Duration::from_secs(30)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_final_offset_still_refused_at_shutdown_is_given_up_and_its_queue_unlocked() {
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 2);

@@ -133,6 +133,69 @@ async fn an_in_flight_commit_never_overwrites_the_reset() {
     assert_eq!(cluster.offset(GROUP, &queue(0)), Some(7));
 }
 
+/// Queue 1 of member 0 (exclusive hand-off) is being handed to member 1 and waits for a batch
+/// that holds its consume guard: the reset that comes meanwhile is the offset member 1 starts
+/// from (member 1 does not hold the queue yet, so it ignores the reset).
+#[tokio::test(start_paused = true)]
+async fn a_reset_during_a_hand_off_is_the_queues_final_offset() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let exclusive = |b: rebalance_runtime::ConsumerBuilder| b.exclusive_hand_off(true);
+    let a = common::start_with(&cluster, 0, &["T"], exclusive).await;
+    settle(Duration::from_secs(1)).await;
+    let lease = a.recorder.leases.lock().unwrap()[&queue(1)].clone();
+    let batch = lease.consume_guard().await.expect("held");
+    let b = common::start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(Duration::from_secs(1)).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    a.handle.reset_offsets([(queue(1), 5)]).unwrap();
+    b.handle.reset_offsets([(queue(1), 5)]).unwrap();
+    settle(Duration::from_millis(100)).await;
+    // The batch from before the reset ends.
+    lease.commit(77);
+    drop(batch);
+    settle(Duration::from_secs(3)).await;
+    let started = b.recorder.added().into_iter().find(|(q, _)| *q == queue(1));
+    assert_eq!(
+        started,
+        Some((queue(1), StartPosition::Offset(5))),
+        "the reset stands over the commit of a batch from before it"
+    );
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(5));
+}
+
+/// Queue 1 of member 0 (exclusive hand-off) was released to member 1, but the store refused
+/// its final offset, 77: member 0 keeps the lock and retries it. A reset that comes meanwhile
+/// is what the retry writes, and what member 1 starts from.
+#[tokio::test(start_paused = true)]
+async fn a_reset_while_a_refused_final_offset_is_retried_replaces_it() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let exclusive = |b: rebalance_runtime::ConsumerBuilder| b.exclusive_hand_off(true);
+    let a = common::start_with(&cluster, 0, &["T"], exclusive).await;
+    settle(Duration::from_secs(1)).await;
+    a.recorder.leases.lock().unwrap()[&queue(1)].commit(77);
+    cluster.fail_next(rebalance_runtime::memory::ClusterCall::PersistOffset, 1);
+    let b = common::start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(Duration::from_millis(500)).await;
+    assert_eq!(
+        a.recorder.removed_with(RemovalReason::Reassigned),
+        vec![queue(1)]
+    );
+    assert!(b.handle.assignment().is_empty(), "a keeps the lock");
+    a.handle.reset_offsets([(queue(1), 5)]).unwrap();
+    b.handle.reset_offsets([(queue(1), 5)]).unwrap();
+    settle(Duration::from_secs(6)).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(5));
+    let started = b.recorder.added().into_iter().find(|(q, _)| *q == queue(1));
+    assert_eq!(started, Some((queue(1), StartPosition::Offset(5))));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reset_after_shutdown_is_refused() {
     let cluster = InMemoryCluster::new();

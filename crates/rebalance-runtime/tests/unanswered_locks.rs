@@ -219,3 +219,64 @@ async fn a_lock_is_trusted_from_its_request_not_from_a_late_answer() {
     );
     member.handle.shutdown().await;
 }
+
+/// Locks every queue asked for, but loses the answers for the queues of `topic`.
+struct LosesAnswersOf {
+    inner: ClusterClient,
+    topic: &'static str,
+}
+
+#[async_trait]
+impl QueueLocker for LosesAnswersOf {
+    async fn lock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<LockOutcome, RemoteError> {
+        let (lost, fine): (Vec<MessageQueue>, Vec<MessageQueue>) = queues
+            .iter()
+            .cloned()
+            .partition(|q| &*q.topic == self.topic);
+        let mut outcome = self.inner.lock(group, client, &fine).await?;
+        if !lost.is_empty() {
+            self.inner.lock(group, client, &lost).await?;
+            outcome.merge(LockOutcome::unanswered(&lost));
+        }
+        Ok(outcome)
+    }
+
+    async fn unlock(
+        &self,
+        group: &str,
+        client: &ClientId,
+        queues: &[MessageQueue],
+    ) -> Result<(), RemoteError> {
+        self.inner.unlock(group, client, queues).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lock_granted_but_unanswered_is_unlocked_when_its_topic_is_unsubscribed() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    cluster.create_topic("U", 1, 2);
+    let locker = Arc::new(LosesAnswersOf {
+        inner: cluster.client(client_id(0)),
+        topic: "U",
+    });
+    let member = start_with(&cluster, 0, &["T", "U"], |b| orderly(b).locker(locker)).await;
+    settle(Duration::from_secs(2)).await;
+    assert_eq!(member.recorder.held(), [q("T", 0, 0)].into());
+    assert_eq!(cluster.lock_owner(GROUP, &q("U", 0, 0)), Some(client_id(0)));
+    member.handle.unsubscribe("U").unwrap();
+    settle(Duration::from_secs(3)).await;
+    for id in 0..2 {
+        assert_eq!(
+            cluster.lock_owner(GROUP, &q("U", 0, id)),
+            None,
+            "a lock this client may hold on a topic it left is released, not left to expire"
+        );
+    }
+    member.handle.shutdown().await;
+}

@@ -57,6 +57,18 @@ impl FinalOffsets {
         self.pending.is_empty()
     }
 
+    /// Replaces `queue`'s pending offset, if it has one, with `offset` (an operator's reset),
+    /// retried until the same time; returns whether it had one.
+    pub(super) fn reset(&mut self, queue: &MessageQueue, offset: i64) -> bool {
+        match self.pending.get_mut(queue) {
+            Some(pending) => {
+                pending.offset = offset;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Forgets `queue`'s pending offset (settled, or its lock belongs to someone else now);
     /// returns it.
     pub(super) fn forget(&mut self, queue: &MessageQueue) -> Option<i64> {

@@ -355,6 +355,15 @@ impl Service {
             self.memo.conclude(&report.topic, reached, stamp);
             topics.push(report);
         }
+        // Unanswered lock requests of topics no longer subscribed: a topic of which nothing is
+        // in the table has no diff (whose `apply` would unlock them), and the locks the
+        // brokers may have granted would hold the queues' next owners off until they expire.
+        self.unlock_unanswered(|q, _| {
+            subscribed
+                .binary_search_by(|t| t.as_str().cmp(&q.topic))
+                .is_err()
+        })
+        .await;
         // A reset queue not taken again in the round after its release is someone else's now:
         // its next owner reads the store. Kept while its release is still under way.
         let table = &self.table;

@@ -34,8 +34,9 @@ impl Service {
 
     /// Persists the offsets committed and not stored yet of the held queues that `pick` picks
     /// (asked only of those), and records what the store accepted; returns the queues whose
-    /// offset the store refused, with its answer, or, while the membership is not vouched for,
-    /// every held queue whose offset is not stored (nothing is written then).
+    /// offset the store refused, with its answer, and those whose lock is no longer trusted
+    /// (not written); or, while the membership is not vouched for, every held queue whose
+    /// offset is not stored (nothing is written then).
     pub(super) async fn persist_committed(
         &mut self,
         mut pick: impl FnMut(&ProcessQueue) -> bool,
@@ -49,18 +50,48 @@ impl Service {
             );
             return self.offsets_not_vouched_for();
         }
-        let due: Vec<(MessageQueue, i64)> = self
-            .table
-            .iter()
-            .filter(|(_, pq)| pq.is_held() && pick(pq))
-            .filter_map(|(q, pq)| pq.unpersisted_offset().map(|o| (q.clone(), o)))
-            .collect();
+        // A held queue whose lock is no longer trusted (its renewal went unanswered, the one
+        // that gives it up has not come yet) may have a new holder further on: its offset is
+        // not written over theirs, as its release's is not.
+        let now = Instant::now();
+        let locks = self.ctx.locks().is_some();
         let mut refused = Vec::new();
+        let mut due: Vec<(MessageQueue, i64)> = Vec::new();
+        for (q, pq) in self.table.iter() {
+            if !pq.is_held() || !pick(pq) {
+                continue;
+            }
+            let Some(offset) = pq.unpersisted_offset() else {
+                continue;
+            };
+            if locks && pq.lease_state().lock_expired(now) {
+                tracing::debug!(queue = ?q, offset, ?why, "not persisting the offset: the queue's lock is no longer trusted");
+                refused.push((
+                    q.clone(),
+                    RemoteError::Unreachable(
+                        "not written: the queue's broker lock is no longer trusted (not renewed within lock_lifetime), so another client may hold the queue now".to_string(),
+                    ),
+                ));
+                continue;
+            }
+            due.push((q.clone(), offset));
+        }
         if due.is_empty() {
             return refused;
         }
-        let answers = self.ctx.offsets.persist_many(&self.ctx.group, &due).await;
-        for ((queue, offset), answer) in due.into_iter().zip(answers) {
+        let mut answers = self
+            .ctx
+            .offsets
+            .persist_many(&self.ctx.group, &due)
+            .await
+            .into_iter();
+        for (queue, offset) in due {
+            // A queue the store did not answer for is not stored (as at a release).
+            let answer = answers.next().unwrap_or_else(|| {
+                Err(RemoteError::BadResponse(
+                    "the offset store answered fewer queues than it was asked".into(),
+                ))
+            });
             match answer {
                 Ok(()) => {
                     if why == Persisting::AtOnce {

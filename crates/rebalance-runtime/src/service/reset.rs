@@ -39,7 +39,9 @@ impl Service {
     /// Applies a reset to the queues this client holds (the others are someone else's, or
     /// nobody's: ignored, as the Java client does). Each is released with the new offset as its
     /// final one, so its consumer stops and drops what it buffered and nothing it still
-    /// commits is persisted; then a round takes it again at once, from the new offset.
+    /// commits is persisted; then a round takes it again at once, from the new offset. A queue
+    /// still being released, or whose refused final offset is still retried, is not anyone
+    /// else's yet: the reset becomes its final offset.
     pub(super) async fn reset_offsets(&mut self, reset: OffsetReset) {
         let mut by_topic: BTreeMap<String, Vec<(MessageQueue, RemovalReason)>> = BTreeMap::new();
         let mut ignored = 0usize;
@@ -65,6 +67,20 @@ impl Service {
                     }
                     self.reset_starts.insert(queue, offset);
                     superseded = true;
+                }
+                // Being released (a batch still running, or its release not finished): nobody
+                // else holds it yet, so nobody else applies the reset, and the final offset
+                // its release writes is the reset one (as if it came just before the release).
+                Some(_) if offset >= 0 => {
+                    tracing::info!(queue = ?queue, offset, "offset reset of a queue being released: its final offset is the new one");
+                    self.table.set_reset(&queue, offset);
+                    self.reset_starts.insert(queue, offset);
+                    superseded = true;
+                }
+                // Released, its final offset refused and still retried under our lock: the
+                // retry writes the reset offset instead.
+                None if offset >= 0 && self.final_offsets.reset(&queue, offset) => {
+                    tracing::info!(queue = ?queue, offset, "offset reset of a released queue whose final offset is still pending: the new offset replaces it");
                 }
                 _ => ignored += 1,
             }

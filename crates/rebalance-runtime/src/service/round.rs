@@ -374,8 +374,9 @@ impl Service {
     }
 
     /// Releases `queues` of `topic`: announce the held ones (for their reason), wait for the
-    /// consumer (ordered), persist the last offset, unlock, forget. Returns how many could not
-    /// be finished yet.
+    /// consumer (ordered), persist the last offset (not when the membership lapsed, nor when
+    /// the queue's lock was no longer trusted as its release began), unlock, forget. Returns how
+    /// many could not be finished yet.
     pub(super) async fn release(
         &mut self,
         topic: &str,
@@ -427,6 +428,11 @@ impl Service {
         let mut busy = 0;
         for (queue, Releasing { release, state, .. }) in releasing {
             let write_final = self.may_write_final(&release);
+            // A lock no longer trusted when the release began (the broker refused its renewal:
+            // someone else holds it; or renewals went unanswered for `lock_lifetime`) may have a
+            // new holder, whose progress may be further than ours: nothing lands over it, as no
+            // retry of a refused final offset does.
+            let lock_gone = locks.is_some() && state.lock_expired(release.since);
             if locks.is_some() {
                 let deadline = release.since + self.ctx.intervals.force_unlock_after;
                 let free = match mode {
@@ -448,8 +454,10 @@ impl Service {
             }
             if !write_final {
                 tracing::info!(topic, queue = ?queue, "not writing the final offset: this client's membership lapsed since the queue's progress was made");
+            } else if lock_gone {
+                tracing::warn!(topic, queue = ?queue, "not writing the final offset: the queue's lock was no longer ours when it was released, and its next owner may be further; it resumes from the last stored offset");
             }
-            leaving.push((queue, state, write_final));
+            leaving.push((queue, state, write_final && !lock_gone));
         }
         // Read once each is free to go: an ordered batch may have committed while waited for.
         let finals: Vec<(MessageQueue, i64)> = leaving
