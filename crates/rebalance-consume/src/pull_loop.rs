@@ -420,6 +420,14 @@ impl PullLoop {
                 self.pq.reset(next_offset);
                 self.pending.clear();
                 self.retries.clear();
+                // The old buffer's batches still waiting for a worker go too (as the Java
+                // client drops the process queue): flow control no longer counts them, and a
+                // source moving the offset again and again would otherwise pile up a buffer's
+                // worth in the work queue at each move.
+                if let Mode::Concurrent { work } = &self.shared.mode {
+                    let withdrawn = work.withdraw(&self.link, self.pq.epoch());
+                    tracing::debug!(queue = ?queue, withdrawn, "withdrew the old buffer's batches waiting for a worker");
+                }
                 // Persisted at once, not at the next tick: a crash before it would resume from
                 // the old offset, which the source no longer serves (or an operator reset).
                 self.lease.persist_now(next_offset.max(0));

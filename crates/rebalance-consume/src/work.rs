@@ -129,6 +129,29 @@ impl WorkQueue {
         Some(taken)
     }
 
+    /// Withdraws the waiting messages of `link` taken before its buffer's `epoch` (the source
+    /// moved the queue's offset: they are no longer buffered, and their acknowledgements would
+    /// be ignored); returns how many. A batch a worker took already runs on.
+    pub(crate) fn withdraw(&self, link: &Arc<LeaseLink>, epoch: u64) -> usize {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut withdrawn = 0;
+        queue.waiting.retain(|pending| {
+            let old = Arc::ptr_eq(&pending.link, link) && pending.epoch < epoch;
+            if old {
+                withdrawn += pending.messages.len();
+            }
+            !old
+        });
+        withdrawn
+    }
+
+    /// How many messages wait (for tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.waiting.iter().map(|p| p.messages.len()).sum()
+    }
+
     /// The next batch, moved into `into` (which must be empty); `None` once `stop` is
     /// cancelled.
     pub(crate) async fn next(

@@ -7,10 +7,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::PullLoop;
 use crate::activity::Activity;
-use crate::shared::Shared;
+use crate::shared::{Mode, Shared};
 use crate::testing::lease;
 use crate::testing::{OrderlyRecorder, Recorder, TestSource, concurrent, orderly, queue};
-use crate::{ConsumeOptions, PullError, PullResult};
+use crate::{ConsumeOptions, Message, PullError, PullResult};
 use rebalance_runtime::testing::DetachedLease;
 use rebalance_runtime::{QueueLease, RemoteError, StartPosition};
 
@@ -783,5 +783,58 @@ async fn a_loop_whose_lease_is_no_longer_trusted_neither_pulls_nor_consumes() {
     assert!(pulls_after.is_empty(), "pulled untrusted: {pulls_after:?}");
     detached.cancel();
     task.await.unwrap();
+    stop.cancel();
+}
+
+/// A source that answers "offset moved" again and again, between answers that fill the buffer
+/// (found by review): each move emptied the buffer, but the old buffer's batches stayed in the
+/// work queue, which flow control does not see; the loop pulled a buffer's worth again at
+/// once, and the work queue grew by one buffer per move, without bound, behind a slow listener.
+/// The old buffer's batches are withdrawn (as the Java client drops the process queue): their
+/// acknowledgements would be ignored anyway.
+#[tokio::test(start_paused = true)]
+async fn a_moved_offset_withdraws_the_old_buffers_batches_from_the_work_queue() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    let moves = 50;
+    source.with(|s| {
+        for _ in 0..moves {
+            s.scripted.push_back(Ok(PullResult::Found {
+                messages: (0..9).map(|o| Message::new(q.clone(), o, "x")).collect(),
+                next_offset: 9,
+                min_offset: 0,
+                max_offset: 9,
+            }));
+            s.scripted
+                .push_back(Ok(PullResult::OffsetMoved { next_offset: 0 }));
+        }
+    });
+    let stop = CancellationToken::new();
+    // The one worker is busy with the first message for an hour.
+    let recorder = Arc::new(Recorder {
+        delay: Duration::from_secs(3600),
+        ..Recorder::default()
+    });
+    let options = ConsumeOptions {
+        consume_concurrency: 1,
+        queue_max_messages: 10,
+        ..ConsumeOptions::default()
+    };
+    let shared = concurrent(source.clone(), recorder.clone(), options, &stop);
+    let (lease, _token) = lease(&q, StartPosition::Offset(0));
+    let _task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(1)).await;
+    assert!(
+        source.pulls().len() > 2 * moves,
+        "every scripted answer was taken"
+    );
+    let Mode::Concurrent { work } = &shared.mode else {
+        unreachable!("a concurrent consumer")
+    };
+    assert!(
+        work.waiting() <= 10,
+        "{} messages wait in the work queue; the buffer's limit is 10",
+        work.waiting()
+    );
     stop.cancel();
 }
