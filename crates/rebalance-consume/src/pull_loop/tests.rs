@@ -838,3 +838,44 @@ async fn a_moved_offset_withdraws_the_old_buffers_batches_from_the_work_queue() 
     );
     stop.cancel();
 }
+
+/// An ordered queue removed while its batch waits for a permit of the consumer's concurrency
+/// (found by review): its hand-off waited for that batch, so for the listener calls of other
+/// queues holding the permits (a hung one: forever), and then ran it, on a queue already
+/// removed. A batch that has no permit when its lease ends is given up, unprocessed.
+#[tokio::test(start_paused = true)]
+async fn an_ordered_queue_waiting_for_a_permit_is_handed_off_at_once() {
+    let source = Arc::new(TestSource::default());
+    let (busy, waiting) = (queue(0), queue(1));
+    source.append(&busy, 1);
+    source.append(&waiting, 3);
+    // One permit, which the busy queue's batch holds for an hour.
+    let recorder = Arc::new(OrderlyRecorder {
+        delay: Duration::from_secs(3600),
+        ..OrderlyRecorder::default()
+    });
+    let options = ConsumeOptions {
+        consume_concurrency: 1,
+        ..ConsumeOptions::default()
+    };
+    let shared = orderly(source.clone(), recorder.clone(), options);
+    let (busy_lease, _busy_token) = lease(&busy, StartPosition::Offset(0));
+    let _busy_task = spawn(&shared, &busy_lease);
+    sleep(Duration::from_millis(10)).await;
+    let (lease, token) = lease(&waiting, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_millis(10)).await;
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("the hand-off does not wait for another queue's listener call")
+        .unwrap();
+    assert_eq!(lease.committed(), Some(0), "nothing of it consumed");
+    sleep(Duration::from_secs(7200)).await;
+    let consumed: Vec<i64> = recorder.offsets();
+    assert_eq!(
+        consumed,
+        vec![0],
+        "only the busy queue's message reached the listener"
+    );
+}
