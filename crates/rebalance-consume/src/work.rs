@@ -129,20 +129,17 @@ impl WorkQueue {
         Some(taken)
     }
 
-    /// Withdraws the waiting messages of `link` taken before its buffer's `epoch` (the source
-    /// moved the queue's offset: they are no longer buffered, and their acknowledgements would
-    /// be ignored); returns how many. A batch a worker took already runs on.
-    pub(crate) fn withdraw(&self, link: &Arc<LeaseLink>, epoch: u64) -> usize {
-        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut withdrawn = 0;
-        queue.waiting.retain(|pending| {
-            let old = Arc::ptr_eq(&pending.link, link) && pending.epoch < epoch;
-            if old {
-                withdrawn += pending.messages.len();
-            }
-            !old
-        });
-        withdrawn
+    /// How many messages of `link` from before its buffer's `epoch` wait for a worker (the
+    /// source moved the queue's offset since they were pulled: the loop's buffer, so its flow
+    /// control, no longer counts them).
+    pub(crate) fn waiting_before(&self, link: &Arc<LeaseLink>, epoch: u64) -> usize {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue
+            .waiting
+            .iter()
+            .filter(|pending| Arc::ptr_eq(&pending.link, link) && pending.epoch < epoch)
+            .map(|pending| pending.messages.len())
+            .sum()
     }
 
     /// How many messages wait (for tests).
