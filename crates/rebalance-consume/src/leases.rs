@@ -16,7 +16,7 @@ use tracing::Instrument;
 use super::ConsumeOptions;
 use super::activity::Activity;
 use super::calls::PULL_GRACE;
-use super::config::{MAX_DENIED_DELAY, PULL_EXPIRY};
+use super::config::{PULL_ERROR_DELAY, PULL_EXPIRY};
 use super::link::LeaseLink;
 use super::pull_loop::PullLoop;
 use super::shared::Shared;
@@ -25,14 +25,14 @@ use rebalance_runtime::{ListenerError, QueueLease, QueueListener, ReadMode, Remo
 /// How often loops are checked for having stopped pulling.
 const WATCH_EVERY: Duration = Duration::from_secs(20);
 
-/// How long a pull loop may go without pulling before it counts as stalled: [`PULL_EXPIRY`],
-/// or longer when its pulls may take longer: a pull held for the whole `pull_suspend`, cut short
-/// [`PULL_GRACE`] after it, and the longest wait before the next ([`MAX_DENIED_DELAY`]).
-fn stalled_after(options: &ConsumeOptions) -> Duration {
+/// How long a pull loop waiting for a pull's answer may go without activity before it counts
+/// as stalled: [`PULL_EXPIRY`], or longer when the pull may take longer (held for the whole
+/// `pull_suspend`, and cut short [`PULL_GRACE`] after it), with [`PULL_ERROR_DELAY`]'s margin.
+fn stalled_pulling_after(options: &ConsumeOptions) -> Duration {
     let longest = options
         .pull_suspend
         .saturating_add(PULL_GRACE)
-        .saturating_add(MAX_DENIED_DELAY);
+        .saturating_add(PULL_ERROR_DELAY);
     PULL_EXPIRY.max(longest)
 }
 
@@ -131,9 +131,9 @@ impl Leases {
         }
     }
 
-    /// Retires the loops of live leases that have not pulled for [`PULL_EXPIRY`] (longer when
-    /// `pull_suspend` lets a pull take longer, see [`stalled_after`]) and have no batch in the
-    /// listener: each stops pulling, lets its batches finish (a running listener
+    /// Retires the loops of live leases that have not pulled for [`PULL_EXPIRY`] (while a pull
+    /// waits for its answer, longer when `pull_suspend` lets it take longer, see
+    /// [`stalled_pulling_after`]) and have no batch in the listener: each stops pulling, lets its batches finish (a running listener
     /// call is never cancelled) and commits them; then its task starts a fresh loop, from the
     /// lease's committed offset. A removal awaits the task, so its hand-off covers both.
     ///
@@ -141,7 +141,7 @@ impl Leases {
     /// its lease is cancelled) gets a new task at once, from the lease's committed offset: a
     /// held queue is never left unconsumed.
     pub(crate) fn restart_stalled(&self) -> usize {
-        let stalled_after = stalled_after(&self.shared.options);
+        let stalled_pulling_after = stalled_pulling_after(&self.shared.options);
         let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
         let mut restarted = 0;
         for running in loops.values_mut().flatten() {
@@ -163,6 +163,11 @@ impl Leases {
             }
             let Current { link, activity } = running.current();
             let idle = activity.idle();
+            let stalled_after = if activity.is_pulling() {
+                stalled_pulling_after
+            } else {
+                PULL_EXPIRY
+            };
             if activity.is_retired() || link.in_flight() > 0 || idle < stalled_after {
                 continue;
             }
@@ -489,6 +494,38 @@ mod tests {
         sleep(Duration::from_secs(150)).await;
         assert_eq!(source.pulls().len(), 1, "one pull, held");
         assert_eq!(leases.restart_stalled(), 0, "the loop waits for its pull");
+        sleep(Duration::from_secs(100)).await;
+        assert_eq!(
+            source.pulls().len(),
+            2,
+            "pulled again once the first answered"
+        );
+        assert_eq!(leases.restart_stalled(), 0);
+        stop.cancel();
+    }
+
+    /// However long `pull_suspend`, a loop stuck elsewhere than in a pull (an offset lookup
+    /// that never answers) is restarted after [`PULL_EXPIRY`].
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_lookup_is_restarted_whatever_the_pull_suspend() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.hang_lookups = true);
+        let q = queue(0);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let options = ConsumeOptions {
+            pull_suspend: Duration::from_secs(3600),
+            ..ConsumeOptions::default()
+        };
+        let shared = concurrent(source.clone(), listener, options, &stop);
+        let leases = Leases::new(shared);
+        let (lease, _token) = lease(&q, StartPosition::Earliest);
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(121)).await;
+        assert_eq!(leases.restart_stalled(), 1);
         stop.cancel();
     }
 }

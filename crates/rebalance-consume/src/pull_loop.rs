@@ -187,6 +187,7 @@ impl PullLoop {
                         self.held = false;
                         pull_sent = now;
                         pull = Some(self.pull());
+                        self.activity.set_pulling(true);
                     }
                 }
             }
@@ -244,6 +245,7 @@ impl PullLoop {
                 }
                 result = in_slot(&mut pull) => {
                     pull = None;
+                    self.activity.set_pulling(false);
                     pull_at = self.on_pull(result, pull_sent);
                 }
                 _ = in_slot(&mut timer) => {}
