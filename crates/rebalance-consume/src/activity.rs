@@ -22,6 +22,8 @@ pub(crate) struct Activity {
     base: Instant,
     last_ms: AtomicU64,
     busy: AtomicBool,
+    /// Whether the loop waits for a pull's answer (which `calls::pull` bounds).
+    pulling: AtomicBool,
     retire: CancellationToken,
 }
 
@@ -31,6 +33,7 @@ impl Activity {
             base: Instant::now(),
             last_ms: AtomicU64::new(0),
             busy: AtomicBool::new(false),
+            pulling: AtomicBool::new(false),
             retire: CancellationToken::new(),
         }
     }
@@ -47,6 +50,18 @@ impl Activity {
         if self.busy.swap(busy, Ordering::Relaxed) && !busy {
             self.touch();
         }
+    }
+
+    /// Records whether the loop waits for a pull's answer; the answer counts as activity.
+    pub(crate) fn set_pulling(&self, pulling: bool) {
+        if self.pulling.swap(pulling, Ordering::Relaxed) && !pulling {
+            self.touch();
+        }
+    }
+
+    /// Whether the loop waits for a pull's answer.
+    pub(crate) fn is_pulling(&self) -> bool {
+        self.pulling.load(Ordering::Relaxed)
     }
 
     /// How long the loop has been idle: zero while a batch of it is in the listener.

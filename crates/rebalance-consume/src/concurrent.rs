@@ -16,6 +16,10 @@ use super::{ConcurrentContext, ConcurrentListener, Message, SendBack, property};
 use rebalance_runtime::containment::caught;
 use rebalance_runtime::subscription::is_retry_topic;
 
+/// The most messages a worker reserves room for as it starts (its buffer grows when a batch
+/// is larger): a pull's default of 32 is far below.
+const MAX_RESERVED_BATCH: usize = 1024;
+
 /// One worker: consumes batches until `stop` is cancelled (finishing the batch in hand).
 pub(crate) async fn run_worker(
     shared: Arc<Shared>,
@@ -27,7 +31,10 @@ pub(crate) async fn run_worker(
     // its node, which every worker of the consumer would otherwise lock, from every thread.
     let stop = stop.child_token();
     let size = shared.options.consume_batch_size;
-    let mut messages = Vec::with_capacity(size);
+    // Room for one batch, which never holds more than one pull's messages: never the batch size
+    // itself, which may be far more than any pull (up to `usize::MAX`).
+    let pull = usize::try_from(shared.options.pull_batch_size).unwrap_or(usize::MAX);
+    let mut messages = Vec::with_capacity(size.min(pull).min(MAX_RESERVED_BATCH));
     let mut context = None;
     while let Some(taken) = work.next(size, &mut messages, &stop).await {
         consume(&shared, &*listener, &taken, &mut messages, &mut context).await;
@@ -467,6 +474,41 @@ mod tests {
             ],
             "the first two are taken by the loop while the third is in the listener"
         );
+    }
+
+    /// A batch size larger than any pull's (found by review): each worker reserved room for
+    /// that many messages as it started, so `usize::MAX` panicked every worker (the consumer
+    /// pulled and never consumed) and a large one reserved gigabytes per worker, or aborted the
+    /// process. A worker reserves room for one pull's messages at most.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_size_larger_than_any_pull_is_consumed() {
+        let source = Arc::new(TestSource::default());
+        let options = ConsumeOptions {
+            consume_batch_size: usize::MAX,
+            ..ConsumeOptions::default()
+        };
+        let shared = Arc::new(shared(source, false, options));
+        let q = MessageQueue::new("T", "b", 0);
+        let (link, mut acks) = link(&q);
+        let work = Arc::new(WorkQueue::default());
+        work.push(
+            link,
+            0,
+            (0..4).map(|o| Message::new(q.clone(), o, "x")).collect(),
+        );
+        let stop = CancellationToken::new();
+        let worker = tokio::spawn(run_worker(
+            shared,
+            Arc::new(Seen::default()),
+            work,
+            stop.clone(),
+        ));
+        let ack = tokio::time::timeout(Duration::from_secs(1), acks.recv())
+            .await
+            .expect("the pull's messages are consumed, as one batch");
+        assert_eq!((ack.first, ack.last, ack.finished), (0, 3, 1));
+        stop.cancel();
+        worker.await.expect("the worker ends normally");
     }
 
     #[tokio::test(start_paused = true)]

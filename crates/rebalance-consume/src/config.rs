@@ -29,7 +29,9 @@ pub const EMPTY_PULL_SPACING: Duration = Duration::from_secs(1);
 /// How long a message whose send-back failed waits before it is consumed again locally.
 pub const LOCAL_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// A pull loop that has not pulled (nor checked its flow control) for this long is restarted
-/// (Java: `PULL_MAX_IDLE_TIME`).
+/// (Java: `PULL_MAX_IDLE_TIME`); while it waits for a pull's answer, for longer when the pull
+/// may take longer (a `pull_suspend` over 102 s: the suspension, 15 s more before the pull is
+/// cut short, and 3 s of margin).
 pub const PULL_EXPIRY: Duration = Duration::from_secs(120);
 /// The delay level of a message sent back because its consumption timed out (Java: 3, 10 s).
 pub const EXPIRED_DELAY_LEVEL: i32 = 3;
@@ -37,6 +39,11 @@ pub const EXPIRED_DELAY_LEVEL: i32 = 3;
 pub const MIN_SUSPEND: Duration = Duration::from_millis(10);
 /// The longest suspension of an ordered queue.
 pub const MAX_SUSPEND: Duration = Duration::from_secs(30);
+
+/// The most batches a consumer may consume at once ([`ConsumeOptions::consume_concurrency`]):
+/// a concurrent consumer runs a worker each, and an ordered one's permits are a tokio
+/// semaphore's (the Java client allows 1,000 threads).
+pub const MAX_CONSUME_CONCURRENCY: usize = 65_536;
 
 /// How a [`PushConsumer`](super::PushConsumer) pulls, buffers and consumes. Every field has
 /// the Java push consumer's default; [`validate`](Self::validate) checks a value before use.
@@ -53,7 +60,8 @@ pub const MAX_SUSPEND: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ConsumeOptions {
-    /// How many batches are consumed at once, over every queue (20: `consumeThreadMax`).
+    /// How many batches are consumed at once, over every queue (20: `consumeThreadMax`); at
+    /// most [`MAX_CONSUME_CONCURRENCY`].
     pub consume_concurrency: usize,
     /// At most this many messages per listener call (1: `consumeMessageBatchMaxSize`).
     pub consume_batch_size: usize,
@@ -131,10 +139,21 @@ pub enum ConsumeOptionsError {
     /// `max_reconsume_times` is negative.
     #[error("consume option `max_reconsume_times` is {0}; it must be 0 or more")]
     NegativeReconsumeTimes(i32),
+    /// A count is more than can work.
+    #[error("consume option `{name}` is {value}; it must be at most {max}")]
+    TooLarge {
+        /// The option.
+        name: &'static str,
+        /// Its value.
+        value: usize,
+        /// The largest it may be.
+        max: usize,
+    },
 }
 
 impl ConsumeOptions {
-    /// Checks that counts and the consume timeout are positive.
+    /// Checks that counts and the consume timeout are positive, and that
+    /// `consume_concurrency` is at most [`MAX_CONSUME_CONCURRENCY`].
     pub fn validate(&self) -> Result<(), ConsumeOptionsError> {
         let zero = [
             ("consume_concurrency", self.consume_concurrency == 0),
@@ -156,6 +175,13 @@ impl ConsumeOptions {
             return Err(ConsumeOptionsError::NegativeReconsumeTimes(
                 self.max_reconsume_times,
             ));
+        }
+        if self.consume_concurrency > MAX_CONSUME_CONCURRENCY {
+            return Err(ConsumeOptionsError::TooLarge {
+                name: "consume_concurrency",
+                value: self.consume_concurrency,
+                max: MAX_CONSUME_CONCURRENCY,
+            });
         }
         Ok(())
     }
@@ -198,6 +224,22 @@ mod tests {
             no_long_polling.validate(),
             Err(ConsumeOptionsError::Zero("pull_suspend"))
         );
+        let too_many = ConsumeOptions {
+            consume_concurrency: MAX_CONSUME_CONCURRENCY + 1,
+            ..ConsumeOptions::default()
+        };
+        assert!(matches!(
+            too_many.validate(),
+            Err(ConsumeOptionsError::TooLarge {
+                name: "consume_concurrency",
+                ..
+            })
+        ));
+        let most = ConsumeOptions {
+            consume_concurrency: MAX_CONSUME_CONCURRENCY,
+            ..ConsumeOptions::default()
+        };
+        assert_eq!(most.validate(), Ok(()));
         let zero = ConsumeOptions {
             topic_max_bytes: Some(0),
             ..ConsumeOptions::default()

@@ -21,6 +21,9 @@ pub(crate) enum Limit {
     Bytes { buffered: u64, limit: u64 },
     /// The buffered messages span too many offsets (concurrent consumption).
     Span { span: i64, limit: i64 },
+    /// Messages pulled before the source moved the queue's offset still wait for a worker
+    /// (concurrent consumption; the buffer no longer counts them).
+    Moved { waiting: usize },
 }
 
 impl fmt::Display for Limit {
@@ -34,6 +37,12 @@ impl fmt::Display for Limit {
             }
             Limit::Span { span, limit } => {
                 write!(f, "buffered messages span {span} offsets, limit {limit}")
+            }
+            Limit::Moved { waiting } => {
+                write!(
+                    f,
+                    "{waiting} messages pulled before the offset moved still wait for a worker"
+                )
             }
         }
     }

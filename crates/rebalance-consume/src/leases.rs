@@ -13,8 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::ConsumeOptions;
 use super::activity::Activity;
-use super::config::PULL_EXPIRY;
+use super::calls::PULL_GRACE;
+use super::config::{PULL_ERROR_DELAY, PULL_EXPIRY};
 use super::link::LeaseLink;
 use super::pull_loop::PullLoop;
 use super::shared::Shared;
@@ -22,6 +24,17 @@ use rebalance_runtime::{ListenerError, QueueLease, QueueListener, ReadMode, Remo
 
 /// How often loops are checked for having stopped pulling.
 const WATCH_EVERY: Duration = Duration::from_secs(20);
+
+/// How long a pull loop waiting for a pull's answer may go without activity before it counts
+/// as stalled: [`PULL_EXPIRY`], or longer when the pull may take longer (held for the whole
+/// `pull_suspend`, and cut short [`PULL_GRACE`] after it), with [`PULL_ERROR_DELAY`]'s margin.
+fn stalled_pulling_after(options: &ConsumeOptions) -> Duration {
+    let longest = options
+        .pull_suspend
+        .saturating_add(PULL_GRACE)
+        .saturating_add(PULL_ERROR_DELAY);
+    PULL_EXPIRY.max(longest)
+}
 
 /// The loop a lease's task runs now (a new one after each restart).
 #[derive(Clone)]
@@ -118,8 +131,9 @@ impl Leases {
         }
     }
 
-    /// Retires the loops of live leases that have not pulled for [`PULL_EXPIRY`] and have no
-    /// batch in the listener: each stops pulling, lets its batches finish (a running listener
+    /// Retires the loops of live leases that have not pulled for [`PULL_EXPIRY`] (while a pull
+    /// waits for its answer, longer when `pull_suspend` lets it take longer, see
+    /// [`stalled_pulling_after`]) and have no batch in the listener: each stops pulling, lets its batches finish (a running listener
     /// call is never cancelled) and commits them; then its task starts a fresh loop, from the
     /// lease's committed offset. A removal awaits the task, so its hand-off covers both.
     ///
@@ -127,6 +141,7 @@ impl Leases {
     /// its lease is cancelled) gets a new task at once, from the lease's committed offset: a
     /// held queue is never left unconsumed.
     pub(crate) fn restart_stalled(&self) -> usize {
+        let stalled_pulling_after = stalled_pulling_after(&self.shared.options);
         let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
         let mut restarted = 0;
         for running in loops.values_mut().flatten() {
@@ -148,7 +163,12 @@ impl Leases {
             }
             let Current { link, activity } = running.current();
             let idle = activity.idle();
-            if activity.is_retired() || link.in_flight() > 0 || idle < PULL_EXPIRY {
+            let stalled_after = if activity.is_pulling() {
+                stalled_pulling_after
+            } else {
+                PULL_EXPIRY
+            };
+            if activity.is_retired() || link.in_flight() > 0 || idle < stalled_after {
                 continue;
             }
             tracing::warn!(queue = ?running.lease.queue(), ?idle, "the pull loop has not pulled for too long; restarting it");
@@ -448,6 +468,64 @@ mod tests {
         assert_eq!(lease.committed(), Some(3), "the restarted loop consumes");
         assert_eq!(leases.running(), 1);
         assert_eq!(leases.restart_stalled(), 0);
+        stop.cancel();
+    }
+
+    /// An idle queue whose pull the source holds for a `pull_suspend` longer than
+    /// [`PULL_EXPIRY`] (found by review): its loop counted as stalled while the pull was held,
+    /// and was restarted every 2 minutes.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_held_pull_is_not_a_stalled_loop() {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let options = ConsumeOptions {
+            pull_suspend: Duration::from_secs(200),
+            ..ConsumeOptions::default()
+        };
+        let shared = concurrent(source.clone(), listener, options, &stop);
+        let leases = Leases::new(shared);
+        let (lease, _token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(150)).await;
+        assert_eq!(source.pulls().len(), 1, "one pull, held");
+        assert_eq!(leases.restart_stalled(), 0, "the loop waits for its pull");
+        sleep(Duration::from_secs(100)).await;
+        assert_eq!(
+            source.pulls().len(),
+            2,
+            "pulled again once the first answered"
+        );
+        assert_eq!(leases.restart_stalled(), 0);
+        stop.cancel();
+    }
+
+    /// However long `pull_suspend`, a loop stuck elsewhere than in a pull (an offset lookup
+    /// that never answers) is restarted after [`PULL_EXPIRY`].
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_lookup_is_restarted_whatever_the_pull_suspend() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.hang_lookups = true);
+        let q = queue(0);
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let options = ConsumeOptions {
+            pull_suspend: Duration::from_secs(3600),
+            ..ConsumeOptions::default()
+        };
+        let shared = concurrent(source.clone(), listener, options, &stop);
+        let leases = Leases::new(shared);
+        let (lease, _token) = lease(&q, StartPosition::Earliest);
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(121)).await;
+        assert_eq!(leases.restart_stalled(), 1);
         stop.cancel();
     }
 }

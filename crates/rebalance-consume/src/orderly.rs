@@ -32,7 +32,7 @@ pub(crate) struct Done {
 }
 
 /// Consumes one batch in order: a permit of the consumer's concurrency, the lease's guard,
-/// then the listener.
+/// then the listener. A batch whose lease ends before it has a permit is not consumed.
 pub(crate) async fn consume(
     shared: Arc<Shared>,
     listener: Arc<dyn OrderlyListener>,
@@ -53,7 +53,17 @@ pub(crate) async fn consume(
         guard: None,
         _permit: permit,
     };
-    let Ok(permit) = permits.acquire_owned().await else {
+    // A lease that ends while its batch waits for a permit gives the batch up, unprocessed:
+    // its hand-off waits for batches in the listener, not for other queues' listener calls.
+    let permit = tokio::select! {
+        biased;
+        _ = lease.cancelled() => {
+            tracing::debug!(queue = ?lease.queue(), first, "the lease ended while its batch waited for a permit; the batch is given up");
+            return not_now(messages, None);
+        }
+        permit = permits.acquire_owned() => permit,
+    };
+    let Ok(permit) = permit else {
         return not_now(messages, None);
     };
     let Some(guard) = lease.consume_guard().await else {

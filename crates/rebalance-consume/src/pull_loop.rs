@@ -17,7 +17,7 @@ use super::calls;
 use super::config::{
     EMPTY_PULL_SPACING, FLOW_CONTROL_DELAY, LOCAL_RETRY_DELAY, PULL_ERROR_DELAY, THROTTLED_DELAY,
 };
-use super::flow::{FlowWarning, over_limit};
+use super::flow::{FlowWarning, Limit, over_limit};
 use super::link::{Ack, AckReceiver, LeaseLink, Tally};
 use super::orderly;
 use super::pause::PAUSED_RECHECK;
@@ -51,6 +51,9 @@ pub(crate) struct PullLoop {
     flow: FlowWarning,
     /// Whether the loop waits for its buffer to drain (flow control).
     held: bool,
+    /// Concurrent: whether batches pulled before the source moved the offset may still wait
+    /// for a worker (see [`moved_batches_waiting`](Self::moved_batches_waiting)).
+    moved: bool,
     /// The queue's largest offset in the last pull's answer (for the lag).
     max_offset: Option<i64>,
     /// This queue's share of its topic's buffer and lag gauges.
@@ -117,6 +120,7 @@ impl PullLoop {
             errors: ErrorLog::default(),
             flow: FlowWarning::default(),
             held: false,
+            moved: false,
             max_offset: None,
             gauges,
             untrusted: UntrustedWait::default(),
@@ -166,12 +170,14 @@ impl PullLoop {
                 self.activity.touch();
                 self.untrusted.resume(self.lease.queue());
                 let queues = self.shared.queues_of(&self.lease.queue().topic);
-                match over_limit(
+                let limit = over_limit(
                     &self.pq,
                     &self.shared.options,
                     queues,
                     self.shared.orderly(),
-                ) {
+                )
+                .or_else(|| self.moved_batches_waiting());
+                match limit {
                     Some(limit) => {
                         self.flow.hold(limit, self.lease.queue());
                         self.held = true;
@@ -181,6 +187,7 @@ impl PullLoop {
                         self.held = false;
                         pull_sent = now;
                         pull = Some(self.pull());
+                        self.activity.set_pulling(true);
                     }
                 }
             }
@@ -238,6 +245,7 @@ impl PullLoop {
                 }
                 result = in_slot(&mut pull) => {
                     pull = None;
+                    self.activity.set_pulling(false);
                     pull_at = self.on_pull(result, pull_sent);
                 }
                 _ = in_slot(&mut timer) => {}
@@ -293,7 +301,7 @@ impl PullLoop {
     }
 
     /// Whether a loop held by flow control may pull again before its 50 ms are up: its buffer
-    /// is back under every limit.
+    /// is back under every limit (and no batch pulled before an offset moved may still wait).
     fn drained(&self) -> bool {
         let queues = self.shared.queues_of(&self.lease.queue().topic);
         over_limit(
@@ -303,6 +311,24 @@ impl PullLoop {
             self.shared.orderly(),
         )
         .is_none()
+            && !self.moved
+    }
+
+    /// Concurrent, after the source moved the queue's offset: the messages pulled before the
+    /// move that still wait for a worker, as a limit while there are any. They are still
+    /// consumed (nothing in hand is given up), but the buffer no longer counts them: without
+    /// this, a source moving the offset again and again between answers that fill the buffer
+    /// would pile a buffer's worth more into the work queue at each move, without bound.
+    fn moved_batches_waiting(&mut self) -> Option<Limit> {
+        if !self.moved {
+            return None;
+        }
+        let Mode::Concurrent { work } = &self.shared.mode else {
+            return None;
+        };
+        let waiting = work.waiting_before(&self.link, self.pq.epoch());
+        self.moved = waiting > 0;
+        self.moved.then_some(Limit::Moved { waiting })
     }
 
     /// A pull from the next offset.
@@ -420,6 +446,9 @@ impl PullLoop {
                 self.pq.reset(next_offset);
                 self.pending.clear();
                 self.retries.clear();
+                // The old buffer's batches still waiting for a worker are still consumed, but
+                // no longer counted: no pull until they are taken.
+                self.moved = matches!(self.shared.mode, Mode::Concurrent { .. });
                 // Persisted at once, not at the next tick: a crash before it would resume from
                 // the old offset, which the source no longer serves (or an operator reset).
                 self.lease.persist_now(next_offset.max(0));

@@ -129,6 +129,26 @@ impl WorkQueue {
         Some(taken)
     }
 
+    /// How many messages of `link` from before its buffer's `epoch` wait for a worker (the
+    /// source moved the queue's offset since they were pulled: the loop's buffer, so its flow
+    /// control, no longer counts them).
+    pub(crate) fn waiting_before(&self, link: &Arc<LeaseLink>, epoch: u64) -> usize {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue
+            .waiting
+            .iter()
+            .filter(|pending| Arc::ptr_eq(&pending.link, link) && pending.epoch < epoch)
+            .map(|pending| pending.messages.len())
+            .sum()
+    }
+
+    /// How many messages wait (for tests).
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        let queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        queue.waiting.iter().map(|p| p.messages.len()).sum()
+    }
+
     /// The next batch, moved into `into` (which must be empty); `None` once `stop` is
     /// cancelled.
     pub(crate) async fn next(

@@ -2,7 +2,8 @@
 //! with the message it stored, as a broker does), on paused time: an ordered message past its
 //! limit goes straight to the dead letters; with an exclusive hand-off, a hung batch stalls only
 //! its own queue; `shutdown()` from inside a listener returns; a broadcasting consumer leaves
-//! the group's offsets alone while a clustering one's pulls carry them.
+//! the group's offsets alone while a clustering one's pulls carry them; a `consume_concurrency`
+//! past what can run is an error at `start()`.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -10,8 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rebalance_consume::memory::{ClusterMessages, OutgoingMessage, dlq_topic};
 use rebalance_consume::{
-    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, OrderlyContext,
-    OrderlyListener, OrderlyResult, PushConsumer, PushConsumerHandle,
+    ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeOptionsError, ConsumeResult,
+    Message, OrderlyContext, OrderlyListener, OrderlyResult, PushConsumer, PushConsumerError,
+    PushConsumerHandle,
 };
 use rebalance_core::MessageQueue;
 use rebalance_runtime::config::{Intervals, MessageModel};
@@ -325,4 +327,35 @@ async fn a_broadcasting_consumer_leaves_the_groups_offsets_alone() {
         }
         consumer.shutdown().await;
     }
+}
+
+/// A `consume_concurrency` past what can run (found by review): an ordered consumer's
+/// `start()` panicked making its permits (a tokio semaphore holds at most `usize::MAX >> 3`),
+/// and a concurrent one's spawned a worker each until memory ran out. It is an error at
+/// `start()`, as `validate` says.
+#[tokio::test(start_paused = true)]
+async fn a_consume_concurrency_past_what_can_run_is_an_error_at_start() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.consume_concurrency = usize::MAX;
+    let started = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()).intervals(intervals()))
+        .source(Arc::new(client))
+        .options(options)
+        .orderly(Arc::new(AlwaysSuspend::default()))
+        .start()
+        .await;
+    assert!(
+        matches!(
+            started,
+            Err(PushConsumerError::Options(ConsumeOptionsError::TooLarge {
+                name: "consume_concurrency",
+                ..
+            }))
+        ),
+        "{started:?}"
+    );
 }

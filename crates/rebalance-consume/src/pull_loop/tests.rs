@@ -7,10 +7,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::PullLoop;
 use crate::activity::Activity;
-use crate::shared::Shared;
+use crate::shared::{Mode, Shared};
 use crate::testing::lease;
 use crate::testing::{OrderlyRecorder, Recorder, TestSource, concurrent, orderly, queue};
-use crate::{ConsumeOptions, PullError, PullResult};
+use crate::{ConsumeOptions, Message, PullError, PullResult};
 use rebalance_runtime::testing::DetachedLease;
 use rebalance_runtime::{QueueLease, RemoteError, StartPosition};
 
@@ -784,4 +784,105 @@ async fn a_loop_whose_lease_is_no_longer_trusted_neither_pulls_nor_consumes() {
     detached.cancel();
     task.await.unwrap();
     stop.cancel();
+}
+
+/// A source that answers "offset moved" again and again, between answers that fill the buffer
+/// (found by review): each move emptied the buffer, but the old buffer's batches stayed in the
+/// work queue, which flow control does not see; the loop pulled a buffer's worth again at
+/// once, and the work queue grew by one buffer per move, without bound, behind a slow listener.
+/// After a move the loop pulls again only once the old buffer's batches are taken; they are
+/// still consumed.
+#[tokio::test(start_paused = true)]
+async fn a_moved_offset_does_not_let_the_old_buffer_pile_up_in_the_work_queue() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    let moves = 5;
+    source.with(|s| {
+        for _ in 0..moves {
+            s.scripted.push_back(Ok(PullResult::Found {
+                messages: (0..9).map(|o| Message::new(q.clone(), o, "x")).collect(),
+                next_offset: 9,
+                min_offset: 0,
+                max_offset: 9,
+            }));
+            s.scripted
+                .push_back(Ok(PullResult::OffsetMoved { next_offset: 0 }));
+        }
+    });
+    let stop = CancellationToken::new();
+    // One worker, a minute per message.
+    let recorder = Arc::new(Recorder {
+        delay: Duration::from_secs(60),
+        ..Recorder::default()
+    });
+    let options = ConsumeOptions {
+        consume_concurrency: 1,
+        queue_max_messages: 10,
+        ..ConsumeOptions::default()
+    };
+    let shared = concurrent(source.clone(), recorder.clone(), options, &stop);
+    let (lease, _token) = lease(&q, StartPosition::Offset(0));
+    let _task = spawn(&shared, &lease);
+    let Mode::Concurrent { work } = &shared.mode else {
+        unreachable!("a concurrent consumer")
+    };
+    for _ in 0..100 {
+        sleep(Duration::from_secs(30)).await;
+        assert!(
+            work.waiting() <= 10,
+            "{} messages wait in the work queue; the buffer's limit is 10",
+            work.waiting()
+        );
+    }
+    assert!(
+        source.pulls().len() > 2 * moves,
+        "every scripted answer was taken"
+    );
+    assert_eq!(
+        recorder.offsets().len(),
+        9 * moves,
+        "every message pulled was consumed, before the moves or after"
+    );
+    stop.cancel();
+}
+
+/// An ordered queue removed while its batch waits for a permit of the consumer's concurrency
+/// (found by review): its hand-off waited for that batch, so for the listener calls of other
+/// queues holding the permits (a hung one: forever), and then ran it, on a queue already
+/// removed. A batch that has no permit when its lease ends is given up, unprocessed.
+#[tokio::test(start_paused = true)]
+async fn an_ordered_queue_waiting_for_a_permit_is_handed_off_at_once() {
+    let source = Arc::new(TestSource::default());
+    let (busy, waiting) = (queue(0), queue(1));
+    source.append(&busy, 1);
+    source.append(&waiting, 3);
+    // One permit, which the busy queue's batch holds for an hour.
+    let recorder = Arc::new(OrderlyRecorder {
+        delay: Duration::from_secs(3600),
+        ..OrderlyRecorder::default()
+    });
+    let options = ConsumeOptions {
+        consume_concurrency: 1,
+        ..ConsumeOptions::default()
+    };
+    let shared = orderly(source.clone(), recorder.clone(), options);
+    let (busy_lease, _busy_token) = lease(&busy, StartPosition::Offset(0));
+    let _busy_task = spawn(&shared, &busy_lease);
+    sleep(Duration::from_millis(10)).await;
+    let (lease, token) = lease(&waiting, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_millis(10)).await;
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("the hand-off does not wait for another queue's listener call")
+        .unwrap();
+    assert_eq!(lease.committed(), Some(0), "nothing of it consumed");
+    sleep(Duration::from_secs(7200)).await;
+    let consumed: Vec<i64> = recorder.offsets();
+    assert_eq!(
+        consumed,
+        vec![0],
+        "only the busy queue's message reached the listener"
+    );
 }
