@@ -279,6 +279,10 @@ impl AckReceiver {
 
 impl Drop for AckReceiver {
     fn drop(&mut self) {
+        // Its loop is gone (handed off, or its task panicked or was aborted): no batch of it
+        // starts any more (a batch still queued for the workers is consumed by the queue's next
+        // loop, from the committed offset, not twice).
+        self.link.drop_lease();
         let left = self
             .link
             .inbox
@@ -520,6 +524,23 @@ mod tests {
         assert_eq!(acks.recv().await.first, 3);
         waiter.await.unwrap();
         assert_eq!(link.in_flight(), 0);
+    }
+
+    /// A loop gone without its hand-off (its task panicked, or was aborted) closes its link:
+    /// the workers start no batch still queued for it (found by review: they ran beside the
+    /// queue's next loop, which pulls the same messages again, and their reports were lost).
+    #[test]
+    fn a_receiver_dropped_closes_its_link() {
+        let link = Arc::new(LeaseLink::detached(
+            MessageQueue::new("T", "b", 0),
+            test_metrics(),
+        ));
+        let acks = AckReceiver::new(&link);
+        assert!(link.begin(), "a batch starts while its loop lives");
+        drop(acks);
+        assert!(link.is_dropped());
+        assert!(!link.begin(), "none once the loop is gone");
+        assert_eq!(link.reports_made(), None);
     }
 
     #[tokio::test(start_paused = true)]
