@@ -43,7 +43,7 @@ struct Inner {
     /// When each group's connections are checked for duplicate client ids.
     connection_checks: ConnectionChecks,
     /// When each broker was last heartbeated again after answering a pull "subscription not
-    /// latest".
+    /// latest", within the last `RESUBSCRIBE_INTERVAL` (older entries are dropped).
     resubscribed: DashMap<String, tokio::time::Instant>,
 }
 

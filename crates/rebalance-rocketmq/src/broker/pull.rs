@@ -326,10 +326,14 @@ impl BrokerClient {
     }
 
     /// Sends this client's registrations heartbeated at `addr` there again, at most once per
-    /// [`RESUBSCRIBE_INTERVAL`], on a task of its own.
+    /// [`RESUBSCRIBE_INTERVAL`], on a task of its own. Only the brokers heartbeated again within
+    /// the interval are remembered: brokers gone from the routes leave nothing behind.
     fn resubscribe(&self, addr: &str) {
         let now = Instant::now();
         let mut due = false;
+        self.inner
+            .resubscribed
+            .retain(|_, last| now.duration_since(*last) < RESUBSCRIBE_INTERVAL);
         self.inner
             .resubscribed
             .entry(addr.to_string())
@@ -601,6 +605,23 @@ mod tests {
                 "{stored} + {delta}"
             );
         }
+    }
+
+    /// Found by review: every broker address that ever answered "subscription not latest"
+    /// kept its entry for good, so brokers gone from the routes (or back at new addresses)
+    /// grew the table for the client's lifetime. Only the entries still within the interval
+    /// stay.
+    #[tokio::test(start_paused = true)]
+    async fn brokers_heartbeated_again_long_ago_are_forgotten() {
+        let name_server = crate::NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        let client = BrokerClient::new(name_server);
+        for n in 0..100 {
+            client.resubscribe(&format!("10.0.0.{n}:10911"));
+            tokio::time::advance(RESUBSCRIBE_INTERVAL).await;
+        }
+        client.resubscribe("10.0.1.1:10911");
+        client.resubscribe("10.0.1.2:10911");
+        assert_eq!(client.inner.resubscribed.len(), 2, "only the recent ones");
     }
 
     /// The body is decoded, re-filtered by tag (the broker filters by hash code only), the
