@@ -231,12 +231,15 @@ impl GroupDirectory for BrokerClient {
     /// fails is tried again by the next heartbeats, until the broker's own expiry of the client
     /// (130 s after the last heartbeat it was sent: its 120 s expiry, checked every 10 s). That
     /// is done only when every subscribed topic's route is known: a route that failed to come
-    /// says nothing about its brokers.
+    /// says nothing about its brokers. The brokers past that expiry are forgotten either way.
     async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
         let (addrs, route_error) = self.brokers_of(registration.topics()).await;
         let all = addrs.all();
+        // Forgets the brokers past their expiry whether or not every route came: one failing
+        // for long must not keep every address the other topics' brokers moved from.
+        let left = self.inner.registrations.left(registration, &all);
         let left = match route_error {
-            None => self.inner.registrations.left(registration, &all),
+            None => left,
             Some(_) => BTreeSet::new(),
         };
         let leaving = self.leave(registration, left);
@@ -401,6 +404,61 @@ fn consumer_list(response: &RemotingCommand) -> Result<Vec<ClientId>, RemoteErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A route naming broker `a` at `addr`.
+    fn route_at(addr: &str) -> rebalance_core::TopicRoute {
+        use rebalance_core::{BrokerData, QueueData};
+        rebalance_core::TopicRoute {
+            queue_datas: vec![QueueData {
+                broker_name: "a".into(),
+                read_queue_nums: 1,
+                write_queue_nums: 1,
+                perm: 6,
+                topic_sys_flag: 0,
+            }],
+            broker_datas: vec![BrokerData {
+                cluster: "c".into(),
+                broker_name: "a".into(),
+                broker_addrs: [(0, addr.to_string())].into(),
+            }],
+            order_topic_conf: None,
+        }
+    }
+
+    /// Found by review: while the route of a subscribed topic kept failing (a topic deleted but
+    /// still subscribed), the brokers heartbeated were never forgotten, even long after the
+    /// brokers themselves had forgotten the client: every address the other topics' brokers
+    /// moved to stayed for good. Those not heartbeated for the broker's expiry are forgotten
+    /// all the same.
+    #[tokio::test(start_paused = true)]
+    async fn brokers_long_left_are_forgotten_while_a_route_fails() {
+        use rebalance_runtime::subscription::Subscription;
+        let name_server = crate::NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        let brokers = BrokerClient::new(name_server.clone());
+        let registration = Registration {
+            client_id: "c".into(),
+            group: "G".into(),
+            message_model: Default::default(),
+            consume_order: Default::default(),
+            consume_from: Default::default(),
+            subscriptions: vec![Subscription::all("T"), Subscription::all("Gone")],
+        };
+        for n in 0..5 {
+            // Broker `a` of T moves to a new address each time; Gone's route never comes.
+            let addr = format!("127.0.0.1:{}", 2 + n);
+            name_server.routes().update("T", &route_at(&addr));
+            let _ = brokers.register(&registration).await;
+            assert_eq!(brokers.inner.registrations.heartbeated_at(&addr).len(), 1);
+            tokio::time::advance(super::super::registrations::BROKER_FORGETS_AFTER).await;
+        }
+        for n in 0..4 {
+            let addr = format!("127.0.0.1:{}", 2 + n);
+            assert!(
+                brokers.inner.registrations.heartbeated_at(&addr).is_empty(),
+                "{addr} not heartbeated for the broker's expiry"
+            );
+        }
+    }
 
     #[test]
     fn consumer_list_answers() {
