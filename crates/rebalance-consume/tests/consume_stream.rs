@@ -1004,3 +1004,74 @@ async fn a_seek_leaves_behind_the_lease_held_when_it_resets_not_the_one_before_i
     );
     handle.shutdown().await;
 }
+
+/// A seek refused (too many resets wait for the consumer's task) right after another seek of
+/// the same queue was made: the one made still holds, nothing of the position it left is
+/// yielded (found by review: the refused seek took back the left-behind mark of the one made,
+/// and the queue's buffered messages of the old position were yielded again).
+#[tokio::test(start_paused = true)]
+async fn a_seek_refused_does_not_undo_the_seek_made_before_it() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 3);
+    let mut stream = StreamConsumer::builder(GROUP)
+        .cluster(cluster.client("c1@1"))
+        .subscribe("T")
+        .start()
+        .await
+        .unwrap();
+    let handle = stream.handle().clone();
+    handle.ready(Duration::from_secs(10)).await.unwrap();
+    let mut queues: Vec<MessageQueue> = handle
+        .assignment()
+        .iter()
+        .filter(|q| &*q.topic == "T")
+        .cloned()
+        .collect();
+    queues.sort();
+    let (q0, q1, q2) = (queues[0].clone(), queues[1].clone(), queues[2].clone());
+    // A message of q1 held: the seek of q1 keeps the consumer's task in its hand-off.
+    cluster.send_to(&q1, OutgoingMessage::new("held")).unwrap();
+    let held = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.queue(), &q1);
+    for i in 0..5 {
+        cluster
+            .send_to(&q0, OutgoingMessage::new(format!("{i}")))
+            .unwrap();
+    }
+    sleep(Duration::from_secs(1)).await;
+    assert!(matches!(handle.seek(&q1, SeekTo::Beginning).await, Ok(0)));
+    sleep(Duration::from_millis(100)).await;
+    // The resets waiting fill up: 31 of q2, then q0's.
+    for _ in 0..31 {
+        assert!(matches!(handle.seek(&q2, SeekTo::Beginning).await, Ok(0)));
+    }
+    assert!(matches!(handle.seek(&q0, SeekTo::End).await, Ok(5)));
+    let refused = handle.seek(&q0, SeekTo::Beginning).await;
+    assert!(
+        matches!(refused, Err(SeekError::Consumer(_))),
+        "{refused:?}"
+    );
+    let next = tokio::time::timeout(Duration::from_secs(1), stream.next()).await;
+    assert!(
+        next.is_err(),
+        "nothing of q0's position before the seek made: {:?}",
+        next.map(|m| m.map(|m| (m.queue().clone(), m.queue_offset())))
+    );
+    held.ack();
+    let mut yielded = Vec::new();
+    while let Ok(Some(message)) = tokio::time::timeout(Duration::from_secs(5), stream.next()).await
+    {
+        yielded.push((message.queue().clone(), message.queue_offset()));
+        message.ack();
+    }
+    assert_eq!(
+        yielded,
+        vec![(q1.clone(), 0)],
+        "q1 replays from its beginning, q0 restarts from its end"
+    );
+    assert_eq!(handle.committed(&q0), Some(5));
+    handle.shutdown().await;
+}
