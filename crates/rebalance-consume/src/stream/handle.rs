@@ -155,11 +155,10 @@ impl StreamConsumerHandle {
     /// The offsets are looked up at the source: [`SeekTo::Offset`] must be within the queue's
     /// (as the Java client checks).
     pub async fn seek(&self, queue: &MessageQueue, to: SeekTo) -> Result<i64, SeekError> {
-        let lease = self
-            .push
-            .leases()
-            .lease_of(queue)
-            .ok_or_else(|| SeekError::NotHeld(queue.clone()))?;
+        let not_held = || SeekError::NotHeld(queue.clone());
+        if self.push.leases().lease_of(queue).is_none() {
+            return Err(not_held());
+        }
         let source = self.push.shared().source.clone();
         let lookup = |kind: &'static str, call| async move {
             match tokio::time::timeout(SEEK_LOOKUP_TIMEOUT, calls::lookup(kind, call)).await {
@@ -197,6 +196,10 @@ impl StreamConsumerHandle {
                 source,
             })?
             .max(0);
+        // The lease held now, not the one before the lookups: another seek (or a rebalance
+        // taking the queue away and back) may have replaced it meanwhile, and the reset applies
+        // to the one held when the runtime takes it.
+        let lease = self.push.leases().lease_of(queue).ok_or_else(not_held)?;
         // Nothing more of the old lease from now on, even before the runtime releases it.
         self.stale.mark(&lease);
         if let Err(e) = self.consumer().reset_offsets([(queue.clone(), offset)]) {

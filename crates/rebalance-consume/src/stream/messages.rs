@@ -161,6 +161,13 @@ impl Feed {
             return None;
         }
         let offset = message.queue_offset();
+        // Begun: reported as not processed unless yielded, also when the stream is dropped
+        // while the guard's await below yields (the hand-off would wait for it).
+        let mut begun = Begun {
+            link: &link,
+            epoch,
+            message: Some(message),
+        };
         let guard = match link.consume_guard(Instant::now()).await {
             Guard::Unneeded => None,
             // The guard's await may yield (a release waiting, tokio's cooperative budget), and
@@ -168,7 +175,7 @@ impl Feed {
             // after the seek returned. (No await follows, so none can come in between.)
             Guard::Held(guard) if self.stale.is_stale(link.lease()) => {
                 tracing::debug!(queue = ?link.queue(), offset, "a seek left the lease behind while the message waited for its guard; not yielded");
-                Self::withhold(&link, epoch, message, Some(guard));
+                begun.withhold(Some(guard));
                 return None;
             }
             Guard::Held(guard) => Some(guard),
@@ -176,10 +183,12 @@ impl Feed {
                 // As a worker's batch: buffered, consumed again locally once the lock is
                 // renewed, or by the next owner once handed off.
                 tracing::debug!(queue = ?link.queue(), offset, "no consume guard; the message waits");
-                Self::withhold(&link, epoch, message, None);
+                begun.withhold(None);
                 return None;
             }
         };
+        let message = begun.message.take()?;
+        drop(begun);
         Some(StreamMessage {
             message,
             ticket: Some(Ticket {
@@ -190,6 +199,34 @@ impl Feed {
                 since: Instant::now(),
             }),
         })
+    }
+}
+
+/// A message begun on its link ([`LeaseLink::begin`]) and not yielded yet: withheld when dropped
+/// so (the stream was dropped while it waited for its consume guard), as its hand-off waits for
+/// every message begun.
+struct Begun<'a> {
+    link: &'a LeaseLink,
+    epoch: u64,
+    /// `None` once yielded or withheld.
+    message: Option<Message>,
+}
+
+impl Begun<'_> {
+    /// Reports the message as not yielded (see [`Feed::withhold`]).
+    fn withhold(&mut self, guard: Option<rebalance_runtime::ConsumeGuard>) {
+        if let Some(message) = self.message.take() {
+            Feed::withhold(self.link, self.epoch, message, guard);
+        }
+    }
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if self.message.is_some() {
+            tracing::debug!(queue = ?self.link.queue(), "the stream was dropped while a message waited for its guard; not yielded");
+            self.withhold(None);
+        }
     }
 }
 

@@ -11,7 +11,9 @@ use rebalance_runtime::QueueLease;
 /// The leases whose messages the stream no longer yields although they are not cancelled yet.
 #[derive(Debug, Default)]
 pub(crate) struct StaleLeases {
-    leases: Mutex<Vec<QueueLease>>,
+    /// Each lease with how many seeks marked it and were not refused: a seek refused takes back
+    /// its own mark only, never that of a seek of the same lease made before it.
+    leases: Mutex<Vec<(QueueLease, usize)>>,
     /// How many are kept (read without the lock: none, almost always).
     count: AtomicUsize,
 }
@@ -20,17 +22,22 @@ impl StaleLeases {
     /// Stops yielding `lease`'s messages.
     pub(crate) fn mark(&self, lease: &QueueLease) {
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        leases.retain(|l| !l.is_cancelled());
-        if !leases.iter().any(|l| l.is_same_lease(lease)) {
-            leases.push(lease.clone());
+        leases.retain(|(l, _)| !l.is_cancelled());
+        match leases.iter_mut().find(|(l, _)| l.is_same_lease(lease)) {
+            Some((_, marks)) => *marks += 1,
+            None => leases.push((lease.clone(), 1)),
         }
         self.count.store(leases.len(), Ordering::Release);
     }
 
-    /// Yields `lease`'s messages again (its seek was refused).
+    /// Takes back one [`mark`](Self::mark) of `lease` (its seek was refused): its messages are
+    /// yielded again unless another seek marked it too.
     pub(crate) fn unmark(&self, lease: &QueueLease) {
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
-        leases.retain(|l| !l.is_same_lease(lease) && !l.is_cancelled());
+        if let Some((_, marks)) = leases.iter_mut().find(|(l, _)| l.is_same_lease(lease)) {
+            *marks = marks.saturating_sub(1);
+        }
+        leases.retain(|(l, marks)| *marks > 0 && !l.is_cancelled());
         self.count.store(leases.len(), Ordering::Release);
     }
 
@@ -45,9 +52,9 @@ impl StaleLeases {
         }
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
         // The cancelled ones need no entry: a cancelled lease is stale anyway.
-        leases.retain(|l| !l.is_cancelled());
+        leases.retain(|(l, _)| !l.is_cancelled());
         self.count.store(leases.len(), Ordering::Release);
-        leases.iter().any(|l| l.is_same_lease(lease))
+        leases.iter().any(|(l, _)| l.is_same_lease(lease))
     }
 }
 
@@ -70,6 +77,11 @@ mod tests {
         stale.mark(&old.lease());
         assert!(stale.is_stale(&old.lease()));
         assert!(!stale.is_stale(&new.lease()), "another lease of the queue");
+        stale.unmark(&old.lease());
+        assert!(
+            stale.is_stale(&old.lease()),
+            "marked by two seeks, one refused: the other holds"
+        );
         stale.unmark(&old.lease());
         assert!(!stale.is_stale(&old.lease()));
         stale.mark(&old.lease());

@@ -439,6 +439,47 @@ async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded
     assert!(!detached.guard_held(), "the guard is given back");
 }
 
+/// The stream dropped while its wait for a locked queue's consume guard yields (tokio's
+/// cooperative budget ran out at it): the message it began is not counted as yielded, so the
+/// hand-off does not wait for it (found by review: without `await_in_flight` the hand-off, and
+/// the shutdown, waited for it forever).
+#[tokio::test(start_paused = true)]
+async fn a_stream_dropped_while_it_waits_for_a_guard_leaves_the_hand_off_nothing_to_wait_for() {
+    let mut rig = Rig::new(ConsumeOptions::default());
+    let q = queue(0);
+    rig.source.append(&q, 4);
+    let detached = DetachedLease::locked(
+        q.clone(),
+        StartPosition::Offset(0),
+        Instant::now() + Duration::from_secs(3600),
+        Duration::from_secs(60),
+    );
+    let (lease, detached) = rig.hold(detached).await;
+    let m0 = rig.take(1).await.pop().unwrap();
+    {
+        let next = rig.stream.next();
+        tokio::pin!(next);
+        let mut spent = 0;
+        while tokio::task::coop::has_budget_remaining() && spent < 10_000 {
+            tokio::task::consume_budget().await;
+            spent += 1;
+        }
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await;
+        assert!(first.is_pending(), "the guard's wait yielded");
+    }
+    // The application drops the stream there.
+    rig.stream = Box::pin(futures_util::stream::empty());
+    m0.ack();
+    detached.cancel();
+    let removal = rig.remove(&q);
+    timeout(Duration::from_secs(60), removal)
+        .await
+        .expect("the hand-off waits for no message the stream never yielded")
+        .unwrap();
+    assert_eq!(lease.committed(), Some(1), "only what was acknowledged");
+    assert!(!detached.guard_held(), "no guard is held");
+}
+
 /// An ordered stream over the pull loops, on a [`TestSource`].
 struct OrderedRig {
     source: Arc<TestSource>,
