@@ -165,6 +165,40 @@ async fn pulls_keep_to_the_limits_and_the_tag_filter() {
     ));
 }
 
+/// A broker filters by the tag's hash code (Java's `String.hashCode`), not by the tag: a tag
+/// with the subscribed tag's hash ("Aa" and "BB" both hash to 2112) passes the broker, and the
+/// client re-filters it (rocketmq-consume.md §1, `PullAPIWrapper.processPullResult`). The pull
+/// answers found, with none left, and the offset after the colliding message; it is not held.
+#[tokio::test(start_paused = true)]
+async fn a_tag_of_the_same_hash_passes_the_broker_and_is_filtered_by_the_client() {
+    let (cluster, client) = setup();
+    for tag in ["BB", "BB", "Aa", "C"] {
+        cluster
+            .send_to(&queue("T", 0), OutgoingMessage::new("x").with_tags(tag))
+            .unwrap();
+    }
+    let aa = TagExpression::parse("Aa").unwrap();
+    let request = PullRequest::new(GROUP, queue("T", 0), 0, aa.clone()).with_limits(2, 1 << 20);
+    let started = Instant::now();
+    let result = client.pull(&request).await.unwrap();
+    assert_eq!(started.elapsed(), Duration::ZERO, "found: not held");
+    assert_eq!(
+        result,
+        PullResult::Found {
+            messages: Vec::new(),
+            next_offset: 2,
+            min_offset: 0,
+            max_offset: 4,
+        },
+        "two messages passed the broker's hash filter, none the client's"
+    );
+    let next = PullRequest::new(GROUP, queue("T", 0), 2, aa);
+    let result = client.pull(&next).await.unwrap();
+    let offsets: Vec<i64> = found(&result).iter().map(Message::queue_offset).collect();
+    assert_eq!(offsets, [2]);
+    assert!(matches!(result, PullResult::Found { next_offset: 4, .. }));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_held_pull_wakes_when_a_message_arrives() {
     let (cluster, client) = setup();

@@ -276,3 +276,34 @@ async fn starts_filters_refusals_and_faults() {
     tokio::task::yield_now().await;
     assert_eq!(pop(&client, &all(0)).await.len(), 1, "revived");
 }
+
+/// A broker filters a pop by the tag's hash code ("Aa" and "BB" both hash to 2112): the
+/// message of the colliding tag is popped too, and comes back as a filtered one, with its
+/// handle, for the client to acknowledge (rocketmq-pop-litepull.md §1.3: the client
+/// re-filters by tag and acks what it drops).
+#[tokio::test(start_paused = true)]
+async fn a_tag_of_the_same_hash_is_popped_and_returned_filtered() {
+    let (cluster, client) = setup(1);
+    for tag in ["BB", "Aa", "C"] {
+        cluster
+            .send("T", OutgoingMessage::new(tag).with_tags(tag))
+            .unwrap();
+    }
+    let only_aa = PopRequest::new(
+        GROUP,
+        MessageQueue::new("T", "broker-0", 0),
+        TagExpression::parse("Aa").unwrap(),
+    )
+    .with_poll_time(Duration::ZERO)
+    .with_start(PopStart::Earliest);
+    let PopResult::Found { messages, filtered } = client.pop(&only_aa).await.unwrap() else {
+        panic!("found expected");
+    };
+    let offsets = |ms: &[Message]| ms.iter().map(|m| m.queue_offset()).collect::<Vec<_>>();
+    assert_eq!(offsets(&messages), [1]);
+    assert_eq!(offsets(&filtered), [0], "the colliding tag, filtered");
+    assert!(
+        filtered[0].receipt_handle().is_some(),
+        "with a handle to ack"
+    );
+}

@@ -4,6 +4,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
+use rebalance_core::java::string_hash;
 
 use tokio::sync::watch;
 
@@ -111,7 +112,9 @@ impl QueueLog {
     ///
     /// As a RocketMQ broker answers: an offset below the min or above the max moved (to the
     /// min, or to the max); at the max there is no new message; a scan that finds only other
-    /// tags answers no new message with the offset after them.
+    /// tags answers no new message with the offset after them. As a broker filters, by the
+    /// tag's hash code ([`broker_matches`]): a tag with the same hash as a subscribed one is
+    /// returned too, for the client to filter out.
     pub(super) fn read(
         &self,
         offset: i64,
@@ -133,7 +136,7 @@ impl QueueLog {
         let mut next_offset = offset;
         let start = (offset - min) as usize;
         for message in self.messages.range(start..).take(SCAN_LIMIT) {
-            if expression.matches(message.tags()) {
+            if broker_matches(expression, message.tags()) {
                 let size = message.body().len();
                 if !messages.is_empty() && bytes.saturating_add(size) > max_bytes {
                     break;
@@ -157,6 +160,19 @@ impl QueueLog {
             }
         }
     }
+}
+
+/// Whether a broker's filter passes a message with tag `tag`: under `*` always, else when the
+/// tag's hash code (Java's `String.hashCode`; 0 without a tag) is one of the expression's tags'
+/// (the broker compares the consume queue's `tagsCode` with the subscription's `codeSet`), so
+/// that a tag of the same hash passes: the client re-filters by the tag itself
+/// ([`TagExpression::matches`]).
+pub(super) fn broker_matches(expression: &TagExpression, tag: Option<&str>) -> bool {
+    if expression.is_all() {
+        return true;
+    }
+    let code = tag.map_or(0, string_hash);
+    expression.tags().iter().any(|t| string_hash(t) == code)
 }
 
 #[cfg(test)]

@@ -559,10 +559,13 @@ async fn serve_pop(
             pass_ordinary(client, request, queues)
         };
         if !pass.messages.is_empty() {
-            return PopResult::Found {
-                messages: pass.messages,
-                filtered: Vec::new(),
-            };
+            // The broker filtered by the tag's hash code; the client re-filters by the tag,
+            // and the messages of a colliding tag are the filtered ones it acknowledges.
+            let (messages, filtered) = pass
+                .messages
+                .into_iter()
+                .partition(|m| request.expression.matches(m.tags()));
+            return PopResult::Found { messages, filtered };
         }
         let now = Instant::now();
         if now >= deadline {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::memory::{ClusterCall, ClusterClient};
-use rebalance_runtime::subscription::retry_topic;
+use rebalance_runtime::subscription::{TagExpression, retry_topic};
 
 use super::log::QueueLog;
 use super::store::{MessageStore, Messages, Redelivery};
@@ -102,10 +102,34 @@ async fn serve_pull(client: &ClusterClient, request: &PullRequest) -> PullResult
     read(&mut store.lock()).0
 }
 
+/// The client's re-filter of what a broker found (`PullAPIWrapper.processPullResult`): the
+/// broker filters by the tag's hash code, the client by the tag, which may leave none.
+fn refilter(result: PullResult, expression: &TagExpression) -> PullResult {
+    match result {
+        PullResult::Found {
+            mut messages,
+            next_offset,
+            min_offset,
+            max_offset,
+        } => {
+            messages.retain(|m| expression.matches(m.tags()));
+            PullResult::Found {
+                messages,
+                next_offset,
+                min_offset,
+                max_offset,
+            }
+        }
+        other => other,
+    }
+}
+
 #[async_trait]
 impl MessageSource for ClusterClient {
     /// Pulls from the queue's log; held (long polling) up to the request's `suspend` when the
-    /// queue has nothing at the offset. A queue that is not a readable queue of its topic's
+    /// queue has nothing at the offset. Filtered by tag as a broker filters (by the tag's hash
+    /// code), then as the client re-filters (by the tag): a tag of the same hash as a subscribed
+    /// one makes a found answer with fewer messages, or none. A queue that is not a readable queue of its topic's
     /// route is refused (code 17, as a broker answers for a topic it does not have).
     /// Faults: [`ClusterCall::Pull`].
     ///
@@ -129,7 +153,7 @@ impl MessageSource for ClusterClient {
         if let Some(commit) = request.commit_offset.filter(|&o| o > 0) {
             cluster.set_offset(&request.group, &request.queue, commit);
         }
-        let result = serve_pull(self, request).await;
+        let result = refilter(serve_pull(self, request).await, &request.expression);
         Ok(admission.answer(result).await?)
     }
 
