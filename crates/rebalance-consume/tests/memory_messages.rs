@@ -400,6 +400,48 @@ async fn send_backs_are_decided_with_the_stored_message() {
     assert_eq!(copy.msg_id(), fresh.msg_id());
 }
 
+/// The client's fallback send of a message the broker cannot find carries the copy's count plus
+/// one, and a broker dead-letters it on arrival only when that count is *above* the maximum
+/// (`SendMessageProcessor.handleRetryAndDLQ`: `reconsumeTimes > maxReconsumeTimes`, in the Java
+/// broker and the Rust one alike: the client has counted the delivery already). A count that
+/// reaches the maximum is retried once more (after level 3 + the copy's count, capped at 18).
+#[tokio::test(start_paused = true)]
+async fn a_fallback_send_is_dead_lettered_only_above_the_maximum() {
+    let (cluster, client) = setup();
+    let message = one_message(&cluster, &client).await;
+    let unknown = |count| {
+        message
+            .clone()
+            .with_commit_log_offset(9_999)
+            .with_reconsume_times(count)
+    };
+    let at_max = unknown(15);
+    client
+        .send_back(SendBack::new(GROUP, &at_max).with_max_reconsume_times(16))
+        .await
+        .unwrap();
+    assert!(
+        cluster.dead_letters(GROUP).is_empty(),
+        "a count of 16 is not above 16: retried"
+    );
+    assert_eq!(cluster.pending_redeliveries(GROUP), 1);
+    assert_eq!(
+        redelivered_after(&client, 1).await,
+        Duration::from_secs(7200)
+    );
+    let retry = MessageQueue::new("%RETRY%G", "broker-0", 0);
+    assert_eq!(pull_one(&client, retry, 0).await.reconsume_times(), 16);
+
+    let above = unknown(16);
+    client
+        .send_back(SendBack::new(GROUP, &above).with_max_reconsume_times(16))
+        .await
+        .unwrap();
+    let dead = cluster.dead_letters(GROUP);
+    assert_eq!(dead.len(), 1, "a count of 17 is above 16: dead-lettered");
+    assert_eq!(dead[0].reconsume_times(), 17);
+}
+
 #[tokio::test(start_paused = true)]
 async fn truncated_offsets_move_to_the_smallest_left() {
     let (cluster, client) = setup();

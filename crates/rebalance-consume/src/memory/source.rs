@@ -18,11 +18,13 @@ use crate::{MessageSource, PullError, PullRequest, PullResult, SendBack, propert
 /// own copy to `%RETRY%{group}` as a new message (the Java client's
 /// `sendMessageBackAsNormalMessage`, which the RocketMQ transport does too), carrying the
 /// copy's reconsume count plus one, delivered after level 3 + the copy's count. A Java
-/// broker dead-letters such a message on arrival when that count reaches the maximum (the
+/// broker dead-letters such a message on arrival when that count is above the maximum
+/// (`reconsumeTimes > maxReconsumeTimes`: the client counted the delivery already; the
 /// transport sends at least the maximum when the send-back asked for the dead letters), or
 /// when the group holds an unexpired queue lock (it takes the group for an orderly one:
-/// `SendMessageProcessor.handleRetryAndDLQ`). The Rust broker 1.0 inverts that last test:
-/// it dead-letters when the group holds no lock (a deviation the contract suite records).
+/// `SendMessageProcessor.handleRetryAndDLQ`). The Rust broker 1.0 compares the count alike,
+/// and inverts the last test: it dead-letters when the group holds no lock (a deviation the
+/// contract suite records).
 fn fall_back(client: &ClusterClient, request: &SendBack<'_>, broker: &Arc<str>) {
     let cluster = client.cluster();
     let asked = request.message;
@@ -31,7 +33,7 @@ fn fall_back(client: &ClusterClient, request: &SendBack<'_>, broker: &Arc<str>) 
         count = count.max(request.max_reconsume_times);
     }
     let ordered = cluster.holds_locks(request.group);
-    let dead = count >= request.max_reconsume_times || ordered;
+    let dead = count > request.max_reconsume_times || ordered;
     let topic = if dead {
         dlq_topic(request.group)
     } else {
