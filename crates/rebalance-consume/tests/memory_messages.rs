@@ -440,6 +440,21 @@ async fn a_fallback_send_is_dead_lettered_only_above_the_maximum() {
     let dead = cluster.dead_letters(GROUP);
     assert_eq!(dead.len(), 1, "a count of 17 is above 16: dead-lettered");
     assert_eq!(dead[0].reconsume_times(), 17);
+
+    // Sent to the dead letters and falling back: a count above the maximum, or a broker would
+    // retry it (`16 > 16` is false; found by review).
+    let given_up = unknown(3);
+    client
+        .send_back(
+            SendBack::new(GROUP, &given_up)
+                .with_max_reconsume_times(16)
+                .to_dead_letters(),
+        )
+        .await
+        .unwrap();
+    let dead = cluster.dead_letters(GROUP);
+    assert_eq!(dead.len(), 2, "dead-lettered, not retried");
+    assert_eq!(dead[1].reconsume_times(), 17);
 }
 
 #[tokio::test(start_paused = true)]

@@ -30,7 +30,8 @@ fn fall_back(client: &ClusterClient, request: &SendBack<'_>, broker: &Arc<str>) 
     let asked = request.message;
     let mut count = asked.reconsume_times().saturating_add(1);
     if request.delay_level < 0 {
-        count = count.max(request.max_reconsume_times);
+        // As the transport's fallback: a count above the maximum, which a broker dead-letters.
+        count = count.max(request.max_reconsume_times.saturating_add(1));
     }
     let ordered = cluster.holds_locks(request.group);
     let dead = count > request.max_reconsume_times || ordered;

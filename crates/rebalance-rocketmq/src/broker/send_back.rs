@@ -108,11 +108,14 @@ fn fallback_message(
         body: message.body().clone(),
         properties,
     };
-    // A message sent to the dead letters (a negative level) carries a count at the maximum, so
-    // that the broker dead-letters it on arrival, as it does the Java orderly consumer's.
+    // A message sent to the dead letters (a negative level) carries a count above the maximum,
+    // so that the broker dead-letters it on arrival: a broker dead-letters a message sent to a
+    // retry topic whose count is over the maximum (`reconsumeTimes > maxReconsumeTimes`, Java's
+    // `SendMessageProcessor.handleRetryAndDLQ` and the Rust broker's), or of a group holding
+    // locks (the Java orderly consumer's), and retries one at the maximum.
     let mut reconsume_times = message.reconsume_times().saturating_add(1);
     if request.delay_level < 0 {
-        reconsume_times = reconsume_times.max(request.max_reconsume_times);
+        reconsume_times = reconsume_times.max(request.max_reconsume_times.saturating_add(1));
     }
     (fallback, reconsume_times, request.max_reconsume_times)
 }
@@ -329,7 +332,7 @@ mod tests {
     /// A message sent to the dead letters falls back with a count at the maximum, so that the
     /// broker dead-letters it on arrival instead of scheduling a retry.
     #[test]
-    fn a_dead_letter_falls_back_with_a_count_at_the_maximum() {
+    fn a_dead_letter_falls_back_with_a_count_above_the_maximum() {
         let message = failed();
         let queue = MessageQueue::new("%RETRY%G", "broker-a", 0);
         let dead = SendBack::new("G", &message)
@@ -337,7 +340,8 @@ mod tests {
             .to_dead_letters();
         assert_eq!(send_back_request(&dead).ext("delayLevel"), Some("-1"));
         let command = fallback_request(&dead, &queue);
-        assert_eq!(command.ext("reconsumeTimes"), Some("16"));
+        // Above the maximum: a broker retries a copy at it (`16 > 16` is false).
+        assert_eq!(command.ext("reconsumeTimes"), Some("17"));
         assert_eq!(command.ext("maxReconsumeTimes"), Some("16"));
         let counted = message.clone().with_reconsume_times(20);
         let past = SendBack::new("G", &counted)
