@@ -13,7 +13,7 @@ use std::time::Duration;
 use rebalance_consume::property;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
-use rebalance_rocketmq::producer::{Message, MessageSender, SendResult};
+use rebalance_rocketmq::producer::{Message, MessageSender, SendError as SendFailure, SendResult};
 use rebalance_rocketmq::{AddressError, ClientConfig};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::producer::{
@@ -135,6 +135,8 @@ enum OneFailed {
     Select(#[from] SelectError),
     #[error("{0}")]
     Remote(#[from] RemoteError),
+    #[error("{0}")]
+    Invalid(rebalance_rocketmq::InvalidMessage),
 }
 
 /// Checks the arguments before anything is sent.
@@ -263,7 +265,11 @@ async fn send_one(
                 producer.report(&queue.broker_name, result.latency, true);
                 return Ok(result);
             }
-            Err(e) => {
+            Err(SendFailure::Invalid(e)) => {
+                // Refused before sending: no broker is at fault, and another try fails alike.
+                return Err(OneFailed::Invalid(e));
+            }
+            Err(SendFailure::Remote(e)) => {
                 producer.report(&queue.broker_name, started.elapsed(), false);
                 if attempt >= args.retries {
                     return Err(e.into());
