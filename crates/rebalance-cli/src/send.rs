@@ -13,7 +13,9 @@ use std::time::Duration;
 use rebalance_consume::property;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
-use rebalance_rocketmq::producer::{Message, MessageSender, SendError as SendFailure, SendResult};
+use rebalance_rocketmq::producer::{
+    Message, MessageSender, SendError as SendFailure, SendResult, SendStatus,
+};
 use rebalance_rocketmq::{AddressError, ClientConfig};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::producer::{
@@ -221,6 +223,12 @@ async fn send_all(
         match send_one(&producer, &sender, args, &message, key.as_deref()).await {
             Ok(result) => {
                 write_sent(out, args.json, &msg_id, &args.topic, &result, &body)?;
+                if let Some(unconfirmed) = unconfirmed(result.status) {
+                    writeln!(
+                        err,
+                        "rebalance send: message {i} ({body}) stored, but {unconfirmed}: its durability is not confirmed"
+                    )?;
+                }
             }
             Err(e) => {
                 failed += 1;
@@ -236,6 +244,19 @@ async fn send_all(
         });
     }
     Ok(())
+}
+
+/// What the broker could not confirm of a message it stored, if anything (every status but
+/// `SendOk`; the Java producer returns them as results, not errors, and so does this one).
+fn unconfirmed(status: SendStatus) -> Option<&'static str> {
+    match status {
+        SendStatus::SendOk => None,
+        SendStatus::FlushDiskTimeout => Some("its disk flush timed out (FLUSH_DISK_TIMEOUT)"),
+        SendStatus::FlushSlaveTimeout => {
+            Some("its replication to the slave timed out (FLUSH_SLAVE_TIMEOUT)")
+        }
+        SendStatus::SlaveNotAvailable => Some("no slave is available (SLAVE_NOT_AVAILABLE)"),
+    }
 }
 
 /// `template` with `{i}` replaced by `i`.
@@ -500,6 +521,37 @@ mod tests {
         }
         assert!(sends.load(Ordering::SeqCst) <= 6);
         producer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_message_stored_without_confirmed_durability_says_so() {
+        // FLUSH_DISK_TIMEOUT (10): stored, printed as such, and its durability not confirmed
+        // is said on standard error.
+        let (broker, _) = scripted(|_| {
+            RemotingCommand::response(10, 0, None)
+                .with_ext("queueId", 1)
+                .with_ext("queueOffset", 5)
+                .with_ext("msgId", "ID")
+        })
+        .await;
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+        );
+        let (namesrv, _) = scripted(move |_| {
+            RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+        })
+        .await;
+        let mut args = parse(&[]);
+        args.namesrv = namesrv;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        send_all(&args, &mut out, &mut err).await.unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(out.starts_with("msg-0\tT@broker-a:1 offset 5"), "{out}");
+        assert!(
+            err.contains("message 0 (msg-0) stored") && err.contains("disk flush"),
+            "{err}"
+        );
     }
 
     /// A name server that cannot be reached fails the run with the producer's error, not a
