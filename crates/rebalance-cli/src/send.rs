@@ -31,6 +31,9 @@ use crate::connect::{ConnectArgs, ConnectError};
 pub const MAX_COUNT: u64 = 100_000_000;
 /// The highest rate, in messages per second.
 pub const MAX_RATE: f64 = 1_000_000.0;
+/// The lowest rate, in messages per second: one message a day (a slower pace is a period no
+/// clock holds, `1e-300` one of 10^300 s).
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
 
 /// The command's arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -151,9 +154,9 @@ pub fn check(args: &SendArgs) -> Result<(), SendError> {
         )));
     }
     if let Some(rate) = args.rate {
-        if !(rate > 0.0 && rate <= MAX_RATE) {
+        if !(MIN_RATE..=MAX_RATE).contains(&rate) {
             return Err(SendError::Arguments(format!(
-                "--rate {rate} is not a rate between 0 (excluded) and {MAX_RATE} messages per second"
+                "--rate {rate} is not a rate between {MIN_RATE} (one message a day) and {MAX_RATE} messages per second"
             )));
         }
     }
@@ -390,6 +393,8 @@ mod tests {
             &["--rate", "inf"],
             &["--count", "100000001"],
             &["--retries", "101"],
+            // One message in 10^300 s: a pace no clock can hold (it panicked).
+            &["--rate", "1e-300"],
         ] {
             let args = parse(extra);
             assert!(
