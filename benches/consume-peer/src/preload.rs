@@ -10,7 +10,7 @@ use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{
-    Admin, ClientConfig, Message, MessageSender, NameServerClient, RemotingClient,
+    Admin, ClientConfig, Message, MessageSender, NameServerClient, RemotingClient, SendError,
 };
 use rebalance_runtime::RemoteError;
 
@@ -62,7 +62,7 @@ pub async fn preload(
                 for _ in 0..count {
                     send_one(&sender, &queue, &body).await?;
                 }
-                Ok::<_, RemoteError>(())
+                Ok::<_, SendError>(())
             });
         }
     }
@@ -103,15 +103,17 @@ async fn send_one(
     sender: &MessageSender,
     queue: &MessageQueue,
     body: &Bytes,
-) -> Result<(), RemoteError> {
+) -> Result<(), SendError> {
     // A unique id, as a Java producer (and `rebalance send`) gives each message.
     let message = Message::new(body.clone()).with_property(property::UNIQ_KEY, unique_id());
     loop {
         match sender.send(queue, &message).await {
-            Err(RemoteError::Refused {
+            Err(SendError::Remote(RemoteError::Refused {
                 code: SYSTEM_BUSY, ..
-            }) => tokio::time::sleep(Duration::from_millis(50)).await,
-            Err(RemoteError::Timeout { .. } | RemoteError::Unreachable(_)) => return Ok(()),
+            })) => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(SendError::Remote(RemoteError::Timeout { .. } | RemoteError::Unreachable(_))) => {
+                return Ok(());
+            }
             sent => return sent.map(drop),
         }
     }

@@ -13,7 +13,9 @@ use std::time::Duration;
 use rebalance_consume::property;
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::message::unique_id;
-use rebalance_rocketmq::producer::{Message, MessageSender, SendResult};
+use rebalance_rocketmq::producer::{
+    Message, MessageSender, SendError as SendFailure, SendResult, SendStatus,
+};
 use rebalance_rocketmq::{AddressError, ClientConfig};
 use rebalance_runtime::RemoteError;
 use rebalance_runtime::producer::{
@@ -29,6 +31,9 @@ use crate::connect::{ConnectArgs, ConnectError};
 pub const MAX_COUNT: u64 = 100_000_000;
 /// The highest rate, in messages per second.
 pub const MAX_RATE: f64 = 1_000_000.0;
+/// The lowest rate, in messages per second: one message a day (a slower pace is a period no
+/// clock holds, `1e-300` one of 10^300 s).
+pub const MIN_RATE: f64 = 1.0 / 86_400.0;
 
 /// The command's arguments.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,7 +70,8 @@ pub struct SendArgs {
     /// The producer group.
     #[arg(long, default_value = "rebalance-send")]
     pub group: String,
-    /// How many times a failed send is tried again (on another broker when unordered).
+    /// How many times a failed send is tried again (on another broker when unordered). A
+    /// message a broker refuses as such (MESSAGE_ILLEGAL…) is not tried again, as in Java.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,
     /// How long each request to a server may take.
@@ -135,6 +141,8 @@ enum OneFailed {
     Select(#[from] SelectError),
     #[error("{0}")]
     Remote(#[from] RemoteError),
+    #[error("{0}")]
+    Invalid(rebalance_rocketmq::InvalidMessage),
 }
 
 /// Checks the arguments before anything is sent.
@@ -146,9 +154,9 @@ pub fn check(args: &SendArgs) -> Result<(), SendError> {
         )));
     }
     if let Some(rate) = args.rate {
-        if !(rate > 0.0 && rate <= MAX_RATE) {
+        if !(MIN_RATE..=MAX_RATE).contains(&rate) {
             return Err(SendError::Arguments(format!(
-                "--rate {rate} is not a rate between 0 (excluded) and {MAX_RATE} messages per second"
+                "--rate {rate} is not a rate between {MIN_RATE} (one message a day) and {MAX_RATE} messages per second"
             )));
         }
     }
@@ -218,6 +226,12 @@ async fn send_all(
         match send_one(&producer, &sender, args, &message, key.as_deref()).await {
             Ok(result) => {
                 write_sent(out, args.json, &msg_id, &args.topic, &result, &body)?;
+                if let Some(unconfirmed) = unconfirmed(result.status) {
+                    writeln!(
+                        err,
+                        "rebalance send: message {i} ({body}) stored, but {unconfirmed}: its durability is not confirmed"
+                    )?;
+                }
             }
             Err(e) => {
                 failed += 1;
@@ -235,6 +249,19 @@ async fn send_all(
     Ok(())
 }
 
+/// What the broker could not confirm of a message it stored, if anything (every status but
+/// `SendOk`; the Java producer returns them as results, not errors, and so does this one).
+fn unconfirmed(status: SendStatus) -> Option<&'static str> {
+    match status {
+        SendStatus::SendOk => None,
+        SendStatus::FlushDiskTimeout => Some("its disk flush timed out (FLUSH_DISK_TIMEOUT)"),
+        SendStatus::FlushSlaveTimeout => {
+            Some("its replication to the slave timed out (FLUSH_SLAVE_TIMEOUT)")
+        }
+        SendStatus::SlaveNotAvailable => Some("no slave is available (SLAVE_NOT_AVAILABLE)"),
+    }
+}
+
 /// `template` with `{i}` replaced by `i`.
 fn numbered(template: &str, i: u64) -> String {
     template.replace("{i}", &i.to_string())
@@ -242,7 +269,8 @@ fn numbered(template: &str, i: u64) -> String {
 
 /// Sends one message: on its key's queue when ordered (retried there), else on the queue the
 /// selector picks, retried on another broker after a failure, each outcome reported to the
-/// producer's fault avoidance.
+/// producer's fault avoidance. A refusal of the message itself is not retried (see
+/// [`worth_retrying`]).
 async fn send_one(
     producer: &ProducerHandle,
     sender: &MessageSender,
@@ -263,15 +291,35 @@ async fn send_one(
                 producer.report(&queue.broker_name, result.latency, true);
                 return Ok(result);
             }
-            Err(e) => {
-                producer.report(&queue.broker_name, started.elapsed(), false);
-                if attempt >= args.retries {
+            Err(SendFailure::Invalid(e)) => {
+                // Refused before sending: no broker is at fault, and another try fails alike.
+                return Err(OneFailed::Invalid(e));
+            }
+            Err(SendFailure::Remote(e)) => {
+                // A broker that answered is avoided by its latency only, one that did not for
+                // a failure's time (the Java producer's `updateFaultItem` isolation).
+                let answered =
+                    matches!(e, RemoteError::Refused { .. } | RemoteError::Denied { .. });
+                producer.report(&queue.broker_name, started.elapsed(), answered);
+                if attempt >= args.retries || !worth_retrying(&e) {
                     return Err(e.into());
                 }
                 attempt += 1;
                 last_failed = Some(queue.broker_name.to_string());
             }
         }
+    }
+}
+
+/// Whether a failed send may succeed on another try: not answered, or refused with a code the
+/// Java producer retries (`retryResponseCodes`: SYSTEM_ERROR 1, SERVICE_NOT_AVAILABLE 14,
+/// NO_PERMISSION 16, TOPIC_NOT_EXIST 17, NO_BUYER_ID 204, NOT_IN_CURRENT_UNIT 205). Any other
+/// refusal (MESSAGE_ILLEGAL 13: a body over the broker's `maxMessageSize`…) is the message's,
+/// and every broker would refuse it alike.
+fn worth_retrying(error: &RemoteError) -> bool {
+    match error {
+        RemoteError::Refused { code, .. } => matches!(code, 1 | 14 | 16 | 17 | 204 | 205),
+        _ => true,
     }
 }
 
@@ -307,7 +355,10 @@ fn write_sent(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
     use clap::Parser;
+    use rebalance_rocketmq::{RemotingCodec, RemotingCommand};
 
     use super::*;
 
@@ -342,6 +393,8 @@ mod tests {
             &["--rate", "inf"],
             &["--count", "100000001"],
             &["--retries", "101"],
+            // One message in 10^300 s: a pace no clock can hold (it panicked).
+            &["--rate", "1e-300"],
         ] {
             let args = parse(extra);
             assert!(
@@ -372,6 +425,137 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"msg_id\":\"UNIQ\",\"topic\":\"T\",\"broker\":\"broker-a\",\"queue\":2,\"offset\":41,\"body\":\"msg-3\"}\n"
+        );
+    }
+
+    /// A server answering every request with `answer(request)`; its address and how many
+    /// requests it got.
+    async fn scripted(
+        answer: impl Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
+    ) -> (String, Arc<AtomicUsize>) {
+        use futures_util::{SinkExt, StreamExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let count = Arc::new(AtomicUsize::new(0));
+        let (answer, counter) = (Arc::new(answer), count.clone());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (answer, counter) = (answer.clone(), counter.clone());
+                tokio::spawn(async move {
+                    let mut framed =
+                        tokio_util::codec::Framed::new(socket, RemotingCodec::default());
+                    while let Some(Ok(request)) = framed.next().await {
+                        counter.fetch_add(1, Ordering::SeqCst);
+                        let mut response = answer(&request);
+                        response.opaque = request.opaque;
+                        if framed.send(response).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, count)
+    }
+
+    /// A producer and a sender for topic T on broker-a and broker-b, both at `broker`.
+    async fn two_brokers_at(broker: &str) -> (ProducerHandle, MessageSender) {
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+        );
+        let (namesrv, _) = scripted(move |_| {
+            RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+        })
+        .await;
+        let name_server = rebalance_rocketmq::NameServerClient::from_addresses(&namesrv).unwrap();
+        let producer = Producer::builder("G")
+            .name_server(Arc::new(name_server.clone()))
+            .topic("T")
+            .latency_fault_avoidance(true)
+            .start()
+            .await
+            .unwrap();
+        (producer, MessageSender::new(name_server, "G"))
+    }
+
+    #[tokio::test]
+    async fn a_message_the_broker_refuses_as_illegal_is_not_retried_and_blames_no_broker() {
+        // What a broker with a smaller `maxMessageSize` answers: MESSAGE_ILLEGAL (13). Every
+        // broker would refuse the message alike; the Java producer does not retry it, and a
+        // broker that answered is not avoided as if it had failed.
+        let (broker, sends) = scripted(|_| {
+            RemotingCommand::response(13, 0, Some("the message body size over max value".into()))
+        })
+        .await;
+        let (producer, sender) = two_brokers_at(&broker).await;
+        let args = parse(&["--retries", "2"]);
+        let outcome = send_one(&producer, &sender, &args, &Message::new("x"), None).await;
+        assert!(
+            matches!(
+                outcome,
+                Err(OneFailed::Remote(RemoteError::Refused { code: 13, .. }))
+            ),
+            "{outcome:?}"
+        );
+        assert_eq!(sends.load(Ordering::SeqCst), 1, "sent once");
+        assert_eq!(producer.faults().avoided(Instant::now()), []);
+        producer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_send_refused_as_retryable_goes_to_the_other_broker() {
+        // SERVICE_NOT_AVAILABLE (14): the Java producer tries another broker.
+        let (broker, sends) = scripted(|request| {
+            if request.ext("bname") == Some("broker-a") {
+                RemotingCommand::response(14, 0, Some("broker busy".into()))
+            } else {
+                RemotingCommand::response(0, 0, None)
+                    .with_ext("queueId", 0)
+                    .with_ext("queueOffset", 5)
+                    .with_ext("msgId", "ID")
+            }
+        })
+        .await;
+        let (producer, sender) = two_brokers_at(&broker).await;
+        let args = parse(&["--retries", "2"]);
+        for _ in 0..4 {
+            let result = send_one(&producer, &sender, &args, &Message::new("x"), None)
+                .await
+                .unwrap();
+            assert_eq!(&*result.queue.broker_name, "broker-b");
+        }
+        assert!(sends.load(Ordering::SeqCst) <= 6);
+        producer.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_message_stored_without_confirmed_durability_says_so() {
+        // FLUSH_DISK_TIMEOUT (10): stored, printed as such, and its durability not confirmed
+        // is said on standard error.
+        let (broker, _) = scripted(|_| {
+            RemotingCommand::response(10, 0, None)
+                .with_ext("queueId", 1)
+                .with_ext("queueOffset", 5)
+                .with_ext("msgId", "ID")
+        })
+        .await;
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+        );
+        let (namesrv, _) = scripted(move |_| {
+            RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+        })
+        .await;
+        let mut args = parse(&[]);
+        args.namesrv = namesrv;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        send_all(&args, &mut out, &mut err).await.unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let err = String::from_utf8(err).unwrap();
+        assert!(out.starts_with("msg-0\tT@broker-a:1 offset 5"), "{out}");
+        assert!(
+            err.contains("message 0 (msg-0) stored") && err.contains("disk flush"),
+            "{err}"
         );
     }
 

@@ -161,6 +161,6 @@ pub use name_server::{NameServerClient, NameServerClientBuilder};
 pub use namespace::{Namespace, NamespaceError};
 pub use notify::MembershipNotifier;
 pub use offset_file::{FileOffsetStore, OffsetFileError};
-pub use producer::{Message, MessageSender, SendResult, SendStatus};
+pub use producer::{InvalidMessage, Message, MessageSender, SendError, SendResult, SendStatus};
 pub use questions::ServerQuestions;
 pub use route::RouteCache;

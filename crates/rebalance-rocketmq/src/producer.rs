@@ -25,6 +25,65 @@ const NAME_VALUE_SEPARATOR: char = '\u{1}';
 /// Ends each property in the `properties` header field.
 const PROPERTY_SEPARATOR: char = '\u{2}';
 
+/// The largest body a [`MessageSender`] sends by default: the broker's default
+/// `maxMessageSize` (4 MiB), which the Java producer's `maxMessageSize` also checks before
+/// sending.
+pub const DEFAULT_MAX_BODY_SIZE: usize = 4 * 1024 * 1024;
+/// The longest properties string (in bytes, encoded) a broker stores: its stored message format
+/// keeps the length in 16 bits (Java's `Short.MAX_VALUE`), and the broker refuses longer ones.
+pub const MAX_PROPERTIES_LEN: usize = i16::MAX as usize;
+
+/// Why a message is refused before it is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidMessage {
+    /// A property's name or value contains `\u{1}` or `\u{2}`, the separators of the
+    /// `properties` field: the broker would read the rest as another property (a tag
+    /// `a\u{2}DELAY\u{1}3` would delay the message) or truncate it.
+    #[error(
+        "property {name:?} has a property separator (\\u0001 or \\u0002) in its {part}, which the broker would read as the start of another property: remove it"
+    )]
+    Separator {
+        /// The property's name (escaped when shown).
+        name: String,
+        /// `"name"` or `"value"`.
+        part: &'static str,
+    },
+    /// The body is larger than the sender's limit.
+    #[error(
+        "the body is {len} bytes, more than the {max} bytes the broker accepts (its `maxMessageSize`; see `MessageSender::with_max_body_size`)"
+    )]
+    BodyTooLarge {
+        /// The body's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The encoded properties are longer than a broker stores.
+    #[error(
+        "the properties are {len} bytes once encoded, more than the {max} a broker stores: shorten the keys, tags or property values"
+    )]
+    PropertiesTooLong {
+        /// Their encoded length.
+        len: usize,
+        /// The limit, [`MAX_PROPERTIES_LEN`].
+        max: usize,
+    },
+}
+
+/// Why a send failed: before sending, or at the broker (the two cases an application tells
+/// apart to decide whether to try again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The message was refused before sending: no broker saw it, and sending it again (to
+    /// any broker) fails the same way.
+    #[error("message not sent: {0}")]
+    Invalid(#[from] InvalidMessage),
+    /// The broker could not be found or reached, or it refused the message.
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+}
+
 /// A message to send: a body and its properties.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Message {
@@ -57,6 +116,41 @@ impl Message {
     pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(name.into(), value.into());
         self
+    }
+
+    /// Checks what the broker would refuse or misread: a property with a separator in its name
+    /// or value, a body over `max_body_size` bytes, properties longer than
+    /// [`MAX_PROPERTIES_LEN`] once encoded. [`MessageSender::send`] sends nothing that fails it.
+    pub fn check(&self, max_body_size: usize) -> Result<(), InvalidMessage> {
+        let has_separator = |text: &str| text.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR]);
+        for (name, value) in &self.properties {
+            for (part, text) in [("name", name), ("value", value)] {
+                if has_separator(text) {
+                    return Err(InvalidMessage::Separator {
+                        name: name.clone(),
+                        part,
+                    });
+                }
+            }
+        }
+        if self.body.len() > max_body_size {
+            return Err(InvalidMessage::BodyTooLarge {
+                len: self.body.len(),
+                max: max_body_size,
+            });
+        }
+        let len: usize = self
+            .properties
+            .iter()
+            .map(|(name, value)| name.len() + value.len() + 2)
+            .sum();
+        if len > MAX_PROPERTIES_LEN {
+            return Err(InvalidMessage::PropertiesTooLong {
+                len,
+                max: MAX_PROPERTIES_LEN,
+            });
+        }
+        Ok(())
     }
 
     /// The properties as the `properties` header field carries them (Java's
@@ -164,6 +258,7 @@ pub fn send_message_request(
 pub struct MessageSender {
     name_server: NameServerClient,
     group: String,
+    max_body_size: usize,
 }
 
 impl MessageSender {
@@ -172,7 +267,15 @@ impl MessageSender {
         Self {
             name_server,
             group: producer_group.into(),
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
         }
+    }
+
+    /// Refuses bodies over `max` bytes before sending ([`DEFAULT_MAX_BODY_SIZE`] by default):
+    /// set it to the brokers' `maxMessageSize` when they are configured otherwise.
+    pub fn with_max_body_size(mut self, max: usize) -> Self {
+        self.max_body_size = max;
+        self
     }
 
     /// The producer group.
@@ -209,8 +312,22 @@ impl MessageSender {
         })
     }
 
-    /// Sends `message` to `queue` and waits for the broker's answer.
+    /// Sends `message` to `queue` and waits for the broker's answer. A message the broker would
+    /// refuse or misread (see [`Message::check`]) is refused before sending
+    /// ([`SendError::Invalid`]).
     pub async fn send(
+        &self,
+        queue: &MessageQueue,
+        message: &Message,
+    ) -> Result<SendResult, SendError> {
+        if let Err(invalid) = message.check(self.max_body_size) {
+            tracing::debug!(topic = %queue.topic, error = %invalid, "message refused before sending");
+            return Err(invalid.into());
+        }
+        Ok(self.send_checked(queue, message).await?)
+    }
+
+    async fn send_checked(
         &self,
         queue: &MessageQueue,
         message: &Message,
@@ -312,6 +429,89 @@ mod tests {
         }
         assert_eq!(request.ext_fields.len(), expected.len());
         assert_eq!(&request.body[..], b"body");
+    }
+
+    /// A sender whose name server cannot be reached: a message that went out would fail as
+    /// unreachable, so any other error was found before sending.
+    fn unreachable_sender() -> MessageSender {
+        let remoting = crate::RemotingClient::new(crate::ClientConfig {
+            request_timeout: Duration::from_millis(200),
+            connect_timeout: Duration::from_millis(200),
+            ..crate::ClientConfig::default()
+        });
+        MessageSender::new(NameServerClient::new(remoting, "127.0.0.1:1").unwrap(), "P")
+    }
+
+    #[tokio::test]
+    async fn a_property_with_a_separator_is_refused_before_sending() {
+        // A tag with \u{1}\u{2} inside would reach the broker as a second property
+        // (`DELAY=3` here: the message delayed) and a truncated tag.
+        let queue = MessageQueue::new("T", "broker-a", 0);
+        let sender = unreachable_sender();
+        let cases = [
+            Message::new("x").with_tags("TagA\u{2}DELAY\u{1}3"),
+            Message::new("x").with_keys("k1\u{1}k2"),
+            Message::new("x").with_property("A\u{1}B", "v"),
+            Message::new("x").with_property("A\u{2}B", "v"),
+        ];
+        for message in cases {
+            let error = sender.send(&queue, &message).await.unwrap_err();
+            assert!(
+                matches!(&error, SendError::Invalid(InvalidMessage::Separator { .. })),
+                "{error:?}"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("separator") && !text.contains("unreachable"),
+                "{message:?}: {text}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_body_or_properties_over_the_brokers_limits_are_refused_before_sending() {
+        let queue = MessageQueue::new("T", "broker-a", 0);
+        let sender = unreachable_sender();
+        // The broker's default `maxMessageSize` (4 MiB) for the body; its stored format keeps
+        // the properties' length in 16 bits.
+        let big_body = Message::new(vec![b'x'; 4 * 1024 * 1024 + 1]);
+        let text = sender
+            .send(&queue, &big_body)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("4194305") && text.contains("4194304"),
+            "{text}"
+        );
+        let big_properties = Message::new("x").with_property("P", "v".repeat(32_768));
+        let text = sender
+            .send(&queue, &big_properties)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("32767") && !text.contains("unreachable"),
+            "{text}"
+        );
+        // At the limits, the message goes out (and fails here as unreachable).
+        let at_limits =
+            Message::new(vec![b'x'; 4 * 1024 * 1024]).with_property("P", "v".repeat(32_764));
+        assert_eq!(at_limits.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
+        let outcome = sender.send(&queue, &at_limits).await;
+        assert!(
+            matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+            "{outcome:?}"
+        );
+        // A sender configured for a broker with a smaller `maxMessageSize`.
+        let small = unreachable_sender().with_max_body_size(3);
+        assert_eq!(
+            small.send(&queue, &Message::new("four")).await,
+            Err(SendError::Invalid(InvalidMessage::BodyTooLarge {
+                len: 4,
+                max: 3
+            }))
+        );
     }
 
     #[test]

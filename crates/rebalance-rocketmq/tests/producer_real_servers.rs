@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rebalance_core::MessageQueue;
-use rebalance_rocketmq::producer::{Message, MessageSender, SendStatus, send_message_request};
+use rebalance_rocketmq::producer::{
+    Message, MessageSender, SendError, SendStatus, send_message_request,
+};
 use rebalance_rocketmq::testkit::TestCluster;
 use rebalance_rocketmq::{Admin, NameServerClient};
 use rebalance_runtime::RemoteError;
@@ -27,10 +29,10 @@ async fn send_with_retries(
     topic: &str,
     message: &Message,
     retries: usize,
-) -> (Result<MessageQueue, RemoteError>, Vec<String>) {
+) -> (Result<MessageQueue, SendError>, Vec<String>) {
     let mut tried = Vec::new();
     let mut last_failed: Option<String> = None;
-    let mut last_error = RemoteError::Unreachable("no attempt".into());
+    let mut last_error = SendError::Remote(RemoteError::Unreachable("no attempt".into()));
     for _ in 0..=retries {
         let queue = producer
             .select(topic, last_failed.as_deref())
@@ -202,7 +204,7 @@ async fn the_broker_requires_these_send_header_fields_and_checks_the_queue_id() 
         )
         .await
     {
-        Err(RemoteError::Refused { code, remark }) => {
+        Err(SendError::Remote(RemoteError::Refused { code, remark })) => {
             assert_eq!(code, 1);
             assert!(remark.contains("queueId[7] is illegal"), "{remark}");
         }
@@ -226,7 +228,7 @@ async fn the_broker_requires_these_send_header_fields_and_checks_the_queue_id() 
                 &Message::new("x")
             )
             .await,
-        Err(RemoteError::Unreachable(_))
+        Err(SendError::Remote(RemoteError::Unreachable(_)))
     ));
 }
 

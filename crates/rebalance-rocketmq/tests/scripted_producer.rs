@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rebalance_core::MessageQueue;
 use rebalance_rocketmq::{
-    Message, MessageSender, NameServerClient, RemotingCommand, SendStatus, request_code,
+    Message, MessageSender, NameServerClient, RemotingCommand, SendError, SendStatus, request_code,
 };
 use rebalance_runtime::{NameServer, RemoteError};
 use scripted::answering;
@@ -73,10 +73,10 @@ async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_err
     );
     assert_eq!(
         sender.send(&queue, &Message::new("x")).await,
-        Err(RemoteError::Refused {
+        Err(SendError::Remote(RemoteError::Refused {
             code: 1,
             remark: "disk full".into()
-        })
+        }))
     );
 }
 
@@ -91,7 +91,7 @@ async fn messages_go_to_the_master_only_never_to_a_slave() {
         .send(&MessageQueue::new("T", "broker-a", 0), &Message::new("x"))
         .await;
     assert!(
-        matches!(outcome, Err(RemoteError::Unreachable(_))),
+        matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
         "{outcome:?}"
     );
     assert_eq!(asked.load(Ordering::SeqCst), 0, "the slave got nothing");
