@@ -3,6 +3,7 @@
 //! pause, backpressure, and ordered batches.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -395,12 +396,11 @@ async fn a_lease_left_behind_by_a_seek_yields_nothing_more() {
     assert_eq!(lease.committed(), Some(1), "only what was acknowledged");
 }
 
-/// A seek that runs while the stream's wait for a locked queue's consume guard yields (here:
-/// tokio's cooperative budget ran out at it): the message of the lease the seek left behind is
-/// not yielded after the seek, stays uncommitted, and its guard is given back.
-#[tokio::test(start_paused = true)]
-async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded() {
-    let mut rig = Rig::new(ConsumeOptions::default());
+/// Four messages of a queue locked for an hour, held; the first taken (it holds no guard the
+/// others wait for, but the next one's wait for its guard can yield: see [`poll_out_of_budget`]).
+async fn locked_with_first_taken(
+    rig: &mut Rig,
+) -> (MessageQueue, QueueLease, Arc<DetachedLease>, StreamMessage) {
     let q = queue(0);
     rig.source.append(&q, 4);
     let detached = DetachedLease::locked(
@@ -411,9 +411,12 @@ async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded
     );
     let (lease, detached) = rig.hold(detached).await;
     let m0 = rig.take(1).await.pop().unwrap();
-    let next = rig.stream.next();
-    tokio::pin!(next);
-    // Spend this poll's budget: the stream's wait for offset 1's guard yields.
+    (q, lease, detached, m0)
+}
+
+/// Polls `next` once with this task's cooperative budget spent: the stream's wait for a consume
+/// guard yields there (a tokio lock's acquisition spends budget).
+async fn poll_out_of_budget<F: Future + Unpin>(next: &mut F) -> std::task::Poll<F::Output> {
     let mut spent = 0;
     while tokio::task::coop::has_budget_remaining() && spent < 10_000 {
         tokio::task::consume_budget().await;
@@ -423,8 +426,22 @@ async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded
         !tokio::task::coop::has_budget_remaining(),
         "a budget to spend"
     );
-    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await;
-    assert!(first.is_pending(), "the guard's wait yielded");
+    std::future::poll_fn(|cx| std::task::Poll::Ready(Pin::new(&mut *next).poll(cx))).await
+}
+
+/// A seek that runs while the stream's wait for a locked queue's consume guard yields (here:
+/// tokio's cooperative budget ran out at it): the message of the lease the seek left behind is
+/// not yielded after the seek, stays uncommitted, and its guard is given back.
+#[tokio::test(start_paused = true)]
+async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded() {
+    let mut rig = Rig::new(ConsumeOptions::default());
+    let (_, lease, detached, m0) = locked_with_first_taken(&mut rig).await;
+    let next = rig.stream.next();
+    tokio::pin!(next);
+    assert!(
+        poll_out_of_budget(&mut next).await.is_pending(),
+        "the guard's wait yielded"
+    );
     // The seek (the stream's part of it).
     rig.stale.mark(&lease);
     let after = timeout(Duration::from_secs(1), &mut next).await;
@@ -446,26 +463,14 @@ async fn a_seek_while_the_stream_waits_for_a_guard_leaves_that_message_unyielded
 #[tokio::test(start_paused = true)]
 async fn a_stream_dropped_while_it_waits_for_a_guard_leaves_the_hand_off_nothing_to_wait_for() {
     let mut rig = Rig::new(ConsumeOptions::default());
-    let q = queue(0);
-    rig.source.append(&q, 4);
-    let detached = DetachedLease::locked(
-        q.clone(),
-        StartPosition::Offset(0),
-        Instant::now() + Duration::from_secs(3600),
-        Duration::from_secs(60),
-    );
-    let (lease, detached) = rig.hold(detached).await;
-    let m0 = rig.take(1).await.pop().unwrap();
+    let (q, lease, detached, m0) = locked_with_first_taken(&mut rig).await;
     {
         let next = rig.stream.next();
         tokio::pin!(next);
-        let mut spent = 0;
-        while tokio::task::coop::has_budget_remaining() && spent < 10_000 {
-            tokio::task::consume_budget().await;
-            spent += 1;
-        }
-        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(next.as_mut().poll(cx))).await;
-        assert!(first.is_pending(), "the guard's wait yielded");
+        assert!(
+            poll_out_of_budget(&mut next).await.is_pending(),
+            "the guard's wait yielded"
+        );
     }
     // The application drops the stream there.
     rig.stream = Box::pin(futures_util::stream::empty());
