@@ -940,15 +940,14 @@ async fn a_seek_keeps_a_paused_queue_paused() {
     );
 }
 
-/// A seek whose offset lookup is slow, while another seek of the queue restarts it meanwhile:
-/// from the slow seek's return on, nothing of the position the other seek left is yielded (found
-/// by review: the slow seek left behind the lease it saw before its lookup, already gone, and
-/// not the one the other seek made, whose buffered messages were still yielded after it).
-#[tokio::test(start_paused = true)]
-async fn a_seek_leaves_behind_the_lease_held_when_it_resets_not_the_one_before_its_lookup() {
-    let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let mut stream = StreamConsumer::builder(GROUP)
+/// A stream consumer alone in its group on topic T of `queues` queues (made here), ready; with
+/// T's queues it holds, sorted.
+async fn alone_on(
+    cluster: &InMemoryCluster,
+    queues: i32,
+) -> (MessageStream, StreamConsumerHandle, Vec<MessageQueue>) {
+    cluster.create_topic("T", 1, queues);
+    let stream = StreamConsumer::builder(GROUP)
         .cluster(cluster.client("c1@1"))
         .subscribe("T")
         .start()
@@ -956,12 +955,25 @@ async fn a_seek_leaves_behind_the_lease_held_when_it_resets_not_the_one_before_i
         .unwrap();
     let handle = stream.handle().clone();
     handle.ready(Duration::from_secs(10)).await.unwrap();
-    let q0 = handle
+    let mut held: Vec<MessageQueue> = handle
         .assignment()
         .iter()
-        .find(|q| &*q.topic == "T")
+        .filter(|q| &*q.topic == "T")
         .cloned()
-        .unwrap();
+        .collect();
+    held.sort();
+    (stream, handle, held)
+}
+
+/// A seek whose offset lookup is slow, while another seek of the queue restarts it meanwhile:
+/// from the slow seek's return on, nothing of the position the other seek left is yielded (found
+/// by review: the slow seek left behind the lease it saw before its lookup, already gone, and
+/// not the one the other seek made, whose buffered messages were still yielded after it).
+#[tokio::test(start_paused = true)]
+async fn a_seek_leaves_behind_the_lease_held_when_it_resets_not_the_one_before_its_lookup() {
+    let cluster = InMemoryCluster::new();
+    let (mut stream, handle, queues) = alone_on(&cluster, 1).await;
+    let q0 = queues[0].clone();
     for i in 0..10 {
         cluster
             .send_to(&q0, OutgoingMessage::new(format!("{i}")))
@@ -1012,22 +1024,7 @@ async fn a_seek_leaves_behind_the_lease_held_when_it_resets_not_the_one_before_i
 #[tokio::test(start_paused = true)]
 async fn a_seek_refused_does_not_undo_the_seek_made_before_it() {
     let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 3);
-    let mut stream = StreamConsumer::builder(GROUP)
-        .cluster(cluster.client("c1@1"))
-        .subscribe("T")
-        .start()
-        .await
-        .unwrap();
-    let handle = stream.handle().clone();
-    handle.ready(Duration::from_secs(10)).await.unwrap();
-    let mut queues: Vec<MessageQueue> = handle
-        .assignment()
-        .iter()
-        .filter(|q| &*q.topic == "T")
-        .cloned()
-        .collect();
-    queues.sort();
+    let (mut stream, handle, queues) = alone_on(&cluster, 3).await;
     let (q0, q1, q2) = (queues[0].clone(), queues[1].clone(), queues[2].clone());
     // A message of q1 held: the seek of q1 keeps the consumer's task in its hand-off.
     cluster.send_to(&q1, OutgoingMessage::new("held")).unwrap();
