@@ -342,6 +342,25 @@ mod tests {
         }
     }
 
+    /// The loops of a concurrent consumer (`SlowFirst`) with `options` on `source`, holding queue
+    /// 0 from `start`; with its lease, the lease's token and the consumer's stop.
+    async fn holding_queue_0(
+        source: &Arc<TestSource>,
+        options: ConsumeOptions,
+        start: StartPosition,
+    ) -> (Leases, QueueLease, impl Sized, CancellationToken) {
+        let stop = CancellationToken::new();
+        let listener = Arc::new(SlowFirst::default());
+        let shared = concurrent(source.clone(), listener, options, &stop);
+        let leases = Leases::new(shared);
+        let (lease, token) = lease(&queue(0), start);
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        (leases, lease, token, stop)
+    }
+
     fn removed(q: &MessageQueue) -> [RemovedQueue; 1] {
         [RemovedQueue {
             queue: q.clone(),
@@ -449,15 +468,8 @@ mod tests {
         // A pull is cut short after 30 s; an offset lookup that never answers stalls the loop.
         source.with(|s| s.hang_lookups = true);
         let q = queue(0);
-        let stop = CancellationToken::new();
-        let listener = Arc::new(SlowFirst::default());
-        let shared = concurrent(source.clone(), listener, ConsumeOptions::default(), &stop);
-        let leases = Leases::new(shared);
-        let (lease, _token) = lease(&q, StartPosition::Earliest);
-        leases
-            .queues_added("T", std::slice::from_ref(&lease))
-            .await
-            .unwrap();
+        let (leases, lease, _token, stop) =
+            holding_queue_0(&source, ConsumeOptions::default(), StartPosition::Earliest).await;
         sleep(Duration::from_secs(119)).await;
         assert_eq!(leases.restart_stalled(), 0);
         sleep(Duration::from_secs(2)).await;
@@ -477,20 +489,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_long_held_pull_is_not_a_stalled_loop() {
         let source = Arc::new(TestSource::default());
-        let q = queue(0);
-        let stop = CancellationToken::new();
-        let listener = Arc::new(SlowFirst::default());
         let options = ConsumeOptions {
             pull_suspend: Duration::from_secs(200),
             ..ConsumeOptions::default()
         };
-        let shared = concurrent(source.clone(), listener, options, &stop);
-        let leases = Leases::new(shared);
-        let (lease, _token) = lease(&q, StartPosition::Offset(0));
-        leases
-            .queues_added("T", std::slice::from_ref(&lease))
-            .await
-            .unwrap();
+        let (leases, _lease, _token, stop) =
+            holding_queue_0(&source, options, StartPosition::Offset(0)).await;
         sleep(Duration::from_secs(150)).await;
         assert_eq!(source.pulls().len(), 1, "one pull, held");
         assert_eq!(leases.restart_stalled(), 0, "the loop waits for its pull");
@@ -510,20 +514,12 @@ mod tests {
     async fn a_stuck_lookup_is_restarted_whatever_the_pull_suspend() {
         let source = Arc::new(TestSource::default());
         source.with(|s| s.hang_lookups = true);
-        let q = queue(0);
-        let stop = CancellationToken::new();
-        let listener = Arc::new(SlowFirst::default());
         let options = ConsumeOptions {
             pull_suspend: Duration::from_secs(3600),
             ..ConsumeOptions::default()
         };
-        let shared = concurrent(source.clone(), listener, options, &stop);
-        let leases = Leases::new(shared);
-        let (lease, _token) = lease(&q, StartPosition::Earliest);
-        leases
-            .queues_added("T", std::slice::from_ref(&lease))
-            .await
-            .unwrap();
+        let (leases, _lease, _token, stop) =
+            holding_queue_0(&source, options, StartPosition::Earliest).await;
         sleep(Duration::from_secs(121)).await;
         assert_eq!(leases.restart_stalled(), 1);
         stop.cancel();
