@@ -166,43 +166,35 @@ async fn taking_the_queue_back_while_locked_resumes_from_the_refused_offset() {
     assert_eq!(cluster.offset(GROUP, &queue(1)), Some(77));
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
+/// At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100; `a`,
+/// unaware, commits 90, and its next `persist_failures` writes are refused; its renewal at 20 s
+/// is refused (the broker says the lock is someone else's), and it loses the queue. Then
+/// nothing, neither the release nor a retry, writes 90 over the new holder's progress.
+async fn a_loses_queue_1_to_an_intruder_with_persists_refused(persist_failures: usize) {
     let cluster = short_lock_cluster();
     let a = first_member(&cluster, exclusive).await;
-    // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
     settle(Duration::from_secs(11)).await;
     intruder_locks(&cluster, &queue(1)).await;
     settle(MIN).await;
     cluster.set_offset(GROUP, &queue(1), 100);
-    // a, unaware, commits 90; its writes are refused until its renewal at 20 s is refused.
     a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
-    cluster.fail_next(ClusterCall::PersistOffset, 2);
+    cluster.fail_next(ClusterCall::PersistOffset, persist_failures);
     settle(Duration::from_secs(8)).await;
     assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
-    // The lock was someone else's: 90 is not retried over the new holder's progress.
     settle(Duration::from_secs(30)).await;
     assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_refused_lock_renewal_ends_the_retries_of_a_final_offset() {
+    // Refused until the renewal is: the final offset's retries end there.
+    a_loses_queue_1_to_an_intruder_with_persists_refused(2).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_queue_lost_with_a_refused_lock_writes_no_final_offset_over_the_new_holder() {
-    let cluster = short_lock_cluster();
-    let a = first_member(&cluster, exclusive).await;
-    // At 12 s another client holds queue 1's lock, and at 13 s has stored its progress, 100.
-    settle(Duration::from_secs(11)).await;
-    intruder_locks(&cluster, &queue(1)).await;
-    settle(MIN).await;
-    cluster.set_offset(GROUP, &queue(1), 100);
-    // a, unaware, commits 90; its persistence tick at 15 s is refused, and its renewal at
-    // 20 s is refused too: the broker says the lock is someone else's.
-    a.recorder.leases.lock().unwrap()[&queue(1)].commit(90);
-    cluster.fail_next(ClusterCall::PersistOffset, 1);
-    settle(Duration::from_secs(8)).await;
-    assert_eq!(a.recorder.removed_with(RemovalReason::Lost), vec![queue(1)]);
-    // Neither the release nor anything after it writes 90 over the new holder's progress.
-    settle(Duration::from_secs(30)).await;
-    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(100));
+    // The tick at 15 s refused: the release writes no final offset either.
+    a_loses_queue_1_to_an_intruder_with_persists_refused(1).await;
 }
 
 #[tokio::test(start_paused = true)]
