@@ -353,6 +353,21 @@ impl LeaseLink {
         self.lease.processing(processing)
     }
 
+    /// The right to run one batch at `now` when the consumer does not lock its queues (no
+    /// guard, and nothing to wait for): the batch runs only while the lease is trusted (this
+    /// client's membership is vouched for), like a locked one (see
+    /// `QueueLease::consume_guard`). `None` when the link is guarded.
+    pub(crate) fn unguarded(&self, now: tokio::time::Instant) -> Option<Guard> {
+        if self.guarded {
+            return None;
+        }
+        Some(if self.lease.is_trusted(now) {
+            Guard::Unneeded
+        } else {
+            Guard::Refused
+        })
+    }
+
     /// Makes each batch hold the lease's consume guard (the consumer locks its queues).
     pub(crate) fn guarded(mut self) -> Self {
         self.guarded = true;
@@ -364,14 +379,8 @@ impl LeaseLink {
     /// waiting), while its lock is stale, or while the lease is not trusted (this client's
     /// membership lapsed).
     pub(crate) async fn consume_guard(&self, now: tokio::time::Instant) -> Guard {
-        if !self.guarded {
-            // Not locked: the batch runs only while the lease is trusted (this client's
-            // membership is vouched for), like a locked one (see `QueueLease::consume_guard`).
-            return if self.lease.is_trusted(now) {
-                Guard::Unneeded
-            } else {
-                Guard::Refused
-            };
+        if let Some(unguarded) = self.unguarded(now) {
+            return unguarded;
         }
         match self.lease.consume_guard().await {
             Some(guard) if !self.is_dropped() => Guard::Held(guard),

@@ -161,6 +161,36 @@ impl Feed {
             return None;
         }
         let offset = message.queue_offset();
+        let guard = match link.unguarded(Instant::now()) {
+            Some(Guard::Unneeded) => None,
+            Some(_) => {
+                tracing::debug!(queue = ?link.queue(), offset, "the lease is not trusted; the message waits");
+                Self::withhold(&link, epoch, message, None);
+                return None;
+            }
+            None => return self.offer_guarded(link, epoch, message).await,
+        };
+        Some(StreamMessage {
+            message,
+            ticket: Some(Ticket {
+                link,
+                epoch,
+                guard,
+                shared: self.shared.clone(),
+                since: Instant::now(),
+            }),
+        })
+    }
+
+    /// [`offer`](Self::offer) on a guarded link (the consumer locks its queues): the message
+    /// waits for the lease's consume guard.
+    async fn offer_guarded(
+        &self,
+        link: Arc<LeaseLink>,
+        epoch: u64,
+        message: Message,
+    ) -> Option<StreamMessage> {
+        let offset = message.queue_offset();
         // Begun: reported as not processed unless yielded, also when the stream is dropped
         // while the guard's await below yields (the hand-off would wait for it).
         let mut begun = Begun {
