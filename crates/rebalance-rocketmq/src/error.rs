@@ -4,6 +4,18 @@ use std::time::Duration;
 
 use rebalance_runtime::RemoteError;
 
+/// The longest part of a value from outside (a file's key, a broker's answer) an error quotes.
+const EXCERPT_CHARS: usize = 120;
+
+/// `text`, or its beginning and how long it is when it is longer than [`EXCERPT_CHARS`]: a
+/// file or an answer of many megabytes gives an error of a line.
+pub(crate) fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
+}
+
 /// A request that did not get an answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

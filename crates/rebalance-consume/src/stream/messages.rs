@@ -170,7 +170,18 @@ impl Feed {
             }
             None => return self.offer_guarded(link, epoch, message).await,
         };
-        Some(StreamMessage {
+        Some(self.yielded(link, epoch, message, guard))
+    }
+
+    /// `message` of `link`, begun and given its guard (if any), as the stream yields it.
+    fn yielded(
+        &self,
+        link: Arc<LeaseLink>,
+        epoch: u64,
+        message: Message,
+        guard: Option<rebalance_runtime::ConsumeGuard>,
+    ) -> StreamMessage {
+        StreamMessage {
             message,
             ticket: Some(Ticket {
                 link,
@@ -179,7 +190,7 @@ impl Feed {
                 shared: self.shared.clone(),
                 since: Instant::now(),
             }),
-        })
+        }
     }
 
     /// [`offer`](Self::offer) on a guarded link (the consumer locks its queues): the message
@@ -219,16 +230,7 @@ impl Feed {
         };
         let message = begun.message.take()?;
         drop(begun);
-        Some(StreamMessage {
-            message,
-            ticket: Some(Ticket {
-                link,
-                epoch,
-                guard,
-                shared: self.shared.clone(),
-                since: Instant::now(),
-            }),
-        })
+        Some(self.yielded(link, epoch, message, guard))
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
+use crate::error::excerpt;
 use crate::queue_keys::{parse_queue_key, stringify_object_keys};
 
 /// One queue in a broker's GET_CONSUME_STATS answer.
@@ -106,7 +107,7 @@ fn consume_stats(body: &Value) -> Result<Vec<QueueProgress>, RemoteError> {
                         queue.queue_id,
                         queue.topic,
                         queue.broker_name,
-                        excerpt(v)
+                        excerpt(&v.to_string())
                     ))
                 })
             };
@@ -132,19 +133,10 @@ fn queue_offsets(value: &Value, what: &str) -> Result<Vec<(MessageQueue, i64)>, 
                 queue.queue_id,
                 queue.topic,
                 queue.broker_name,
-                excerpt(offset)
+                excerpt(&offset.to_string())
             ))),
         })
         .collect()
-}
-
-/// At most 200 characters of `value`, for an error message.
-fn excerpt(value: &Value) -> String {
-    let text = value.to_string();
-    match text.char_indices().nth(200) {
-        Some((end, _)) => format!("{}...", &text[..end]),
-        None => text,
-    }
 }
 
 impl BrokerClient {

@@ -34,6 +34,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
+use crate::error::excerpt;
 use crate::queue_keys::{parse_queue_key, push_pretty_queue_key, stringify_object_keys};
 
 /// Offsets by queue: what an offset file holds.
@@ -96,18 +97,6 @@ pub(super) fn parse(bytes: &[u8]) -> Result<OffsetTable, String> {
         table.insert(queue, offset);
     }
     Ok(table)
-}
-
-/// The longest part of a key or value an error quotes.
-const EXCERPT_CHARS: usize = 120;
-
-/// `text`, or its beginning and how long it is when it is longer than [`EXCERPT_CHARS`]: a
-/// file of many megabytes gives an error of a line.
-fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(EXCERPT_CHARS) {
-        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
-        None => text.to_string(),
-    }
 }
 
 /// The file's text for `table`, in the Java client's layout.
