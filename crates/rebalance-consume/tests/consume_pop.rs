@@ -87,12 +87,15 @@ struct App {
     fail_suffix: Option<&'static str>,
 }
 
-/// The in-memory cluster behind a slow network: each acknowledgement is made at once, and its
-/// answer comes back `delay` later.
+/// The in-memory cluster behind a slow network, or a broker that refuses acknowledgements:
+/// each acknowledgement is made at once and its answer comes back `delay` later, or, with
+/// `refuse`, it is refused with that code and changes nothing. `calls` counts them.
 #[derive(Clone)]
 struct SlowAcks {
     inner: ClusterClient,
     delay: Duration,
+    refuse: Option<i32>,
+    calls: Arc<AtomicUsize>,
 }
 
 #[async_trait]
@@ -102,6 +105,13 @@ impl PopSource for SlowAcks {
     }
 
     async fn ack(&self, group: &str, topic: &str, handles: &[&str]) -> Result<(), RemoteError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if let Some(code) = self.refuse {
+            return Err(RemoteError::Refused {
+                code,
+                remark: "refused by the test".into(),
+            });
+        }
         let answer = self.inner.ack(group, topic, handles).await;
         sleep(self.delay).await;
         answer
@@ -208,6 +218,10 @@ struct Group {
     fail_suffix: Option<&'static str>,
     /// How long the answer to each acknowledgement takes, if not at once.
     slow_acks: Option<Duration>,
+    /// The code every acknowledgement is refused with, if any.
+    refuse_acks: Option<i32>,
+    /// The acknowledgements asked for (counted with `slow_acks` or `refuse_acks` only).
+    ack_calls: Arc<AtomicUsize>,
     members: BTreeMap<String, PushConsumerHandle>,
 }
 
@@ -225,6 +239,8 @@ impl Group {
             slow: None,
             fail_suffix: None,
             slow_acks: None,
+            refuse_acks: None,
+            ack_calls: Arc::default(),
             members: BTreeMap::new(),
         }
     }
@@ -241,15 +257,18 @@ impl Group {
         let builder = PushConsumer::builder(GROUP)
             .subscribe("T")
             .cluster(client.clone());
-        let builder = match self.slow_acks {
-            Some(delay) => builder.pop(
+        let builder = if self.slow_acks.is_some() || self.refuse_acks.is_some() {
+            builder.pop(
                 SlowAcks {
                     inner: client,
-                    delay,
+                    delay: self.slow_acks.unwrap_or_default(),
+                    refuse: self.refuse_acks,
+                    calls: self.ack_calls.clone(),
                 },
                 self.pop.clone(),
-            ),
-            None => builder.pop(client, self.pop.clone()),
+            )
+        } else {
+            builder.pop(client, self.pop.clone())
         };
         let handle = builder
             .configure(|c| {
@@ -631,6 +650,89 @@ async fn an_acknowledgement_failing_during_a_hand_off_is_not_given_up() {
         assert_eq!(deliveries.len(), 2, "{mode:?}: each once: {deliveries:?}");
         group.stop().await;
     }
+}
+
+/// An acknowledgement the brokers refuse for good (208: the offset is out of the queue's
+/// range, its messages deleted) is given up at once, not tried every 3 s for ever: with a
+/// threshold of one message per queue, the message kept for its acknowledgement held the
+/// queue, which never popped again (found by review). A consumed message given up may be
+/// delivered again (an orderly pop's is, after its invisible time: its batch was never
+/// acknowledged, and the brokers hold the queue at it), never lost.
+#[tokio::test(start_paused = true)]
+async fn an_acknowledgement_refused_for_good_is_given_up_and_the_queue_pops_on() {
+    for mode in [PopMode::Ordinary, PopMode::Orderly] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 1);
+        let mut group = Group::new(&cluster, mode);
+        group.pop.threshold_for_queue = 1;
+        group.refuse_acks = Some(208);
+        group.join("a@1").await;
+        sleep(Duration::from_millis(100)).await;
+        let m0 = produce(&cluster, 1);
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(group.journal.of("a@1").len(), 1, "{mode:?}: m0 consumed");
+        let m1 = cluster
+            .send("T", OutgoingMessage::new("m1"))
+            .unwrap()
+            .msg_id;
+        // An ordinary pop's queue pops on at once. An orderly one's waits for the batch's
+        // invisible time (20 s), the brokers' order, and pops m0 again (its acknowledgement
+        // refused, the brokers hold the queue at it): before the fix it never popped again.
+        match mode {
+            PopMode::Ordinary => {
+                sleep(Duration::from_secs(2)).await;
+                let finished = group.journal.finished();
+                assert!(finished.contains(&m1), "m1 consumed: {finished:?}");
+            }
+            PopMode::Orderly => {
+                sleep(Duration::from_secs(25)).await;
+                let deliveries = group.journal.of("a@1");
+                assert_eq!(deliveries.len(), 2, "m0 popped again: {deliveries:?}");
+            }
+        }
+        assert_eq!(missing(&m0, &group.journal), Vec::<String>::new());
+        let deliveries = group.journal.deliveries.lock().unwrap().len();
+        let calls = group.ack_calls.load(Ordering::SeqCst);
+        assert!(
+            calls <= deliveries,
+            "{mode:?}: each delivery's acknowledgement asked once, not again: {calls} calls for {deliveries} deliveries"
+        );
+        group.stop().await;
+    }
+}
+
+/// An acknowledgement that keeps failing on its way (the broker not reached) is tried again,
+/// every 3 s, for as long as the message's invisible time (20 s), while the extensions keep
+/// the message invisible; then it is given up, and the queue, held by its threshold of one
+/// message meanwhile, pops on (found by review: it was tried for ever, and the queue never
+/// popped again).
+#[tokio::test(start_paused = true)]
+async fn an_acknowledgement_failing_on_its_way_is_tried_for_an_invisible_time_then_given_up() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.pop.threshold_for_queue = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    cluster.fail_next(ClusterCall::Ack, 1_000);
+    produce(&cluster, 1);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(group.journal.of("a@1").len(), 1, "m0 consumed");
+    let m1 = cluster
+        .send("T", OutgoingMessage::new("m1"))
+        .unwrap()
+        .msg_id;
+    sleep(Duration::from_secs(15)).await;
+    assert!(
+        !group.journal.finished().contains(&m1),
+        "m0's acknowledgement is still tried: the queue waits"
+    );
+    sleep(Duration::from_secs(10)).await;
+    assert!(
+        group.journal.finished().contains(&m1),
+        "m0 given up 20 s after its first failure: the queue popped m1"
+    );
+    group.stop().await;
 }
 
 /// One queue, ordinary POP with an invisible time of 20 s and `await_in_flight` 1 s: `a` joins

@@ -35,6 +35,8 @@ struct Slot {
     /// extension): a message whose acknowledgement was on its way when the others of its entry
     /// were extended keeps its own time.
     visible_again: Instant,
+    /// When its acknowledgement first failed, if it did (see [`Book::ack_failed`]).
+    ack_failing_since: Option<Instant>,
 }
 
 /// One queue's messages of one pop.
@@ -170,6 +172,7 @@ impl Book {
                     bytes: 0,
                     state: State::Done,
                     visible_again,
+                    ack_failing_since: None,
                 },
             );
             self.count += 1;
@@ -212,6 +215,7 @@ impl Book {
                     bytes,
                     state: State::Waiting,
                     visible_again,
+                    ack_failing_since: None,
                 });
                 self.count += 1;
                 self.bytes += bytes as u64;
@@ -281,16 +285,42 @@ impl Book {
         });
     }
 
-    /// `batch` failed: its messages are to acknowledge again.
-    pub(super) fn ack_failed(&mut self, batch: &AckBatch) {
+    /// `batch` failed at `now`. Its messages are to acknowledge again while that can still
+    /// count, or given up (they leave the book; returns how many): all of them when the
+    /// failure is for good (`keep_trying_for` is `None`: the brokers refused the
+    /// acknowledgement itself), else each one whose invisible time has passed (the brokers'
+    /// again: an acknowledgement naming its old handle is ignored, or refused) or whose
+    /// acknowledgement has been failing for `keep_trying_for` (its extensions may keep it
+    /// invisible, and its acknowledgement failing, for ever). A message given up is consumed
+    /// already; the brokers may deliver it again (at least once, never lost).
+    pub(super) fn ack_failed(
+        &mut self,
+        batch: &AckBatch,
+        now: Instant,
+        keep_trying_for: Option<std::time::Duration>,
+    ) -> usize {
         self.ack_answered(batch.epoch);
-        if let Some(entry) = self.entries.get_mut(&batch.epoch) {
-            for slot in &mut entry.slots {
-                if slot.state == State::Acking && batch.offsets.contains(&slot.offset) {
-                    slot.state = State::Done;
-                }
+        let Some(entry) = self.entries.get_mut(&batch.epoch) else {
+            return 0;
+        };
+        for slot in &mut entry.slots {
+            if slot.state == State::Acking && batch.offsets.contains(&slot.offset) {
+                slot.state = State::Done;
+                slot.ack_failing_since.get_or_insert(now);
             }
         }
+        let before = self.count;
+        self.remove(batch.epoch, |slot| {
+            let failed = slot.state == State::Done && batch.offsets.contains(&slot.offset);
+            let over = match (keep_trying_for, slot.ack_failing_since) {
+                (Some(limit), Some(since)) => {
+                    slot.visible_again <= now || now.saturating_duration_since(since) >= limit
+                }
+                _ => true,
+            };
+            failed && over
+        });
+        before - self.count
     }
 
     fn ack_answered(&mut self, epoch: u64) {
@@ -542,12 +572,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn in_order_acknowledgements_wait_for_every_earlier_message() {
         let mut book = Book::default();
-        book.add(popped(0, 0..4), Vec::new(), Instant::now());
+        book.add(
+            popped(0, 0..4),
+            Vec::new(),
+            Instant::now() + Duration::from_secs(60),
+        );
         book.done(0, 1, 2, |_| false);
         assert!(book.acks_due(true).is_empty(), "0 is not consumed yet");
         let any_order = book.acks_due(false);
         assert_eq!(any_order[0].offsets, vec![1, 2]);
-        book.ack_failed(&any_order[0]);
+        book.ack_failed(&any_order[0], Instant::now(), Some(Duration::from_secs(60)));
         book.done(0, 0, 0, |_| false);
         let due = book.acks_due(true);
         assert_eq!(due.len(), 1);
@@ -563,6 +597,50 @@ mod tests {
         // A late report of a message acknowledged already changes nothing.
         book.done(0, 0, 3, |_| false);
         assert!(book.acks_due(true).is_empty());
+    }
+
+    /// A failed acknowledgement is tried again while it can count, and given up (its messages
+    /// leave the book, so that the queue pops again) when it cannot: refused for good at once,
+    /// past the message's invisible time, or after failing for as long as it may keep trying
+    /// (extensions could otherwise keep a message invisible, and its acknowledgement failing,
+    /// for ever). Found by review: a refused acknowledgement was tried every 3 s for ever, and
+    /// its messages held the queue's threshold.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_acknowledgement_is_given_up_when_it_can_no_longer_count() {
+        let invisible = Duration::from_secs(60);
+        let keep_trying = Some(Duration::from_secs(20));
+        let start = Instant::now();
+        let mut book = Book::default();
+        book.add(popped(0, 0..2), Vec::new(), start + invisible);
+        book.add(popped(1, 0..1), Vec::new(), start + invisible);
+        book.done(0, 0, 1, |_| false);
+        book.done(1, 0, 0, |_| false);
+        let acks = book.acks_due(false);
+        assert_eq!(acks.len(), 2);
+        // Refused for good: given up at once.
+        assert_eq!(book.ack_failed(&acks[1], start, None), 1);
+        assert_eq!(book.len(), 2);
+        // Failed on the way: kept, and tried again.
+        assert_eq!(book.ack_failed(&acks[0], start, keep_trying), 0);
+        let again = book.acks_due(false);
+        assert_eq!(again[0].offsets, vec![0, 1]);
+        let at_10 = start + Duration::from_secs(10);
+        assert_eq!(book.ack_failed(&again[0], at_10, keep_trying), 0);
+        // 20 s after its first failure, while still invisible: given up.
+        let at_20 = start + Duration::from_secs(20);
+        let last = book.acks_due(false);
+        assert_eq!(book.ack_failed(&last[0], at_20, keep_trying), 2);
+        assert!(book.is_empty());
+        assert_eq!((book.len(), book.bytes()), (0, 0));
+
+        // Past its invisible time: given up at its first failure.
+        let now = Instant::now();
+        book.add(popped(2, 0..1), Vec::new(), now + Duration::from_secs(5));
+        book.done(2, 0, 0, |_| false);
+        let late = book.acks_due(false);
+        let at_5 = now + Duration::from_secs(5);
+        assert_eq!(book.ack_failed(&late[0], at_5, keep_trying), 1);
+        assert!(book.is_empty());
     }
 
     #[tokio::test(start_paused = true)]
@@ -616,7 +694,7 @@ mod tests {
             book.not_extendable(extension.epoch);
         }
         book.acked(&first[0]);
-        book.ack_failed(&first[1]);
+        book.ack_failed(&first[1], Instant::now(), Some(Duration::from_secs(60)));
         let next: Vec<Vec<i64>> = book
             .acks_due(false)
             .into_iter()
@@ -671,7 +749,7 @@ mod tests {
         book.extended(&extensions[1], "h0-1".into(), later + invisible);
         let acks = book.acks_due(true);
         assert_eq!(acks[0].handles, vec!["new", "h0-1"]);
-        book.ack_failed(&acks[0]);
+        book.ack_failed(&acks[0], Instant::now(), Some(Duration::from_secs(60)));
         assert_eq!(
             book.next_extension(Instant::now(), due),
             Some(later + invisible - invisible / 4)
@@ -702,7 +780,7 @@ mod tests {
             let handle = format!("new-{}", extension.offset);
             book.extended(extension, handle, later + invisible);
         }
-        book.ack_failed(&acks[0]);
+        book.ack_failed(&acks[0], Instant::now(), Some(Duration::from_secs(60)));
         assert_eq!(
             book.next_extension(Instant::now(), due),
             Some(start + Duration::from_secs(45)),
@@ -741,7 +819,7 @@ mod tests {
         assert_eq!(extensions.len(), 1, "0, not 1 being acknowledged");
         book.extended(&extensions[0], "new-0".into(), at_6 + invisible);
         let at_9 = start + Duration::from_secs(9);
-        book.ack_failed(&acks[0]);
+        book.ack_failed(&acks[0], Instant::now(), Some(Duration::from_secs(60)));
         assert!(
             book.extensions_due(at_9, due).is_empty(),
             "1 is past its time"

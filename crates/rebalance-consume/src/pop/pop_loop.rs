@@ -492,12 +492,21 @@ impl PopLoop {
             Answer::Ack(batch, Ok(())) => self.book.acked(&batch),
             // Tried again even while the lease ends (once more at the hand-off, which then
             // hands back what is still not acknowledged): given up, an orderly pop's later
-            // messages would be acknowledged ahead of it.
+            // messages would be acknowledged ahead of it. But not for ever: see
+            // `Book::ack_failed`.
             Answer::Ack(batch, Err(e)) => {
-                self.errors
-                    .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
-                self.book.ack_failed(&batch);
-                return Some(Instant::now() + PULL_ERROR_DELAY);
+                let now = Instant::now();
+                let keep_trying_for =
+                    (!refused_for_good(&e)).then_some(self.pop.options.invisible_time);
+                let given_up = self.book.ack_failed(&batch, now, keep_trying_for);
+                if given_up > 0 {
+                    tracing::warn!(queue = ?self.lease.queue(), given_up, error = %e, "gave up acknowledging consumed messages (refused, past their invisible time, or failing for as long as it): the brokers may deliver them again");
+                }
+                if given_up < batch.offsets.len() {
+                    self.errors
+                        .failed(self.lease.queue(), "ack", &e, PULL_ERROR_DELAY);
+                    return Some(now + PULL_ERROR_DELAY);
+                }
             }
             Answer::Extend {
                 extension,
@@ -562,6 +571,19 @@ async fn contained<T>(
             service: format!("the pop source ({what})"),
             after: CALL_TIMEOUT,
         }),
+    }
+}
+
+/// Whether an acknowledgement's failure is the brokers' refusal of the acknowledgement itself,
+/// which asking again does not change: the topic unknown (17), the queue or the handle not
+/// valid (13), the offset out of the queue's range (208, its messages deleted); or an answer
+/// that cannot be understood. Anything else (not reached, not answered in time, busy) is
+/// tried again.
+fn refused_for_good(error: &RemoteError) -> bool {
+    match error {
+        RemoteError::Refused { code, .. } => matches!(code, 13 | 17 | 208),
+        RemoteError::BadResponse(_) => true,
+        _ => false,
     }
 }
 
