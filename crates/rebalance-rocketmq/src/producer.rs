@@ -49,6 +49,18 @@ pub enum InvalidMessage {
         /// `"name"` or `"value"`.
         part: &'static str,
     },
+    /// A property's name or value is empty: a broker (and a consumer) drops such a property
+    /// when it reads the message (Java's `MessageDecoder.string2messageProperties` keeps only
+    /// `name\u{1}value` with both non-empty), so it would be lost without a word.
+    #[error(
+        "property {name:?} has an empty {part}, which a broker drops when it reads the message: give it a {part} or leave it out"
+    )]
+    EmptyProperty {
+        /// The property's name.
+        name: String,
+        /// `"name"` or `"value"`.
+        part: &'static str,
+    },
     /// The body is larger than the sender's limit.
     #[error(
         "the body is {len} bytes, more than the {max} bytes the broker accepts (its `maxMessageSize`; see `MessageSender::with_max_body_size`)"
@@ -118,13 +130,19 @@ impl Message {
         self
     }
 
-    /// Checks what the broker would refuse or misread: a property with a separator in its name
-    /// or value, a body over `max_body_size` bytes, properties longer than
+    /// Checks what the broker would refuse, misread or drop: a property with an empty name or
+    /// value, or a separator in either, a body over `max_body_size` bytes, properties longer than
     /// [`MAX_PROPERTIES_LEN`] once encoded. [`MessageSender::send`] sends nothing that fails it.
     pub fn check(&self, max_body_size: usize) -> Result<(), InvalidMessage> {
         let has_separator = |text: &str| text.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR]);
         for (name, value) in &self.properties {
             for (part, text) in [("name", name), ("value", value)] {
+                if text.is_empty() {
+                    return Err(InvalidMessage::EmptyProperty {
+                        name: name.clone(),
+                        part,
+                    });
+                }
                 if has_separator(text) {
                     return Err(InvalidMessage::Separator {
                         name: name.clone(),
@@ -466,6 +484,45 @@ mod tests {
                 "{message:?}: {text}"
             );
         }
+    }
+
+    /// A property with an empty name or value would be dropped by the broker reading the
+    /// message: refused before sending, with its name, as Java's `putUserProperty` refuses it
+    /// (found by review: it was sent, and lost on the way).
+    #[tokio::test]
+    async fn a_property_with_an_empty_name_or_value_is_refused_before_sending() {
+        let queue = MessageQueue::new("T", "broker-a", 0);
+        let sender = unreachable_sender();
+        let cases = [
+            (Message::new("x").with_tags(""), "TAGS", "value"),
+            (Message::new("x").with_keys(""), "KEYS", "value"),
+            (Message::new("x").with_property("", "v"), "", "name"),
+            (
+                Message::new("x").with_property("color", ""),
+                "color",
+                "value",
+            ),
+        ];
+        for (message, name, part) in cases {
+            let error = sender.send(&queue, &message).await.unwrap_err();
+            assert_eq!(
+                error,
+                SendError::Invalid(InvalidMessage::EmptyProperty {
+                    name: name.into(),
+                    part
+                })
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("empty") && !text.contains("unreachable"),
+                "{text}"
+            );
+        }
+        // A value of blanks is a value: the broker keeps it.
+        assert_eq!(
+            Message::new("x").with_property("color", " ").check(16),
+            Ok(())
+        );
     }
 
     #[tokio::test]
