@@ -735,6 +735,56 @@ async fn an_acknowledgement_failing_on_its_way_is_tried_for_an_invisible_time_th
     group.stop().await;
 }
 
+/// A member leaving while the broker takes the changes of invisible time but its answers do
+/// not come back in time (a slow or half-cut link): its hand-off gives the popped messages back
+/// side by side, each call bounded by 10 s, not one after the other. Found by review: one
+/// after the other, the 40 messages came back to the next member over 392 s, one every 10 s
+/// (with an invisible time of 10 minutes).
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_behind_a_slow_broker_gives_everything_back_within_one_call_timeout() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.pop.invisible_time = Duration::from_secs(600);
+    group.work = Duration::from_secs(60);
+    group.options.consume_concurrency = 4;
+    group.options.await_in_flight = Some(Duration::from_secs(1));
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    let produced = produce(&cluster, 40);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        group.journal.of("a@1").len(),
+        4,
+        "4 in the listener, 36 waiting"
+    );
+    // Every change of invisible time is made at once, and answers 30 s late: past the
+    // client's 10 s.
+    cluster.delay_next(
+        ClusterCall::ChangeInvisibleTime,
+        1_000,
+        Duration::from_secs(30),
+    );
+    let started = Instant::now();
+    group.members.remove("a@1").unwrap().shutdown().await;
+    group.work = Duration::from_millis(10);
+    group.join("b@1").await;
+    let mut all_at = None;
+    for _ in 0..600 {
+        sleep(Duration::from_secs(1)).await;
+        if missing(&produced, &group.journal).is_empty() {
+            all_at = Some(started.elapsed());
+            break;
+        }
+    }
+    let all_at = all_at.expect("b consumed everything within the invisible time");
+    assert!(
+        all_at <= Duration::from_secs(15),
+        "given back within 1 s (await_in_flight) and one 10 s call timeout: {all_at:?}"
+    );
+    group.stop().await;
+}
+
 /// One queue, ordinary POP with an invisible time of 20 s and `await_in_flight` 1 s: `a` joins
 /// and pops `m0`, which takes it 40 s, and pops no more meanwhile (a threshold of 1, so that
 /// `m0` delivered again goes to `b`); the next `extension_failures` changes of invisible time
