@@ -85,10 +85,6 @@ impl Admin {
         if response.code != response_code::SUCCESS {
             return Err(refused(&response));
         }
-        let text = response
-            .ext("offset")
-            .ok_or_else(|| RemoteError::BadResponse("max offset answer without `offset`".into()))?;
-        text.parse()
-            .map_err(|_| RemoteError::BadResponse(format!("max offset `{text}` is not a number")))
+        crate::broker::offsets_query::answered_offset(&response, "max offset")
     }
 }

@@ -6,7 +6,7 @@ mod directory;
 mod group_view;
 mod locks;
 mod offsets;
-mod offsets_query;
+pub(crate) mod offsets_query;
 pub mod pop;
 mod pop_source;
 pub mod pull;

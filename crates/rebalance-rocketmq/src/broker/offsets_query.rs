@@ -16,13 +16,18 @@ fn queue_request(code: i32, queue: &MessageQueue, topic: &str) -> RemotingComman
         .with_ext("bname", &*queue.broker_name)
 }
 
-/// The `offset` field of a successful answer.
+/// The `offset` field of a successful answer (quoted in an excerpt when it is not a number:
+/// a header may be up to 16 MiB).
 pub(crate) fn answered_offset(response: &RemotingCommand, what: &str) -> Result<i64, RemoteError> {
     let text = response
         .ext("offset")
         .ok_or_else(|| RemoteError::BadResponse(format!("{what} answer without `offset`")))?;
-    text.parse()
-        .map_err(|_| RemoteError::BadResponse(format!("{what} `{text}` is not a number")))
+    text.parse().map_err(|_| {
+        RemoteError::BadResponse(format!(
+            "{what} `{}` is not a number",
+            crate::error::excerpt(text)
+        ))
+    })
 }
 
 impl BrokerClient {
@@ -97,5 +102,14 @@ mod tests {
         ));
         let garbage = RemotingCommand::response(0, 1, None).with_ext("offset", "x");
         assert!(answered_offset(&garbage, "max offset").is_err());
+        // A huge garbage header is quoted in an excerpt, not whole.
+        let huge = RemotingCommand::response(0, 1, None).with_ext("offset", "9".repeat(100_000));
+        let Err(RemoteError::BadResponse(text)) = answered_offset(&huge, "max offset") else {
+            panic!("not a number");
+        };
+        assert!(
+            text.len() < 1_000 && text.contains("100000 bytes"),
+            "{text}"
+        );
     }
 }
