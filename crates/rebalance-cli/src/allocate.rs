@@ -207,6 +207,8 @@ pub fn answer_with(
     let mq_all = queue_list(case, "mq_all")?;
     let cid_all = id_list(case, "cid_all", true)?;
     let extra = id_list(case, "extra_cids", false)?;
+    // Before anything is built: a hash ring of every member's virtual nodes.
+    crate::limits::check_ring(strategy_name, &params, cid_all.len()).map_err(LineError)?;
     let warnings = warnings(registry, strategy_name, &params, group, &mq_all, &cid_all);
 
     let mut seen = HashSet::new();

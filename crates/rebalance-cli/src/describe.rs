@@ -92,9 +92,16 @@ pub enum DescribeError {
     Plan(#[from] PlanError),
     /// Nothing to describe: no topic given and no member told its subscriptions.
     #[error(
-        "no topic to describe: give --topic (no member of `{0}` answered its running info, which names its subscriptions)"
+        "no topic to describe: give --topic (no member of `{group}` answered its running info, which names its subscriptions{})",
+        if why.is_empty() { String::new() } else { format!("; {why}") }
     )]
-    NoTopic(String),
+    NoTopic {
+        /// The group.
+        group: String,
+        /// What was found missing on the way (the group's retry topic unknown to the name
+        /// server, members that did not answer), if anything.
+        why: String,
+    },
     /// Writing (or starting the runtime) failed.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -108,7 +115,7 @@ impl DescribeError {
             DescribeError::Address(_)
                 | DescribeError::Strategy(_)
                 | DescribeError::Connect(_)
-                | DescribeError::NoTopic(_)
+                | DescribeError::NoTopic { .. }
         )
     }
 }
@@ -122,8 +129,12 @@ pub struct QueueRow {
     pub predicted: Option<String>,
     /// The members that claim it in their running info.
     pub owners: Vec<String>,
-    /// The group's committed offset (`None`: unknown).
+    /// The group's committed offset (`None`: none committed, or unknown: see
+    /// `committed_unknown`).
     pub committed: Option<i64>,
+    /// Whether reading the committed offset failed: its lag is then unknown too (a queue with
+    /// none committed counts as not started).
+    pub committed_unknown: bool,
     /// The broker's max offset (`None`: unknown).
     pub max: Option<i64>,
     /// Whether members pop it (POP: several may read it at once); they are among `owners`.
@@ -132,9 +143,13 @@ pub struct QueueRow {
 
 impl QueueRow {
     /// Max minus committed, when both are known (never negative). A queue with no committed
-    /// offset counts as not started: its lag is its max offset. Offsets too far apart for an
-    /// `i64` (a broken broker answer) give `i64::MAX`.
+    /// offset counts as not started: its lag is its max offset; one whose committed offset
+    /// could not be read has no lag (found by review: it showed its max offset as a backlog).
+    /// Offsets too far apart for an `i64` (a broken broker answer) give `i64::MAX`.
     pub fn lag(&self) -> Option<i64> {
+        if self.committed_unknown {
+            return None;
+        }
         Some(self.max?.saturating_sub(self.committed.unwrap_or(0)).max(0))
     }
 }
@@ -373,6 +388,23 @@ pub fn diverging(fingerprints: &BTreeMap<String, BTreeMap<String, String>>) -> V
     out.into_iter().collect()
 }
 
+/// What the arguments ask for that will be ignored or cannot work: `--param` keys the strategy
+/// does not read, parameters with which it allocates nothing (the prediction is then empty).
+/// Found by review: `describe` said nothing, and its prediction silently used the defaults.
+pub fn warnings(args: &DescribeArgs) -> Vec<String> {
+    let params: Params = args.params.iter().cloned().collect();
+    let mut warnings = crate::limits::unknown_param_warnings(&args.strategy, false, &params);
+    let registry = rebalance_core::strategy::StrategyRegistry::default();
+    if let Some(e) = registry.allocates_nothing(&args.strategy, &params) {
+        warnings.push(format!("{e}; nothing is predicted"));
+    }
+    warnings
+}
+
+/// A queue's committed offset as read: `None` when none is committed, `Err` when the read
+/// failed.
+type Committed = Result<Option<i64>, ()>;
+
 /// Asks the servers and describes the group.
 pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeError> {
     let params: Params = args.params.iter().cloned().collect();
@@ -402,6 +434,15 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                     .iter()
                     .filter_map(|b| b.master_addr().map(str::to_string)),
             ),
+            // A given topic's route, or the name server failing (not reached, not answering):
+            // nothing to describe without it (found by review: an unreachable name server was
+            // reported as "give --topic", a usage error).
+            Err(source @ RouteError::NameServer(_)) => {
+                return Err(DescribeError::Route {
+                    topic: topic.clone(),
+                    source,
+                });
+            }
             Err(source) if !args.topics.is_empty() => {
                 return Err(DescribeError::Route {
                     topic: topic.clone(),
@@ -414,7 +455,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
 
     // The members, as the brokers see their connections.
     let mut connections: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut member_error = None;
+    let mut member_errors = Vec::new();
     for addr in &masters {
         match brokers.consumer_connections_at(addr, group).await {
             Ok(list) => {
@@ -425,13 +466,20 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                         .push(addr.clone());
                 }
             }
-            Err(e) => member_error = Some(e),
+            Err(e) => member_errors.push((addr.clone(), e)),
         }
     }
     if connections.is_empty() {
-        if let Some(e) = member_error {
+        if let Some((_, e)) = member_errors.pop() {
             return Err(DescribeError::Members(e));
         }
+    }
+    // Another broker answered: a member connected only to these is missing (its queues show
+    // unowned and not as predicted), so say which did not (found by review: dropped).
+    for (addr, e) in member_errors {
+        warnings.push(format!(
+            "members incomplete: broker {addr} did not list the group's connections, so members connected only to it are missing: {e}"
+        ));
     }
     let members: Vec<String> = connections.keys().cloned().collect();
 
@@ -464,7 +512,10 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             .filter(|t| !is_retry_topic(t))
             .collect();
         if subscribed.is_empty() {
-            return Err(DescribeError::NoTopic(group.to_string()));
+            return Err(DescribeError::NoTopic {
+                group: group.to_string(),
+                why: warnings.join("; "),
+            });
         }
         subscribed.into_iter().collect()
     } else {
@@ -482,6 +533,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                 source,
             })?;
         let queues = route.subscribable_queues(topic);
+        crate::plan::ring_fits(&args.strategy, &params, &ids)?;
         let plan = compute_with(
             group,
             topic,
@@ -496,7 +548,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             .flat_map(|(m, share)| share.iter().map(move |q| (q, m)))
             .collect();
         // Committed and max offsets: GET_CONSUME_STATS from every master of the topic.
-        let mut offsets: BTreeMap<MessageQueue, (Option<i64>, Option<i64>)> = BTreeMap::new();
+        let mut offsets: BTreeMap<MessageQueue, (Committed, Option<i64>)> = BTreeMap::new();
         for b in &route.broker_datas {
             let Some(addr) = b.master_addr() else {
                 warnings.push(format!(
@@ -508,7 +560,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             match brokers.consume_stats_at(addr, group, Some(topic)).await {
                 Ok(stats) => {
                     for s in stats {
-                        let known = (Some(s.consumer_offset), Some(s.broker_offset));
+                        let known = (Ok(Some(s.consumer_offset)), Some(s.broker_offset));
                         offsets.insert(s.queue.clone(), known);
                     }
                 }
@@ -522,13 +574,11 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             if offsets.contains_key(queue) {
                 continue;
             }
-            let committed = match brokers.read(group, queue).await {
-                Ok(c) => c,
-                Err(e) => {
-                    warnings.push(format!("committed offset of {queue:?} unknown: {e}"));
-                    None
-                }
-            };
+            let committed = brokers.read(group, queue).await.map_err(|e| {
+                warnings.push(format!(
+                    "committed offset of {queue:?} unknown (its lag too): {e}"
+                ));
+            });
             let max = match brokers.max_offset(queue).await {
                 Ok(m) => Some(m),
                 Err(e) => {
@@ -554,11 +604,12 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                 .map(|(m, _)| m.clone())
                 .collect();
             let shared = infos.values().any(pops);
-            let (committed, max) = offsets.get(&queue).copied().unwrap_or((None, None));
+            let (committed, max) = offsets.remove(&queue).unwrap_or((Err(()), None));
             rows.push(QueueRow {
                 predicted: predicted.get(&queue).map(|m| m.to_string()),
                 owners,
-                committed,
+                committed: committed.unwrap_or(None),
+                committed_unknown: committed.is_err(),
                 max,
                 queue,
                 shared,
@@ -633,9 +684,84 @@ mod tests {
             predicted: Some(predicted.to_string()),
             owners: owners.iter().map(|s| s.to_string()).collect(),
             committed,
+            committed_unknown: false,
             max,
             shared: false,
         }
+    }
+
+    /// Two masters: `a` lists the group's member and holds the topic's queue, `b` fails to
+    /// list the members; `a` answers neither the consume stats nor the committed offset, but
+    /// the max offset (1,000). Found by review: `b`'s failure was dropped without a word (a
+    /// member connected only to it would be missing), and the committed offset that could not
+    /// be read showed a lag of 1,000, a backlog that may not exist.
+    #[tokio::test]
+    async fn failures_are_said_and_never_shown_as_a_lag() {
+        use rebalance_rocketmq::RemotingCommand;
+
+        use crate::test_server::scripted;
+
+        const SYSTEM_ERROR: i32 = 1;
+        let (broker_a, _) = scripted(|request: &RemotingCommand| match request.code {
+            // GET_CONSUMER_CONNECTION_LIST
+            203 => RemotingCommand::response(0, 0, None).with_body(
+                r#"{"connectionSet":[{"clientId":"m1","clientAddr":"127.0.0.1:1","language":"RUST","version":475}]}"#
+                    .as_bytes()
+                    .to_vec(),
+            ),
+            // GET_MAX_OFFSET
+            30 => RemotingCommand::response(0, 0, None).with_ext("offset", "1000"),
+            _ => RemotingCommand::response(SYSTEM_ERROR, 0, Some("scripted failure".into())),
+        })
+        .await;
+        let (broker_b, _) = scripted(|_: &RemotingCommand| {
+            RemotingCommand::response(SYSTEM_ERROR, 0, Some("scripted failure".into()))
+        })
+        .await;
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker_a}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{broker_b}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":1,"topicSysFlag":0,"writeQueueNums":1}}]}}"#
+        );
+        let (namesrv, _) = scripted(move |_: &RemotingCommand| {
+            RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
+        })
+        .await;
+        let args: DescribeArgs = crate::test_args::parse(
+            "describe",
+            &[
+                "--namesrv",
+                &namesrv,
+                "--group",
+                "G",
+                "--topic",
+                "T",
+                "--timeout",
+                "2s",
+            ],
+        )
+        .unwrap();
+        let description = fetch(&args).await.unwrap();
+        assert_eq!(description.members, vec!["m1"]);
+        assert!(
+            description.warnings.iter().any(|w| w.starts_with(&format!(
+                "members incomplete: broker {broker_b} did not list the group's connections"
+            ))),
+            "{:?}",
+            description.warnings
+        );
+        let row = &description.rows[0];
+        assert_eq!(
+            (row.committed, row.committed_unknown, row.max, row.lag()),
+            (None, true, Some(1000), None)
+        );
+        assert_eq!(description.lag(), 0);
+        assert!(
+            description
+                .warnings
+                .iter()
+                .any(|w| w.contains("committed offset of") && w.contains("its lag too")),
+            "{:?}",
+            description.warnings
+        );
     }
 
     #[test]
@@ -644,6 +770,11 @@ mod tests {
         assert_eq!(row(0, "a", &[], Some(10), Some(3)).lag(), Some(0));
         assert_eq!(row(0, "a", &[], None, Some(4)).lag(), Some(4));
         assert_eq!(row(0, "a", &[], Some(1), None).lag(), None);
+        let unread = QueueRow {
+            committed_unknown: true,
+            ..row(0, "a", &[], None, Some(4))
+        };
+        assert_eq!(unread.lag(), None, "the committed offset could not be read");
         // A broker answering i64::MIN as its max offset: no overflow panic in debug builds.
         assert_eq!(row(0, "a", &[], Some(1), Some(i64::MIN)).lag(), Some(0));
         assert_eq!(

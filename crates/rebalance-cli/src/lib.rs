@@ -57,4 +57,6 @@ pub mod svg;
 pub mod table;
 #[cfg(test)]
 mod test_args;
+#[cfg(test)]
+mod test_server;
 pub mod workload;

@@ -165,9 +165,12 @@ fn main() -> ExitCode {
             warn("plan", plan::warnings(&args));
             to_stdout("plan", |out| plan::run(&args, out))
         }
-        Command::Describe(args) => to_stdout("describe", |out| {
-            describe::run(&args, out, &mut io::stderr())
-        }),
+        Command::Describe(args) => {
+            warn("describe", describe::warnings(&args));
+            to_stdout("describe", |out| {
+                describe::run(&args, out, &mut io::stderr())
+            })
+        }
         Command::Send(args) => to_stdout("send", |out| send::run(&args, out, &mut io::stderr())),
         Command::ProduceSim(args) => to_stdout("produce-sim", |out| produce_sim::run(&args, out)),
         #[cfg(feature = "local-cluster")]

@@ -560,3 +560,25 @@ fn bench_refuses_the_options_of_the_other_kind() {
         &["--assignor"],
     );
 }
+
+/// Values the members or the client would refuse once running, refused as arguments, in the
+/// flag's words (found by review: exit 1 naming `membership_settle` or `route_timeout`).
+#[test]
+fn a_settle_window_or_a_timeout_that_cannot_work_is_an_argument_error() {
+    refused(
+        &["simulate", "--settle", "20s", "--duration", "1s"],
+        &["--settle 20s must be shorter than the members' rebalance interval (20s)"],
+    );
+    refused(
+        &[
+            "send",
+            "--namesrv",
+            "127.0.0.1:1",
+            "--topic",
+            "T",
+            "--timeout",
+            "0s",
+        ],
+        &["--timeout", "gives each request no time at all"],
+    );
+}

@@ -333,6 +333,66 @@ fn plan_against_an_unreachable_server_is_a_run_failure() {
     assert_eq!(run.code, Some(2), "{}", run.stderr);
 }
 
+/// `describe` without `--topic` against a name server it cannot reach fails as a run (exit 1,
+/// naming the server), and warns about a `--param` its strategy does not read (found by
+/// review: it said "no topic to describe: give --topic", a usage error, and nothing about the
+/// parameter, with which the prediction silently used the defaults).
+#[test]
+fn describe_against_an_unreachable_server_is_a_run_failure_and_warns_its_params() {
+    let run = rebalance_text(&[
+        "describe",
+        "--namesrv",
+        "127.0.0.1:1",
+        "--group",
+        "G",
+        "--timeout",
+        "1s",
+        "--strategy",
+        "consistent_hash",
+        "--param",
+        "virtual_nodes=20",
+    ]);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(
+            "rebalance describe: warning: --param virtual_nodes: strategy `consistent_hash` \
+             does not read it"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains(
+            "rebalance describe: route of `%RETRY%G`: name server unreachable: cannot connect to \
+             127.0.0.1:1: "
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A hash ring of the members' virtual nodes over the limit is refused before it is built,
+/// as `simulate` refuses it (found by review: `allocate` built 131 M points for this 38 KB
+/// line, for minutes and gigabytes).
+#[test]
+fn allocate_refuses_a_hash_ring_over_the_limit_before_building_it() {
+    let ids: Vec<String> = (0..2_000).map(|i| format!("c{i}")).collect();
+    let case = json!({
+        "id": "ring",
+        "strategy": "consistent_hash",
+        "params": {"virtual_node_count": 65536},
+        "mq_all": [["T", "b", 0]],
+        "cid_all": ids,
+    });
+    let run = rebalance(&["allocate"], Some(&case.to_string()));
+    assert!(!run.success);
+    assert_eq!(
+        run.lines[0]["error"],
+        "line 1: strategy `consistent_hash` would build a hash ring of 2000 members x 65536 \
+         virtual nodes; at most 20000000 points are allowed (fewer members or virtual nodes)"
+    );
+}
+
 #[test]
 fn plan_against_an_http_server_says_so() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
