@@ -26,7 +26,8 @@
 //! certificates instead, `--tls-server-name NAME` checks the servers' certificates against
 //! `NAME`, and `--tls-insecure` trusts any certificate (test clusters only); each implies
 //! `--tls`. `--metrics ADDR` serves the runtime's metrics in the Prometheus text format at
-//! `http://ADDR/metrics` (see `metrics_endpoint.rs` and the README's table).
+//! `http://ADDR/metrics` (see `metrics_endpoint.rs`, and the table in
+//! `docs/guide/production.md#metrics`).
 //! `--connect-via ADVERTISED=ACTUAL` (repeatable, both `host:port`) dials a server at `ACTUAL`
 //! when the route (or `--namesrv`) names it `ADVERTISED`: a broker behind NAT, port forwarding
 //! or a sidecar registers an address this host cannot reach (`AddressMap`; TLS still checks

@@ -254,7 +254,8 @@ pub fn send_message_request(
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::sync::Arc;
 /// use rebalance_rocketmq::NameServerClient;
-/// use rebalance_rocketmq::producer::{Message, MessageSender};
+/// use rebalance_rocketmq::producer::{Message, MessageSender, SendError};
+/// use rebalance_runtime::RemoteError;
 /// use rebalance_runtime::producer::Producer;
 ///
 /// let name_server = NameServerClient::from_addresses("127.0.0.1:9876")?;
@@ -265,10 +266,17 @@ pub fn send_message_request(
 ///     .start()
 ///     .await?;
 /// let queue = producer.select("TopicTest", None).await?;
-/// let outcome = sender.send(&queue, &Message::new("hello").with_tags("greeting")).await;
-/// match &outcome {
+/// let started = std::time::Instant::now();
+/// match sender.send(&queue, &Message::new("hello").with_tags("greeting")).await {
 ///     Ok(result) => producer.report(&queue.broker_name, result.latency, true),
-///     Err(_) => producer.report(&queue.broker_name, sender.request_timeout(), false),
+///     // Refused before sending: no broker saw it, none is at fault.
+///     Err(SendError::Invalid(_)) => {}
+///     // A broker that answered (refused or denied the message) is alive: only a send left
+///     // unanswered counts as the broker's failure.
+///     Err(SendError::Remote(e)) => {
+///         let answered = matches!(e, RemoteError::Refused { .. } | RemoteError::Denied { .. });
+///         producer.report(&queue.broker_name, started.elapsed(), answered);
+///     }
 /// }
 /// # Ok(()) }
 /// ```

@@ -59,9 +59,10 @@ pub struct UpArgs {
     /// Read and write queues of each --topic on each broker, from 1 to 1024.
     #[arg(long, default_value_t = 8, value_parser = limits::count(1, 1024))]
     pub queues: usize,
-    /// How long a broker keeps a client that stopped heartbeating (its
-    /// `channelExpiredTimeout`; 120 s in production): how long a crashed consumer's queues wait
-    /// for its group to see it gone. At most 1h.
+    /// How long a broker keeps a client that stopped heartbeating with its connection open
+    /// (its `channelExpiredTimeout`; 120 s in production): how long the queues of a consumer
+    /// gone silent (frozen, cut off, its host dead) wait for its group to see it gone. A killed
+    /// consumer's connection closes and the broker drops it at once. At most 1h.
     #[arg(long, value_name = "D", default_value = "120s", value_parser = limits::duration_up_to(Duration::from_secs(3600)))]
     pub client_expiry: Duration,
     /// Run in the background and return once the servers are ready (output in the directory's

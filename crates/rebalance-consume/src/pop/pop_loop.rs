@@ -475,8 +475,8 @@ impl PopLoop {
     }
 
     /// Takes the answer of an acknowledgement or an extension. Returns when to try a failed
-    /// acknowledgement again (its messages are consumed, to acknowledge: never skipped). An
-    /// entry the brokers refuse to extend is not asked again.
+    /// acknowledgement again, while it can still count (else it is given up: see
+    /// `Book::ack_failed`). An entry the brokers refuse to extend is not asked again.
     fn on_answer(&mut self, answer: Answer) -> Option<Instant> {
         match answer {
             Answer::Ack(batch, Ok(())) => self.book.acked(&batch),
