@@ -65,6 +65,18 @@ pub enum OffsetFileError {
         /// Its value.
         value: String,
     },
+    /// The path given for the file ends with a separator (or names no file: `.`, `..`, a
+    /// root): it would be read as a file named after its last directory, beside which the
+    /// backup and temporary files could not be written.
+    #[error(
+        "the offset file path {} names a directory, not a file: give the file's path (such as {})",
+        path.display(),
+        path.join(super::OFFSET_FILE_NAME).display()
+    )]
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The default directory (`~/.rocketmq_offsets`) was asked for and this user has no home
     /// directory.
     #[error(

@@ -31,6 +31,18 @@ pub(super) struct OffsetFiles {
     pub(super) dir: PathBuf,
 }
 
+/// Whether `path` names no file: its last part, as written, is empty (it ends with a
+/// separator: `Path` would drop it and read `/data/offsets/` as a file `offsets` in `/data`,
+/// with its backup in `/data/offsets/.bak`), `.` or `..`; or it is a root.
+pub(super) fn names_no_file(path: &Path) -> bool {
+    let text = path.as_os_str().to_string_lossy();
+    let last = text
+        .rsplit(std::path::is_separator)
+        .next()
+        .unwrap_or_default();
+    matches!(last, "" | "." | "..") || path.file_name().is_none()
+}
+
 impl OffsetFiles {
     /// The files of the table at `main`, with a temporary file of their own.
     pub(super) fn new(main: PathBuf) -> Self {

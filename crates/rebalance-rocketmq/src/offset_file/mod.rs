@@ -179,7 +179,11 @@ impl FileOffsetStore {
     /// checks that files can be written beside it. The file itself is written at the first
     /// persist.
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, OffsetFileError> {
-        let files = OffsetFiles::new(path.into());
+        let path = path.into();
+        if files::names_no_file(&path) {
+            return Err(OffsetFileError::NotAFile { path });
+        }
+        let files = OffsetFiles::new(path);
         atomic::create_dir_synced(&files.dir, &mut RealSteps).map_err(|source| {
             OffsetFileError::NotWritable {
                 dir: files.dir.clone(),

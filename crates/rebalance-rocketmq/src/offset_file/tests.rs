@@ -33,6 +33,33 @@ fn write(path: &Path, text: &[u8]) {
     std::fs::write(path, text).unwrap();
 }
 
+/// A path naming a directory, not a file, is refused at open (found by review: `/data/offsets/`
+/// opened as a file `offsets` in `/data`, its backup and temporary files in a directory that
+/// did not exist, and every persist failed).
+#[test]
+fn a_path_naming_no_file_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = format!("{}/missing/", dir.path().display());
+    for path in [missing.as_str(), ".", "..", "/", "offsets/.", "offsets/.."] {
+        assert!(
+            matches!(
+                FileOffsetStore::open(path),
+                Err(OffsetFileError::NotAFile { .. })
+            ),
+            "{path}"
+        );
+    }
+    let text = FileOffsetStore::open(missing.as_str())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("names a directory") && text.contains("offsets.json"),
+        "{text}"
+    );
+    assert!(!dir.path().join("missing").exists(), "nothing created");
+    FileOffsetStore::open(dir.path().join("offsets.json")).unwrap();
+}
+
 #[test]
 fn a_file_as_java_writes_it_is_read_as_is() {
     assert_eq!(parse(JAVA_FILE.as_bytes()), Ok(java_table()));
