@@ -534,7 +534,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (message_model, own_offsets): (MessageModel, Option<Arc<dyn OffsetStore>>) =
         if args.broadcast {
             let offsets: Arc<dyn OffsetStore> = match &args.offsets_dir {
-                Some(dir) => Arc::new(FileOffsetStore::in_dir(dir, &args.group)?),
+                Some(dir) => {
+                    // Keyed as a Java client in the namespace keys them (`NS%topic`).
+                    let mut store = FileOffsetStore::in_dir(dir, &args.group)?;
+                    if let Some(namespace) = &args.namespace {
+                        store = store.with_namespace(Namespace::new(namespace.clone())?);
+                    }
+                    Arc::new(store)
+                }
                 None => Arc::new(LocalOffsetStore::new()),
             };
             (MessageModel::Broadcasting, Some(offsets))

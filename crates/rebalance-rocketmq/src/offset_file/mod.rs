@@ -75,6 +75,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::namespace::{self, Namespace};
 use async_trait::async_trait;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::{OffsetScope, OffsetStore, RemoteError};
@@ -147,6 +148,8 @@ const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct FileOffsetStore {
     inner: Arc<Inner>,
+    /// The namespace the file's topics are in (see [`with_namespace`](Self::with_namespace)).
+    namespace: Option<Namespace>,
 }
 
 #[derive(Debug)]
@@ -208,6 +211,7 @@ impl FileOffsetStore {
             }
         }
         Ok(Self {
+            namespace: None,
             inner: Arc::new(Inner {
                 files,
                 table: Mutex::new(Versioned {
@@ -252,6 +256,31 @@ impl FileOffsetStore {
         group: &str,
     ) -> Result<Self, OffsetFileError> {
         Self::open(files::java_path(store_dir.as_ref(), client_id, group)?)
+    }
+
+    /// Keys the file's queues by their topics in `namespace` (`{namespace}%{topic}`, a retry
+    /// topic `%RETRY%{namespace}%{group}`), as a Java client in that (v1) namespace writes
+    /// them: its queues carry the namespaced topic. Give the consumer's namespace to read and
+    /// keep a Java broadcasting consumer's file; without it, the file's namespaced keys are
+    /// never found (every queue starts at its `ConsumeFrom` position) and plain keys are
+    /// written beside them, which the Java client does not read. The consumer's queues (plain
+    /// names, as the runtime knows them) are put in the namespace on the way in;
+    /// [`offsets`](Self::offsets) shows the file's keys.
+    pub fn with_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = Some(namespace);
+        self
+    }
+
+    /// `queue` as the file keys it: its topic in the namespace, if any.
+    fn key<'a>(&self, queue: &'a MessageQueue) -> std::borrow::Cow<'a, MessageQueue> {
+        match namespace::wrap(self.namespace.as_ref(), &queue.topic) {
+            std::borrow::Cow::Borrowed(_) => std::borrow::Cow::Borrowed(queue),
+            std::borrow::Cow::Owned(topic) => std::borrow::Cow::Owned(MessageQueue::new(
+                topic,
+                queue.broker_name.clone(),
+                queue.queue_id,
+            )),
+        }
     }
 
     /// The offset file (`offsets.json`; the backup is beside it, `offsets.json.bak`).
@@ -386,7 +415,8 @@ fn probe_writable(dir: &Path) -> Result<(), OffsetFileError> {
 impl OffsetStore for FileOffsetStore {
     async fn read(&self, group: &str, queue: &MessageQueue) -> Result<Option<i64>, RemoteError> {
         self.check_group(group)?;
-        Ok(self.inner.lock_table().offsets.get(queue).copied())
+        let key = self.key(queue);
+        Ok(self.inner.lock_table().offsets.get(&*key).copied())
     }
 
     /// One look at the table for all of them.
@@ -401,7 +431,7 @@ impl OffsetStore for FileOffsetStore {
         let table = self.inner.lock_table();
         queues
             .iter()
-            .map(|queue| Ok(table.offsets.get(queue).copied()))
+            .map(|queue| Ok(table.offsets.get(&*self.key(queue)).copied()))
             .collect()
     }
 
@@ -413,7 +443,7 @@ impl OffsetStore for FileOffsetStore {
         offset: i64,
     ) -> Result<(), RemoteError> {
         self.check_group(group)?;
-        let version = self.inner.update(&[(queue.clone(), offset)]);
+        let version = self.inner.update(&[(self.key(queue).into_owned(), offset)]);
         self.flush(version).await
     }
 
@@ -427,7 +457,15 @@ impl OffsetStore for FileOffsetStore {
         if let Err(e) = self.check_group(group) {
             return vec![Err(e); offsets.len()];
         }
-        let version = self.inner.update(offsets);
+        let version = if self.namespace.is_some() {
+            let keyed: Vec<(MessageQueue, i64)> = offsets
+                .iter()
+                .map(|(queue, offset)| (self.key(queue).into_owned(), *offset))
+                .collect();
+            self.inner.update(&keyed)
+        } else {
+            self.inner.update(offsets)
+        };
         let answer = self.flush(version).await;
         vec![answer; offsets.len()]
     }

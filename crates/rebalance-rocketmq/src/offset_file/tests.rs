@@ -324,6 +324,47 @@ fn a_java_clients_file_is_found_in_its_layout_and_read_as_is() {
 
 // ----- The store -----
 
+/// A Java broadcasting consumer in the namespace `NS` keys its queues by their namespaced
+/// topics (`NS%T`), in the directory of its namespaced group: read and kept with
+/// `with_namespace`, whose consumer knows the plain names (found by review: the keys were
+/// never found, the consumer started over from its `ConsumeFrom` position, and plain keys were
+/// written beside them, which the Java client does not read).
+#[tokio::test]
+async fn a_namespaced_java_file_is_read_and_kept_in_its_namespace() {
+    let root = tempfile::tempdir().unwrap();
+    let java_file = root
+        .path()
+        .join("10.0.0.1@DEFAULT")
+        .join("NS%G")
+        .join("offsets.json");
+    write(
+        &java_file,
+        JAVA_FILE.replace("\"T\"", "\"NS%T\"").as_bytes(),
+    );
+    let namespace = crate::Namespace::new("NS").unwrap();
+    let store = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "NS%G")
+        .unwrap()
+        .with_namespace(namespace.clone());
+    let (q0, q1) = (q("T", "broker-a", 0), q("T", "broker-a", 1));
+    assert_eq!(store.read("G", &q0).await, Ok(Some(42)));
+    assert_eq!(
+        store.read_many("G", &[q0.clone(), q1.clone()]).await,
+        vec![Ok(Some(42)), Ok(Some(17))]
+    );
+    store.persist("G", &q0, 50).await.unwrap();
+    let answers = store.persist_many("G", &[(q1.clone(), 20)]).await;
+    assert_eq!(answers, vec![Ok(())]);
+    let in_file = table(&[
+        (q("NS%T", "broker-a", 0), 50),
+        (q("NS%T", "broker-a", 1), 20),
+    ]);
+    assert_eq!(store.offsets(), in_file, "the file's keys, namespaced");
+    let reopened = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "NS%G").unwrap();
+    assert_eq!(reopened.offsets(), in_file, "as written");
+    // Without the namespace, nothing of it is found.
+    assert_eq!(reopened.read("G", &q0).await, Ok(None));
+}
+
 #[tokio::test]
 async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_backup() {
     let dir = tempfile::tempdir().unwrap();
