@@ -240,7 +240,8 @@ impl FileOffsetStore {
     /// default; with a unit name `@{unitName}` follows): pass the same to share its file. This
     /// library's default client id holds the process id and changes at every start, so pass a
     /// stable one here and to the consumer. With a (v1) namespace, Java's group directory is
-    /// the namespaced group, `{namespace}%{group}`. The home directory is `$HOME` (Java's
+    /// the namespaced group, `{namespace}%{group}`, and its keys the namespaced topics: give
+    /// the store the namespace too ([`with_namespace`](Self::with_namespace)). The home directory is `$HOME` (Java's
     /// `user.home` comes from the password database; they differ only when `HOME` was
     /// changed).
     pub fn java_default(client_id: &str, group: &str) -> Result<Self, OffsetFileError> {
