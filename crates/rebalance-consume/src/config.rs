@@ -102,9 +102,10 @@ pub struct ConsumeOptions {
     /// bounds the callback that waits). Batches still in the listener then, concurrent or
     /// ordered, are not cancelled: they run on, but the final commit is made without them, so
     /// the queue's next owner consumes their messages again. Setting it therefore gives up
-    /// `exclusive_hand_off`'s promise that no message is processed by two members. It also bounds how long
-    /// [`PushConsumerHandle::shutdown`](super::PushConsumerHandle::shutdown) then waits for
-    /// the workers, before it abandons the batches still in the listener.
+    /// `exclusive_hand_off`'s promise that no message is processed by two members. It also bounds,
+    /// from the start of a [`PushConsumerHandle::shutdown`](super::PushConsumerHandle::shutdown),
+    /// how long the shutdown waits for the workers before it abandons the batches still in the
+    /// listener: one bound for the hand-offs and the workers together.
     pub await_in_flight: Option<Duration>,
 }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -471,20 +472,31 @@ impl PushConsumerHandle {
     }
 
     async fn shut_down(&self) {
+        // One bound for the whole shutdown: the batches the hand-offs waited for are those the
+        // workers are in (found by review: each waited `await_in_flight`, twice it in all).
+        let deadline = self.await_in_flight_from_now();
         self.inner.consumer.shutdown().await;
-        self.stop_workers().await;
+        self.stop_workers(deadline).await;
+    }
+
+    /// When a wait bounded by `await_in_flight` that starts now ends (`None`: unbounded, or a
+    /// bound too long for the clock).
+    fn await_in_flight_from_now(&self) -> Option<Instant> {
+        let limit = self.inner.shared.options.await_in_flight?;
+        Instant::now().checked_add(limit)
     }
 
     /// Waits until the consumer has stopped (see [`ConsumerHandle::join`]), then stops the
     /// workers as [`shutdown`](Self::shutdown) does.
     pub async fn join(&self) -> Result<(), ConsumerError> {
         let result = self.inner.consumer.join().await;
-        self.stop_workers().await;
+        self.stop_workers(self.await_in_flight_from_now()).await;
         result
     }
 
-    /// Stops the workers: each finishes its batch, bounded by `await_in_flight`.
-    async fn stop_workers(&self) {
+    /// Stops the workers: each finishes its batch, until `deadline` (`await_in_flight` from
+    /// the start of the shutdown) if there is one.
+    async fn stop_workers(&self, deadline: Option<Instant>) {
         let inner = &self.inner;
         inner.stop.cancel();
         inner.shared.outliving.close();
@@ -492,7 +504,7 @@ impl PushConsumerHandle {
             inner.tasks.wait().await;
             inner.shared.outliving.wait().await;
         };
-        let Some(limit) = inner.shared.options.await_in_flight else {
+        let Some(deadline) = deadline else {
             while tokio::time::timeout(STILL_WAITING_EVERY, all())
                 .await
                 .is_err()
@@ -506,11 +518,17 @@ impl PushConsumerHandle {
             }
             return;
         };
-        if tokio::time::timeout(limit, all()).await.is_ok() {
+        if tokio::time::timeout_at(deadline, all()).await.is_ok() {
             return;
         }
         let batches = inner.shared.in_flight.list();
-        tracing::error!(count = batches.len(), ?batches, await_in_flight = ?limit, "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again");
+        let await_in_flight = inner.shared.options.await_in_flight;
+        tracing::error!(
+            count = batches.len(),
+            ?batches,
+            ?await_in_flight,
+            "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again"
+        );
         for task in &inner.aborts {
             task.abort();
         }

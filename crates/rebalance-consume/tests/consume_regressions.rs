@@ -169,7 +169,7 @@ async fn shutdown_abandons_a_hung_listener_call_once_await_in_flight_is_up() {
     );
     assert!(handle.consumer().is_stopped());
     assert!(
-        started.elapsed() <= Duration::from_secs(15),
+        started.elapsed() <= Duration::from_millis(1_100),
         "shutdown took {:?}",
         started.elapsed()
     );
@@ -309,9 +309,17 @@ async fn a_partly_expired_batch_is_not_sent_back_twice() {
     handle.shutdown().await;
     let m1 = journal.of("m1");
     assert_eq!(m1.len(), 2, "m1: first delivery and one redelivery: {m1:?}");
+    // Consumed again here (its send-back failed) and not lost: a commit past it would leave
+    // it with its first delivery only.
+    let m0 = journal.of("m0");
     assert!(
-        !journal.of("m0").is_empty(),
-        "m0 is consumed again after its failed send-back"
+        m0.len() == 2 && m0[1].2 >= 1,
+        "m0 is consumed again, once, after its failed send-back: {m0:?}"
+    );
+    assert_eq!(
+        cluster.offset("G", &rebalance_core::MessageQueue::new("T", "broker-0", 0)),
+        Some(2),
+        "both consumed, and committed only then"
     );
 }
 
