@@ -25,7 +25,7 @@ pub const MAX_TOPICS: usize = 1_000_000;
 
 /// Points on a hash ring: members × virtual nodes (`consistent_hash`'s `virtual_node_count`,
 /// default 10; `balanced_sticky`'s `virtual_nodes`, default 128).
-pub const MAX_RING_POINTS: usize = 20_000_000;
+pub const MAX_RING_POINTS: usize = rebalance_core::strategy::ConsistentHash::MAX_RING_POINTS;
 
 /// Member-partition pairs of one `assign` case with the `broadcast` assignor (every member gets
 /// every partition it subscribes to, so the answer is this big).

@@ -15,6 +15,12 @@ use crate::java;
 /// "No member" in per-partition arrays.
 pub(crate) const NONE: u32 = u32::MAX;
 
+/// The most partitions an assignment covers, of all the subscribed topics together: each
+/// assignor keeps a few bytes per partition, and the counts come from a broker's metadata, so
+/// a larger group is refused with an error rather than allocated (found by review: a topic
+/// claiming `i32::MAX` partitions aborted the process asking for 17 to 26 GB).
+pub const MAX_PARTITIONS: u64 = 10_000_000;
+
 pub(crate) struct Layout<'a> {
     pub group: &'a GroupSubscription,
     /// Existing, subscribed topics in Java order.
@@ -127,10 +133,12 @@ impl<'a> Layout<'a> {
             renumber[i] = topics.len() as u32;
             topics.push(*topic);
             total += u64::from(*n);
-            if total >= u64::from(NONE - 1) {
+            if total > MAX_PARTITIONS {
                 return Err(AssignError::Other {
                     assignor: "layout".into(),
-                    message: format!("more than {} partitions", NONE - 2),
+                    message: format!(
+                        "the subscribed topics have more than {MAX_PARTITIONS} partitions in all (this library's limit)"
+                    ),
                 });
             }
             offsets.push(total as u32);
@@ -265,7 +273,9 @@ pub(crate) fn ranks(order: &[u32]) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assignor::{Broadcast, GroupAssignor, MemberSubscription, Range};
+    use crate::assignor::{
+        Broadcast, CooperativeSticky, GroupAssignor, MemberSubscription, Range, RoundRobin, Sticky,
+    };
 
     #[test]
     fn partition_counts_beyond_java_ints_are_refused_before_any_allocation() {
@@ -281,11 +291,24 @@ mod tests {
             );
         }
         let fits = GroupSubscription::new()
+            .with_topic("t", MAX_PARTITIONS as u32)
+            .with_member(MemberSubscription::new("a", ["t"]));
+        assert!(Layout::build(&fits).is_ok(), "exactly the limit fits");
+        // Past it, every assignor answers an error instead of allocating per partition.
+        let over = GroupSubscription::new()
             .with_topic("t", i32::MAX as u32)
             .with_member(MemberSubscription::new("a", ["t"]));
-        assert!(
-            Layout::build(&fits).is_ok(),
-            "exactly i32::MAX partitions is a valid layout"
-        );
+        for result in [
+            Range.assign(&over),
+            RoundRobin.assign(&over),
+            Sticky.assign(&over),
+            CooperativeSticky.assign(&over),
+        ] {
+            let err = result.unwrap_err();
+            assert!(
+                err.to_string().contains("more than 10000000 partitions"),
+                "{err}"
+            );
+        }
     }
 }

@@ -53,6 +53,7 @@ use std::fmt;
 pub use assignment::{GroupAssignment, MemberPartitions};
 pub use broadcast::Broadcast;
 pub use error::AssignError;
+pub use layout::MAX_PARTITIONS;
 pub use range::Range;
 pub use registry::{
     AssignorConfigError, AssignorFactory, AssignorRef, AssignorRegistry, build_assignor,

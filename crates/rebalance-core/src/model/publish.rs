@@ -123,7 +123,8 @@ pub enum PublishError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum OrderConfDefect {
-    /// An entry is not `brokerName:queueNums` (no `:`, or more than one).
+    /// An entry is not `brokerName:queueNums` (no `:`; as in Java, fields after the count are
+    /// ignored).
     #[error("entry `{0}` is not brokerName:queueNums")]
     NotAPair(String),
     /// An entry has an empty broker name.
@@ -187,9 +188,11 @@ impl PublishInfo {
         let mut seen = HashSet::new();
         // Java's `split(";")`: trailing empty entries are dropped, inner ones are errors.
         for entry in java::split(conf, ';') {
-            let mut parts = entry.split(':');
-            let (Some(name), Some(count), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(malformed(OrderConfDefect::NotAPair(entry.to_string())));
+            // Java's `split(":")` then `item[0]`, `item[1]`: trailing empty fields dropped,
+            // further fields ignored (`a:4:` and `a:4:x` are 4 queues of `a`, found by review).
+            let (name, count) = match java::split(entry, ':')[..] {
+                [name, count, ..] => (name, count),
+                _ => return Err(malformed(OrderConfDefect::NotAPair(entry.to_string()))),
             };
             if name.is_empty() {
                 return Err(malformed(OrderConfDefect::EmptyBrokerName(
@@ -485,6 +488,20 @@ mod tests {
         );
     }
 
+    /// As Java reads an entry (`split(":")`, then the first two fields): a trailing `:` or
+    /// further fields change nothing (found by review: refused, so a Rust producer could not
+    /// send to an ordered topic Java producers use).
+    #[test]
+    fn order_conf_entries_are_read_as_java_reads_them() {
+        let route = TopicRoute {
+            queue_datas: vec![qd("a", 8, 6), qd("b", 8, 6)],
+            broker_datas: vec![bd("a", &[0]), bd("b", &[1])],
+            order_topic_conf: Some("b:2:;a:1:x".into()),
+        };
+        let info = route.publish_info("T").unwrap();
+        assert_eq!(names(&info), ["T/b/0", "T/b/1", "T/a/0"]);
+    }
+
     #[test]
     fn malformed_order_conf_is_a_typed_error() {
         let route = |conf: &str| TopicRoute {
@@ -500,7 +517,7 @@ mod tests {
             other => panic!("{conf}: {other:?}"),
         };
         assert_eq!(defect("a"), OrderConfDefect::NotAPair("a".into()));
-        assert_eq!(defect("a:1:2"), OrderConfDefect::NotAPair("a:1:2".into()));
+        assert_eq!(defect("a:"), OrderConfDefect::NotAPair("a:".into()));
         assert_eq!(defect("a:1;;b:2"), OrderConfDefect::NotAPair("".into()));
         assert_eq!(defect(":4"), OrderConfDefect::EmptyBrokerName(":4".into()));
         assert_eq!(defect("a:x"), OrderConfDefect::BadQueueCount("a:x".into()));

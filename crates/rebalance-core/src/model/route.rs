@@ -137,10 +137,17 @@ impl TopicRoute {
     /// all: memory stays bounded whatever the route says.
     pub fn subscribable_queues(&self, topic: &str) -> Vec<MessageQueue> {
         let topic: Arc<str> = topic.into();
-        let mut queues: Vec<MessageQueue> = self
+        // The brokers in the queues' order before the cap: which queues a capped route keeps
+        // must not depend on the order the name server lists its brokers in (found by review:
+        // two name servers listing one route in two orders gave two lists).
+        let mut readable: Vec<&QueueData> = self
             .queue_datas
             .iter()
             .filter(|q| perm::is_readable(q.perm))
+            .collect();
+        readable.sort_by(|a, b| java::compare_str(&a.broker_name, &b.broker_name));
+        let mut queues: Vec<MessageQueue> = readable
+            .into_iter()
             .flat_map(|q| {
                 let broker: Arc<str> = q.broker_name.as_str().into();
                 let topic = topic.clone();
@@ -310,6 +317,28 @@ mod tests {
             perm,
             topic_sys_flag: 0,
         }
+    }
+
+    /// A route over the cap keeps the same queues whatever order its brokers are listed in
+    /// (found by review: truncated in the name server's order, then sorted, two name servers
+    /// listing one route differently gave two lists, and the group split the topic two ways).
+    #[test]
+    fn a_capped_route_keeps_the_same_queues_in_any_broker_order() {
+        let brokers: Vec<QueueData> = (0..17)
+            .map(|i| qd(&format!("b{i:02}"), MAX_QUEUES_PER_BROKER, 6))
+            .collect();
+        let forward = TopicRoute {
+            queue_datas: brokers.clone(),
+            ..Default::default()
+        };
+        let backward = TopicRoute {
+            queue_datas: brokers.into_iter().rev().collect(),
+            ..Default::default()
+        };
+        let queues = forward.subscribable_queues("T");
+        assert_eq!(queues.len(), MAX_SUBSCRIBABLE_QUEUES);
+        assert_eq!(queues[0], MessageQueue::new("T", "b00", 0));
+        assert!(queues == backward.subscribable_queues("T"), "the same list");
     }
 
     #[test]

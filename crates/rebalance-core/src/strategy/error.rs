@@ -19,10 +19,32 @@ pub enum AllocateError {
     /// There are no consumers to divide among.
     #[error("cidAll is null or cidAll empty")]
     EmptyConsumers,
-    /// A consistent-hash ring was configured with a negative number of virtual nodes (or more
-    /// than [`ConsistentHash::MAX_VIRTUAL_NODES`](crate::strategy::ConsistentHash::MAX_VIRTUAL_NODES)).
+    /// A consistent-hash ring was configured with a negative number of virtual nodes.
     #[error("illegal virtualNodeCnt :{0}")]
     IllegalVirtualNodeCount(i64),
+    /// A consistent-hash ring was configured with more than
+    /// [`ConsistentHash::MAX_VIRTUAL_NODES`](crate::strategy::ConsistentHash::MAX_VIRTUAL_NODES)
+    /// virtual nodes per member: this library's limit (the Java client accepts any
+    /// non-negative `int`).
+    #[error(
+        "virtualNodeCnt {0} is over this library's limit of 65536 (the Java client accepts it)"
+    )]
+    TooManyVirtualNodes(i64),
+    /// A consistent-hash ring of this many members (an id listed twice counting twice, as
+    /// Java's ring adds its points again) would hold more than
+    /// [`ConsistentHash::MAX_RING_POINTS`](crate::strategy::ConsistentHash::MAX_RING_POINTS)
+    /// points: this library's limit (the Java client builds it, in gigabytes and minutes).
+    #[error(
+        "a hash ring of {members} members x {virtual_nodes} virtual nodes is over this library's limit of {max} points: give fewer virtual nodes (the Java client builds it)"
+    )]
+    RingTooLarge {
+        /// The members listed.
+        members: usize,
+        /// The virtual nodes per member.
+        virtual_nodes: usize,
+        /// The limit.
+        max: usize,
+    },
     /// The machine-room resolver found no room for a queue's broker.
     #[error("Machine room is null for mq {0}")]
     NoRoomForQueue(MessageQueue),
@@ -43,7 +65,10 @@ impl AllocateError {
     /// The simple name of the exception the Java client throws for this error.
     pub fn java_name(&self) -> &'static str {
         match self {
-            AllocateError::Other { .. } => "RuntimeException",
+            // Not an argument Java refuses: this library's own failures and limits.
+            AllocateError::Other { .. }
+            | AllocateError::TooManyVirtualNodes(_)
+            | AllocateError::RingTooLarge { .. } => "RuntimeException",
             _ => "IllegalArgumentException",
         }
     }

@@ -141,6 +141,11 @@ fn rejected_message(e: &AllocateError) -> String {
              not {n} (the Java client says \"{e}\")",
             ConsistentHash::MAX_VIRTUAL_NODES
         ),
+        AllocateError::TooManyVirtualNodes(n) => format!(
+            "parameter `virtual_node_count` of strategy `consistent_hash` must be from 0 to {}, \
+             not {n} (this library's limit; the Java client accepts it)",
+            ConsistentHash::MAX_VIRTUAL_NODES
+        ),
         other => format!("the strategy refuses its parameters (the Java client says \"{other}\")"),
     }
 }

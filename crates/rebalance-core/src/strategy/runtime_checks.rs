@@ -78,7 +78,7 @@ impl StrategyRegistry {
                 },
             })
             .collect();
-        if let Some((inner, inner_params)) = inner_spec(name, keys, params) {
+        if let Some((inner, inner_params)) = inner_spec(keys, params) {
             found.extend(self.unknown_params(inner, &inner_params));
         }
         found
@@ -100,7 +100,7 @@ impl StrategyRegistry {
 
 /// A wrapper's inner strategy and its parameters, as the registry's factories read them, when `keys` (the
 /// wrapper's) include `inner_strategy`.
-fn inner_spec<'p>(name: &str, keys: &[&str], p: &'p Params) -> Option<(&'p str, Params)> {
+fn inner_spec<'p>(keys: &[&str], p: &'p Params) -> Option<(&'p str, Params)> {
     if !keys.contains(&"inner_strategy") {
         return None;
     }
@@ -114,8 +114,10 @@ fn inner_spec<'p>(name: &str, keys: &[&str], p: &'p Params) -> Option<(&'p str, 
         Some(Value::Object(o)) => o.clone(),
         Some(_) => return None,
     };
-    // A wrapper wrapping itself by name would never end; the factory refuses it anyway.
-    (inner != name).then_some((inner, params))
+    // A wrapper may wrap itself, as the factories build it: each level's parameters are the
+    // level above's `inner_params`, so the descent ends (found by review: it stopped there,
+    // and a misspelled key inside went unseen).
+    Some((inner, params))
 }
 
 #[cfg(test)]
@@ -289,6 +291,20 @@ mod tests {
         assert!(
             r.build_for_runtime("machine_room_nearby", &nested, UnknownParams::Refuse)
                 .is_err()
+        );
+        // Through a wrapper wrapping itself too (found by review: not looked into).
+        let twice = params(json!({
+            "inner_strategy": "machine_room_nearby",
+            "inner_params": {
+                "inner_strategy": "consistent_hash",
+                "inner_params": {"virtual_nodes": 20},
+            },
+        }));
+        let found = r.unknown_params("machine_room_nearby", &twice);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].to_string().contains("`virtual_nodes`"),
+            "{found:?}"
         );
         // A strategy of the user's own is not checked: its keys are not known.
         let mut custom = StrategyRegistry::default();
