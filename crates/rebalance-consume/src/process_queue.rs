@@ -266,6 +266,9 @@ mod tests {
                 if let Some(&first) = unconsumed.first() {
                     prop_assert!(commit <= first, "commit {} passes unconsumed {}", commit, first);
                     prop_assert_eq!(commit, first);
+                } else {
+                    // Nothing left to consume: the commit is where the next pull starts.
+                    prop_assert_eq!(commit, pq.next_offset());
                 }
                 prop_assert!(commit >= last_commit, "commit went back from {} to {}", last_commit, commit);
                 last_commit = commit;

@@ -14,8 +14,8 @@ use common::*;
 use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::memory::{ClusterClient, InMemoryCluster};
 use rebalance_runtime::{
-    ConsumerBuilder, ListenerError, OffsetStore, QueueLease, QueueListener, RemoteError,
-    RemovalReason, RemovedQueue, StartPosition,
+    ConsumerBuilder, ConsumerHandle, ListenerError, OffsetStore, QueueLease, QueueListener,
+    RemoteError, RemovalReason, RemovedQueue, StartPosition,
 };
 
 /// What `queues_removed` saw: the queue, its lock owner and its persisted offset.
@@ -60,11 +60,14 @@ impl QueueListener for Committer {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn removed_callback_then_persist_then_unlock_then_next_owner() {
-    let cluster = InMemoryCluster::new();
+fn exclusive(b: ConsumerBuilder) -> ConsumerBuilder {
+    b.exclusive_hand_off(true)
+}
+
+/// Member `a` (client 0) holding both queues of topic T (1 broker, 2 queues) with a
+/// [`Committer`] of 77, exclusive hand-off.
+async fn a_holding_both(cluster: &InMemoryCluster) -> (Arc<Committer>, ConsumerHandle) {
     cluster.create_topic("T", 1, 2);
-    let all = all_queues(&cluster, &["T"]);
     let a_id = client_id(0);
     let committer = Arc::new(Committer {
         id: a_id.clone(),
@@ -73,7 +76,6 @@ async fn removed_callback_then_persist_then_unlock_then_next_owner() {
         leases: Mutex::default(),
         seen_in_callback: Mutex::default(),
     });
-    let exclusive = |b: ConsumerBuilder| b.exclusive_hand_off(true);
     let a = exclusive(
         rebalance_runtime::Consumer::builder(GROUP)
             .intervals(java_intervals())
@@ -87,6 +89,53 @@ async fn removed_callback_then_persist_then_unlock_then_next_owner() {
     .unwrap();
     settle(Duration::from_secs(1)).await;
     assert_eq!(a.assignment().len(), 2);
+    (committer, a)
+}
+
+/// The unlock waits for the persist's answer, not only for its sending: with every persist
+/// answered 3 s late (the offset stored at once), the lock is still ours 1.5 s after the
+/// callback, and the next owner starts from the final offset after. Swapping persist and
+/// unlock, or not awaiting the persist, frees the lock at once (found by a test audit: no
+/// test could tell the order apart on paused time).
+#[tokio::test(start_paused = true)]
+async fn the_unlock_waits_for_the_persist_to_answer() {
+    let cluster = InMemoryCluster::new();
+    let (committer, a) = a_holding_both(&cluster).await;
+    cluster.delay_next(
+        rebalance_runtime::memory::ClusterCall::PersistOffset,
+        1_000,
+        Duration::from_secs(3),
+    );
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    let mut waited = Duration::ZERO;
+    while committer.seen_in_callback.lock().unwrap().is_empty() {
+        assert!(waited < Duration::from_secs(30), "a never released a queue");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let moved = committer.seen_in_callback.lock().unwrap()[0].0.clone();
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        cluster.lock_owner(GROUP, &moved),
+        Some(committer.id.clone()),
+        "still ours while the persist has not answered"
+    );
+    settle(Duration::from_secs(10)).await;
+    assert_eq!(cluster.lock_owner(GROUP, &moved), Some(b.id.clone()));
+    assert_eq!(
+        b.recorder.added(),
+        vec![(moved.clone(), StartPosition::Offset(77))],
+        "the next owner starts where the callback left off"
+    );
+    a.shutdown().await;
+    b.handle.shutdown().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_callback_then_persist_then_unlock_then_next_owner() {
+    let cluster = InMemoryCluster::new();
+    let (committer, a) = a_holding_both(&cluster).await;
+    let all = all_queues(&cluster, &["T"]);
 
     let b = start_with(&cluster, 1, &["T"], exclusive).await;
     settle(Duration::from_secs(5)).await;
