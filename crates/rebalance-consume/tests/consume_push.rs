@@ -112,11 +112,27 @@ struct App {
     client: String,
     journal: Arc<Journal>,
     work: Duration,
+    /// Messages whose body ends in it take this long instead of `work`.
+    slow: Option<(&'static str, Duration)>,
     fail_suffix: Option<&'static str>,
     poison_suffix: Option<&'static str>,
 }
 
 impl App {
+    /// How long `messages` take.
+    fn work(&self, messages: &[Message]) -> Duration {
+        match self.slow {
+            Some((suffix, slow))
+                if messages
+                    .iter()
+                    .any(|m| m.body().ends_with(suffix.as_bytes())) =>
+            {
+                slow
+            }
+            _ => self.work,
+        }
+    }
+
     fn fails(&self, message: &Message) -> bool {
         let body = String::from_utf8_lossy(message.body()).to_string();
         let first_failure = self
@@ -130,7 +146,7 @@ impl App {
 #[async_trait]
 impl ConcurrentListener for App {
     async fn consume(&self, messages: &[Message], _: &mut ConcurrentContext) -> ConsumeResult {
-        sleep(self.work).await;
+        sleep(self.work(messages)).await;
         for message in messages {
             self.journal.record(&self.client, message);
         }
@@ -146,7 +162,7 @@ impl ConcurrentListener for App {
 impl OrderlyListener for App {
     async fn consume(&self, messages: &[Message], _: &mut OrderlyContext) -> OrderlyResult {
         let _busy = Busy::enter(&self.journal, &self.client, messages[0].queue());
-        sleep(self.work).await;
+        sleep(self.work(messages)).await;
         for message in messages {
             self.journal.record(&self.client, message);
         }
@@ -164,6 +180,8 @@ struct Group {
     orderly: bool,
     exclusive: bool,
     options: ConsumeOptions,
+    /// Messages whose body ends in it take this long (the others 2 ms).
+    slow: Option<(&'static str, Duration)>,
     fail_suffix: Option<&'static str>,
     poison_suffix: Option<&'static str>,
     members: HashMap<String, PushConsumerHandle>,
@@ -177,6 +195,7 @@ impl Group {
             orderly: false,
             exclusive: false,
             options: ConsumeOptions::default(),
+            slow: None,
             fail_suffix: None,
             poison_suffix: None,
             members: HashMap::new(),
@@ -189,6 +208,7 @@ impl Group {
             client: id.to_string(),
             journal: self.journal.clone(),
             work: Duration::from_millis(2),
+            slow: self.slow,
             fail_suffix: self.fail_suffix,
             poison_suffix: self.poison_suffix,
         });
@@ -254,6 +274,29 @@ fn missing(produced: &[String], journal: &Journal) -> Vec<String> {
         .filter(|id| !consumed.contains(*id))
         .cloned()
         .collect()
+}
+
+/// A member crashes while its workers process messages out of order (every tenth takes 3 s,
+/// the others 2 ms, 20 at once): none is lost, since the offsets persisted before the crash
+/// never pass a message not processed (found by a test audit: the push consumer's other crash
+/// has at most one message in flight, so a commit past one would pass by luck).
+#[tokio::test(start_paused = true)]
+async fn a_crash_loses_none_of_the_messages_being_processed() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let mut group = Group::new(&cluster);
+    group.slow = Some(("9", Duration::from_secs(3)));
+    group.join("c1@1").await;
+    sleep(Duration::from_secs(1)).await;
+    let producer = produce(&cluster, 1500, Duration::from_millis(10));
+    sleep(Duration::from_millis(12_345)).await;
+    group.crash("c1@1");
+    group.slow = None;
+    group.join("c2@1").await;
+    let produced = producer.await.unwrap();
+    sleep(Duration::from_secs(300)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    group.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
