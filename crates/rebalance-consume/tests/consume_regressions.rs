@@ -210,13 +210,14 @@ impl rebalance_consume::OrderlyListener for SlowOrderly {
 }
 
 /// Orderly: the loop's next pull hangs while a 200 s batch is in the listener: m0's call ends,
-/// once, and nothing delivers it again. What this does not reach: the watcher's restart of a
+/// once, and nothing delivers it again. What this does not reach (so it is named for what it
+/// shows, found by a test audit): the watcher's restart of a
 /// stalled loop. A hung pull is cut at its suspension + 15 s, so the loop stays active and is
 /// never idle for 120 s here, and a loop whose batch runs counts as active anyway (both are
 /// unit-tested: `activity.rs`, `leases.rs` `a_loop_that_stopped_pulling_is_restarted`); with
 /// the busy flag removed this still passes, since a retired loop lets its batches finish.
 #[tokio::test(start_paused = true)]
-async fn the_stalled_loop_restart_never_cancels_a_running_orderly_batch() {
+async fn a_hung_pull_never_cancels_a_running_orderly_batch() {
     let t0 = Instant::now();
     let cluster = InMemoryCluster::new();
     cluster.create_topic("T", 1, 1);
