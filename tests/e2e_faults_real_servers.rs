@@ -362,8 +362,9 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
         .await;
     // Sends to the broker that is down fail and are not counted as sent.
     let stream = Producer::new(&cluster, topic).stream_tolerant(topic, RATE);
-    // Long enough for offsets to be persisted (every 5 s, and with every pull).
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    // Long enough for offsets to be persisted (every 5 s, and with every pull), and for a
+    // replay from the start to stand out (about 25 messages a queue by then).
+    tokio::time::sleep(Duration::from_secs(20)).await;
     let on_a: Vec<MessageQueue> = e2e::queues(topic)
         .into_iter()
         .filter(|q| &*q.broker_name == e2e::BROKERS[0])
@@ -416,10 +417,27 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
     // Persisted by the members at their next tick (5 s).
     tokio::time::sleep(Duration::from_secs(6)).await;
     let after = committed(&cluster, topic, &on_a).await;
+    // What was consumed again of broker-a's queues after the restart below the offsets
+    // committed before the kill: members that lost their positions (re-reading offsets the
+    // broker had not written) would replay from 0 and still pass "restored" (found by a test
+    // audit). A batch in flight at the kill may come again.
+    let replayed = log
+        .messages(topic)
+        .iter()
+        .filter(|(_, at, m)| {
+            *at > back_at
+                && m.queue.broker == e2e::BROKERS[0]
+                && usize::try_from(m.queue.id)
+                    .ok()
+                    .and_then(|id| before.get(id).copied().flatten())
+                    .is_some_and(|committed| m.offset < committed)
+        })
+        .count();
     eprintln!(
-        "e2e-faults broker restart: {} sent, lost 0, duplicates {}; broker-a down {down_for:?}, \
+        "e2e-faults broker restart: {} sent, lost 0, duplicates {}, replayed below the offsets \
+         committed before the kill {replayed}; broker-a down {down_for:?}, \
          its queues consumed again {resumed:?} after it was back; its committed offsets before \
-         the kill {before:?}, as it came back {restarted:?} (broker 1.0 had not written them), \
+         the kill {before:?}, as it came back {restarted:?} (broker 1.0 writes them to its store only now and then), \
          restored by the members' pulls {restored:?} after it was back, at the end {after:?}",
         sent.len(),
         delivery.extra
@@ -434,6 +452,14 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
             "an offset went back: {before:?} before the kill, {after:?} at the end"
         );
     }
+    // A replay from the start would be every message below those offsets.
+    let below: i64 = before.iter().flatten().sum();
+    let bound = (5 * RATE as usize).min(usize::try_from(below / 2).unwrap_or(0));
+    assert!(
+        replayed <= bound,
+        "{replayed} of broker-a's messages (of {below} below the offsets committed before the \
+         kill) consumed again, over {bound}"
+    );
     log.assert_no_garbage();
 }
 
@@ -541,10 +567,21 @@ async fn a_member_on_a_slow_network_that_resets_loses_nothing() {
         .iter()
         .filter(|(client, at, _)| client == slow_member && *at > slow_from)
         .count();
+    // In the last 20 s of the fault, after its connections were reset (about every half a
+    // minute): a member that consumed a little and then stuck would pass "more than zero"
+    // (found by a test audit).
+    let late_from = slow_from + FAULT - Duration::from_secs(20);
+    let consumed_late = log
+        .messages(topic)
+        .iter()
+        .filter(|(client, at, _)| {
+            client == slow_member && *at > late_from && *at <= slow_from + FAULT
+        })
+        .count();
     eprintln!(
         "e2e-faults slow network: {} sent, lost 0, duplicates {}; the slow member (200 ms each \
          way, up to 50 ms jitter, a reset every {RESET_EVERY}th request mid-reply) consumed {consumed_slow} \
-         messages meanwhile; its proxies: {} requests, {} resets, {} connections",
+         messages meanwhile ({consumed_late} in the last 20 s of it); its proxies: {} requests, {} resets, {} connections",
         sent.len(),
         delivery.extra,
         counters.requests,
@@ -553,6 +590,17 @@ async fn a_member_on_a_slow_network_that_resets_loses_nothing() {
     );
     assert!(counters.resets > 0, "no reset happened: {counters:?}");
     assert!(consumed_slow > 0, "the slow member consumed nothing");
+    assert!(
+        consumed_late > 0,
+        "the slow member consumed nothing in the last 20 s of the fault ({consumed_slow} in all)"
+    );
+    // Measured 13 to 17: what a reset in the middle of a reply brings again, and the
+    // rebalances; not a replay.
+    assert!(
+        delivery.extra <= 60,
+        "{} duplicates on a slow network",
+        delivery.extra
+    );
     for mut member in group.members {
         member.assert_running();
     }
@@ -562,16 +610,27 @@ async fn a_member_on_a_slow_network_that_resets_loses_nothing() {
 /// The size of each message of the stuck-listener scenario.
 const STUCK_BODY: usize = 2048;
 
+/// How many messages each queue of the stuck member may buffer.
+const STUCK_QUEUE_LIMIT: usize = 100;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_listeners_memory_stays_within_the_buffer_limits() {
     let _cost = Cost("stuck listener", Instant::now());
     let topic = "Stuck";
     let cluster = e2e::two_broker_cluster(&[topic]).await;
     let log = Log::default();
-    // The second member's listener hangs after 20 messages; the other consumes on.
+    // The second member's listener hangs after 20 messages, and each of its queues buffers at
+    // most STUCK_QUEUE_LIMIT messages, reached within seconds: all the growth after that would
+    // be past the limits (found by a test audit: with the default 1,000 per queue, reached near
+    // the end, a member with no limit at all passed). The other consumes on.
     let mut group = Group::start(&cluster, &log, topic, 2, &[], |i| {
         if i == 1 {
-            vec!["--stall-after".into(), "20".into()]
+            vec![
+                "--stall-after".into(),
+                "20".into(),
+                "--queue-max-messages".into(),
+                STUCK_QUEUE_LIMIT.to_string(),
+            ]
         } else {
             Vec::new()
         }
@@ -587,14 +646,28 @@ async fn a_stuck_listeners_memory_stays_within_the_buffer_limits() {
         .len();
     let baseline = stuck.rss_kib().expect("the stuck member's memory");
     let sampler = e2e::MemorySampler::start(stuck.pid(), Duration::from_secs(1));
-    // 200 messages of 2 KiB a second for 60 s: 1,500 per queue, past the default limit of
-    // 1,000 messages buffered per queue (the byte limit, 100 MiB, is far).
+    // 200 messages of 2 KiB a second for 60 s: 1,500 per queue, the limit of each reached in
+    // about 4 s (the byte limit, 100 MiB, is far).
     let stream = Producer::new(&cluster, topic).stream_sized(topic, 200, STUCK_BODY);
     tokio::time::sleep(FAULT).await;
     let samples = sampler.samples();
     drop(sampler);
-    // The limits: per queue held, 1,000 messages.
-    let limit_kib = (held * 1000 * STUCK_BODY / 1024) as u64;
+    group.members[1].assert_running();
+    assert!(
+        samples.len() as u64 >= FAULT.as_secs() - 5,
+        "the sampler stopped early: {samples:?}"
+    );
+    // The limits: per queue held, STUCK_QUEUE_LIMIT messages.
+    let limit_kib = (held * STUCK_QUEUE_LIMIT * STUCK_BODY / 1024) as u64;
+    // Once every limit is reached (15 s in), the memory is flat: 12,000 messages of 2 KiB went
+    // by the stuck member's queues meanwhile, about 12 MiB if it buffered them.
+    let plateau: Vec<u64> = samples
+        .iter()
+        .filter(|(t, _)| *t >= Duration::from_secs(15))
+        .map(|(_, kib)| *kib)
+        .collect();
+    let spread =
+        plateau.iter().max().copied().unwrap_or(0) - plateau.iter().min().copied().unwrap_or(0);
     let max = samples
         .iter()
         .map(|(_, kib)| *kib)
@@ -635,6 +708,10 @@ async fn a_stuck_listeners_memory_stays_within_the_buffer_limits() {
     assert!(
         grew_late <= (max / 10) as i64 + 4 * 1024,
         "still growing at the end: {grew_late} KiB in 15 s"
+    );
+    assert!(
+        spread <= 4 * 1024,
+        "not flat once the limits were reached: {spread} KiB apart after 15 s: {series:?}"
     );
     group.members[0].assert_running();
     log.assert_no_garbage();

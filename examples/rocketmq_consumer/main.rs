@@ -10,6 +10,7 @@
 //!     [--consume [--api push|stream] [--orderly] [--consume-from last|first] \
 //!      [--fail-every N | --fail-always] [--max-reconsume-times N] [--delay-level N] \
 //!      [--exclusive-hand-off] [--consume-time 10ms] [--stall-after N] \
+//!      [--queue-max-messages 1000] \
 //!      [--pop [--pop-mode orderly|ordinary] [--pop-invisible-time 5s] [--pop-poll-time 5s]]] \
 //!     [--server-assignment] [--server-strategy AVG|AVG_BY_CIRCLE] \
 //!     [--broadcast [--offsets-dir DIR]] \
@@ -44,7 +45,8 @@
 //! `--exclusive-hand-off` makes a queue's next owner wait until this client has stopped
 //! consuming it and committed, and `--stall-after N` makes the listener hang (never return) on
 //! every call once N messages were consumed: a stuck application, whose buffers fill up to the
-//! push consumer's limits while messages keep coming. `--consume-from` says where a queue nobody has consumed yet
+//! push consumer's limits while messages keep coming (`--queue-max-messages`, 1,000 per queue by
+//! default). `--consume-from` says where a queue nobody has consumed yet
 //! starts: at its end (`last`, the default, as the Java client), or at its oldest message
 //! (`first`).
 //!
@@ -234,6 +236,9 @@ struct Args {
     /// With `--consume`: once this many messages were consumed, every listener call hangs.
     #[arg(long, requires = "consume", value_name = "N")]
     stall_after: Option<u64>,
+    /// With `--consume`: how many messages each queue may buffer (`queue_max_messages`).
+    #[arg(long, requires = "consume", value_name = "N", default_value_t = ConsumeOptions::default().queue_max_messages)]
+    queue_max_messages: usize,
     /// The ACL access key: every request is signed with it and the secret key.
     #[arg(long, value_name = "KEY", requires = "secret_key")]
     access_key: Option<String>,
@@ -601,6 +606,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let (consumer, running) = if args.consume {
         let mut options = ConsumeOptions::default();
         options.max_reconsume_times = args.max_reconsume_times;
+        options.queue_max_messages = args.queue_max_messages;
         let handler = Arc::new(Handler {
             printer: printer.clone(),
             fail_every: args.fail_every,

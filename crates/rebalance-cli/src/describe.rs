@@ -392,13 +392,7 @@ pub fn diverging(fingerprints: &BTreeMap<String, BTreeMap<String, String>>) -> V
 /// does not read, parameters with which it allocates nothing (the prediction is then empty).
 /// Found by review: `describe` said nothing, and its prediction silently used the defaults.
 pub fn warnings(args: &DescribeArgs) -> Vec<String> {
-    let params: Params = args.params.iter().cloned().collect();
-    let mut warnings = crate::limits::unknown_param_warnings(&args.strategy, false, &params);
-    let registry = rebalance_core::strategy::StrategyRegistry::default();
-    if let Some(e) = registry.allocates_nothing(&args.strategy, &params) {
-        warnings.push(format!("{e}; nothing is predicted"));
-    }
-    warnings
+    crate::plan::strategy_warnings(&args.strategy, &args.params, "nothing is predicted")
 }
 
 /// A queue's committed offset as read: `None` when none is committed, `Err` when the read

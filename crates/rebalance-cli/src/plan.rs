@@ -121,11 +121,25 @@ pub async fn fetch(args: &PlanArgs) -> Result<GroupPlan, PlanError> {
 /// What the arguments ask for that will be ignored (`--param` keys the strategy does not read),
 /// and parameters with which nobody gets a queue (the plan shows Java's answer, empty shares).
 pub fn warnings(args: &PlanArgs) -> Vec<String> {
-    let params: Params = args.params.iter().cloned().collect();
-    let mut warnings = crate::limits::unknown_param_warnings(&args.strategy, false, &params);
+    strategy_warnings(
+        &args.strategy,
+        &args.params,
+        "a consumer's builder refuses it",
+    )
+}
+
+/// The `--param` keys `strategy` does not read, and, when with `params` it gives nobody
+/// anything, why, followed by `consequence`.
+pub(crate) fn strategy_warnings(
+    strategy: &str,
+    params: &[(String, serde_json::Value)],
+    consequence: &str,
+) -> Vec<String> {
+    let params: Params = params.iter().cloned().collect();
+    let mut warnings = crate::limits::unknown_param_warnings(strategy, false, &params);
     let registry = rebalance_core::strategy::StrategyRegistry::default();
-    if let Some(e) = registry.allocates_nothing(&args.strategy, &params) {
-        warnings.push(format!("{e}; a consumer's builder refuses it"));
+    if let Some(e) = registry.allocates_nothing(strategy, &params) {
+        warnings.push(format!("{e}; {consequence}"));
     }
     warnings
 }

@@ -16,6 +16,14 @@ use crate::subscription::is_retry_topic;
 use crate::wake::{Trigger, WakeReasons};
 use crate::{NameServer, RemoteError, RouteError};
 
+/// Sleeps until `at`, or for ever when there is none.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl TopicRecord {
     /// Whether a producer's fetch is answered from memory: the route is known and has publish
     /// queues (the periodic poll keeps it fresh), or the topic has no publish queue or is gone
@@ -47,7 +55,22 @@ struct TopicRecord {
     last_error: Option<RouteError>,
     /// When a warning last said that the topic, never found, does not exist.
     missing_warned_at: Option<Instant>,
+    /// Brokers the route named and no longer names (killed, restarting, cut off from the name
+    /// server), and since when one has been missing: polled again soon (see
+    /// [`RouteSync::fast_repoll_at`]), so that their queues come back within seconds of the
+    /// broker's return, not at the next periodic poll.
+    missing_brokers: BTreeSet<String>,
+    missing_since: Option<Instant>,
 }
+
+/// How long after a broker left a topic's route it is polled again sooner than every
+/// `poll_name_server`: every [`FAST_REPOLL_EVERY`] for the first [`FAST_REPOLL_FIRST`], then
+/// every [`FAST_REPOLL_LATER`] until [`FAST_REPOLL_FOR`]. A restarted broker registers with the
+/// name server within a second of its start; a Java client sees it at its next 30 s poll.
+const FAST_REPOLL_FOR: Duration = Duration::from_secs(120);
+const FAST_REPOLL_FIRST: Duration = Duration::from_secs(30);
+const FAST_REPOLL_EVERY: Duration = Duration::from_secs(1);
+const FAST_REPOLL_LATER: Duration = Duration::from_secs(5);
 
 /// How often a topic that was never found is warned about (a misspelled subscription is
 /// otherwise silent: its rounds only say "route unknown").
@@ -150,13 +173,54 @@ impl RouteSync {
         self.publish(&topics, changed);
     }
 
-    /// Polls again every `interval`, at once when the subscriptions change, and answers
-    /// fetches. A poll in flight stops with the token: the shutdown (which releases the
+    /// When the topics whose route lost a broker are to be polled again, if any is (see
+    /// [`FAST_REPOLL_FOR`]).
+    fn fast_repoll_at(&self) -> Option<Instant> {
+        self.records
+            .values()
+            .filter_map(|r| {
+                let since = r.missing_since?;
+                let missing_for = since.elapsed();
+                if missing_for >= FAST_REPOLL_FOR {
+                    return None;
+                }
+                let every = if missing_for < FAST_REPOLL_FIRST {
+                    FAST_REPOLL_EVERY
+                } else {
+                    FAST_REPOLL_LATER
+                };
+                Some(r.polled_at.unwrap_or(since) + every)
+            })
+            .min()
+    }
+
+    /// Polls the topics whose route lost a broker (see [`fast_repoll_at`](Self::fast_repoll_at)).
+    async fn repoll_missing(&mut self) {
+        let due: Vec<String> = self
+            .records
+            .iter()
+            .filter(|(_, r)| {
+                r.missing_since
+                    .is_some_and(|s| s.elapsed() < FAST_REPOLL_FOR)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
+        let mut changed = false;
+        for topic in &due {
+            changed |= self.poll(topic).await;
+        }
+        let topics = self.topics(false);
+        self.publish(&topics, changed);
+    }
+
+    /// Polls again every `interval`, at once when the subscriptions change, every second or
+    /// so for a while the topics whose route lost a broker, and answers fetches. A poll in flight stops with the token: the shutdown (which releases the
     /// queues and unregisters) does not wait for a name server that does not answer.
     pub(crate) async fn run(mut self, token: CancellationToken) {
         let mut ticker = tokio::time::interval_at(Instant::now() + self.interval, self.interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
+            let fast = self.fast_repoll_at();
             let finished = tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
@@ -171,6 +235,7 @@ impl RouteSync {
                     None => break,
                 },
                 _ = ticker.tick() => token.run_until_cancelled(self.poll_all()).await,
+                _ = sleep_until_some(fast) => token.run_until_cancelled(self.repoll_missing()).await,
             };
             if finished.is_none() {
                 tracing::debug!("route sync cancelled during a poll");
@@ -261,6 +326,33 @@ impl RouteSync {
                         .is_some_and(|k| k.route.same_as(&route))
                 {
                     return false;
+                }
+                let present: BTreeSet<&str> = route
+                    .broker_datas
+                    .iter()
+                    .map(|b| b.broker_name.as_str())
+                    .collect();
+                if let Some(old) = &record.known {
+                    let left: Vec<String> = old
+                        .route
+                        .broker_datas
+                        .iter()
+                        .map(|b| b.broker_name.clone())
+                        .filter(|b| !present.contains(b.as_str()))
+                        .collect();
+                    if !left.is_empty() {
+                        tracing::info!(topic, brokers = ?left, "brokers left the topic's route; polling it again every second for a while, to see them back");
+                        // A window of its own for each loss (one after a broker removed
+                        // on purpose, whose window ended, too).
+                        record.missing_since = Some(Instant::now());
+                    }
+                    record.missing_brokers.extend(left);
+                }
+                record
+                    .missing_brokers
+                    .retain(|b| !present.contains(b.as_str()));
+                if record.missing_brokers.is_empty() {
+                    record.missing_since = None;
                 }
                 let new = match &self.share {
                     Some(share) => share.known(topic, route),

@@ -20,6 +20,47 @@ fn queue(i: i32) -> MessageQueue {
     MessageQueue::new("T", "broker-0", i)
 }
 
+/// A broker that leaves a topic's route (killed: the name server drops it as its connection
+/// closes) is seen back within about a second of its return, not at the next periodic poll
+/// (30 s): the topic is polled every second for a while after the loss. Found by a real-server
+/// run: a broker killed and restarted 10 s later had its queues consumed again 28.7 s after
+/// its return, when a poll had fallen within its outage.
+#[tokio::test(start_paused = true)]
+async fn a_broker_back_in_the_route_is_seen_within_seconds() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 2);
+    let full = cluster.route("T").unwrap();
+    let t0 = tokio::time::Instant::now();
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    // Gone from the name server before the periodic poll at 30 s, which sees it gone.
+    tokio::time::sleep_until(t0 + 25 * MIN).await;
+    cluster.set_route(
+        "T",
+        rebalance_runtime::memory::route_of(&["broker-0".to_string()], 2),
+    );
+    tokio::time::sleep_until(t0 + 31 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2, "broker-1's queues released");
+    // Back at 33 s.
+    tokio::time::sleep_until(t0 + 33 * MIN).await;
+    cluster.set_route("T", full);
+    let mut back_after = None;
+    for tenth in 1..=100u32 {
+        settle(MIN / 10).await;
+        if a.handle.assignment().len() == 4 {
+            back_after = Some(MIN / 10 * tenth);
+            break;
+        }
+    }
+    let back_after = back_after.expect("broker-1's queues taken again within 10 s");
+    assert!(
+        back_after <= 2 * MIN,
+        "taken again {back_after:?} after the broker's return"
+    );
+    a.handle.shutdown().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_name_server_outage_keeps_the_assignment() {
     let cluster = InMemoryCluster::new();
