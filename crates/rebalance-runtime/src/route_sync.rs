@@ -16,15 +16,20 @@ use crate::subscription::is_retry_topic;
 use crate::wake::{Trigger, WakeReasons};
 use crate::{NameServer, RemoteError, RouteError};
 
-/// Sleeps until `at`, or for ever when there is none.
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 impl TopicRecord {
+    /// How often the topic is polled again since a broker left its route (see
+    /// [`FAST_REPOLL_FOR`]); `None` when none is missing, or for too long.
+    fn fast_repoll_every(&self) -> Option<Duration> {
+        let missing_for = self.missing_since?.elapsed();
+        if missing_for >= FAST_REPOLL_FOR {
+            None
+        } else if missing_for < FAST_REPOLL_FIRST {
+            Some(FAST_REPOLL_EVERY)
+        } else {
+            Some(FAST_REPOLL_LATER)
+        }
+    }
+
     /// Whether a producer's fetch is answered from memory: the route is known and has publish
     /// queues (the periodic poll keeps it fresh), or the topic has no publish queue or is gone
     /// and was polled less than [`REFETCH_UNUSABLE_AFTER`] ago. A topic whose route was never
@@ -178,19 +183,7 @@ impl RouteSync {
     fn fast_repoll_at(&self) -> Option<Instant> {
         self.records
             .values()
-            .filter_map(|r| {
-                let since = r.missing_since?;
-                let missing_for = since.elapsed();
-                if missing_for >= FAST_REPOLL_FOR {
-                    return None;
-                }
-                let every = if missing_for < FAST_REPOLL_FIRST {
-                    FAST_REPOLL_EVERY
-                } else {
-                    FAST_REPOLL_LATER
-                };
-                Some(r.polled_at.unwrap_or(since) + every)
-            })
+            .filter_map(|r| Some(r.polled_at? + r.fast_repoll_every()?))
             .min()
     }
 
@@ -199,10 +192,7 @@ impl RouteSync {
         let due: Vec<String> = self
             .records
             .iter()
-            .filter(|(_, r)| {
-                r.missing_since
-                    .is_some_and(|s| s.elapsed() < FAST_REPOLL_FOR)
-            })
+            .filter(|(_, r)| r.fast_repoll_every().is_some())
             .map(|(t, _)| t.clone())
             .collect();
         let mut changed = false;
@@ -235,7 +225,9 @@ impl RouteSync {
                     None => break,
                 },
                 _ = ticker.tick() => token.run_until_cancelled(self.poll_all()).await,
-                _ = sleep_until_some(fast) => token.run_until_cancelled(self.repoll_missing()).await,
+                _ = tokio::time::sleep_until(fast.unwrap_or_else(Instant::now)), if fast.is_some() => {
+                    token.run_until_cancelled(self.repoll_missing()).await
+                }
             };
             if finished.is_none() {
                 tracing::debug!("route sync cancelled during a poll");
