@@ -527,7 +527,6 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
                 source,
             })?;
         let queues = route.subscribable_queues(topic);
-        crate::plan::ring_fits(&args.strategy, &params, &ids)?;
         let plan = compute_with(
             group,
             topic,
