@@ -16,10 +16,13 @@ use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PopMode,
     PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
 };
+use rebalance_core::MessageQueue;
 use rebalance_runtime::config::Intervals;
 use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster};
 use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, RemoteError, ServerAnswer};
 use tokio::time::{Instant, sleep};
+
+mod capture;
 
 const GROUP: &str = "G";
 
@@ -782,6 +785,42 @@ async fn a_hand_off_behind_a_slow_broker_gives_everything_back_within_one_call_t
         all_at <= Duration::from_secs(15),
         "given back within 1 s (await_in_flight) and one 10 s call timeout: {all_at:?}"
     );
+    group.stop().await;
+}
+
+/// A member leaving while its popped messages were deleted from their queue (retention):
+/// the brokers refuse to make them visible again (208, nothing left of them), and the hand-off
+/// does not count them as messages that will come back after their invisible time.
+#[tokio::test(start_paused = true)]
+async fn a_hand_off_does_not_count_deleted_messages_as_kept() {
+    let capture = capture::Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(capture.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.pop.invisible_time = Duration::from_secs(600);
+    group.work = Duration::from_secs(60);
+    group.options.consume_concurrency = 4;
+    group.options.await_in_flight = Some(Duration::from_secs(1));
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    produce(&cluster, 40);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(group.journal.of("a@1").len(), 4, "4 in the listener");
+    cluster.truncate(&MessageQueue::new("T", "broker-0", 0), 40);
+    capture.take();
+    group.members.remove("a@1").unwrap().shutdown().await;
+    let log = capture.take();
+    assert!(
+        !log.contains("did not make some popped messages visible again"),
+        "{log}"
+    );
+    assert!(log.contains("given_back=40"), "{log}");
     group.stop().await;
 }
 

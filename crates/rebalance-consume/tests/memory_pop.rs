@@ -144,6 +144,48 @@ async fn a_change_of_invisible_time_moves_the_redelivery() {
     assert_ne!(again, now[0].receipt_handle().unwrap());
 }
 
+/// A message its queue no longer has (deleted past it while invisible) cannot have its
+/// invisible time changed: refused with 208, as a broker does, whose POP consumer then stops
+/// asking; an acknowledgement of it is not an error (the source's contract). The message is
+/// not revived.
+#[tokio::test(start_paused = true)]
+async fn a_message_deleted_while_invisible_is_refused_a_change_of_invisible_time() {
+    let (cluster, client) = setup(1);
+    send(&cluster, 3);
+    let popped = pop(&client, &all(0)).await;
+    assert_eq!(popped.len(), 3);
+    cluster.truncate(&MessageQueue::new("T", "broker-0", 0), 2);
+    for (message, gone) in popped.iter().zip([true, true, false]) {
+        let answer = client
+            .change_invisible_time(
+                GROUP,
+                "T",
+                message.receipt_handle().unwrap(),
+                Duration::ZERO,
+            )
+            .await;
+        match answer {
+            Err(RemoteError::Refused { code: 208, remark }) => {
+                assert!(gone, "offset {} refused: {remark}", message.queue_offset());
+                assert!(remark.contains("[2, 3]"), "{remark}");
+            }
+            Ok(_) => assert!(!gone, "offset {} changed", message.queue_offset()),
+            Err(e) => panic!("offset {}: {e}", message.queue_offset()),
+        }
+    }
+    client
+        .ack(GROUP, "T", &[popped[0].receipt_handle().unwrap()])
+        .await
+        .unwrap();
+    tokio::task::yield_now().await;
+    let back = pop(&client, &all(0)).await;
+    assert_eq!(
+        ids(&back),
+        ids(&popped[2..]),
+        "only the message still stored, made visible at once"
+    );
+}
+
 /// Orderly POP: the queue is blocked for other attempts; the same attempt gets the batch again;
 /// after the invisible time the same messages come, in order, counted once more; in-order
 /// acknowledgements move the group on, and a held pop is answered when the batch is done.

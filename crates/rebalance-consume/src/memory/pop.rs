@@ -182,6 +182,27 @@ impl Handle {
     }
 }
 
+/// A broker's answer to a change of invisible time for a message its queue no longer has.
+const NO_MESSAGE: i32 = 208;
+
+/// Where a handle's message is not in its queue any more (its messages were deleted up to
+/// past it): what a broker says with [`NO_MESSAGE`] to a change of invisible time. The Rust
+/// broker 1.0 refuses `offset < min || offset > max`; a Java broker refuses `offset == max`
+/// too, which no handle of a stored message can have.
+fn out_of_range(cluster: &InMemoryCluster, handle: &Handle) -> Option<String> {
+    let store = MessageStore::of(cluster);
+    let messages = store.lock();
+    let (min, max) = messages
+        .log(&handle.queue)
+        .map_or((0, 0), |log| (log.min_offset(), log.max_offset()));
+    (handle.offset < min || handle.offset > max).then(|| {
+        format!(
+            "offset {} is out of the queue's range [{min}, {max}]",
+            handle.offset
+        )
+    })
+}
+
 /// What one pass of a pop found, and what to wait on when it found nothing.
 struct Pass {
     messages: Vec<Message>,
@@ -663,7 +684,9 @@ impl PopSource for ClusterClient {
 
     /// Changes the invisible time: an ordinary message moves to a checkpoint of its own, due
     /// `invisible_time` from now (a new handle); an orderly one is visible again then (its
-    /// handle stays). Faults: [`ClusterCall::ChangeInvisibleTime`].
+    /// handle stays). A message its queue no longer has (deleted by
+    /// [`truncate`](crate::memory::ClusterMessages::truncate)) is refused with code 208, as a
+    /// broker does. Faults: [`ClusterCall::ChangeInvisibleTime`].
     async fn change_invisible_time(
         &self,
         group: &str,
@@ -675,6 +698,12 @@ impl PopSource for ClusterClient {
         let cluster = self.cluster();
         let pops = PopState::of(&cluster);
         let handle = Handle::parse(handle)?;
+        if let Some(range) = out_of_range(&cluster, &handle) {
+            return Err(RemoteError::Refused {
+                code: NO_MESSAGE,
+                remark: range,
+            });
+        }
         if handle.orderly {
             {
                 let mut state = pops.lock();

@@ -581,7 +581,8 @@ fn refused_for_good(error: &RemoteError) -> bool {
 const GIVE_BACK_CONCURRENCY: usize = 256;
 
 /// Makes the messages of `handles` (topic and receipt handle) visible again at once; returns
-/// how many the brokers did not take. The calls go side by side (up to
+/// how many the brokers did not take (a message its queue no longer has, refused with 208, is
+/// not counted: nothing of it is left to come back). The calls go side by side (up to
 /// [`GIVE_BACK_CONCURRENCY`] at once): a broker that does not answer holds a hand-off up for
 /// one [`CALL_TIMEOUT`], not one per message (found by review: one after the other, a broker
 /// answering late gave 40 messages back to the queue's next owner over 392 s, one every 10 s).
@@ -591,7 +592,12 @@ async fn give_back(pop: &PopShared, group: &str, handles: Vec<(Arc<str>, String)
             let call = pop
                 .source
                 .change_invisible_time(group, &topic, &handle, Duration::ZERO);
-            contained("change invisible time", call).await.is_err()
+            match contained("change invisible time", call).await {
+                Ok(_) => false,
+                // Deleted from its queue: there is nothing left to give back.
+                Err(RemoteError::Refused { code: 208, .. }) => false,
+                Err(_) => true,
+            }
         })
         .buffer_unordered(GIVE_BACK_CONCURRENCY)
         .filter(|failed| std::future::ready(*failed))
