@@ -7,8 +7,10 @@
 //! body      raw bytes
 //! ```
 //!
-//! The decoder never buffers more than one frame of at most `max_frame_len` bytes, and every
-//! malformed input becomes a [`CodecError`], never a panic.
+//! The decoder never buffers more than one frame of at most `max_frame_len` bytes (itself at
+//! most [`MAX_FRAME_LEN`]), grows its buffer with the bytes that arrive rather than with what a
+//! length prefix announces, and turns every malformed input into a [`CodecError`], never a
+//! panic.
 //!
 //! Only JSON headers are read. A well-framed frame in another serialization (RocketMQ's binary
 //! one, type 1, which a server configured for it sends) is not garbage: [`FrameDecoder`] hands it
@@ -28,6 +30,14 @@ use crate::command::RemotingCommand;
 /// the prefix too. A request 1 to 4 bytes longer would be refused by a Java server, which
 /// closes the connection instead of answering.
 pub const DEFAULT_MAX_FRAME_LEN: usize = 16 * 1024 * 1024 - 4;
+
+/// The largest `max_frame_len` a codec takes, whatever it is asked: what a length prefix can
+/// announce, less the prefix itself (so that a frame's length never overflows).
+pub const MAX_FRAME_LEN: usize = (u32::MAX - 4) as usize;
+
+/// How far ahead of the bytes received the decoder reserves room for a frame still arriving:
+/// a prefix announcing a large frame makes the buffer grow as its bytes come, not at once.
+const RESERVE_AHEAD: usize = 1024 * 1024;
 
 /// The serialization type of JSON headers.
 pub const SERIALIZE_JSON: u8 = 0;
@@ -117,9 +127,11 @@ impl Default for RemotingCodec {
 
 impl RemotingCodec {
     /// A codec refusing frames whose total length (after the length prefix) exceeds
-    /// `max_frame_len`.
+    /// `max_frame_len`, taken as at most [`MAX_FRAME_LEN`].
     pub fn new(max_frame_len: usize) -> Self {
-        Self { max_frame_len }
+        Self {
+            max_frame_len: max_frame_len.min(MAX_FRAME_LEN),
+        }
     }
 
     /// The largest frame accepted.
@@ -288,8 +300,9 @@ impl RemotingCodec {
         }
         let needed = 4 + total;
         if src.len() < needed {
-            // Bounded by the frame limit checked above.
-            src.reserve(needed - src.len());
+            // Room for what is missing, up to RESERVE_AHEAD: a prefix alone does not allocate
+            // its frame's length (the reader grows the buffer as the bytes come).
+            src.reserve((needed - src.len()).min(RESERVE_AHEAD));
             return Ok(None);
         }
         let mut frame = src.split_to(needed);

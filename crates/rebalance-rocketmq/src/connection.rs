@@ -427,12 +427,22 @@ impl Connection {
     }
 
     /// Sends `request` and waits up to `timeout` for its response (of any response code).
+    /// With no time at all (a zero `timeout`: a deadline already passed), the request is not
+    /// sent: [`TransportError::Timeout`] at once, as the Java client refuses a call whose
+    /// connect took its whole timeout, rather than have the server act on a request its
+    /// caller was told failed.
     pub async fn request(
         &self,
         mut request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
         let shared = &*self.inner.shared;
+        if timeout.is_zero() {
+            return Err(TransportError::Timeout {
+                addr: shared.addr.clone(),
+                after: timeout,
+            });
+        }
         let opaque = self.next_opaque();
         request.opaque = opaque;
         request.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);

@@ -69,6 +69,16 @@ impl MemberRunningInfo {
 }
 
 /// The body of an answer as JSON, fastjson's queue-object keys made strings.
+/// How long a broker may hold GET_CONSUMER_RUNNING_INFO while it asks the member: a Java
+/// broker waits up to 10 s for the member's answer (a Rust broker 5 s).
+const RUNNING_INFO_FORWARD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long [`BrokerClient::running_info_at`] waits: the broker's forward and `request_timeout`
+/// on top (13 s with the default 3 s).
+pub(crate) fn running_info_timeout(request_timeout: std::time::Duration) -> std::time::Duration {
+    request_timeout.saturating_add(RUNNING_INFO_FORWARD)
+}
+
 fn json_body(response: &RemotingCommand, what: &str) -> Result<Value, RemoteError> {
     let text = std::str::from_utf8(&response.body)
         .map_err(|e| RemoteError::BadResponse(format!("{what}: {e}")))?;
@@ -172,7 +182,10 @@ impl BrokerClient {
     }
 
     /// GET_CONSUMER_RUNNING_INFO for the member `client_id` of `group`, asked of the broker at
-    /// `addr`, which forwards it to the member (5 s on a Rust broker, 10 s on a Java one).
+    /// `addr`, which forwards it to the member (5 s on a Rust broker, 10 s on a Java one):
+    /// the call waits for that and the request timeout on top (13 s with the default 3 s), so
+    /// that a slow member's answer, or the broker's own verdict on it, is not taken for a
+    /// silent broker.
     /// A member that does not answer it (an older client of this crate answers "request code
     /// not supported") is a [`RemoteError::Refused`] with the code and remark relayed.
     pub async fn running_info_at(
@@ -186,7 +199,14 @@ impl BrokerClient {
             .with_ext("clientId", client_id)
             .with_ext("jstackEnable", "false");
         let op = self.group_op("consumer running info", group);
-        let response = self.call_ok(addr, &op, request).await?;
+        let timeout = running_info_timeout(self.remoting().config().request_timeout);
+        let response = self
+            .remoting()
+            .call_with_timeout(addr, &op, request, timeout)
+            .await?;
+        if response.code != response_code::SUCCESS {
+            return Err(refused(&response));
+        }
         let body = json_body(&response, "consumer running info")?;
         let mut queues: Vec<(MessageQueue, i64)> = queue_map(&body["mqTable"])
             .map(|(q, v)| {
@@ -289,6 +309,22 @@ impl BrokerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A broker holds the question up to 10 s while the member answers (a Java one; a Rust one
+    /// 5 s): the call outwaits it, where the request timeout alone (3 s) took a slow member for
+    /// a silent broker. Found by review.
+    #[test]
+    fn a_running_info_call_outwaits_the_brokers_forward() {
+        let request_timeout = std::time::Duration::from_secs(3);
+        assert_eq!(
+            running_info_timeout(request_timeout),
+            std::time::Duration::from_secs(13)
+        );
+        assert_eq!(
+            running_info_timeout(std::time::Duration::MAX),
+            std::time::Duration::MAX
+        );
+    }
 
     fn progress(broker_offset: i64, consumer_offset: i64) -> QueueProgress {
         QueueProgress {

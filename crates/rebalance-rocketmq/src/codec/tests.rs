@@ -577,3 +577,22 @@ fn another_protocols_answer_is_named_not_read_as_a_huge_frame() {
     let err = decode(&[0x7f, 0xff, 0xff, 0x00]);
     assert!(matches!(err, CodecError::FrameTooLarge { .. }), "{err}");
 }
+
+/// A limit asked beyond what a prefix can announce is the largest one; a prefix announcing a
+/// huge frame reserves room for a part of it only, not the 4 GiB it claims.
+#[test]
+fn a_huge_limit_is_capped_and_a_huge_prefix_allocates_little() {
+    let mut codec = RemotingCodec::new(usize::MAX);
+    assert_eq!(codec.max_frame_len(), MAX_FRAME_LEN);
+    let mut buf = BytesMut::from(&[0xFF; 4][..]);
+    let err = codec.decode(&mut buf).unwrap_err();
+    assert!(matches!(err, CodecError::FrameTooLarge { .. }), "{err}");
+    let mut buf = BytesMut::new();
+    buf.put_u32(MAX_FRAME_LEN as u32);
+    assert_eq!(codec.decode(&mut buf).unwrap(), None);
+    assert!(
+        buf.capacity() <= 2 * 1024 * 1024,
+        "reserved {} bytes",
+        buf.capacity()
+    );
+}

@@ -852,3 +852,21 @@ async fn an_outbound_queue_outside_its_bounds_is_clamped() {
         assert!(answer.is_ok(), "{outbound_queue}: {answer:?}");
     }
 }
+
+/// A request with no time left (what a deadline leaves after a connect that took all of it)
+/// is not sent: the server never acts on a request whose caller was told it timed out (a send
+/// stored twice, a send-back followed by its fallback). Found by review.
+#[tokio::test(start_paused = true)]
+async fn a_request_with_no_time_left_is_not_sent() {
+    let (conn, mut server) = pair();
+    let err = conn
+        .request(RemotingCommand::request(10), Duration::ZERO)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err:?}");
+    assert_eq!(conn.pending_len(), 0);
+    // The next request is the first the server reads.
+    let second = ask(&conn, 11, T);
+    assert_eq!(next(&mut server).await.code, 11);
+    drop(second);
+}
