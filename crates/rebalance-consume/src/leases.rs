@@ -250,6 +250,9 @@ impl QueueListener for Leases {
         super::start_positions::resolve(&self.shared, queues).await;
         for lease in queues {
             self.shared.count_queue(lease.queue(), true);
+            // Before the loop starts: a pause carried across the queue's reset holds from its
+            // first pull on.
+            self.shared.paused.added(lease.queue(), lease.after_reset());
             let running = self.start(lease.clone());
             self.loops
                 .lock()
@@ -271,6 +274,15 @@ impl QueueListener for Leases {
         {
             let mut loops = self.loops.lock().unwrap_or_else(PoisonError::into_inner);
             for removed in queues {
+                // A queue taken away is forgotten paused (as the Java lite pull consumer); one
+                // released to restart from a reset offset (a seek) is the same queue if the
+                // reset's own lease takes it back: its pause is carried to that lease, and
+                // forgotten if the queue comes back any other way (see `PausedQueues::added`).
+                if removed.reason == rebalance_runtime::RemovalReason::OffsetReset {
+                    self.shared.paused.carry(&removed.queue);
+                } else {
+                    self.shared.paused.resume(&removed.queue);
+                }
                 let Some(running) = loops.get_mut(&removed.queue) else {
                     continue;
                 };
@@ -282,12 +294,6 @@ impl QueueListener for Leases {
                 }
                 for r in &cancelled {
                     self.shared.count_queue(r.lease.queue(), false);
-                }
-                // A queue taken away is forgotten paused (as the Java lite pull consumer); one
-                // released to restart from a reset offset (a seek) is the same queue, still
-                // held: it stays paused, as a Java lite pull consumer's seek keeps its pause.
-                if removed.reason != rebalance_runtime::RemovalReason::OffsetReset {
-                    self.shared.paused.resume(&removed.queue);
                 }
                 stopping.extend(cancelled);
             }

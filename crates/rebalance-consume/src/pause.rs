@@ -16,26 +16,64 @@ pub(crate) const PAUSED_RECHECK: Duration = Duration::from_millis(100);
 /// The paused queues of one consumer. Asking costs one atomic load while nothing is paused.
 #[derive(Debug, Default)]
 pub(crate) struct PausedQueues {
-    queues: Mutex<HashSet<MessageQueue>>,
+    inner: Mutex<Inner>,
     /// How many queues are paused (read without the lock).
     count: AtomicUsize,
 }
 
+#[derive(Debug, Default)]
+struct Inner {
+    paused: HashSet<MessageQueue>,
+    /// Paused queues released for an offset reset (a seek), not taken back yet: paused again
+    /// if the lease that takes them back is the reset's own
+    /// ([`after_reset`](rebalance_runtime::QueueLease::after_reset)), forgotten if the queue
+    /// comes back any other way (it was someone else's meanwhile).
+    carried: HashSet<MessageQueue>,
+}
+
 impl PausedQueues {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn counted(&self, inner: &Inner) {
+        self.count.store(inner.paused.len(), Ordering::Release);
+    }
+
     /// Pauses `queue`; false when it was paused already.
     pub(crate) fn pause(&self, queue: &MessageQueue) -> bool {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let added = queues.insert(queue.clone());
-        self.count.store(queues.len(), Ordering::Release);
+        let mut inner = self.lock();
+        let added = inner.paused.insert(queue.clone());
+        self.counted(&inner);
         added
     }
 
-    /// Resumes `queue`; false when it was not paused.
+    /// Resumes `queue` (paused, or carried across a reset); false when it was neither.
     pub(crate) fn resume(&self, queue: &MessageQueue) -> bool {
-        let mut queues = self.queues.lock().unwrap_or_else(PoisonError::into_inner);
-        let removed = queues.remove(queue);
-        self.count.store(queues.len(), Ordering::Release);
+        let mut inner = self.lock();
+        let removed = inner.paused.remove(queue) | inner.carried.remove(queue);
+        self.counted(&inner);
         removed
+    }
+
+    /// `queue` was released for an offset reset: a pause it has is carried until the queue is
+    /// added again ([`added`](Self::added)).
+    pub(crate) fn carry(&self, queue: &MessageQueue) {
+        let mut inner = self.lock();
+        if inner.paused.remove(queue) {
+            inner.carried.insert(queue.clone());
+            self.counted(&inner);
+        }
+    }
+
+    /// `queue` was added with a new lease: a pause carried across its reset holds again when
+    /// `after_reset` (the reset's own take-back), and is forgotten otherwise.
+    pub(crate) fn added(&self, queue: &MessageQueue, after_reset: bool) {
+        let mut inner = self.lock();
+        if inner.carried.remove(queue) && after_reset {
+            inner.paused.insert(queue.clone());
+            self.counted(&inner);
+        }
     }
 
     /// Whether `queue` is paused.
@@ -43,21 +81,13 @@ impl PausedQueues {
         if self.count.load(Ordering::Acquire) == 0 {
             return false;
         }
-        self.queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(queue)
+        self.lock().paused.contains(queue)
     }
 
-    /// The paused queues, sorted.
+    /// The paused queues, sorted (a queue between its release for a reset and its take-back
+    /// is not held, so not listed).
     pub(crate) fn list(&self) -> Vec<MessageQueue> {
-        let mut queues: Vec<MessageQueue> = self
-            .queues
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect();
+        let mut queues: Vec<MessageQueue> = self.lock().paused.iter().cloned().collect();
         queues.sort();
         queues
     }
@@ -83,5 +113,34 @@ mod tests {
         assert!(paused.resume(&q0));
         assert!(!paused.contains(&q0));
         assert!(paused.list().is_empty());
+    }
+
+    #[test]
+    fn a_pause_carried_across_a_reset_holds_only_for_the_resets_own_take_back() {
+        let paused = PausedQueues::default();
+        let q0 = MessageQueue::new("T", "b", 0);
+        // Taken back by the reset's own lease: paused again.
+        assert!(paused.pause(&q0));
+        paused.carry(&q0);
+        assert!(!paused.contains(&q0), "not held meanwhile");
+        assert!(paused.list().is_empty());
+        paused.added(&q0, true);
+        assert!(paused.contains(&q0));
+        // Not taken back (another member had it): forgotten when it comes back.
+        paused.carry(&q0);
+        paused.added(&q0, false);
+        assert!(!paused.contains(&q0));
+        paused.added(&q0, true);
+        assert!(!paused.contains(&q0), "forgotten for good");
+        // A resume between the release and the take-back wins.
+        assert!(paused.pause(&q0));
+        paused.carry(&q0);
+        assert!(paused.resume(&q0));
+        paused.added(&q0, true);
+        assert!(!paused.contains(&q0));
+        // A queue never paused is not paused by a reset.
+        paused.carry(&q0);
+        paused.added(&q0, true);
+        assert!(!paused.contains(&q0));
     }
 }

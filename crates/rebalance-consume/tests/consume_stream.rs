@@ -940,6 +940,47 @@ async fn a_seek_keeps_a_paused_queue_paused() {
     );
 }
 
+/// A paused queue that a seek released and that this member does not take back (here: the
+/// topic unsubscribed before the take-back; as well: another member joined) is forgotten
+/// paused: when it comes back, it is consumed (found by review: the pause outlived the queue,
+/// and its next lease, a new one, never pulled, with nothing said).
+#[tokio::test(start_paused = true)]
+async fn a_pause_carried_by_a_seek_is_forgotten_when_the_queue_is_not_taken_back() {
+    let cluster = InMemoryCluster::new();
+    let (mut stream, handle, queues) = alone_on(&cluster, 1).await;
+    let q0 = queues[0].clone();
+    // A message held: the seek's hand-off waits for it, so the topic is unsubscribed before
+    // the round that would take the queue back.
+    cluster.send_to(&q0, OutgoingMessage::new("held")).unwrap();
+    let held = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(handle.pause(&q0));
+    assert!(matches!(handle.seek(&q0, SeekTo::Offset(1)).await, Ok(1)));
+    assert!(handle.unsubscribe("T").unwrap());
+    held.ack();
+    sleep(Duration::from_secs(3)).await;
+    assert!(!handle.assignment().contains(&q0), "not taken back");
+    assert!(handle.paused().is_empty(), "{:?}", handle.paused());
+    assert!(handle.subscribe("T").unwrap());
+    for _ in 0..100 {
+        if handle.assignment().contains(&q0) {
+            break;
+        }
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert!(handle.assignment().contains(&q0), "held again");
+    cluster.send_to(&q0, OutgoingMessage::new("next")).unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("the queue is pulled again")
+        .unwrap();
+    assert_eq!(next.body().as_ref(), b"next");
+    next.ack();
+    handle.shutdown().await;
+}
+
 /// A stream consumer alone in its group on topic T of `queues` queues (made here), ready; with
 /// T's queues it holds, sorted.
 async fn alone_on(

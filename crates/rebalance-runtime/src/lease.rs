@@ -46,6 +46,9 @@ pub(crate) struct LeaseState {
     /// Pulled (the queue is this client's alone) or popped (server-side assignment in POP
     /// mode: shared, nothing committed).
     pub(crate) read_mode: ReadMode,
+    /// Whether the queue was taken back after a release for an offset reset (see
+    /// [`QueueLease::after_reset`]).
+    pub(crate) after_reset: bool,
 }
 
 /// The parts of a [`LeaseState`] made on first use.
@@ -87,6 +90,7 @@ impl LeaseState {
             parts: OnceLock::new(),
             activity,
             read_mode: ReadMode::Pull,
+            after_reset: false,
         };
         if let Some(until) = lock_valid_until {
             state.set_lock_valid_until(until);
@@ -97,6 +101,11 @@ impl LeaseState {
     /// The same, read by `read_mode`.
     pub(crate) fn with_read_mode(mut self, read_mode: ReadMode) -> Self {
         self.read_mode = read_mode;
+        self
+    }
+
+    pub(crate) fn with_after_reset(mut self, after_reset: bool) -> Self {
+        self.after_reset = after_reset;
         self
     }
 
@@ -341,6 +350,15 @@ impl QueueLease {
     /// the runtime persists no offset for the queue).
     pub fn read_mode(&self) -> ReadMode {
         self.state.read_mode
+    }
+
+    /// Whether this lease takes the queue back right after its release for an offset reset
+    /// (a seek, or an operator's reset: [`RemovalReason::OffsetReset`](crate::RemovalReason)):
+    /// the same member goes on with the same queue, from the reset offset, and what it kept
+    /// for the queue across the release (a pause) still holds. False for a queue added any
+    /// other way, including one that went to another member after its reset and came back.
+    pub fn after_reset(&self) -> bool {
+        self.state.after_reset
     }
 
     /// Cancelled when the queue is taken away (a child of the consumer's token). Made on the

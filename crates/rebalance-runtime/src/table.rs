@@ -103,6 +103,8 @@ pub(crate) struct NewQueue {
     pub(crate) start: StartPosition,
     pub(crate) unsaved: bool,
     pub(crate) read_mode: ReadMode,
+    /// Taken back after a release for an offset reset ([`QueueLease::after_reset`]).
+    pub(crate) after_reset: bool,
 }
 
 /// The order of two queues of one topic: [`MessageQueue`]'s (broker name, then queue id),
@@ -176,6 +178,7 @@ impl ProcessQueueTable {
             start,
             unsaved,
             read_mode: ReadMode::Pull,
+            after_reset: false,
         };
         let mut leases = self.insert_all(vec![new], parent, lock_valid_until);
         leases.remove(0)
@@ -204,11 +207,13 @@ impl ProcessQueueTable {
             start,
             unsaved,
             read_mode,
+            after_reset,
         } in queues
         {
             let state = Arc::new(
                 LeaseState::with_activity(lock_valid_until, self.activity.clone())
-                    .with_read_mode(read_mode),
+                    .with_read_mode(read_mode)
+                    .with_after_reset(after_reset),
             );
             match start {
                 StartPosition::Offset(o) if unsaved => {
@@ -596,6 +601,7 @@ mod tests {
             start: StartPosition::Latest,
             unsaved: false,
             read_mode: ReadMode::Pull,
+            after_reset: false,
         }
     }
 

@@ -212,8 +212,11 @@ impl StreamConsumerHandle {
 
     /// Stops pulling `queue` (a queue this consumer holds) until [`resume`](Self::resume):
     /// what its buffer holds already is still yielded (as the Java lite pull consumer). A
-    /// queue taken away is forgotten paused; a [`seek`](Self::seek) keeps it paused. Returns
-    /// false when the queue is not held or was paused already.
+    /// queue taken away is forgotten paused; a [`seek`](Self::seek) keeps it paused (the
+    /// seek releases the queue and takes it again: a queue that goes to another member
+    /// meanwhile is forgotten paused too, and [`paused`](Self::paused) does not list it
+    /// between the release and the take-back). Returns false when the queue is not held or
+    /// was paused already.
     pub fn pause(&self, queue: &MessageQueue) -> bool {
         let leases = self.push.leases();
         if leases.lease_of(queue).is_none() || !self.push.shared().paused.pause(queue) {

@@ -608,7 +608,7 @@ impl Service {
         // request or the offset reads, and then nothing is inserted (see below). A queue's start
         // is known without the store (a reset, a refused final offset taken back) or read from
         // it: all the reads in one call, answered in order.
-        let mut known: Vec<Option<(StartPosition, bool)>> = Vec::with_capacity(queues.len());
+        let mut known: Vec<Option<KnownStart>> = Vec::with_capacity(queues.len());
         let mut to_read = Vec::new();
         for queue in &queues {
             let start = self.start_without_store(topic, queue);
@@ -625,11 +625,16 @@ impl Service {
         .into_iter();
         let mut starts = Vec::with_capacity(queues.len() + popped.len());
         let pop_start = self.ctx.consume_from.start_without_offset(topic);
-        starts.extend(popped.into_iter().map(|q| (q, pop_start, false)));
+        starts.extend(popped.into_iter().map(|q| (q, pop_start, false, false)));
         let mut unread = Vec::new();
         for (queue, known) in queues.into_iter().zip(known) {
-            if let Some((start, unsaved)) = known {
-                starts.push((queue, start, unsaved));
+            if let Some(KnownStart {
+                start,
+                unsaved,
+                after_reset,
+            }) = known
+            {
+                starts.push((queue, start, unsaved, after_reset));
                 continue;
             }
             let answer = read.next().unwrap_or_else(|| {
@@ -646,7 +651,7 @@ impl Service {
                     continue;
                 }
             };
-            starts.push((queue, start, false));
+            starts.push((queue, start, false, false));
         }
         // Not taken, so not locked either: a lock kept would hold the queue's next owner off
         // until it expired at the broker (the next round locks it again if it is still ours).
@@ -663,7 +668,7 @@ impl Service {
             unread.extend(
                 starts
                     .drain(..)
-                    .map(|(queue, _, _)| queue)
+                    .map(|(queue, ..)| queue)
                     .filter(|q| !self.final_offsets.contains(q)),
             );
         }
@@ -674,7 +679,7 @@ impl Service {
         }
         let new: Vec<NewQueue> = starts
             .into_iter()
-            .map(|(queue, start, unsaved)| {
+            .map(|(queue, start, unsaved, after_reset)| {
                 if unsaved {
                     self.final_offsets.forget(&queue);
                 }
@@ -684,6 +689,7 @@ impl Service {
                     start,
                     unsaved,
                     read_mode,
+                    after_reset,
                 }
             })
             .collect();
@@ -712,17 +718,16 @@ impl Service {
 
     /// Where `queue` starts when the offset store need not be asked: from an operator's reset
     /// offset, or from a final offset the store refused that is still ours to take back.
-    /// Returns the start and whether it is unsaved (still to be persisted).
-    fn start_without_store(
-        &mut self,
-        topic: &str,
-        queue: &MessageQueue,
-    ) -> Option<(StartPosition, bool)> {
+    fn start_without_store(&mut self, topic: &str, queue: &MessageQueue) -> Option<KnownStart> {
         // Released for an operator's reset: it starts from the reset offset, persisted like
         // a commit, whatever the store says.
         if let Some(offset) = self.reset_starts.remove(queue) {
             tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
-            return Some((StartPosition::Offset(offset), true));
+            return Some(KnownStart {
+                start: StartPosition::Offset(offset),
+                unsaved: true,
+                after_reset: true,
+            });
         }
         // Our lock was granted again before the refused final offset's window closed: nobody
         // else held the queue meanwhile, so the value is still its latest progress. It stays
@@ -733,7 +738,11 @@ impl Service {
         match self.final_offsets.take_back(queue, Instant::now()) {
             TakeBack::Resume(offset) => {
                 tracing::info!(topic, queue = ?queue, offset, "taking the queue back: resuming from the final offset the store refused");
-                Some((StartPosition::Offset(offset), true))
+                Some(KnownStart {
+                    start: StartPosition::Offset(offset),
+                    unsaved: true,
+                    after_reset: false,
+                })
             }
             TakeBack::Expired(offset) => {
                 tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
@@ -742,6 +751,15 @@ impl Service {
             TakeBack::Nothing => None,
         }
     }
+}
+
+/// Where a queue starts when the offset store need not be asked.
+struct KnownStart {
+    start: StartPosition,
+    /// Still to be persisted (not what the store holds).
+    unsaved: bool,
+    /// Taken back after a release for an offset reset (`QueueLease::after_reset`).
+    after_reset: bool,
 }
 
 fn queues_of(removed: &[RemovedQueue]) -> Vec<&MessageQueue> {

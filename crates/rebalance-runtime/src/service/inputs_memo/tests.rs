@@ -140,6 +140,7 @@ impl Consumer {
                 start: StartPosition::Offset(0),
                 unsaved: false,
                 read_mode: crate::ReadMode::Pull,
+                after_reset: false,
             });
         }
         let _leases = self.table.insert_all(new, &self.root, None);
