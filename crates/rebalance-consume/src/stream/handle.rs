@@ -147,7 +147,9 @@ impl StreamConsumerHandle {
 
     /// Moves a queue this consumer holds to `to`, and returns the offset it moved to.
     ///
-    /// From the call on, the stream yields none of the queue's messages pulled before it; the
+    /// From its return on (the offset lookups before it may take a moment, during which the
+    /// buffered messages are still yielded, as with the Java client), the stream yields none
+    /// of the queue's messages pulled before it; the
     /// queue then restarts from the offset (the runtime's offset reset: the queue is released
     /// with the offset as its final one, persisted at once, and taken again from it). Messages
     /// of the queue yielded before and not acknowledged yet are waited for as at a hand-off

@@ -156,11 +156,21 @@ impl Feed {
             epoch,
             message,
         } = taken;
-        if self.stale.is_stale(link.lease()) || !link.begin() {
+        if !link.begin() {
             // Not processed: it stays before the commit offset (the next owner consumes it).
             return None;
         }
         let offset = message.queue_offset();
+        if self.stale.is_stale(link.lease()) {
+            // Reported back, not dropped: a seek whose reset is refused marks the lease only
+            // for a moment, and a message dropped then would stay in the loop's buffer, never
+            // yielded again, holding the queue's commit for the rest of the lease. Reported,
+            // it comes again here after the local retry delay if the lease lives on, and with
+            // the lease when the seek releases it.
+            tracing::debug!(queue = ?link.queue(), offset, "a seek left the lease behind; not yielded");
+            Self::withhold(&link, epoch, message, None);
+            return None;
+        }
         let guard = match link.unguarded(Instant::now()) {
             Some(Guard::Unneeded) => None,
             Some(_) => {
