@@ -175,6 +175,54 @@ async fn shutdown_abandons_a_hung_listener_call_once_await_in_flight_is_up() {
     );
 }
 
+#[async_trait]
+impl rebalance_consume::OrderlyListener for Stuck {
+    async fn consume(
+        &self,
+        _: &[Message],
+        _: &mut rebalance_consume::OrderlyContext,
+    ) -> rebalance_consume::OrderlyResult {
+        std::future::pending::<()>().await;
+        rebalance_consume::OrderlyResult::Success
+    }
+}
+
+/// The same with the batch holding the queue's consume guard (an ordered queue, or a
+/// concurrent one with an exclusive hand-off): the shutdown still ends at `await_in_flight`
+/// (found by review: the runtime's release waited for the guard until `force_unlock_after`,
+/// 20 s, before the batch was abandoned).
+#[tokio::test(start_paused = true)]
+async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
+    for orderly in [true, false] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 1);
+        let client = cluster.client("c1@1");
+        let mut options = ConsumeOptions::default();
+        options.await_in_flight = Some(Duration::from_secs(1));
+        let builder = PushConsumer::builder("G")
+            .subscribe("T")
+            .configure(|c| c.cluster(client.clone()).exclusive_hand_off(!orderly))
+            .options(options)
+            .source(Arc::new(client));
+        let handle = if orderly {
+            builder.orderly(Arc::new(Stuck)).start().await.unwrap()
+        } else {
+            builder.concurrently(Arc::new(Stuck)).start().await.unwrap()
+        };
+        sleep(Duration::from_secs(1)).await;
+        cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+        sleep(Duration::from_secs(2)).await;
+        let started = Instant::now();
+        handle.shutdown().await;
+        assert!(handle.consumer().is_stopped());
+        assert!(
+            started.elapsed() <= Duration::from_millis(1_100),
+            "orderly {orderly}: shutdown took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 #[derive(Default)]
 struct Calls {
     started: Mutex<Vec<(String, Duration)>>,
