@@ -120,11 +120,26 @@ pub(super) fn remove_stale_temporaries(files: &OffsetFiles) {
     }
 }
 
-/// `{pid}-{n}`: a name no other file of this process or of another running process takes.
+/// `{pid}-{random}-{n}`: a name no other file of this process or of another running process
+/// takes, also one with the same process id in another PID namespace (two containers sharing a
+/// volume, each its own pid 1) or on another host (a shared file system). Found by review:
+/// `{pid}-{n}` alone gave two such writers the same temporary file, whose interleaved writes
+/// could tear the offset file.
 pub(super) fn unique() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{n}", std::process::id())
+    format!("{}-{:016x}-{n}", std::process::id(), process_token())
+}
+
+/// A random number drawn once per process (std's hash keys are seeded by the OS).
+fn process_token() -> u64 {
+    static TOKEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.finish()
+    })
 }
 
 /// `name` as one directory of a path, or why it cannot be one.

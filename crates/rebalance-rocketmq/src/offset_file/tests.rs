@@ -905,3 +905,22 @@ async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
         table(&[(queue, 7)])
     );
 }
+
+/// The temporary file's name carries a random part drawn once per process beside the process
+/// id: two writers with the same pid (two containers' pid 1 on one volume) do not share it.
+#[test]
+fn temporary_names_carry_a_random_part_beside_the_pid() {
+    let a = files::unique();
+    let b = files::unique();
+    let parts: Vec<&str> = a.split('-').collect();
+    assert_eq!(parts.len(), 3, "{a}");
+    assert_eq!(parts[0], std::process::id().to_string());
+    assert_eq!(parts[1].len(), 16, "{a}");
+    assert!(u64::from_str_radix(parts[1], 16).is_ok(), "{a}");
+    assert_ne!(a, b, "one name per file");
+    assert_eq!(
+        a.rsplit_once('-').unwrap().0,
+        b.rsplit_once('-').unwrap().0,
+        "one random part per process"
+    );
+}
