@@ -211,6 +211,11 @@ fn both_failed(first: RemoteError, fallback: RemoteError) -> RemoteError {
 impl BrokerClient {
     /// Sends a failed message back: CONSUMER_SEND_MSG_BACK at its broker's master, else the
     /// fallback to the retry topic. Fails only when both fail (with both reasons).
+    ///
+    /// The fallback follows any failure of the send-back, including one whose request may have
+    /// reached the broker (a timeout, a connection closed before the answer): the message can
+    /// then be delivered again twice, once through each. As with the Java client
+    /// (`sendMessageBackAsNormalMessage` on any exception), redelivery is at least once.
     pub(super) async fn send_message_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
         let queue = request.message.queue();
         let first = async {
