@@ -338,3 +338,123 @@ async fn a_shutdown_while_taking_a_queue_back_settles_its_refused_final_offset_u
     let violations = a.recorder.violations.lock().unwrap().clone();
     assert!(violations.is_empty(), "{violations:?}");
 }
+
+/// Queue 0 of broker-1 of `T` (two brokers of two queues), consumed by a lone member without
+/// locks.
+fn leaving_queue() -> MessageQueue {
+    MessageQueue::new("T", "broker-1", 0)
+}
+
+/// A lone member without locks consumes `leaving_queue` up to 10 (stored by the tick at 5 s),
+/// then, at 26 s, up to 50; from then the store refuses every write, and broker-1 leaves `T`'s route,
+/// which the poll at 30 s sees: the queue is released and its final offset, 50, refused. The
+/// store takes writes again at 31 s. Returns the member, the full route and the start time.
+async fn unlocked_release_refused(
+    cluster: &InMemoryCluster,
+) -> (Member, rebalance_core::TopicRoute, tokio::time::Instant) {
+    cluster.create_topic("T", 2, 2);
+    let full = cluster.route("T").unwrap();
+    let t0 = tokio::time::Instant::now();
+    let a = start(cluster, 0, &["T"]).await;
+    settle(MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+    let lease = a.recorder.leases.lock().unwrap()[&leaving_queue()].clone();
+    lease.commit(10);
+    tokio::time::sleep_until(t0 + 6 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &leaving_queue()), Some(10));
+    tokio::time::sleep_until(t0 + 26 * MIN).await;
+    lease.commit(50);
+    cluster.set_denied(ClusterCall::PersistOffset, true);
+    cluster.set_route(
+        "T",
+        rebalance_runtime::memory::route_of(&["broker-0".to_string()], 2),
+    );
+    tokio::time::sleep_until(t0 + 31 * MIN).await;
+    cluster.set_denied(ClusterCall::PersistOffset, false);
+    assert!(
+        a.recorder
+            .removed_with(RemovalReason::Reassigned)
+            .contains(&leaving_queue()),
+        "{:?}",
+        a.recorder.events()
+    );
+    assert_eq!(a.handle.assignment().len(), 2);
+    assert_eq!(
+        cluster.offset(GROUP, &leaving_queue()),
+        Some(10),
+        "50 refused"
+    );
+    (a, full, t0)
+}
+
+/// Puts `full` back as `T`'s route and waits for `a` to take its queues again.
+async fn broker_back(cluster: &InMemoryCluster, a: &Member, full: rebalance_core::TopicRoute) {
+    cluster.set_route("T", full);
+    settle(5 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 4);
+}
+
+/// Found by review: a queue without a lock whose final offset the store refused (its broker
+/// had just left the route) came back from the stale stored offset, and with none stored, from
+/// `consume_from`, which with `LastOffset` skips what was produced meanwhile.
+#[tokio::test(start_paused = true)]
+async fn an_unlocked_queue_taken_back_resumes_from_its_refused_final_offset() {
+    let cluster = InMemoryCluster::new();
+    let (a, full, _) = unlocked_release_refused(&cluster).await;
+    broker_back(&cluster, &a, full).await;
+    assert_eq!(
+        start_of(&a, &leaving_queue()),
+        Some(StartPosition::Offset(50))
+    );
+    // 50 is progress the store does not have: persisted like a commit.
+    settle(6 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &leaving_queue()), Some(50));
+}
+
+/// The refused final offset of a queue without a lock is a floor, never a rewind: another
+/// member may have consumed the queue meanwhile and stored further progress.
+#[tokio::test(start_paused = true)]
+async fn an_unlocked_queue_taken_back_never_resumes_behind_the_stored_progress() {
+    let cluster = InMemoryCluster::new();
+    let (a, full, _) = unlocked_release_refused(&cluster).await;
+    cluster.set_offset(GROUP, &leaving_queue(), 80);
+    broker_back(&cluster, &a, full).await;
+    assert_eq!(
+        start_of(&a, &leaving_queue()),
+        Some(StartPosition::Offset(80))
+    );
+    settle(6 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &leaving_queue()), Some(80));
+}
+
+/// An operator's reset of the queue while it is away drops the refused final offset: the queue
+/// comes back from the reset offset, even below it.
+#[tokio::test(start_paused = true)]
+async fn an_offset_reset_drops_the_refused_final_offset_of_an_unlocked_queue() {
+    let cluster = InMemoryCluster::new();
+    let (a, full, _) = unlocked_release_refused(&cluster).await;
+    cluster.set_offset(GROUP, &leaving_queue(), 5);
+    a.handle.reset_offsets([(leaving_queue(), 5)]).unwrap();
+    settle(MIN).await;
+    broker_back(&cluster, &a, full).await;
+    assert_eq!(
+        start_of(&a, &leaving_queue()),
+        Some(StartPosition::Offset(5))
+    );
+}
+
+/// A shutdown settles the refused final offset of a queue without a lock (the store takes
+/// writes again), as it settles a locked queue's; and not over further stored progress.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_settles_the_refused_final_offset_of_an_unlocked_queue() {
+    let cluster = InMemoryCluster::new();
+    let (a, _, _) = unlocked_release_refused(&cluster).await;
+    a.handle.shutdown().await;
+    assert_eq!(cluster.offset(GROUP, &leaving_queue()), Some(50));
+
+    let cluster = InMemoryCluster::new();
+    let (a, _, _) = unlocked_release_refused(&cluster).await;
+    cluster.set_offset(GROUP, &leaving_queue(), 80);
+    a.handle.shutdown().await;
+    assert_eq!(cluster.offset(GROUP, &leaving_queue()), Some(80));
+}

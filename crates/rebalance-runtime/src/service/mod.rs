@@ -483,6 +483,7 @@ impl Service {
                 }
             }
             self.persist_offsets().await;
+            self.settle_unlocked_finals().await;
             self.unlock_unanswered(|_, _| true).await;
             if !self.final_offsets.is_empty() {
                 let given_up = self.final_offsets.drain();

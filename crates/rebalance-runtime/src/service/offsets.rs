@@ -140,6 +140,10 @@ impl Service {
                     to_unlock.push(queue);
                     continue;
                 }
+                Retry::Lapsed { offset } => {
+                    tracing::info!(queue = ?queue, offset, "forgetting a released queue's final offset the store refused: kept without a lock for a take-back, and the queue did not come back in time");
+                    continue;
+                }
                 Retry::Persist { offset, until } => (offset, until),
             };
             match self
@@ -159,6 +163,72 @@ impl Service {
             }
         }
         self.unlock_released(to_unlock).await;
+    }
+
+    /// At shutdown, writes the refused final offsets of queues released without a lock that
+    /// are still kept, where the store holds less (or nothing): this client's progress is not
+    /// lost with it, and a further stored offset (another member's) is not gone back over.
+    /// Nothing is written while the membership is not vouched for, nor for a queue whose
+    /// stored offset cannot be read. Between the read and the write, the next owner may store
+    /// more: its own next write then moves it forward again.
+    pub(super) async fn settle_unlocked_finals(&mut self) {
+        let kept = self.final_offsets.take_unlocked(Instant::now());
+        if kept.is_empty() {
+            return;
+        }
+        if !self.membership_trusted() {
+            tracing::warn!(offsets = ?kept, "shutting down with final offsets the store refused, not written: this client's membership is not vouched for; their next owners resume from the last stored offsets");
+            return;
+        }
+        let group = self.ctx.group.clone();
+        let queues: Vec<MessageQueue> = kept.iter().map(|(q, _)| q.clone()).collect();
+        let mut stored = self
+            .ctx
+            .offsets
+            .read_many(&group, &queues)
+            .await
+            .into_iter();
+        let mut due = Vec::new();
+        for (queue, offset) in kept {
+            let answer = stored.next().unwrap_or_else(|| {
+                Err(RemoteError::BadResponse(
+                    "the offset store answered fewer queues than it was asked".into(),
+                ))
+            });
+            match answer {
+                Ok(Some(stored)) if stored >= offset => {
+                    tracing::info!(queue = ?queue, offset, stored, "not writing a released queue's refused final offset: the store holds further progress");
+                }
+                Ok(_) => due.push((queue, offset)),
+                Err(e) => {
+                    tracing::warn!(queue = ?queue, offset, error = %e, "not writing a released queue's refused final offset: its stored offset could not be read, and may be further; the next owner resumes from it");
+                }
+            }
+        }
+        if due.is_empty() {
+            return;
+        }
+        let mut answers = self
+            .ctx
+            .offsets
+            .persist_many(&group, &due)
+            .await
+            .into_iter();
+        for (queue, offset) in due {
+            let answer = answers.next().unwrap_or_else(|| {
+                Err(RemoteError::BadResponse(
+                    "the offset store answered fewer queues than it was asked".into(),
+                ))
+            });
+            match answer {
+                Ok(()) => {
+                    tracing::info!(queue = ?queue, offset, "persisted a released queue's final offset at shutdown")
+                }
+                Err(e) => {
+                    tracing::error!(queue = ?queue, offset, error = %e, "giving up a released queue's final offset at shutdown: the store refused it again; the next owner resumes from the last stored offset")
+                }
+            }
+        }
     }
 
     /// Unlocks the queues whose lock request went unanswered (the broker may have granted

@@ -502,6 +502,14 @@ impl Service {
                         self.final_offsets.keep(queue.clone(), offset, until);
                         unsettled.insert(queue);
                     }
+                    // Without locks: not retried (it could land over the next owner's
+                    // progress), but kept, so that the queue coming back to this client (its
+                    // broker back in the route) resumes from it, not from the stale store.
+                    None if locks.is_none() => {
+                        tracing::warn!(topic, queue = ?queue, offset, error = %e, keep_for = ?super::final_offsets::UNLOCKED_KEPT_FOR, "could not persist the final offset; not retrying, since no lock keeps the next owner off the queue (it resumes from the last stored offset); keeping it in case the queue comes back here");
+                        self.final_offsets
+                            .keep_unlocked(queue, offset, Instant::now());
+                    }
                     None => {
                         tracing::error!(topic, queue = ?queue, offset, error = %e, "could not persist the final offset; not retrying, since no lock keeps the next owner off the queue: it resumes from the last stored offset");
                     }
@@ -608,11 +616,11 @@ impl Service {
         // request or the offset reads, and then nothing is inserted (see below). A queue's start
         // is known without the store (a reset, a refused final offset taken back) or read from
         // it: all the reads in one call, answered in order.
-        let mut known: Vec<Option<KnownStart>> = Vec::with_capacity(queues.len());
+        let mut known: Vec<KnownStart> = Vec::with_capacity(queues.len());
         let mut to_read = Vec::new();
         for queue in &queues {
             let start = self.start_without_store(topic, queue);
-            if start.is_none() {
+            if let KnownStart::Read { .. } = start {
                 to_read.push(queue.clone());
             }
             known.push(start);
@@ -628,30 +636,47 @@ impl Service {
         starts.extend(popped.into_iter().map(|q| (q, pop_start, false, false)));
         let mut unread = Vec::new();
         for (queue, known) in queues.into_iter().zip(known) {
-            if let Some(KnownStart {
-                start,
-                unsaved,
-                after_reset,
-            }) = known
-            {
-                starts.push((queue, start, unsaved, after_reset));
-                continue;
-            }
+            let at_least = match known {
+                KnownStart::Known(start, unsaved) => {
+                    starts.push((queue, start, unsaved, false));
+                    continue;
+                }
+                KnownStart::Reset(offset) => {
+                    starts.push((queue, StartPosition::Offset(offset), true, true));
+                    continue;
+                }
+                KnownStart::Read { at_least } => at_least,
+            };
             let answer = read.next().unwrap_or_else(|| {
                 Err(crate::RemoteError::BadResponse(
                     "the offset store answered fewer queues than it was asked".into(),
                 ))
             });
-            let start = match answer {
-                Ok(Some(offset)) if offset >= 0 => StartPosition::Offset(offset),
-                Ok(_) => self.ctx.consume_from.start_without_offset(topic),
+            let stored = match answer {
+                Ok(Some(offset)) if offset >= 0 => Some(offset),
+                Ok(_) => None,
                 Err(e) => {
                     tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
                     unread.push(queue);
                     continue;
                 }
             };
-            starts.push((queue, start, false, false));
+            // A refused final offset of this client's, kept without a lock, is a floor: every
+            // message below it was consumed here, and a stored offset beyond it is another
+            // member's progress, never gone back over.
+            let (start, unsaved) = match (stored, at_least) {
+                (Some(stored), Some(kept)) if stored >= kept => {
+                    tracing::info!(topic, queue = ?queue, stored, kept, "taking the queue back: the stored offset is past the final offset the store refused; resuming from the stored one");
+                    (StartPosition::Offset(stored), false)
+                }
+                (stored, Some(kept)) => {
+                    tracing::info!(topic, queue = ?queue, ?stored, kept, "taking the queue back: resuming from the final offset the store refused, past the stored one");
+                    (StartPosition::Offset(kept), true)
+                }
+                (Some(stored), None) => (StartPosition::Offset(stored), false),
+                (None, None) => (self.ctx.consume_from.start_without_offset(topic), false),
+            };
+            starts.push((queue, start, unsaved, false));
         }
         // Not taken, so not locked either: a lock kept would hold the queue's next owner off
         // until it expired at the broker (the next round locks it again if it is still ours).
@@ -680,9 +705,9 @@ impl Service {
         let new: Vec<NewQueue> = starts
             .into_iter()
             .map(|(queue, start, unsaved, after_reset)| {
-                if unsaved {
-                    self.final_offsets.forget(&queue);
-                }
+                // A final offset taken back (resumed from, or passed by the stored one) is
+                // settled by the new lease.
+                self.final_offsets.forget(&queue);
                 let read_mode = self.server.mode_of(&queue);
                 NewQueue {
                     queue,
@@ -717,49 +742,50 @@ impl Service {
     }
 
     /// Where `queue` starts when the offset store need not be asked: from an operator's reset
-    /// offset, or from a final offset the store refused that is still ours to take back.
-    fn start_without_store(&mut self, topic: &str, queue: &MessageQueue) -> Option<KnownStart> {
+    /// offset, or from a final offset the store refused that is still ours to take back; or
+    /// that the store must be read, with a refused final offset of an unlocked queue as the
+    /// floor.
+    fn start_without_store(&mut self, topic: &str, queue: &MessageQueue) -> KnownStart {
+        let read = KnownStart::Read { at_least: None };
         // Released for an operator's reset: it starts from the reset offset, persisted like
         // a commit, whatever the store says.
         if let Some(offset) = self.reset_starts.remove(queue) {
             tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
-            return Some(KnownStart {
-                start: StartPosition::Offset(offset),
-                unsaved: true,
-                after_reset: true,
-            });
+            return KnownStart::Reset(offset);
         }
         // Our lock was granted again before the refused final offset's window closed: nobody
         // else held the queue meanwhile, so the value is still its latest progress. It stays
         // pending until the queue is inserted, so that a shutdown now still settles it.
         if self.final_offsets.is_empty() {
-            return None;
+            return read;
         }
         match self.final_offsets.take_back(queue, Instant::now()) {
             TakeBack::Resume(offset) => {
                 tracing::info!(topic, queue = ?queue, offset, "taking the queue back: resuming from the final offset the store refused");
-                Some(KnownStart {
-                    start: StartPosition::Offset(offset),
-                    unsaved: true,
-                    after_reset: false,
-                })
+                KnownStart::Known(StartPosition::Offset(offset), true)
             }
+            TakeBack::AtLeast(offset) => KnownStart::Read {
+                at_least: Some(offset),
+            },
             TakeBack::Expired(offset) => {
-                tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile");
-                None
+                tracing::warn!(topic, queue = ?queue, offset, "dropping a final offset the store refused: its lock may have passed to another client meanwhile, or it was kept too long");
+                read
             }
-            TakeBack::Nothing => None,
+            TakeBack::Nothing => read,
         }
     }
 }
 
-/// Where a queue starts when the offset store need not be asked.
-struct KnownStart {
-    start: StartPosition,
-    /// Still to be persisted (not what the store holds).
-    unsaved: bool,
-    /// Taken back after a release for an offset reset (`QueueLease::after_reset`).
-    after_reset: bool,
+/// A queue's start as known before the offset store is read.
+enum KnownStart {
+    /// Known without the store, and whether it is unsaved (still to be persisted).
+    Known(StartPosition, bool),
+    /// Released for an offset reset and taken back from the reset offset (unsaved, and the
+    /// lease's `QueueLease::after_reset`).
+    Reset(i64),
+    /// Read from the store; `at_least`, a refused final offset of this client's kept without
+    /// a lock, is the floor.
+    Read { at_least: Option<i64> },
 }
 
 fn queues_of(removed: &[RemovedQueue]) -> Vec<&MessageQueue> {
