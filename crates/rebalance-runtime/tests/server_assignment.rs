@@ -159,6 +159,48 @@ async fn what_start_refuses() {
     assert!(cluster.members(GROUP).is_empty(), "nothing was started");
 }
 
+/// The read mode is each broker's own: a broker added to the topic's route after the mode was
+/// set gets it too, before it answers a query (found by review: it was set once per topic,
+/// and a broker joining the route, first by name, answered PULL for every queue: the group
+/// switched to PULL, silently and for good).
+#[tokio::test(start_paused = true)]
+async fn a_broker_added_to_the_route_gets_the_read_mode_too() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 2, 4);
+    let full = cluster.route("T").unwrap();
+    let mut only_b1 = full.clone();
+    only_b1.broker_datas.retain(|b| b.broker_name == "broker-1");
+    only_b1.queue_datas.retain(|q| q.broker_name == "broker-1");
+    cluster.set_route("T", only_b1);
+    let popping = server(&cluster, 0, "AVG").with_read_mode(ReadMode::Pop, 0);
+    let a = start_with(&cluster, 0, &["T"], with(popping)).await;
+    settle(Duration::from_secs(3)).await;
+    assert_eq!(
+        held(&a),
+        BTreeSet::from([MessageQueue::new("T", "broker-1", -1)])
+    );
+    assert_eq!(
+        cluster.read_mode_at(GROUP, "T", "broker-0"),
+        (ReadMode::Pull, 0)
+    );
+    cluster.set_route("T", full);
+    settle(Duration::from_secs(40)).await;
+    assert_eq!(
+        cluster.read_mode_at(GROUP, "T", "broker-0"),
+        (ReadMode::Pop, 0)
+    );
+    assert_eq!(
+        held(&a),
+        BTreeSet::from([
+            MessageQueue::new("T", "broker-0", -1),
+            MessageQueue::new("T", "broker-1", -1)
+        ])
+    );
+    for lease in a.recorder.held_leases() {
+        assert_eq!(lease.read_mode(), ReadMode::Pop);
+    }
+}
+
 /// In POP mode the brokers give every member one queue per broker, id -1: leases read by POP,
 /// shown as shared in the assignment and the round reports; neither an offset read nor
 /// persisted for them. A member that does not read POP keeps nothing and says why.

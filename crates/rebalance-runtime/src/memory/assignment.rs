@@ -1,8 +1,12 @@
 //! Server-side assignment in the in-memory cluster: [`AssignmentSource`] for [`ClusterClient`],
 //! as a Java broker's QUERY_ASSIGNMENT and SET_MESSAGE_REQUEST_MODE answer.
 //!
-//! - The group's read mode of a topic is PULL until set (a retry topic's always is); setting it
-//!   on a retry topic is refused (16), as both brokers do.
+//! - The group's read mode of a topic is each broker's own: PULL until set there (a retry
+//!   topic's always is). A set reaches the brokers of the topic's route at that moment, as a
+//!   client sends it to each (a broker added to the route later has none until it is set
+//!   again); setting it on a retry topic is refused (16), as both brokers do. A query is
+//!   answered from the mode of the broker it is asked of: the route's first broker by name,
+//!   where the RocketMQ transport asks.
 //! - PULL: the strategy (`AVG` is `averagely`, `AVG_BY_CIRCLE` is `averagely_by_circle`) over
 //!   the route's readable queues and the group's registered clients, both sorted as a client
 //!   sorts them (so a client-side member computes the same share from the same view).
@@ -19,7 +23,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use rebalance_core::strategy::{AllocateStrategy, Averagely, AveragelyByCircle};
-use rebalance_core::{ClientId, MessageQueue};
+use rebalance_core::{ClientId, MessageQueue, TopicRoute};
 use tokio::time::Instant;
 
 use super::{ClusterCall, ClusterClient, InMemoryCluster, Inner, expire};
@@ -33,15 +37,48 @@ use crate::subscription::is_retry_topic;
 pub const SERVER_STRATEGIES: [&str; 2] = ["AVG", "AVG_BY_CIRCLE"];
 
 impl InMemoryCluster {
-    /// How `group` reads `topic` as set at the brokers, with its POP share (PULL, 0 when never
-    /// set).
+    /// How `group` reads `topic` as the broker that answers its queries (the route's first by
+    /// name) has it set, with its POP share (PULL, 0 when never set there).
     pub fn read_mode(&self, group: &str, topic: &str) -> (ReadMode, i32) {
-        self.lock()
-            .read_modes
-            .get(&(group.to_string(), topic.to_string()))
-            .copied()
-            .unwrap_or((ReadMode::Pull, 0))
+        let inner = self.lock();
+        let Some(broker) = inner.routes.get(topic).and_then(|r| first_broker(r, topic)) else {
+            return (ReadMode::Pull, 0);
+        };
+        mode_at(&inner, group, topic, &broker)
     }
+
+    /// How `group` reads `topic` as `broker` has it set (PULL, 0 when never set there).
+    pub fn read_mode_at(&self, group: &str, topic: &str, broker: &str) -> (ReadMode, i32) {
+        mode_at(&self.lock(), group, topic, broker)
+    }
+}
+
+/// The brokers of `topic`'s route that serve its queues, sorted.
+fn brokers_of(route: &TopicRoute, topic: &str) -> Vec<String> {
+    let mut brokers: Vec<String> = route
+        .subscribable_queues(topic)
+        .iter()
+        .map(|q| q.broker_name.to_string())
+        .collect();
+    brokers.sort();
+    brokers.dedup();
+    brokers
+}
+
+/// The broker a query of `topic` is asked of: the route's first by name.
+fn first_broker(route: &TopicRoute, topic: &str) -> Option<String> {
+    brokers_of(route, topic).into_iter().next()
+}
+
+fn mode_at(inner: &Inner, group: &str, topic: &str, broker: &str) -> (ReadMode, i32) {
+    if is_retry_topic(topic) {
+        return (ReadMode::Pull, 0);
+    }
+    inner
+        .read_modes
+        .get(&(group.to_string(), topic.to_string(), broker.to_string()))
+        .copied()
+        .unwrap_or((ReadMode::Pull, 0))
 }
 
 /// The answer to `request` from the cluster's state (see the module documentation).
@@ -74,14 +111,9 @@ fn answer(
     if ids.is_empty() || queues.is_empty() {
         return ServerAnswer::Unbalanced;
     }
-    let (mode, share) = if is_retry_topic(request.topic) {
-        (ReadMode::Pull, 0)
-    } else {
-        inner
-            .read_modes
-            .get(&(request.group.to_string(), request.topic.to_string()))
-            .copied()
-            .unwrap_or((ReadMode::Pull, 0))
+    let (mode, share) = match first_broker(route, request.topic) {
+        Some(broker) => mode_at(inner, request.group, request.topic, &broker),
+        None => (ReadMode::Pull, 0),
     };
     let own = |id: &ClientId| {
         strategy
@@ -146,8 +178,8 @@ impl AssignmentSource for ClusterClient {
         .await
     }
 
-    /// Stores the group's read mode of a topic; refuses a retry topic (16, as both brokers).
-    /// Faults: [`ClusterCall::SetReadMode`].
+    /// Stores the group's read mode of a topic at each broker of its route; refuses a retry
+    /// topic (16, as both brokers). Faults: [`ClusterCall::SetReadMode`].
     async fn set_read_mode(
         &self,
         group: &str,
@@ -162,9 +194,17 @@ impl AssignmentSource for ClusterClient {
             });
         }
         self.call(ClusterCall::SetReadMode, |inner| {
-            inner
-                .read_modes
-                .insert((group.to_string(), topic.to_string()), (mode, pop_share));
+            let brokers = inner
+                .routes
+                .get(topic)
+                .map(|r| brokers_of(r, topic))
+                .unwrap_or_default();
+            for broker in brokers {
+                inner.read_modes.insert(
+                    (group.to_string(), topic.to_string(), broker),
+                    (mode, pop_share),
+                );
+            }
         })
         .await
     }

@@ -171,9 +171,9 @@ struct Inner {
     lock_brokers_down: HashSet<String>,
     /// The instance number of the last client made.
     clients_made: u64,
-    /// Each (group, topic)'s read mode as set at the brokers, with its POP share (server-side
-    /// assignment).
-    read_modes: HashMap<(String, String), (crate::ReadMode, i32)>,
+    /// Each broker's read mode of a group's topic, by (group, topic, broker), with its POP
+    /// share (server-side assignment).
+    read_modes: HashMap<(String, String, String), (crate::ReadMode, i32)>,
 }
 
 #[derive(Debug)]

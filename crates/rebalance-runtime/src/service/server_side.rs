@@ -5,12 +5,14 @@
 //! The round's view is made as for a strategy (route, members, this client among them): a
 //! client the directory does not list yet would be answered with nothing by the Rust broker
 //! 1.0 (its answer to a client it does not know is an empty list), so the topic keeps what it
-//! holds instead of asking. Then, once per topic, the group's read mode is set at the brokers
-//! when the allocation asks for it; then the brokers are asked. Their answer is never skipped
+//! holds instead of asking. Then the group's read mode is set at the brokers when the
+//! allocation asks for it: once per topic, and again when the route has a broker it was not
+//! set at (each broker keeps its own, and one without answers PULL); then the brokers are
+//! asked. Their answer is never skipped
 //! as unchanged: it may change while the inputs the round sees stay (an operator's change of
 //! the read mode).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
@@ -26,8 +28,8 @@ use crate::wake::WakeReasons;
 /// What the rounds remember of server-side assignment.
 #[derive(Debug, Default)]
 pub(super) struct ServerSide {
-    /// The topics whose read mode was set at the brokers.
-    modes_set: HashSet<String>,
+    /// The topics whose read mode was set at the brokers, with the brokers it was set at.
+    modes_set: HashMap<String, BTreeSet<Arc<str>>>,
     /// How each queue of the last answers is read (per topic, replaced by each answer).
     modes: HashMap<String, HashMap<MessageQueue, ReadMode>>,
 }
@@ -54,7 +56,11 @@ impl Service {
     ) -> Target {
         let group = self.ctx.group.clone();
         if let Some((mode, share)) = server.read_mode() {
-            if !is_retry_topic(topic) && !self.server.modes_set.contains(topic) {
+            let brokers: BTreeSet<Arc<str>> =
+                view.queues.iter().map(|q| q.broker_name.clone()).collect();
+            let set_at = self.server.modes_set.get(topic);
+            let new_brokers = set_at.map_or(brokers.len(), |at| brokers.difference(at).count());
+            if !is_retry_topic(topic) && (set_at.is_none() || new_brokers > 0) {
                 match server
                     .source()
                     .set_read_mode(&group, topic, mode, share)
@@ -65,9 +71,10 @@ impl Service {
                             topic,
                             mode = mode.as_str(),
                             share,
+                            new_brokers,
                             "set the group's read mode at the brokers"
                         );
-                        self.server.modes_set.insert(topic.to_string());
+                        self.server.modes_set.insert(topic.to_string(), brokers);
                     }
                     Err(e) => {
                         tracing::warn!(topic, error = %e, "could not set the group's read mode at the brokers; trying again next round");
