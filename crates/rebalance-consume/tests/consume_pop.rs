@@ -851,9 +851,10 @@ async fn slow_m0_on_a_then_b(extension_failures: usize) -> (Group, Vec<String>) 
 /// invisible time; found by review).
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
-    // `a`'s extension at 15 s fails, and each try after it (every second while `m0` is
-    // invisible): `m0` is delivered again at 20 s, to `b`.
-    let (mut group, produced) = slow_m0_on_a_then_b(5).await;
+    // `a`'s extension at 15 s fails, and each try after it (every second while `m0` may be
+    // invisible: until 20.1 s, as it came 0.1 s into `a`'s held pop): `m0` is delivered again
+    // at 20.1 s, to `b`.
+    let (mut group, produced) = slow_m0_on_a_then_b(6).await;
     sleep(Duration::from_secs(25)).await;
     assert_eq!(group.journal.of("b@1").len(), 1, "delivered again to b");
     group.members.remove("a@1").unwrap().shutdown().await;
@@ -876,4 +877,38 @@ async fn an_extension_failing_on_its_way_is_tried_again_before_the_message_is_vi
     let deliveries = group.journal.deliveries.lock().unwrap().clone();
     assert_eq!(deliveries.len(), 1, "to a only: {deliveries:?}");
     group.stop().await;
+}
+
+/// A message that arrives late in a long poll is stamped by the broker when it is popped (9 s
+/// into the 15 s poll here), not when the pop was sent: it stays invisible until 5 s after its
+/// arrival, and the listener's 12 s batch has its invisible time extended all along. Taking the
+/// pop's sending as the stamp, the loop thought it visible again at arrival (5 s after the
+/// sending), never extended it, and the brokers delivered it again mid-batch.
+#[tokio::test(start_paused = true)]
+async fn a_message_arriving_late_in_a_long_poll_has_its_invisible_time_extended() {
+    for mode in [PopMode::Orderly, PopMode::Ordinary] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 1);
+        let mut group = Group::new(&cluster, mode);
+        group.pop.invisible_time = Duration::from_secs(5);
+        group.work = Duration::from_secs(12);
+        group.join("a@1").await;
+        // `a`'s pop is held since about 0 s.
+        sleep(Duration::from_secs(9)).await;
+        let produced = produce(&cluster, 1);
+        sleep(Duration::from_secs(40)).await;
+        assert_eq!(
+            missing(&produced, &group.journal),
+            Vec::<String>::new(),
+            "{mode:?}"
+        );
+        // Counted directly: an orderly pop delivers a message again with the same count.
+        let deliveries = group.journal.deliveries.lock().unwrap().clone();
+        assert_eq!(
+            deliveries.len(),
+            1,
+            "{mode:?}: delivered once: {deliveries:?}"
+        );
+        group.stop().await;
+    }
 }

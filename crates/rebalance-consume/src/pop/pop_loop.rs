@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, sleep_until};
 
-use super::book::{AckBatch, Book, Extension};
+use super::book::{AckBatch, Book, Extension, VisibleAgain};
 use super::{PopMode, PopRequest, PopResult, PopShared, PopStart};
 use crate::activity::{Activity, ErrorLog};
 use crate::config::{
@@ -41,7 +41,7 @@ enum Answer {
     Ack(AckBatch, Result<(), RemoteError>),
     Extend {
         extension: Extension,
-        /// When it was sent: the new invisible time counts from then.
+        /// When it was sent: the new invisible time counts from then at the soonest.
         sent: Instant,
         answer: Result<String, RemoteError>,
     },
@@ -352,7 +352,9 @@ impl PopLoop {
             Ok(PopResult::Found { messages, filtered }) => {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
-                let visible_again = sent + self.pop.options.invisible_time;
+                // Stamped by the brokers between the sending and now (late in a long poll).
+                let visible_again =
+                    VisibleAgain::between(sent, now, self.pop.options.invisible_time);
                 let batches = self.book.add(messages, filtered, visible_again);
                 match &self.shared.mode {
                     Mode::Concurrent { work } => {
@@ -505,7 +507,8 @@ impl PopLoop {
             } => {
                 let invisible = self.pop.options.invisible_time;
                 tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
-                self.book.extended(&extension, handle, sent + invisible);
+                let visible_again = VisibleAgain::between(sent, Instant::now(), invisible);
+                self.book.extended(&extension, handle, visible_again);
             }
             // Not answered, or not reached: another try while the messages are still
             // invisible, rather than letting another member have them.
