@@ -912,3 +912,101 @@ async fn a_message_arriving_late_in_a_long_poll_has_its_invisible_time_extended(
         group.stop().await;
     }
 }
+
+/// A broker that answers every pop after 1 ms, "found" with nothing in it; `pops` counts them.
+#[derive(Clone)]
+struct FoundNothing {
+    inner: ClusterClient,
+    pops: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl PopSource for FoundNothing {
+    async fn pop(&self, _: &PopRequest) -> Result<PopResult, PullError> {
+        self.pops.fetch_add(1, Ordering::SeqCst);
+        sleep(Duration::from_millis(1)).await;
+        Ok(PopResult::Found {
+            messages: Vec::new(),
+            filtered: Vec::new(),
+        })
+    }
+
+    async fn ack(&self, group: &str, topic: &str, handles: &[&str]) -> Result<(), RemoteError> {
+        self.inner.ack(group, topic, handles).await
+    }
+
+    async fn change_invisible_time(
+        &self,
+        group: &str,
+        topic: &str,
+        handle: &str,
+        invisible_time: Duration,
+    ) -> Result<String, RemoteError> {
+        self.inner
+            .change_invisible_time(group, topic, handle, invisible_time)
+            .await
+    }
+}
+
+#[async_trait]
+impl AssignmentSource for FoundNothing {
+    fn strategies(&self) -> Vec<String> {
+        self.inner.strategies()
+    }
+
+    async fn query_assignment(
+        &self,
+        request: &AssignmentRequest<'_>,
+    ) -> Result<ServerAnswer, RemoteError> {
+        self.inner.query_assignment(request).await
+    }
+
+    async fn set_read_mode(
+        &self,
+        group: &str,
+        topic: &str,
+        mode: ReadMode,
+        pop_share: i32,
+    ) -> Result<(), RemoteError> {
+        self.inner
+            .set_read_mode(group, topic, mode, pop_share)
+            .await
+    }
+}
+
+/// A pop answered "found" with nothing in it moved nothing: the next pop is spaced as after
+/// an empty answer (`EMPTY_PULL_SPACING`), not sent at once; a broker answering so every time
+/// made the loop pop at network speed.
+#[tokio::test(start_paused = true)]
+async fn a_pop_found_with_nothing_in_it_is_spaced_like_an_empty_one() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("a@1");
+    let pops = Arc::new(AtomicUsize::new(0));
+    let source = FoundNothing {
+        inner: client.clone(),
+        pops: pops.clone(),
+    };
+    let app = Arc::new(App {
+        client: "a@1".into(),
+        journal: Arc::default(),
+        work: Duration::from_millis(10),
+        slow: None,
+        fail_suffix: None,
+    });
+    let handle = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .cluster(client)
+        .pop(source, PopOptions::default())
+        .concurrently(app)
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let before = pops.load(Ordering::SeqCst);
+    assert!(before > 0, "popping");
+    sleep(Duration::from_secs(10)).await;
+    let popped = pops.load(Ordering::SeqCst) - before;
+    assert!(popped <= 11, "one pop a second at most: {popped} in 10 s");
+    handle.shutdown().await;
+}

@@ -343,13 +343,17 @@ impl PopLoop {
     }
 
     /// Takes a pop's answer; returns when to pop next: at once after messages, no sooner than
-    /// [`EMPTY_PULL_SPACING`] after an empty pop that was not held, 20 ms after the source asked
-    /// to slow down, [`PULL_ERROR_DELAY`] after a failure (a denial backs off further).
+    /// [`EMPTY_PULL_SPACING`] after an empty pop that was not held (also one "found" with
+    /// nothing in it: a broker answering so every time would be popped at network speed), 20 ms
+    /// after the source asked to slow down, [`PULL_ERROR_DELAY`] after a failure (a denial backs
+    /// off further).
     fn on_pop(&mut self, result: Result<PopResult, PullError>, sent: Instant) -> Instant {
         let now = Instant::now();
         let queue = self.lease.queue().clone();
         match result {
-            Ok(PopResult::Found { messages, filtered }) => {
+            Ok(PopResult::Found { messages, filtered })
+                if !messages.is_empty() || !filtered.is_empty() =>
+            {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
                 // Stamped by the brokers between the sending and now (late in a long poll).
@@ -370,10 +374,13 @@ impl PopLoop {
                 }
                 now
             }
-            Ok(_) => {
+            Ok(answer) => {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
                 let held = now.saturating_duration_since(sent) >= EMPTY_PULL_SPACING;
+                if matches!(answer, PopResult::Found { .. }) {
+                    tracing::debug!(queue = ?queue, held, "a pop found nothing in its answer; the next one is spaced as after an empty pop");
+                }
                 if held { now } else { sent + EMPTY_PULL_SPACING }
             }
             Err(PullError::Throttled(e)) => {
