@@ -1010,3 +1010,31 @@ async fn a_pop_found_with_nothing_in_it_is_spaced_like_an_empty_one() {
     assert!(popped <= 11, "one pop a second at most: {popped} in 10 s");
     handle.shutdown().await;
 }
+
+/// The group's read mode switched from POP to PULL (an operator's `setConsumeMode`) while a
+/// member held popped messages: its POP lease ends and its hand-off gives back what the
+/// listener had not started, which the brokers revive into the POP retry topic
+/// `%RETRY%{group}_{topic}`; the PULL lease starts past them. A member answered only PULL for
+/// a topic subscribes that retry topic (as the Java client does) and drains it: nothing lost.
+#[tokio::test(start_paused = true)]
+async fn messages_given_back_when_the_group_switches_to_pull_are_drained_from_the_pop_retry_topic()
+{
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.work = Duration::from_secs(30);
+    group.options.consume_concurrency = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    let produced = produce(&cluster, 4);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(group.journal.of("a@1").len(), 1, "m0 in the listener");
+    cluster
+        .client("admin")
+        .set_read_mode(GROUP, "T", ReadMode::Pull, 0)
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(120)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    group.stop().await;
+}
