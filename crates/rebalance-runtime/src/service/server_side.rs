@@ -194,3 +194,38 @@ impl Service {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(modes: &[(i32, ReadMode)]) -> HashMap<MessageQueue, ReadMode> {
+        modes
+            .iter()
+            .map(|(id, mode)| (MessageQueue::new("T", "b", *id), *mode))
+            .collect()
+    }
+
+    fn subscribed(server: &ServerSide) -> Vec<(&str, &str)> {
+        server.pop_retry_topics().collect()
+    }
+
+    /// Only PULL subscribes the POP retry topic, only POP unsubscribes it, a mixed or empty
+    /// answer changes nothing, and a retry topic has none.
+    #[test]
+    fn the_pop_retry_topic_follows_answers_that_are_only_pull_or_only_pop() {
+        let mut server = ServerSide::default();
+        let (pull, pop) = (ReadMode::Pull, ReadMode::Pop);
+        server.follow_pop_retry("G", "T", &answered(&[(0, pop)]));
+        assert!(subscribed(&server).is_empty());
+        server.follow_pop_retry("G", "T", &answered(&[(0, pull), (1, pull)]));
+        assert_eq!(subscribed(&server), [("T", "%RETRY%G_T")]);
+        server.follow_pop_retry("G", "T", &answered(&[(0, pull), (1, pop)]));
+        server.follow_pop_retry("G", "T", &answered(&[]));
+        assert_eq!(subscribed(&server), [("T", "%RETRY%G_T")]);
+        server.follow_pop_retry("G", "T", &answered(&[(-1, pop)]));
+        assert!(subscribed(&server).is_empty());
+        server.follow_pop_retry("G", "%RETRY%G", &answered(&[(0, pull)]));
+        assert!(subscribed(&server).is_empty());
+    }
+}
