@@ -851,9 +851,10 @@ async fn slow_m0_on_a_then_b(extension_failures: usize) -> (Group, Vec<String>) 
 /// invisible time; found by review).
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_leaves_a_message_past_its_invisible_time_to_the_brokers() {
-    // `a`'s extension at 15 s fails, and each try after it (every second while `m0` is
-    // invisible): `m0` is delivered again at 20 s, to `b`.
-    let (mut group, produced) = slow_m0_on_a_then_b(5).await;
+    // `a`'s extension at 15 s fails, and each try after it (every second while `m0` may be
+    // invisible: until 20.1 s, as it came 0.1 s into `a`'s held pop): `m0` is delivered again
+    // at 20.1 s, to `b`.
+    let (mut group, produced) = slow_m0_on_a_then_b(6).await;
     sleep(Duration::from_secs(25)).await;
     assert_eq!(group.journal.of("b@1").len(), 1, "delivered again to b");
     group.members.remove("a@1").unwrap().shutdown().await;
@@ -875,5 +876,165 @@ async fn an_extension_failing_on_its_way_is_tried_again_before_the_message_is_vi
     assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
     let deliveries = group.journal.deliveries.lock().unwrap().clone();
     assert_eq!(deliveries.len(), 1, "to a only: {deliveries:?}");
+    group.stop().await;
+}
+
+/// A message that arrives late in a long poll is stamped by the broker when it is popped (9 s
+/// into the 15 s poll here), not when the pop was sent: it stays invisible until 5 s after its
+/// arrival, and the listener's 12 s batch has its invisible time extended all along. Taking the
+/// pop's sending as the stamp, the loop thought it visible again at arrival (5 s after the
+/// sending), never extended it, and the brokers delivered it again mid-batch.
+#[tokio::test(start_paused = true)]
+async fn a_message_arriving_late_in_a_long_poll_has_its_invisible_time_extended() {
+    for mode in [PopMode::Orderly, PopMode::Ordinary] {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 1);
+        let mut group = Group::new(&cluster, mode);
+        group.pop.invisible_time = Duration::from_secs(5);
+        group.work = Duration::from_secs(12);
+        group.join("a@1").await;
+        // `a`'s pop is held since about 0 s.
+        sleep(Duration::from_secs(9)).await;
+        let produced = produce(&cluster, 1);
+        sleep(Duration::from_secs(40)).await;
+        assert_eq!(
+            missing(&produced, &group.journal),
+            Vec::<String>::new(),
+            "{mode:?}"
+        );
+        // Counted directly: an orderly pop delivers a message again with the same count.
+        let deliveries = group.journal.deliveries.lock().unwrap().clone();
+        assert_eq!(
+            deliveries.len(),
+            1,
+            "{mode:?}: delivered once: {deliveries:?}"
+        );
+        group.stop().await;
+    }
+}
+
+/// A broker that answers every pop after 1 ms, "found" with nothing in it; `pops` counts them.
+#[derive(Clone)]
+struct FoundNothing {
+    inner: ClusterClient,
+    pops: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl PopSource for FoundNothing {
+    async fn pop(&self, _: &PopRequest) -> Result<PopResult, PullError> {
+        self.pops.fetch_add(1, Ordering::SeqCst);
+        sleep(Duration::from_millis(1)).await;
+        Ok(PopResult::Found {
+            messages: Vec::new(),
+            filtered: Vec::new(),
+        })
+    }
+
+    async fn ack(&self, group: &str, topic: &str, handles: &[&str]) -> Result<(), RemoteError> {
+        self.inner.ack(group, topic, handles).await
+    }
+
+    async fn change_invisible_time(
+        &self,
+        group: &str,
+        topic: &str,
+        handle: &str,
+        invisible_time: Duration,
+    ) -> Result<String, RemoteError> {
+        self.inner
+            .change_invisible_time(group, topic, handle, invisible_time)
+            .await
+    }
+}
+
+#[async_trait]
+impl AssignmentSource for FoundNothing {
+    fn strategies(&self) -> Vec<String> {
+        self.inner.strategies()
+    }
+
+    async fn query_assignment(
+        &self,
+        request: &AssignmentRequest<'_>,
+    ) -> Result<ServerAnswer, RemoteError> {
+        self.inner.query_assignment(request).await
+    }
+
+    async fn set_read_mode(
+        &self,
+        group: &str,
+        topic: &str,
+        mode: ReadMode,
+        pop_share: i32,
+    ) -> Result<(), RemoteError> {
+        self.inner
+            .set_read_mode(group, topic, mode, pop_share)
+            .await
+    }
+}
+
+/// A pop answered "found" with nothing in it moved nothing: the next pop is spaced as after
+/// an empty answer (`EMPTY_PULL_SPACING`), not sent at once; a broker answering so every time
+/// made the loop pop at network speed.
+#[tokio::test(start_paused = true)]
+async fn a_pop_found_with_nothing_in_it_is_spaced_like_an_empty_one() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("a@1");
+    let pops = Arc::new(AtomicUsize::new(0));
+    let source = FoundNothing {
+        inner: client.clone(),
+        pops: pops.clone(),
+    };
+    let app = Arc::new(App {
+        client: "a@1".into(),
+        journal: Arc::default(),
+        work: Duration::from_millis(10),
+        slow: None,
+        fail_suffix: None,
+    });
+    let handle = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .cluster(client)
+        .pop(source, PopOptions::default())
+        .concurrently(app)
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let before = pops.load(Ordering::SeqCst);
+    assert!(before > 0, "popping");
+    sleep(Duration::from_secs(10)).await;
+    let popped = pops.load(Ordering::SeqCst) - before;
+    assert!(popped <= 11, "one pop a second at most: {popped} in 10 s");
+    handle.shutdown().await;
+}
+
+/// The group's read mode switched from POP to PULL (an operator's `setConsumeMode`) while a
+/// member held popped messages: its POP lease ends and its hand-off gives back what the
+/// listener had not started, which the brokers revive into the POP retry topic
+/// `%RETRY%{group}_{topic}`; the PULL lease starts past them. A member answered only PULL for
+/// a topic subscribes that retry topic (as the Java client does) and drains it: nothing lost.
+#[tokio::test(start_paused = true)]
+async fn messages_given_back_when_the_group_switches_to_pull_are_drained_from_the_pop_retry_topic()
+{
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let mut group = Group::new(&cluster, PopMode::Ordinary);
+    group.work = Duration::from_secs(30);
+    group.options.consume_concurrency = 1;
+    group.join("a@1").await;
+    sleep(Duration::from_millis(100)).await;
+    let produced = produce(&cluster, 4);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(group.journal.of("a@1").len(), 1, "m0 in the listener");
+    cluster
+        .client("admin")
+        .set_read_mode(GROUP, "T", ReadMode::Pull, 0)
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(120)).await;
+    assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
     group.stop().await;
 }

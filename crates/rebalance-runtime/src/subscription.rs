@@ -41,6 +41,18 @@ pub fn retry_topic(group: &str) -> String {
     format!("{RETRY_TOPIC_PREFIX}{group}")
 }
 
+/// The POP retry topic of `group` for `topic`, `%RETRY%{group}_{topic}` (RocketMQ's v1 name):
+/// where the brokers revive the messages of `topic` popped by the group and not acknowledged
+/// in time (or given back). A consumer the brokers answer only PULL for `topic` subscribes to
+/// it, as the Java client does, so that what POP left there is drained by pulling.
+///
+/// ```
+/// assert_eq!(rebalance_runtime::subscription::pop_retry_topic("G", "T"), "%RETRY%G_T");
+/// ```
+pub fn pop_retry_topic(group: &str, topic: &str) -> String {
+    format!("{RETRY_TOPIC_PREFIX}{group}_{topic}")
+}
+
 /// Whether `topic` is a retry topic (of any group).
 pub fn is_retry_topic(topic: &str) -> bool {
     topic.starts_with(RETRY_TOPIC_PREFIX)

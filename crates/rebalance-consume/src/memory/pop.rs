@@ -26,8 +26,10 @@
 //!   (each pop starts one queue further).
 //!
 //! Kinder than a broker: a revive happens exactly at the end of the invisible time (a broker
-//! scans its revive log every second or so), and a pop reads the POP retry topic first (a Java
-//! broker does so one time in five, else only when the batch is not full).
+//! scans its revive log every second or so), a pop reads the POP retry topic first (a Java
+//! broker does so one time in five, else only when the batch is not full), and the POP retry
+//! topic has a route from the first checkpoint written for it (a broker creates it at the
+//! first revive).
 //!
 //! Receipt handles are this module's own: `mem ck {checkpoint} {topic} {broker} {queue} {offset}`
 //! or `mem ord {pop time} {topic} {broker} {queue} {offset}`; a handle it cannot read is
@@ -52,9 +54,10 @@ use crate::{Message, PopRequest, PopResult, PopSource, PopStart, PullError, Pull
 /// The property holding the time of a message's first pop (ms since the Unix epoch).
 const FIRST_POP_TIME: &str = "1ST_POP_TIME";
 
-/// The group's POP retry topic of `topic` (RocketMQ's v1 name).
+/// The group's POP retry topic of `topic` (RocketMQ's v1 name; the runtime's
+/// [`pop_retry_topic`](rebalance_runtime::subscription::pop_retry_topic)).
 pub fn pop_retry_topic(group: &str, topic: &str) -> String {
-    format!("%RETRY%{group}_{topic}")
+    rebalance_runtime::subscription::pop_retry_topic(group, topic)
 }
 
 /// One ordinary pop's messages of one queue, not acknowledged yet.
@@ -493,6 +496,17 @@ fn pass_orderly(client: &ClusterClient, request: &PopRequest, queues: &[MessageQ
 /// Revives what is left of checkpoint `id` after `after` (on tokio's clock), in a task that
 /// holds the cluster only weakly.
 fn schedule_revive(cluster: &InMemoryCluster, id: u64, after: Duration) {
+    // The POP retry topic gets its route now, so that a consumer pulling it finds it (a broker
+    // creates it at the first revive).
+    let retry = PopState::of(cluster).lock().checkpoints.get(&id).map(|c| {
+        (
+            pop_retry_topic(&c.group, &c.topic),
+            c.queue.broker_name.clone(),
+        )
+    });
+    if let Some((topic, broker)) = retry {
+        cluster.ensure_queue(&topic, &broker);
+    }
     let pops: Weak<PopState> = Arc::downgrade(&PopState::of(cluster));
     let store: Weak<MessageStore> = Arc::downgrade(&MessageStore::of(cluster));
     let now_ms = cluster.now_ms();

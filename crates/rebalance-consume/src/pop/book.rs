@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -25,16 +26,64 @@ enum State {
     Acking,
 }
 
+/// When a popped (or extended) message is visible again at the brokers. They stamp a pop (or a
+/// change of invisible time) when they make it, anywhere between the request's sending and its
+/// answer's arrival (a long poll holds a pop up to its poll time, and a message arriving 9 s into
+/// it is stamped then): the client knows only the bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct VisibleAgain {
+    /// No sooner than this (counted from the sending): an extension falls due from it (early is
+    /// safe).
+    earliest: Instant,
+    /// No later than this (counted from the arrival): only past it is the message surely the
+    /// brokers' again (not to extend, acknowledge, or hand back).
+    latest: Instant,
+}
+
+impl VisibleAgain {
+    /// The bounds of a request sent at `sent` whose answer arrived at `arrived`, asking for
+    /// `invisible_time`.
+    pub(super) fn between(sent: Instant, arrived: Instant, invisible_time: Duration) -> Self {
+        Self {
+            earliest: sent + invisible_time,
+            latest: arrived.max(sent) + invisible_time,
+        }
+    }
+
+    /// Whether the message may still be invisible at `now` (before its latest bound).
+    fn invisible_at(self, now: Instant) -> bool {
+        self.latest > now
+    }
+
+    /// Each bound the later of the two.
+    fn max(self, other: Self) -> Self {
+        Self {
+            earliest: self.earliest.max(other.earliest),
+            latest: self.latest.max(other.latest),
+        }
+    }
+}
+
+/// A time known exactly: both bounds at once.
+impl From<Instant> for VisibleAgain {
+    fn from(at: Instant) -> Self {
+        Self {
+            earliest: at,
+            latest: at,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Slot {
     offset: i64,
     handle: String,
     bytes: usize,
     state: State,
-    /// When the brokers may give it to someone else (from when its pop was sent, or its last
-    /// extension): a message whose acknowledgement was on its way when the others of its entry
-    /// were extended keeps its own time.
-    visible_again: Instant,
+    /// When the brokers may give it to someone else (from its pop, or its last extension): a
+    /// message whose acknowledgement was on its way when the others of its entry were extended
+    /// keeps its own time.
+    visible_again: VisibleAgain,
     /// When its acknowledgement first failed, if it did (see [`Book::ack_failed`]).
     ack_failing_since: Option<Instant>,
 }
@@ -81,7 +130,7 @@ impl Entry {
     fn extendable_slots(&self, now: Instant) -> impl Iterator<Item = &Slot> {
         self.slots
             .iter()
-            .filter(move |s| s.state != State::Acking && s.visible_again > now)
+            .filter(move |s| s.state != State::Acking && s.visible_again.invisible_at(now))
     }
 }
 
@@ -122,8 +171,9 @@ impl Book {
         &mut self,
         messages: Vec<Message>,
         filtered: Vec<Message>,
-        visible_again: Instant,
+        visible_again: impl Into<VisibleAgain>,
     ) -> Vec<(u64, Vec<Message>)> {
+        let visible_again = visible_again.into();
         let batches = self.add_messages(messages, visible_again);
         for message in filtered {
             self.add_filtered(&batches, message, visible_again);
@@ -139,7 +189,7 @@ impl Book {
         &mut self,
         batches: &[(u64, Vec<Message>)],
         message: Message,
-        visible_again: Instant,
+        visible_again: VisibleAgain,
     ) {
         let Some(handle) = message.receipt_handle().map(str::to_owned) else {
             return;
@@ -182,7 +232,7 @@ impl Book {
     fn add_messages(
         &mut self,
         messages: Vec<Message>,
-        visible_again: Instant,
+        visible_again: VisibleAgain,
     ) -> Vec<(u64, Vec<Message>)> {
         let mut batches: Vec<(u64, Vec<Message>)> = Vec::new();
         for message in messages {
@@ -297,7 +347,7 @@ impl Book {
         &mut self,
         batch: &AckBatch,
         now: Instant,
-        keep_trying_for: Option<std::time::Duration>,
+        keep_trying_for: Option<Duration>,
     ) -> usize {
         self.ack_answered(batch.epoch);
         let Some(entry) = self.entries.get_mut(&batch.epoch) else {
@@ -314,7 +364,8 @@ impl Book {
             let failed = slot.state == State::Done && batch.offsets.contains(&slot.offset);
             let over = match (keep_trying_for, slot.ack_failing_since) {
                 (Some(limit), Some(since)) => {
-                    slot.visible_again <= now || now.saturating_duration_since(since) >= limit
+                    !slot.visible_again.invisible_at(now)
+                        || now.saturating_duration_since(since) >= limit
                 }
                 _ => true,
             };
@@ -365,7 +416,7 @@ impl Book {
                 entry
                     .slots
                     .into_iter()
-                    .filter(move |slot| slot.visible_again > now)
+                    .filter(move |slot| slot.visible_again.invisible_at(now))
                     .map(move |slot| (topic.clone(), slot.handle))
             })
             .collect()
@@ -401,9 +452,8 @@ impl Book {
             .filter(|e| e.extendable(now))
             .flat_map(|e| {
                 e.extendable_slots(now).map(|s| {
-                    e.extend_after.map_or(due(s.visible_again), |after| {
-                        due(s.visible_again).max(after)
-                    })
+                    let due = due(s.visible_again.earliest);
+                    e.extend_after.map_or(due, |after| due.max(after))
                 })
             })
             .min()
@@ -425,7 +475,7 @@ impl Book {
             extensions.extend(
                 entry
                     .extendable_slots(now)
-                    .filter(|s| due(s.visible_again) <= now)
+                    .filter(|s| due(s.visible_again.earliest) <= now)
                     .map(|s| Extension {
                         epoch,
                         topic: entry.topic.clone(),
@@ -444,8 +494,9 @@ impl Book {
         &mut self,
         extension: &Extension,
         handle: String,
-        visible_again: Instant,
+        visible_again: impl Into<VisibleAgain>,
     ) {
+        let visible_again = visible_again.into();
         if let Some(entry) = self.entries.get_mut(&extension.epoch) {
             entry.extending = entry.extending.saturating_sub(1);
             if let Some(slot) = entry
@@ -830,6 +881,37 @@ mod tests {
             Some(at_6 + invisible - invisible / 4),
             "0's next, not 1's past one"
         );
+    }
+
+    /// A message stamped late in a long poll (its answer arrived 9 s after the pop was sent,
+    /// invisible for 5 s) is due for an extension at once, and counts as invisible until 5 s
+    /// after its arrival: extended, its failed acknowledgement not given up, handed back.
+    #[tokio::test(start_paused = true)]
+    async fn a_message_popped_late_in_a_long_poll_is_invisible_until_its_arrival_and_more() {
+        let mut book = Book::default();
+        let sent = Instant::now();
+        let invisible = Duration::from_secs(5);
+        let due = |visible: Instant| visible - invisible / 4;
+        let arrived = sent + Duration::from_secs(9);
+        book.add(
+            popped(0, 0..2),
+            Vec::new(),
+            VisibleAgain::between(sent, arrived, invisible),
+        );
+        assert_eq!(
+            book.next_extension(arrived, due),
+            Some(due(sent + invisible))
+        );
+        book.done(0, 1, 1, |_| false);
+        let acks = book.acks_due(false);
+        assert_eq!(book.extensions_due(arrived, due).len(), 1, "0, not 1");
+        let at_13 = sent + Duration::from_secs(13);
+        assert_eq!(
+            book.ack_failed(&acks[0], at_13, Some(Duration::from_secs(60))),
+            0,
+            "1 is still invisible"
+        );
+        assert_eq!(book.abandon_all(at_13).len(), 2, "both handed back");
     }
 
     /// An extension that failed on its way is asked again from its retry time, while the

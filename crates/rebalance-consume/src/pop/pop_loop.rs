@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, sleep_until};
 
-use super::book::{AckBatch, Book, Extension};
+use super::book::{AckBatch, Book, Extension, VisibleAgain};
 use super::{PopMode, PopRequest, PopResult, PopShared, PopStart};
 use crate::activity::{Activity, ErrorLog};
 use crate::config::{
@@ -41,7 +41,7 @@ enum Answer {
     Ack(AckBatch, Result<(), RemoteError>),
     Extend {
         extension: Extension,
-        /// When it was sent: the new invisible time counts from then.
+        /// When it was sent: the new invisible time counts from then at the soonest.
         sent: Instant,
         answer: Result<String, RemoteError>,
     },
@@ -343,16 +343,22 @@ impl PopLoop {
     }
 
     /// Takes a pop's answer; returns when to pop next: at once after messages, no sooner than
-    /// [`EMPTY_PULL_SPACING`] after an empty pop that was not held, 20 ms after the source asked
-    /// to slow down, [`PULL_ERROR_DELAY`] after a failure (a denial backs off further).
+    /// [`EMPTY_PULL_SPACING`] after an empty pop that was not held (also one "found" with
+    /// nothing in it: a broker answering so every time would be popped at network speed), 20 ms
+    /// after the source asked to slow down, [`PULL_ERROR_DELAY`] after a failure (a denial backs
+    /// off further).
     fn on_pop(&mut self, result: Result<PopResult, PullError>, sent: Instant) -> Instant {
         let now = Instant::now();
         let queue = self.lease.queue().clone();
         match result {
-            Ok(PopResult::Found { messages, filtered }) => {
+            Ok(PopResult::Found { messages, filtered })
+                if !messages.is_empty() || !filtered.is_empty() =>
+            {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
-                let visible_again = sent + self.pop.options.invisible_time;
+                // Stamped by the brokers between the sending and now (late in a long poll).
+                let visible_again =
+                    VisibleAgain::between(sent, now, self.pop.options.invisible_time);
                 let batches = self.book.add(messages, filtered, visible_again);
                 match &self.shared.mode {
                     Mode::Concurrent { work } => {
@@ -368,10 +374,13 @@ impl PopLoop {
                 }
                 now
             }
-            Ok(_) => {
+            Ok(answer) => {
                 self.errors.recovered(&self.shared.denials, &queue);
                 self.attempt = None;
                 let held = now.saturating_duration_since(sent) >= EMPTY_PULL_SPACING;
+                if matches!(answer, PopResult::Found { .. }) {
+                    tracing::debug!(queue = ?queue, held, "a pop found nothing in its answer; the next one is spaced as after an empty pop");
+                }
                 if held { now } else { sent + EMPTY_PULL_SPACING }
             }
             Err(PullError::Throttled(e)) => {
@@ -505,7 +514,8 @@ impl PopLoop {
             } => {
                 let invisible = self.pop.options.invisible_time;
                 tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, ?invisible, "extended the invisible time of a message still being consumed");
-                self.book.extended(&extension, handle, sent + invisible);
+                let visible_again = VisibleAgain::between(sent, Instant::now(), invisible);
+                self.book.extended(&extension, handle, visible_again);
             }
             // Not answered, or not reached: another try while the messages are still
             // invisible, rather than letting another member have them.

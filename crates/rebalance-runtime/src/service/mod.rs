@@ -69,8 +69,9 @@ pub(crate) struct Service {
     queues_token: Arc<CancellationToken>,
     /// What the application subscribed to.
     requested: Subscriptions,
-    /// What the consumer subscribes to: `requested` and the group's retry topic
-    /// ([`Context::effective`]).
+    /// What the consumer subscribes to: `requested`, the group's retry topic
+    /// ([`Context::effective`]) and the POP retry topics of the topics the brokers answer only
+    /// PULL (see [`effective`](Self::effective)).
     subscriptions: Subscriptions,
     routes: watch::Receiver<Arc<RouteTable>>,
     trigger: Arc<Trigger>,
@@ -258,14 +259,27 @@ impl Service {
             }
         }
         self.requested = requested;
+        let requested = &self.requested;
+        self.server
+            .retain_pop_retry(|topic| requested.contains_key(topic));
         self.publish_subscriptions();
+    }
+
+    /// What the consumer subscribes to now: [`Context::effective`], and with `*` the POP retry
+    /// topic of each topic the brokers last answered only PULL (see `server_side.rs`).
+    fn effective(&self) -> Subscriptions {
+        let mut subscriptions = self.ctx.effective(&self.requested);
+        for (_, retry) in self.server.pop_retry_topics() {
+            subscriptions.entry(retry.to_string()).or_default();
+        }
+        subscriptions
     }
 
     /// Recomputes the effective subscriptions and publishes them: the registration (the next
     /// heartbeat goes at once) and, when the topics changed, the topics to poll routes for, with
     /// a round.
     fn publish_subscriptions(&mut self) {
-        let subscriptions = self.ctx.effective(&self.requested);
+        let subscriptions = self.effective();
         if subscriptions == self.subscriptions {
             return;
         }
@@ -304,6 +318,8 @@ impl Service {
             reasons = %reasons,
         );
         let report = self.round_inner(reasons, give_back).instrument(span).await;
+        // The brokers' answers may have changed the POP retry topics to subscribe.
+        self.publish_subscriptions();
         let retry_locks = self.locks.take_retry();
         self.schedule
             .end_round(Instant::now(), report.balanced, retry_locks);

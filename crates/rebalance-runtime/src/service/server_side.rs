@@ -11,8 +11,12 @@
 //! asked. Their answer is never skipped
 //! as unchanged: it may change while the inputs the round sees stay (an operator's change of
 //! the read mode).
+//!
+//! A topic answered only PULL has its POP retry topic subscribed (the messages POP left there,
+//! revived or given back, are drained by pulling); one answered only POP has it no more (the
+//! brokers' pops read it): `ServerSide::follow_pop_retry`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
@@ -22,7 +26,7 @@ use super::diff::Target;
 use crate::allocation::{ServerAllocation, TopicView};
 use crate::assignment::Unbalanced;
 use crate::assignment_source::{AssignmentRequest, ReadMode, ServerAnswer};
-use crate::subscription::is_retry_topic;
+use crate::subscription::{is_retry_topic, pop_retry_topic};
 use crate::wake::WakeReasons;
 
 /// What the rounds remember of server-side assignment.
@@ -32,6 +36,8 @@ pub(super) struct ServerSide {
     modes_set: HashMap<String, BTreeSet<Arc<str>>>,
     /// How each queue of the last answers is read (per topic, replaced by each answer).
     modes: HashMap<String, HashMap<MessageQueue, ReadMode>>,
+    /// The POP retry topic subscribed for each topic the brokers last answered only PULL.
+    pop_retry: BTreeMap<String, String>,
 }
 
 impl ServerSide {
@@ -42,6 +48,43 @@ impl ServerSide {
             .and_then(|m| m.get(queue))
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Each subscribed topic's POP retry topic (see the module documentation).
+    pub(super) fn pop_retry_topics(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pop_retry.iter().map(|(t, r)| (t.as_str(), r.as_str()))
+    }
+
+    /// Forgets the POP retry topics of the topics no longer subscribed (`subscribed` says).
+    pub(super) fn retain_pop_retry(&mut self, subscribed: impl Fn(&str) -> bool) {
+        self.pop_retry.retain(|topic, _| subscribed(topic));
+    }
+
+    /// Follows the read modes the brokers answered for `topic` (`modes`): only PULL subscribes
+    /// its POP retry topic, only POP unsubscribes it, anything else changes nothing (the Java
+    /// client's rule). A retry topic has none.
+    fn follow_pop_retry(
+        &mut self,
+        group: &str,
+        topic: &str,
+        modes: &HashMap<MessageQueue, ReadMode>,
+    ) {
+        if is_retry_topic(topic) {
+            return;
+        }
+        let pulled = modes.values().any(|m| *m == ReadMode::Pull);
+        let popped = modes.values().any(|m| *m == ReadMode::Pop);
+        if pulled && !popped {
+            let retry = pop_retry_topic(group, topic);
+            if self.pop_retry.get(topic) != Some(&retry) {
+                tracing::info!(topic, retry_topic = %retry, "the brokers answer the topic only by PULL; subscribing its POP retry topic to drain what POP left there");
+                self.pop_retry.insert(topic.to_string(), retry);
+            }
+        } else if popped && !pulled {
+            if let Some(retry) = self.pop_retry.remove(topic) {
+                tracing::info!(topic, retry_topic = %retry, "the brokers answer the topic only by POP; unsubscribing its POP retry topic (the pops read it)");
+            }
+        }
     }
 }
 
@@ -145,6 +188,7 @@ impl Service {
         // In queue order, each once, whatever order or repetitions the answer had.
         mine.sort();
         mine.dedup();
+        self.server.follow_pop_retry(&group, topic, &modes);
         self.server.modes.insert(topic.to_string(), modes);
         if switching > 0 {
             // The next round takes them back, as soon as rounds may run.
@@ -155,5 +199,40 @@ impl Service {
             mine: Arc::from(mine),
             fingerprint,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answered(modes: &[(i32, ReadMode)]) -> HashMap<MessageQueue, ReadMode> {
+        modes
+            .iter()
+            .map(|(id, mode)| (MessageQueue::new("T", "b", *id), *mode))
+            .collect()
+    }
+
+    fn subscribed(server: &ServerSide) -> Vec<(&str, &str)> {
+        server.pop_retry_topics().collect()
+    }
+
+    /// Only PULL subscribes the POP retry topic, only POP unsubscribes it, a mixed or empty
+    /// answer changes nothing, and a retry topic has none.
+    #[test]
+    fn the_pop_retry_topic_follows_answers_that_are_only_pull_or_only_pop() {
+        let mut server = ServerSide::default();
+        let (pull, pop) = (ReadMode::Pull, ReadMode::Pop);
+        server.follow_pop_retry("G", "T", &answered(&[(0, pop)]));
+        assert!(subscribed(&server).is_empty());
+        server.follow_pop_retry("G", "T", &answered(&[(0, pull), (1, pull)]));
+        assert_eq!(subscribed(&server), [("T", "%RETRY%G_T")]);
+        server.follow_pop_retry("G", "T", &answered(&[(0, pull), (1, pop)]));
+        server.follow_pop_retry("G", "T", &answered(&[]));
+        assert_eq!(subscribed(&server), [("T", "%RETRY%G_T")]);
+        server.follow_pop_retry("G", "T", &answered(&[(-1, pop)]));
+        assert!(subscribed(&server).is_empty());
+        server.follow_pop_retry("G", "%RETRY%G", &answered(&[(0, pull)]));
+        assert!(subscribed(&server).is_empty());
     }
 }
