@@ -195,9 +195,14 @@ impl Batches {
                 _ = self.stop.cancelled() => return None,
                 offered = self.received.recv() => offered?,
             };
-            if self.stale.is_stale(offered.link.lease()) {
-                // The queue was taken away, or a seek left the lease behind: its loop gets the
-                // batch back unconsumed (its commit stays before it).
+            let lease = offered.link.lease();
+            if self.stale.is_stale(lease) || !lease.is_trusted(tokio::time::Instant::now()) {
+                // The queue was taken away, a seek left the lease behind, or its lock or this
+                // client's membership is no longer vouched for (a batch queued before a freeze
+                // or a partition: another member may hold the queue now): its loop gets the
+                // batch back unconsumed (its commit stays before it), and takes the queue's
+                // guard again, trusted, before offering it again. Found by review: the trust
+                // was checked once, when the batch was queued.
                 offered.state.store(WITHDRAWN, Ordering::Release);
                 let _ = offered.answer.send((OrderlyResult::Suspend, None));
                 continue;

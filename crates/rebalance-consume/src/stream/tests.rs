@@ -610,6 +610,37 @@ async fn ordered_batches_come_in_order_one_at_a_time_under_the_guard_and_commit_
     assert!(!detached.guard_held());
 }
 
+/// A batch queued for the stream while its lease was trusted, taken by the application only
+/// after the lease's lock ran out (the process frozen, the application busy elsewhere): it is
+/// withdrawn, not given, since another member may hold the queue by then (found by review:
+/// trust was checked only when the batch was queued).
+#[tokio::test(start_paused = true)]
+async fn a_batch_queued_before_its_lock_ran_out_is_not_given_after() {
+    let mut rig = OrderedRig::new(ConsumeOptions::default());
+    let q = queue(0);
+    rig.source.append(&q, 3);
+    let detached = DetachedLease::locked(
+        q.clone(),
+        StartPosition::Offset(0),
+        Instant::now() + Duration::from_secs(30),
+        Duration::from_secs(20),
+    );
+    let lease = detached.lease();
+    rig.leases
+        .queues_added("T", std::slice::from_ref(&lease))
+        .await
+        .unwrap();
+    settle().await;
+    assert!(detached.guard_held(), "the batch is queued under the guard");
+    sleep(Duration::from_secs(31)).await;
+    assert!(!lease.is_trusted(Instant::now()));
+    assert!(
+        rig.next().await.is_none(),
+        "a batch of a lease no longer trusted is not given"
+    );
+    assert_eq!(lease.committed().unwrap_or(0), 0, "nothing committed");
+}
+
 /// A queue taken away while its batch waits for a stream nobody polls: the hand-off does not
 /// wait for it (it was never given), and commits before it.
 #[tokio::test(start_paused = true)]
