@@ -56,6 +56,34 @@ pub trait QueueLocker: Send + Sync + 'static {
         let _ = (group, departed, queues);
         Ok(Vec::new())
     }
+
+    /// Changes whenever a broker may have lost locks it granted (the value means nothing: only
+    /// that it changed); the runtime then calls [`take_lock_losses`](Self::take_lock_losses).
+    ///
+    /// A broker whose connection was lost may have restarted, and a restarted broker (or a
+    /// slave promoted to master) has lost its lock table: the first client to ask may be granted
+    /// a lock that this client still trusts for up to `lock_lifetime`. Told of it, the runtime
+    /// stops trusting every lock it holds at those brokers at once (no pull, no batch starts)
+    /// and asks for them again at once: granted, they are trusted again; refused, the queue is
+    /// released; unanswered, asked again every `lock_retry` until the last lock granted before
+    /// the loss is `lock_lifetime` old, then released.
+    ///
+    /// Report a loss as soon as it may have happened (a connection closed by the broker or by
+    /// a timeout, a reconnection): a loss reported late leaves the window open that long. A
+    /// broker that fails without its connections closing (a host lost, a partition) is seen
+    /// only when a request to it fails.
+    ///
+    /// The default (`None`): no loss is ever reported, and a lock is trusted for
+    /// `lock_lifetime` from its last granted request, as before.
+    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    /// The names of the brokers that may have lost their locks since the last call (each once,
+    /// sorted), and forgets them. The default: none.
+    fn take_lock_losses(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The answer to [`QueueLocker::lock`]: every queue asked for is in exactly one of the lists.

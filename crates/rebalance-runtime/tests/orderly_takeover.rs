@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::*;
 use rebalance_core::MessageQueue;
+use rebalance_runtime::QueueLocker;
 use rebalance_runtime::config::{ConsumeOrder, Intervals};
 use rebalance_runtime::memory::{ClusterConfig, InMemoryCluster};
 use tokio::time::Instant;
@@ -182,4 +183,172 @@ async fn a_member_that_joined_after_the_departure_gets_the_departed_members_queu
         );
     }
     assert_partition(&[&b, &c], &all);
+}
+
+/// Whether `member` holds a lease of `queue` it may consume at `now`.
+fn trusts(member: &Member, queue: &MessageQueue, now: Instant) -> bool {
+    member
+        .recorder
+        .leases
+        .lock()
+        .unwrap()
+        .values()
+        .any(|lease| lease.queue() == queue && lease.is_trusted(now))
+}
+
+/// The queues of `broker` among `queues`.
+fn of_broker(queues: &BTreeSet<MessageQueue>, broker: &str) -> Vec<MessageQueue> {
+    queues
+        .iter()
+        .filter(|q| &*q.broker_name == broker)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_broker_s_locks_stop_being_trusted_at_once_and_a_lock_granted_elsewhere_is_released()
+ {
+    let cluster = cluster();
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
+    settle(3 * MIN).await;
+    assert_partition(&[&a], &all);
+    // Just after a renewal (every 20 s): a trusts its locks for another 29 s or so.
+    settle(18 * MIN).await;
+    // The broker restarts; a sees its connection close and asks for its locks again at once,
+    // while the broker is still down (the request fails).
+    cluster.fail_next(rebalance_runtime::memory::ClusterCall::Lock, 1);
+    let restarted = Instant::now();
+    cluster.restart_broker("broker-0");
+    let at_broker_0 = of_broker(&all, "broker-0");
+    settle(Duration::from_millis(1)).await;
+    for q in &at_broker_0 {
+        assert!(
+            !trusts(&a, q, Instant::now()),
+            "{q:?} still trusted after its broker restarted"
+        );
+    }
+    // Another client reconnects first and is granted one of a's queues: the broker forgot a's
+    // lock.
+    let taken = at_broker_0[0].clone();
+    let b = cluster.client(client_id(1));
+    let b_id = b.client_id().clone();
+    let answer = b
+        .lock(GROUP, &b_id, std::slice::from_ref(&taken))
+        .await
+        .unwrap();
+    assert_eq!(answer.granted, vec![taken.clone()]);
+    // From the restart on, a never consumes the queue b locked; its other locks at the
+    // restarted broker are granted again by the immediate renewal, and broker-1's never stop
+    // being trusted.
+    let end = restarted + 40 * MIN;
+    let mut step = 0;
+    while Instant::now() < end {
+        let now = Instant::now();
+        assert!(
+            !trusts(&a, &taken, now),
+            "a trusts {taken:?} {:?} after the restart, while b holds its lock",
+            now - restarted
+        );
+        if now - restarted >= MIN {
+            for q in all.iter().filter(|q| **q != taken) {
+                assert!(
+                    trusts(&a, q, now),
+                    "{q:?} not trusted {:?} after the restart",
+                    now - restarted
+                );
+            }
+        }
+        settle(if step < 10 {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(100)
+        })
+        .await;
+        step += 1;
+    }
+    assert!(
+        a.recorder
+            .removed_with(rebalance_runtime::RemovalReason::Lost)
+            .contains(&taken),
+        "a released {taken:?} as lost"
+    );
+    assert!(!a.recorder.held().contains(&taken));
+    assert_eq!(cluster.lock_owner(GROUP, &taken), Some(b_id));
+}
+
+#[tokio::test(start_paused = true)]
+async fn locks_at_a_restarted_broker_that_does_not_answer_yet_are_not_trusted_until_it_grants_them()
+{
+    let cluster = cluster();
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
+    settle(3 * MIN).await;
+    assert_partition(&[&a], &all);
+    settle(18 * MIN).await;
+    // The broker restarts and answers nothing for 5 s.
+    cluster.set_lock_broker_down("broker-0", true);
+    let restarted = Instant::now();
+    cluster.restart_broker("broker-0");
+    let at_broker_0 = of_broker(&all, "broker-0");
+    let at_broker_1 = of_broker(&all, "broker-1");
+    settle(Duration::from_millis(1)).await;
+    while Instant::now() < restarted + 5 * MIN {
+        let now = Instant::now();
+        for q in &at_broker_0 {
+            assert!(!trusts(&a, q, now), "{q:?} trusted while unanswered");
+        }
+        for q in &at_broker_1 {
+            assert!(trusts(&a, q, now), "{q:?} of the other broker not trusted");
+        }
+        settle(Duration::from_millis(100)).await;
+    }
+    // Back: the next retry (every lock_retry) is granted, and the queues are trusted again,
+    // never released.
+    cluster.set_lock_broker_down("broker-0", false);
+    settle(MIN).await;
+    let now = Instant::now();
+    for q in &all {
+        assert!(trusts(&a, q, now), "{q:?} not trusted again");
+    }
+    assert!(
+        a.recorder
+            .removed_with(rebalance_runtime::RemovalReason::Lost)
+            .is_empty()
+    );
+    assert_partition(&[&a], &all);
+}
+
+#[tokio::test(start_paused = true)]
+async fn locks_at_a_restarted_broker_that_never_answers_are_released_when_their_lifetime_ends() {
+    let cluster = cluster();
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(&cluster, &["T"]);
+    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
+    settle(3 * MIN).await;
+    settle(18 * MIN).await;
+    let renewed = Instant::now() - MIN;
+    cluster.set_lock_broker_down("broker-0", true);
+    cluster.restart_broker("broker-0");
+    let at_broker_0 = of_broker(&all, "broker-0");
+    settle(25 * MIN).await;
+    assert!(
+        a.recorder
+            .removed_with(rebalance_runtime::RemovalReason::Lost)
+            .is_empty(),
+        "released before the lifetime of the lock granted before the restart ended"
+    );
+    settle(10 * MIN).await;
+    let lost = a
+        .recorder
+        .removed_with(rebalance_runtime::RemovalReason::Lost);
+    for q in &at_broker_0 {
+        assert!(
+            lost.contains(q),
+            "{q:?} not released {:?} after its last grant",
+            Instant::now() - renewed
+        );
+    }
 }

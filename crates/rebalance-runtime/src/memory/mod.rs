@@ -169,6 +169,9 @@ struct Inner {
     name_server_down: bool,
     /// Brokers that do not answer lock and unlock requests.
     lock_brokers_down: HashSet<String>,
+    /// Per client instance watching for lock losses ([`QueueLocker::lock_losses`]), the
+    /// brokers restarted since it last took them.
+    lock_losses: HashMap<u64, BTreeSet<String>>,
     /// The instance number of the last client made.
     clients_made: u64,
     /// Each broker's read mode of a group's topic, by (group, topic, broker), with its POP
@@ -188,6 +191,8 @@ struct State {
     start: Instant,
     /// The route data every client of the cluster shares (one process, many clients).
     routes_derived: RouteShare,
+    /// Bumped when a broker restarts (and when a client that missed one is reconnected).
+    lock_loss_watch: watch::Sender<u64>,
 }
 
 /// The cluster. Cheap to clone; every clone is the same cluster.
@@ -218,6 +223,7 @@ impl InMemoryCluster {
                 extensions: Mutex::new(HashMap::new()),
                 start: Instant::now(),
                 routes_derived: RouteShare::new(),
+                lock_loss_watch: watch::Sender::new(0),
             }),
         }
     }
@@ -369,14 +375,40 @@ impl InMemoryCluster {
     }
 
     /// Cuts one client off (every call it makes fails as unreachable, so its heartbeats stop
-    /// and it eventually expires) or reconnects it.
+    /// and it eventually expires) or reconnects it. A client reconnected learns of the brokers
+    /// restarted while it was cut off ([`restart_broker`](Self::restart_broker)).
     pub fn partition(&self, client: &ClientId, cut: bool) {
         let mut inner = self.lock();
         if cut {
             inner.partitioned.insert(client.clone());
         } else {
             inner.partitioned.remove(client);
+            drop(inner);
+            self.state.lock_loss_watch.send_modify(|n| *n += 1);
         }
+    }
+
+    /// Restarts the broker named `broker`: it forgets every lock it granted (as a real broker
+    /// does: its lock table lives in memory), so the first client to ask is granted them, and
+    /// every client's [`QueueLocker::lock_losses`] reports it (as their connections to the
+    /// broker would close), except a partitioned client's, which learns of it when reconnected.
+    /// The member lists and offsets stay (one directory and one offset store serve every broker
+    /// here; the clients heartbeat again within their heartbeat interval anyway).
+    pub fn restart_broker(&self, broker: &str) {
+        let mut inner = self.lock();
+        let before = inner.locks.len();
+        inner.locks.retain(|(_, q), _| &*q.broker_name != broker);
+        let dropped = before - inner.locks.len();
+        for losses in inner.lock_losses.values_mut() {
+            losses.insert(broker.to_string());
+        }
+        drop(inner);
+        tracing::info!(
+            broker,
+            dropped_locks = dropped,
+            "in-memory broker restarted"
+        );
+        self.state.lock_loss_watch.send_modify(|n| *n += 1);
     }
 }
 
@@ -861,6 +893,31 @@ impl QueueLocker for ClusterClient {
             asked
         })
         .await
+    }
+
+    /// Changes when a broker restarts ([`InMemoryCluster::restart_broker`]).
+    fn lock_losses(&self) -> Option<watch::Receiver<u64>> {
+        self.state
+            .lock()
+            .lock_losses
+            .entry(self.instance)
+            .or_default();
+        Some(self.state.lock_loss_watch.subscribe())
+    }
+
+    /// The brokers restarted since the last call, once this client watches
+    /// ([`lock_losses`](QueueLocker::lock_losses)); none while it is partitioned (it has not
+    /// seen its connections close yet).
+    fn take_lock_losses(&self) -> Vec<String> {
+        let mut inner = self.state.lock();
+        if inner.partitioned.contains(&self.client_id) {
+            return Vec::new();
+        }
+        inner
+            .lock_losses
+            .get_mut(&self.instance)
+            .map(|losses| std::mem::take(losses).into_iter().collect())
+            .unwrap_or_default()
     }
 }
 

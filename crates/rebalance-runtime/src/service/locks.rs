@@ -16,9 +16,6 @@ impl Service {
     /// Renews the locks of held locked queues; a queue whose lock is gone, or not renewed for
     /// `lock_lifetime`, is released as lost (and taken again when its lock comes back).
     pub(super) async fn renew_locks(&mut self) {
-        let Some(locker) = self.ctx.locks().cloned() else {
-            return;
-        };
         let mut held: Vec<MessageQueue> = self
             .table
             .iter()
@@ -26,6 +23,84 @@ impl Service {
             .map(|(q, _)| q.clone())
             .collect();
         held.sort();
+        self.renew(held).await;
+    }
+
+    /// The locker says some brokers may have lost the locks they granted (a connection to them
+    /// was lost: they may have restarted, and someone else may be granted those locks now).
+    /// Every held lock at those brokers stops being trusted at once (no pull, no batch starts
+    /// under it) and is asked for again at once: granted, it is trusted again from the request;
+    /// refused, the queue is released; unanswered, it is asked for again every `lock_retry`
+    /// and the queue is released once the lock granted before the loss is `lock_lifetime` old.
+    pub(super) async fn lock_losses(&mut self) {
+        let Some(locker) = self.ctx.locks().cloned() else {
+            return;
+        };
+        let brokers = locker.take_lock_losses();
+        if brokers.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let mut risked = Vec::new();
+        for (q, pq) in self.table.iter() {
+            if !pq.is_held() || !brokers.iter().any(|b| **b == *q.broker_name) {
+                continue;
+            }
+            let Some(until) = pq.lock_valid_until() else {
+                continue;
+            };
+            if until > now {
+                pq.set_lock_valid_until(now);
+                self.at_risk
+                    .entry(q.clone())
+                    .and_modify(|(_, cut)| *cut = now)
+                    .or_insert((until, now));
+            }
+            risked.push(q.clone());
+        }
+        risked.sort();
+        if risked.is_empty() {
+            tracing::info!(
+                ?brokers,
+                "brokers may have lost their locks; none of this client's is held there"
+            );
+            return;
+        }
+        tracing::warn!(?brokers, count = risked.len(), queues = ?risked, "brokers may have lost their locks (a connection to them was lost); not trusting the locks held there until a renewal is granted, asking now");
+        self.renew(risked).await;
+    }
+
+    /// Asks again for the locks still at risk (see [`lock_losses`](Self::lock_losses)).
+    pub(super) async fn renew_at_risk(&mut self) {
+        let at_risk: Vec<MessageQueue> = self.at_risk.keys().cloned().collect();
+        tracing::info!(count = at_risk.len(), queues = ?at_risk, "asking again for the locks a broker may have lost");
+        self.renew(at_risk).await;
+    }
+
+    /// Forgets the queues no longer at risk: released, or whose lock was set since its trust
+    /// was cut (granted again, or a new lease); asks for the others again `lock_retry` from now.
+    fn settle_at_risk(&mut self) {
+        let table = &self.table;
+        self.at_risk.retain(|q, (_, cut)| {
+            table
+                .get(q)
+                .is_some_and(|pq| pq.is_held() && pq.lock_valid_until() == Some(*cut))
+        });
+        let retry =
+            (!self.at_risk.is_empty()).then(|| Instant::now() + self.ctx.intervals.lock_retry);
+        self.schedule.retry_at_risk(retry);
+    }
+
+    /// Renews the locks of `held` (held locked queues, sorted), releasing those lost.
+    async fn renew(&mut self, held: Vec<MessageQueue>) {
+        self.renew_inner(held).await;
+        self.settle_at_risk();
+    }
+
+    async fn renew_inner(&mut self, held: Vec<MessageQueue>) {
+        let Some(locker) = self.ctx.locks().cloned() else {
+            return;
+        };
         if held.is_empty() {
             return;
         }
@@ -51,8 +126,11 @@ impl Service {
                 LockOutcome::unanswered(&held)
             }
         };
-        let renewal = Renewal::sort(held, &outcome, now, |q| {
-            self.table.get(q).and_then(|pq| pq.lock_valid_until())
+        // A lock at risk (its broker may have lost it) is kept, unanswered, only while the lock
+        // granted before the loss would have been.
+        let renewal = Renewal::sort(held, &outcome, now, |q| match self.at_risk.get(q) {
+            Some((until, _)) => Some(*until),
+            None => self.table.get(q).and_then(|pq| pq.lock_valid_until()),
         });
         for q in &renewal.renewed {
             if let Some(pq) = self.table.get(q) {

@@ -115,6 +115,10 @@ pub(crate) struct Service {
     regained_at: Option<Instant>,
     /// The members of the last complete view, and those missing since (for their locks).
     departures: departed::Departures,
+    /// Held locked queues whose broker may have lost its locks (see
+    /// [`lock_losses`](Self::lock_losses)) and no renewal answered since: until when the last
+    /// lock granted before the loss was trusted, and the instant its trust was cut.
+    at_risk: BTreeMap<rebalance_core::MessageQueue, (Instant, Instant)>,
 }
 
 impl Service {
@@ -158,6 +162,7 @@ impl Service {
             server: server_side::ServerSide::default(),
             regained_at: None,
             departures: departed::Departures::default(),
+            at_risk: BTreeMap::new(),
         }
     }
 
@@ -183,6 +188,13 @@ impl Service {
                 self.schedule.started_alone();
             }
         }
+        // A broker whose connection was lost may have lost the locks it granted (see
+        // `QueueLocker::lock_losses`); those reported before the start concern nothing held.
+        let mut lock_losses = self.ctx.locks().and_then(|locker| {
+            let losses = locker.lock_losses();
+            let _ = locker.take_lock_losses();
+            losses
+        });
         let mut resets = self.resets.take();
         let activity = self.ctx.activity.clone();
         loop {
@@ -193,6 +205,14 @@ impl Service {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
+                changed = changed(&mut lock_losses) => {
+                    if changed {
+                        self.lock_losses().await;
+                    } else {
+                        tracing::warn!("the locker's loss notifications ended; locks are trusted for lock_lifetime from their last grant");
+                        lock_losses = None;
+                    }
+                }
                 changed = requested.changed() => match changed {
                     Ok(()) => {
                         let requested = requested.borrow_and_update().clone();
@@ -228,6 +248,7 @@ impl Service {
                 () = sleep_until(wake_at) => {
                     match self.schedule.take_due(Instant::now(), pending, added_retry) {
                         Some(Due::Renewal) => self.renew_locks().await,
+                        Some(Due::AtRisk) => self.renew_at_risk().await,
                         Some(Due::Persistence) => self.persist_offsets().await,
                         Some(Due::AddedRetry) => self.retry_added().await,
                         Some(Due::Round) => self.run_round().await,
@@ -597,8 +618,8 @@ async fn sleep_until(at: Instant) {
     }
 }
 
-/// Waits for a membership change; `false` when the directory's channel closed. Never completes
-/// when there is no channel.
+/// Waits for a change (of the membership, or a lock loss); `false` when the channel closed.
+/// Never completes when there is no channel.
 async fn changed(receiver: &mut Option<watch::Receiver<u64>>) -> bool {
     match receiver {
         Some(rx) => rx.changed().await.is_ok(),

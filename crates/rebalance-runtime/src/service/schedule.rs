@@ -28,6 +28,9 @@ pub(super) enum Due {
     /// Ask the directory whether the members are still those of the last round (every
     /// `membership_check` after a balanced round, while no round is due sooner).
     MembershipCheck,
+    /// Ask again for the locks at risk (their broker may have lost them, and the last request
+    /// went unanswered): `lock_retry` after it.
+    AtRisk,
 }
 
 /// How late a tick may be taken and still count as on time: tokio's `Interval` tolerance,
@@ -98,6 +101,8 @@ pub(super) struct Schedule {
     /// The queues were given back: until its next round the member waits for the group to
     /// settle as a starting member does.
     restarting: bool,
+    /// When the locks at risk (see `Service::lock_losses`) are asked for again.
+    at_risk_retry_at: Option<Instant>,
 }
 
 impl Schedule {
@@ -123,6 +128,7 @@ impl Schedule {
             took_alone: false,
             give_back: false,
             restarting: false,
+            at_risk_retry_at: None,
         }
     }
 
@@ -240,6 +246,7 @@ impl Schedule {
     ) -> Instant {
         [
             self.renew.map(|t| t.next),
+            self.at_risk_retry_at,
             Some(self.persist.next),
             added_retry,
             self.check_at(pending),
@@ -264,6 +271,10 @@ impl Schedule {
         if let Some(renew) = self.renew.as_mut().filter(|t| t.next <= now) {
             renew.taken(now);
             return Some(Due::Renewal);
+        }
+        if self.at_risk_retry_at.is_some_and(|at| at <= now) {
+            self.at_risk_retry_at = None;
+            return Some(Due::AtRisk);
         }
         if self.persist.next <= now {
             self.persist.taken(now);
@@ -309,6 +320,11 @@ impl Schedule {
         self.membership_quiet_at = None;
         self.settle_started = None;
         reasons
+    }
+
+    /// The locks at risk are asked for again at `at` (`None`: none is at risk any more).
+    pub(super) fn retry_at_risk(&mut self, at: Option<Instant>) {
+        self.at_risk_retry_at = at;
     }
 
     /// The round ended at `now`: the next one is due `rebalance_wait` later if it was `balanced`,
@@ -770,7 +786,7 @@ mod tests {
         let mut rounds = 0;
         while rounds < 3 {
             match c.next(WakeReasons::NONE).0 {
-                Due::Renewal | Due::AddedRetry | Due::MembershipCheck => {
+                Due::Renewal | Due::AddedRetry | Due::MembershipCheck | Due::AtRisk => {
                     panic!("nothing to renew, retry or check")
                 }
                 Due::Persistence => {}
