@@ -116,7 +116,8 @@ impl Attempt {
 }
 
 /// Called with an address each time a connection to it is made again (after one was lost,
-/// or after failed attempts), for as long as `live` says it is still wanted.
+/// or after failed attempts), or each time one is lost (the disconnect hooks), for as long as
+/// `live` says it is still wanted.
 #[derive(Clone)]
 struct ReconnectHook {
     call: Arc<dyn Fn(&str) + Send + Sync>,
@@ -132,6 +133,8 @@ struct Inner {
     next_forget: AtomicU64,
     questions: Arc<ServerQuestions>,
     reconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
+    /// Called with the address of a connection lost (see [`RemotingClient::on_disconnect`]).
+    disconnect_hooks: std::sync::RwLock<Vec<ReconnectHook>>,
     /// Signs every request sent, when set.
     credentials: Option<Credentials>,
     /// The resources the servers refused this client, each logged once.
@@ -204,6 +207,7 @@ impl RemotingClient {
                 next_forget: AtomicU64::new(0),
                 questions: Arc::new(ServerQuestions::default()),
                 reconnect_hooks: std::sync::RwLock::new(Vec::new()),
+                disconnect_hooks: std::sync::RwLock::new(Vec::new()),
                 credentials,
                 denials: Denials::default(),
                 address_map: std::sync::RwLock::new(Arc::new(AddressMap::new())),
@@ -346,9 +350,55 @@ impl RemotingClient {
         live: impl Fn() -> bool + Send + Sync + 'static,
         hook: impl Fn(&str) + Send + Sync + 'static,
     ) {
-        self.live_reconnect_hooks().push(ReconnectHook {
+        live_hooks(&self.inner.reconnect_hooks).push(ReconnectHook {
             call: Arc::new(hook),
             live: Arc::new(live),
+        });
+    }
+
+    /// Registers `hook`, called with a server's address as soon as a connection to it is lost:
+    /// closed by the server (a broker that stopped or restarted), failed on a read or a write,
+    /// or closed after the server stayed silent past its limit. Not when this client closed it
+    /// ([`close`](Self::close), [`close_all`](Self::close_all), an idle address forgotten).
+    /// A broker whose connection was lost may have restarted, and lost its lock table (the
+    /// broker client reports it through [`QueueLocker::lock_losses`](rebalance_runtime::QueueLocker::lock_losses)).
+    ///
+    /// Called on a task of its own, after the connection closed; it must not block. A hook that
+    /// panics is logged and the others still run.
+    pub fn on_disconnect(&self, hook: impl Fn(&str) + Send + Sync + 'static) {
+        self.on_disconnect_while(|| true, hook);
+    }
+
+    /// [`on_disconnect`](Self::on_disconnect) for a hook that is wanted only while `live` says
+    /// so (see [`on_reconnect_while`](Self::on_reconnect_while)).
+    pub(crate) fn on_disconnect_while(
+        &self,
+        live: impl Fn() -> bool + Send + Sync + 'static,
+        hook: impl Fn(&str) + Send + Sync + 'static,
+    ) {
+        live_hooks(&self.inner.disconnect_hooks).push(ReconnectHook {
+            call: Arc::new(hook),
+            live: Arc::new(live),
+        });
+    }
+
+    /// Watches `conn` (to `addr`) on a task of its own, which ends with the connection: when it
+    /// is lost, the disconnect hooks are called. The task holds neither the connection (which
+    /// still closes when its last handle is dropped) nor the client.
+    fn watch_close(&self, addr: &str, conn: &Connection) {
+        let watch = conn.close_watch();
+        let client = Arc::downgrade(&self.inner);
+        let addr = addr.to_string();
+        tokio::spawn(async move {
+            if !watch.lost().await {
+                return;
+            }
+            let Some(inner) = client.upgrade() else {
+                return;
+            };
+            let hooks = live_hooks(&inner.disconnect_hooks).clone();
+            tracing::info!(addr, hooks = hooks.len(), "connection lost");
+            call_hooks(&hooks, &addr, "a disconnect hook panicked");
         });
     }
 
@@ -363,17 +413,6 @@ impl RemotingClient {
     pub(crate) fn reconnect_hook_count(&self) -> usize {
         let hooks = self.inner.reconnect_hooks.read();
         hooks.unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// The hooks, without those no longer live.
-    fn live_reconnect_hooks(&self) -> std::sync::RwLockWriteGuard<'_, Vec<ReconnectHook>> {
-        let mut hooks = self
-            .inner
-            .reconnect_hooks
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        hooks.retain(|hook| (hook.live)());
-        hooks
     }
 
     /// Where the brokers' membership-change notifications arrive.
@@ -532,18 +571,11 @@ impl RemotingClient {
         match self.open(addr).await {
             Ok(conn) => {
                 tracing::info!(addr, reconnect, "connected");
+                self.watch_close(addr, &conn);
                 if reconnect {
                     // Called without the lock: a hook may register another.
-                    let hooks = self.live_reconnect_hooks().clone();
-                    for hook in hooks {
-                        // The application's code: a panic in it must not undo the connection.
-                        let called =
-                            std::panic::catch_unwind(AssertUnwindSafe(|| (hook.call)(addr)));
-                        if let Err(panic) = called {
-                            let message = panic_message(&*panic);
-                            tracing::error!(addr, panic = %message, "a reconnect hook panicked");
-                        }
-                    }
+                    let hooks = live_hooks(&self.inner.reconnect_hooks).clone();
+                    call_hooks(&hooks, addr, "a reconnect hook panicked");
                 }
                 Ok(Opened {
                     conn,
@@ -718,6 +750,27 @@ impl RemotingClient {
     }
 }
 
+/// The hooks of `hooks`, without those no longer live.
+fn live_hooks(
+    hooks: &std::sync::RwLock<Vec<ReconnectHook>>,
+) -> std::sync::RwLockWriteGuard<'_, Vec<ReconnectHook>> {
+    let mut hooks = hooks.write().unwrap_or_else(|e| e.into_inner());
+    hooks.retain(|hook| (hook.live)());
+    hooks
+}
+
+/// Calls each of `hooks` with `addr` (without the lock: a hook may register another). The
+/// application's code: a panic in one must not undo what it was told about, nor skip the others.
+fn call_hooks(hooks: &[ReconnectHook], addr: &str, panicked: &'static str) {
+    for hook in hooks {
+        let called = std::panic::catch_unwind(AssertUnwindSafe(|| (hook.call)(addr)));
+        if let Err(panic) = called {
+            let message = panic_message(&*panic);
+            tracing::error!(addr, panic = %message, "{panicked}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -789,6 +842,58 @@ mod tests {
         let answer = client.invoke(&addr, RemotingCommand::request(2)).await;
         assert_eq!(answer.unwrap().remark.as_deref(), Some("2"));
         assert_eq!(called.load(Ordering::SeqCst), 1);
+    }
+
+    /// A connection the server closes calls the disconnect hooks with its address (a broker
+    /// that restarted has lost its lock table); one the client closes itself does not.
+    #[tokio::test]
+    async fn a_connection_closed_by_the_server_calls_the_disconnect_hooks_and_the_clients_own_close_does_not()
+     {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            // The first connection answers one request, then closes; the next ones answer.
+            let (first, _) = listener.accept().await.unwrap();
+            let mut framed = Framed::new(first, RemotingCodec::default());
+            if let Some(Ok(req)) = framed.next().await {
+                let _ = framed
+                    .send(RemotingCommand::response(0, req.opaque, None))
+                    .await;
+            }
+            drop(framed);
+            echo_server(listener, 2).await;
+        });
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(1),
+            ..Default::default()
+        });
+        let (lost_tx, mut lost) = tokio::sync::mpsc::unbounded_channel();
+        client.on_disconnect(move |addr| {
+            let _ = lost_tx.send(addr.to_string());
+        });
+        let conn = client.connection(&addr).await.unwrap();
+        client
+            .invoke(&addr, RemotingCommand::request(1))
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .unwrap();
+        let told = tokio::time::timeout(Duration::from_secs(5), lost.recv()).await;
+        assert_eq!(told.unwrap().as_deref(), Some(addr.as_str()));
+        // Reconnected; closed by the client this time.
+        let answer = client.invoke(&addr, RemotingCommand::request(2)).await;
+        assert_eq!(answer.unwrap().remark.as_deref(), Some("2"));
+        let conn = client.connection(&addr).await.unwrap();
+        client.close(&addr);
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            lost.try_recv().is_err(),
+            "the client's own closes are no loss"
+        );
     }
 
     #[tokio::test]

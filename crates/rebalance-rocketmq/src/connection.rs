@@ -100,8 +100,9 @@ struct Shared {
     addr: String,
     pending: DashMap<i32, Reply>,
     next_opaque: AtomicI32,
-    /// Set once, when the connection closes, with the reason and the time.
-    closed: OnceLock<(String, Instant)>,
+    /// Set once, when the connection closes, with the reason, the time, and whether the client
+    /// closed it (its own [`Connection::close`], or its last handle dropped).
+    closed: OnceLock<(String, Instant, bool)>,
     outbound: mpsc::Sender<RemotingCommand>,
     /// Since when (nanoseconds after `epoch`) answers have been awaited with nothing heard from
     /// the server, or [`NOT_AWAITING`]: set by a request when unset, moved to now by every byte
@@ -118,16 +119,23 @@ const NOT_AWAITING: u64 = u64::MAX;
 
 impl Shared {
     fn closed_error(&self) -> Option<TransportError> {
-        self.closed.get().map(|(reason, _)| TransportError::Closed {
-            addr: self.addr.clone(),
-            reason: reason.clone(),
-        })
+        self.closed
+            .get()
+            .map(|(reason, _, _)| TransportError::Closed {
+                addr: self.addr.clone(),
+                reason: reason.clone(),
+            })
     }
 
-    /// Marks the connection closed and fails every waiting request. Requests registered after
-    /// this see the mark (they check it after registering), so none waits forever.
-    fn close(&self, reason: String) {
-        if self.closed.set((reason.clone(), Instant::now())).is_err() {
+    /// Marks the connection closed (`by_client`: by this client) and fails every waiting
+    /// request. Requests registered after this see the mark (they check it after registering),
+    /// so none waits forever.
+    fn close(&self, reason: String, by_client: bool) {
+        if self
+            .closed
+            .set((reason.clone(), Instant::now(), by_client))
+            .is_err()
+        {
             return;
         }
         let opaques: Vec<i32> = self.pending.iter().map(|e| *e.key()).collect();
@@ -232,6 +240,27 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // The last handle is gone: stop both tasks, which closes the socket.
         self.token.cancel();
+    }
+}
+
+/// A watch on a connection's end that does not keep it open (it holds no handle: the socket
+/// still closes when the last [`Connection`] is dropped).
+pub(crate) struct CloseWatch {
+    shared: Arc<Shared>,
+    token: CancellationToken,
+}
+
+impl CloseWatch {
+    /// Waits until the connection closes; `true` when it was lost (closed by the server, a
+    /// read or write failure, or a server silent past its limit), `false` when this client
+    /// closed it ([`Connection::close`], or its last handle dropped).
+    pub(crate) async fn lost(self) -> bool {
+        self.token.cancelled().await;
+        // The token is cancelled before a close is marked only when the last handle is dropped.
+        self.shared
+            .closed
+            .get()
+            .is_some_and(|(_, _, by_client)| !by_client)
     }
 }
 
@@ -400,18 +429,28 @@ impl Connection {
 
     /// When the connection closed, if it has.
     pub fn closed_at(&self) -> Option<Instant> {
-        self.inner.shared.closed.get().map(|(_, at)| *at)
+        self.inner.shared.closed.get().map(|(_, at, _)| *at)
     }
 
     /// Closes the connection; waiting requests fail with [`TransportError::Closed`].
     pub fn close(&self) {
-        self.close_because("closed by the client".to_string());
+        self.close_because("closed by the client".to_string(), true);
     }
 
     /// Fails every waiting request with `reason` and stops both tasks, which closes the socket.
-    fn close_because(&self, reason: String) {
-        self.inner.shared.close(reason);
+    /// `by_client`: closed on the client's own decision, not because the server went away (a
+    /// server silent past its limit counts as gone).
+    fn close_because(&self, reason: String, by_client: bool) {
+        self.inner.shared.close(reason, by_client);
         self.inner.token.cancel();
+    }
+
+    /// A watch on the connection's end that does not keep it open (see [`CloseWatch`]).
+    pub(crate) fn close_watch(&self) -> CloseWatch {
+        CloseWatch {
+            shared: self.inner.shared.clone(),
+            token: self.inner.token.clone(),
+        }
     }
 
     /// Resolves when the connection has closed.
@@ -489,7 +528,7 @@ impl Connection {
                 match (silence, shared.close_after_silence) {
                     (Some(silence), Some(limit)) if silence >= limit => {
                         tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, ?silence, "request timed out and nothing came from the server meanwhile; closing the connection (the next use reconnects)");
-                        self.close_because(format!("server silent for {silence:?}"));
+                        self.close_because(format!("server silent for {silence:?}"), false);
                     }
                     _ => {
                         tracing::debug!(addr = %shared.addr, code, opaque, ?timeout, ?silence, "request timed out");
@@ -569,7 +608,8 @@ async fn read_loop<R>(
 {
     let reason = loop {
         let next = tokio::select! {
-            _ = token.cancelled() => break "closed by the client".to_string(),
+            // Cancelled before any close was marked: the last handle was dropped.
+            _ = token.cancelled() => break ("closed by the client".to_string(), true),
             next = frames.next() => next,
         };
         match next {
@@ -583,16 +623,16 @@ async fn read_loop<R>(
                     shared.addr
                 );
                 tracing::warn!(addr = %shared.addr, %reason, "closing");
-                break reason;
+                break (reason, false);
             }
             Some(Err(e)) => {
                 tracing::warn!(addr = %shared.addr, error = %e, "unreadable data from server, closing");
-                break format!("unreadable data: {e}");
+                break (format!("unreadable data: {e}"), false);
             }
-            None => break "closed by the server".to_string(),
+            None => break ("closed by the server".to_string(), false),
         }
     };
-    shared.close(reason);
+    shared.close(reason.0, reason.1);
     token.cancel();
 }
 
@@ -755,7 +795,7 @@ async fn write_loop<W>(
         }
     };
     if let Some(reason) = reason {
-        shared.close(reason);
+        shared.close(reason, false);
     }
     token.cancel();
     // Half-close the socket so the server sees the end (without waiting on a stuck peer).
