@@ -7,6 +7,9 @@ use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::{LockOutcome, QueueLocker, RemoteError};
 
 use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use tokio::sync::watch;
 
 use super::BrokerClient;
 use super::wire::{LockBatchAnswer, LockBatchBody, WireQueue};
@@ -56,6 +59,54 @@ fn granted(
         .into_iter()
         .map(|q| MessageQueue::new(plain(&q.topic).as_str(), q.broker_name.as_str(), q.queue_id))
         .collect())
+}
+
+/// The brokers whose connection was lost (closed, or made again after it was) since the
+/// runtime last asked: each may have restarted and lost the locks it granted
+/// ([`QueueLocker::lock_losses`]).
+#[derive(Debug)]
+pub(super) struct LockLosses {
+    brokers: Mutex<BTreeSet<String>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Default for LockLosses {
+    fn default() -> Self {
+        Self {
+            brokers: Mutex::new(BTreeSet::new()),
+            changed: watch::Sender::new(0),
+        }
+    }
+}
+
+impl LockLosses {
+    /// The connection to `addr` was lost: the brokers whose master it is, as `routes` know
+    /// them, may have lost their locks.
+    pub(super) fn connection_lost(&self, addr: &str, routes: &crate::route::RouteCache) {
+        let names = routes.masters_at(addr);
+        if names.is_empty() {
+            tracing::debug!(
+                broker = addr,
+                "connection lost to an address that is no known master"
+            );
+            return;
+        }
+        tracing::info!(broker = addr, names = ?names, "connection to a broker master lost: it may have lost the locks it granted");
+        self.brokers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(names);
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn take(&self) -> Vec<String> {
+        let mut brokers = self.brokers.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *brokers).into_iter().collect()
+    }
 }
 
 impl BrokerClient {
@@ -236,6 +287,19 @@ impl QueueLocker for BrokerClient {
             Some(e) if !answered => Err(e),
             _ => Ok(unlocked),
         }
+    }
+
+    /// Changes when a connection to a broker master is lost, or made again after it was (see
+    /// [`RemotingClient::on_disconnect`](crate::RemotingClient::on_disconnect)): the broker may
+    /// have restarted and lost its lock table. A master that fails without its connection
+    /// closing (a host lost, a partition) is seen only when a request to it fails.
+    fn lock_losses(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.inner.lock_losses.subscribe())
+    }
+
+    /// The names of the brokers whose master's connection was lost since the last call.
+    fn take_lock_losses(&self) -> Vec<String> {
+        self.inner.lock_losses.take()
     }
 }
 

@@ -45,6 +45,8 @@ struct Inner {
     /// When each broker was last heartbeated again after answering a pull "subscription not
     /// latest", within the last `RESUBSCRIBE_INTERVAL` (older entries are dropped).
     resubscribed: DashMap<String, tokio::time::Instant>,
+    /// The brokers that may have lost the locks they granted (see [`locks::LockLosses`]).
+    lock_losses: locks::LockLosses,
 }
 
 /// The broker side of a RocketMQ consumer: implements the runtime's
@@ -134,6 +136,7 @@ impl BrokerClient {
                 member_lists_asked: DashSet::new(),
                 connection_checks: ConnectionChecks::default(),
                 resubscribed: DashMap::new(),
+                lock_losses: locks::LockLosses::default(),
             }),
         };
         let weak = Arc::downgrade(&client.inner);
@@ -141,12 +144,27 @@ impl BrokerClient {
         // Only while this client lives: a name server client outlives the broker clients made
         // over it, and would otherwise keep one dead hook for each.
         let live = move || owner.strong_count() > 0;
+        let live_too = live.clone();
+        let lost = weak.clone();
         client.remoting().on_reconnect_while(live, move |addr| {
             let Some(inner) = weak.upgrade() else { return };
+            // The connection was lost before: the broker may have restarted meanwhile.
+            inner
+                .lock_losses
+                .connection_lost(addr, inner.name_server.routes());
             let client = BrokerClient { inner };
             let addr = addr.to_string();
             tokio::spawn(async move { client.heartbeat_again(&addr).await });
         });
+        // A broker whose connection was lost may have restarted and lost its lock table.
+        client
+            .remoting()
+            .on_disconnect_while(live_too, move |addr| {
+                let Some(inner) = lost.upgrade() else { return };
+                inner
+                    .lock_losses
+                    .connection_lost(addr, inner.name_server.routes());
+            });
         client
     }
 
@@ -311,6 +329,59 @@ mod tests {
             "the application's own hook and the living client's"
         );
         drop(kept);
+    }
+
+    /// A broker master whose connection is lost may have restarted and lost its lock table:
+    /// the locker reports its name (the names of every broker whose master it is), not a slave's
+    /// or another master's.
+    #[tokio::test]
+    async fn a_lost_connection_to_a_master_reports_its_brokers_lock_losses() {
+        use rebalance_core::{BrokerData, QueueData};
+        use rebalance_runtime::QueueLocker;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            // Accepts one connection and closes it at once: the broker went down.
+            let (socket, _) = listener.accept().await.unwrap();
+            drop(socket);
+        });
+        let name_server = NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        let brokers = BrokerClient::new(name_server.clone());
+        let broker = |name: &str, addrs: &[(i64, &str)]| BrokerData {
+            cluster: "c".into(),
+            broker_name: name.into(),
+            broker_addrs: addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
+        };
+        let route = TopicRoute {
+            queue_datas: ["a", "b", "c"]
+                .map(|name| QueueData {
+                    broker_name: name.into(),
+                    read_queue_nums: 1,
+                    write_queue_nums: 1,
+                    perm: 6,
+                    topic_sys_flag: 0,
+                })
+                .to_vec(),
+            broker_datas: vec![
+                broker("a", &[(0, &addr)]),
+                broker("b", &[(0, "127.0.0.1:2"), (1, &addr)]),
+                broker("c", &[(0, "127.0.0.1:3")]),
+            ],
+            order_topic_conf: None,
+        };
+        name_server.routes().update("T", &route);
+        let mut losses = brokers
+            .lock_losses()
+            .expect("the RocketMQ locker reports losses");
+        assert!(brokers.take_lock_losses().is_empty());
+        let conn = name_server.remoting().connection(&addr).await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), losses.changed())
+            .await
+            .expect("told of the loss")
+            .unwrap();
+        assert!(!conn.is_open());
+        assert_eq!(brokers.take_lock_losses(), vec!["a".to_string()]);
+        assert!(brokers.take_lock_losses().is_empty(), "taken once");
     }
 
     /// The runtime learns of membership changes from the brokers' pushes instead of waiting for

@@ -115,6 +115,19 @@ impl RouteCache {
             .and_then(|a| a.value().get(&MASTER_ID).cloned())
     }
 
+    /// The names of the brokers whose master is at `addr` (sorted).
+    pub(crate) fn masters_at(&self, addr: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tables
+            .brokers
+            .iter()
+            .filter(|b| b.value().get(&MASTER_ID).is_some_and(|a| a == addr))
+            .map(|b| b.key().clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The master's address of `broker_name`, or else its lowest-numbered slave's.
     pub fn any_addr(&self, broker_name: &str) -> Option<String> {
         self.tables.brokers.get(broker_name).and_then(|a| {
