@@ -25,6 +25,10 @@ const NAME_VALUE_SEPARATOR: char = '\u{1}';
 /// Ends each property in the `properties` header field.
 const PROPERTY_SEPARATOR: char = '\u{2}';
 
+/// The property that makes a broker store a message as a transaction's half message when it is
+/// `true` (Java's `MessageConst.PROPERTY_TRANSACTION_PREPARED`): refused by [`Message::check`].
+pub const TRANSACTION_PREPARED: &str = "TRAN_MSG";
+
 /// The largest body a [`MessageSender`] sends by default: the broker's default
 /// `maxMessageSize` (4 MiB), which the Java producer's `maxMessageSize` also checks before
 /// sending.
@@ -60,6 +64,21 @@ pub enum InvalidMessage {
         name: String,
         /// `"name"` or `"value"`.
         part: &'static str,
+    },
+    /// The message is marked as a transaction's half message (`TRAN_MSG` set to `true`, in any
+    /// case, as Java's `Boolean.parseBoolean` reads it): a broker would store it where
+    /// consumers do not see it and ask the producer group whether to commit it, which this
+    /// sender does not answer, so it would be dropped later while the send returned OK. A
+    /// message of a committed transaction keeps the property when it is consumed, so an
+    /// application forwarding consumed messages with their properties meets it.
+    #[error(
+        "property {name:?} is {value:?}, which makes a broker store the message as a transaction's half message, hidden from consumers until its producer group commits it (this sender sends no transactions, so it would be dropped later): remove the property (when forwarding a consumed message, do not copy it)"
+    )]
+    TransactionHalfMessage {
+        /// The property's name, [`TRANSACTION_PREPARED`].
+        name: String,
+        /// Its value.
+        value: String,
     },
     /// The body is larger than the sender's limit.
     #[error(
@@ -124,7 +143,13 @@ impl Message {
         self.with_property("KEYS", keys)
     }
 
-    /// Sets a property.
+    /// Sets a property (replacing one of the same name). Any name is accepted here;
+    /// [`MessageSender::send`] refuses before sending what [`check`](Self::check) refuses: a
+    /// name or value that is empty or holds a separator, and the properties that would make a
+    /// broker store the message in a way this sender does not support: [`TRANSACTION_PREPARED`]
+    /// (`TRAN_MSG`) set to `true`, which would make it a transaction's half message, never
+    /// delivered. The other properties a broker reads are passed as they are (`DELAY`, a
+    /// delivery time, `KEYS`, `TAGS`, …).
     pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(name.into(), value.into());
         self
@@ -132,10 +157,18 @@ impl Message {
 
     /// Checks what the broker would refuse, misread or drop: a property with an empty name or
     /// value, or a separator in either, a body over `max_body_size` bytes, properties longer than
-    /// [`MAX_PROPERTIES_LEN`] once encoded. [`MessageSender::send`] sends nothing that fails it.
+    /// [`MAX_PROPERTIES_LEN`] once encoded, and a message marked as a transaction's half message
+    /// ([`TRANSACTION_PREPARED`] `true`), which a broker would keep from consumers.
+    /// [`MessageSender::send`] sends nothing that fails it.
     pub fn check(&self, max_body_size: usize) -> Result<(), InvalidMessage> {
         let has_separator = |text: &str| text.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR]);
         for (name, value) in &self.properties {
+            if name == TRANSACTION_PREPARED && value.eq_ignore_ascii_case("true") {
+                return Err(InvalidMessage::TransactionHalfMessage {
+                    name: name.clone(),
+                    value: value.clone(),
+                });
+            }
             for (part, text) in [("name", name), ("value", value)] {
                 if text.is_empty() {
                     return Err(InvalidMessage::EmptyProperty {
@@ -492,6 +525,45 @@ mod tests {
                 "{message:?}: {text}"
             );
         }
+    }
+
+    /// A message marked `TRAN_MSG=true` (a consumed message of a committed transaction keeps
+    /// the mark: an application forwarding it with its properties sends it) would be stored
+    /// by a broker as a transaction's half message, whose outcome it asks of the producer
+    /// group (nobody answers for it), then drops, while the send returned OK: refused before
+    /// sending (found by review: it was sent, and silently lost).
+    #[tokio::test]
+    async fn a_transaction_half_message_is_refused_before_sending() {
+        let queue = MessageQueue::new("T", "broker-a", 0);
+        let sender = unreachable_sender();
+        for value in ["true", "TRUE", "True"] {
+            let message = Message::new("x")
+                .with_tags("TagA")
+                .with_property(TRANSACTION_PREPARED, value);
+            let error = sender.send(&queue, &message).await.unwrap_err();
+            assert_eq!(
+                error,
+                SendError::Invalid(InvalidMessage::TransactionHalfMessage {
+                    name: "TRAN_MSG".into(),
+                    value: value.into()
+                })
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("TRAN_MSG")
+                    && text.contains("remove the property")
+                    && !text.contains("unreachable"),
+                "{text}"
+            );
+        }
+        // Marked not prepared, it is a plain message: a broker stores it as one.
+        let plain = Message::new("x").with_property(TRANSACTION_PREPARED, "false");
+        assert_eq!(plain.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
+        let outcome = sender.send(&queue, &plain).await;
+        assert!(
+            matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+            "{outcome:?}"
+        );
     }
 
     /// A property with an empty name or value would be dropped by the broker reading the
