@@ -2,17 +2,15 @@
 //! the runtime's producer (round robin with latency fault avoidance, or by key for ordered
 //! messages) and storing them with SEND_MESSAGE.
 //!
-//! Each message gets a unique id (`UNIQ_KEY`, as the Java producer sets it), which consumers
-//! see as its id; `--json` prints one line per message stored:
+//! Each message gets a unique id (`UNIQ_KEY`, stamped by `Message::new` as the Java producer
+//! sets it, the same for each retry of the message), which consumers see as its id; `--json` prints one line per message stored:
 //! `{"msg_id", "topic", "broker", "queue", "offset", "body"}`.
 
 use std::io::{self, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rebalance_consume::property;
 use rebalance_core::MessageQueue;
-use rebalance_rocketmq::message::unique_id;
 use rebalance_rocketmq::producer::{
     Message, MessageSender, SendError as SendFailure, SendResult, SendStatus,
 };
@@ -225,8 +223,7 @@ async fn send_all(
             pace.tick().await;
         }
         let body = format!("{}{i}", args.body_prefix);
-        let msg_id = unique_id();
-        let mut message = Message::new(body.clone()).with_property(property::UNIQ_KEY, &msg_id);
+        let mut message = Message::new(body.clone());
         if let Some(tags) = &args.tags {
             message = message.with_tags(tags.clone());
         }
@@ -236,7 +233,7 @@ async fn send_all(
         let key = args.ordered_by.as_deref().map(|key| numbered(key, i));
         match send_one(&producer, &sender, args, &message, key.as_deref()).await {
             Ok(result) => {
-                write_sent(out, args.json, &msg_id, &args.topic, &result, &body)?;
+                write_sent(out, args.json, &result.msg_id, &args.topic, &result, &body)?;
                 if let Some(unconfirmed) = unconfirmed(result.status) {
                     writeln!(
                         err,
@@ -428,7 +425,8 @@ mod tests {
             status: rebalance_rocketmq::SendStatus::SendOk,
             queue: MessageQueue::new("T", "broker-a", 2),
             queue_offset: 41,
-            msg_id: "OFFSETID".into(),
+            msg_id: "UNIQ".into(),
+            offset_msg_id: "OFFSETID".into(),
             transaction_id: None,
             latency: Duration::from_millis(1),
         };

@@ -2,10 +2,12 @@
 //! a producer that picks queues with the runtime's
 //! [`Producer`](rebalance_runtime::producer::Producer) and for tests.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rebalance_consume::property::UNIQ_KEY;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::{RemoteError, RouteError};
 use tokio::time::Instant;
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 use crate::broker::refused;
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::denial::Op;
+use crate::message::unique_id;
 use crate::name_server::NameServerClient;
 
 /// The topic a broker copies an auto-created topic's configuration from.
@@ -115,7 +118,12 @@ pub enum SendError {
     Remote(#[from] RemoteError),
 }
 
-/// A message to send: a body and its properties.
+/// A message to send: a body and its properties, among which its unique key (`UNIQ_KEY`, the
+/// id consumers see), stamped by [`Message::new`]: every send of one `Message` value (a retry
+/// after a send left unanswered, which the broker may have stored) carries the same key, so
+/// that consumers can tell a copy from another message, as with the Java producer. A message
+/// built otherwise (a struct literal, `Default`) without the property gets a new key at each
+/// send.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Message {
     /// The payload.
@@ -125,12 +133,29 @@ pub struct Message {
 }
 
 impl Message {
-    /// A message with `body` and no property.
+    /// A message with `body` and a new unique key (`UNIQ_KEY`, made by
+    /// [`unique_id`], shaped like the Java producer's), its only property:
+    /// [`with_property`](Self::with_property)`(UNIQ_KEY, ..)` replaces it.
+    ///
+    /// ```
+    /// use rebalance_rocketmq::producer::Message;
+    ///
+    /// let message = Message::new("hello");
+    /// assert_eq!(message.unique_key().map(str::len), Some(32));
+    /// assert_ne!(message.unique_key(), Message::new("hello").unique_key());
+    /// let mine = message.with_property("UNIQ_KEY", "order-42");
+    /// assert_eq!(mine.unique_key(), Some("order-42"));
+    /// ```
     pub fn new(body: impl Into<Bytes>) -> Self {
         Self {
             body: body.into(),
-            properties: BTreeMap::new(),
+            properties: BTreeMap::from([(UNIQ_KEY.to_string(), unique_id())]),
         }
+    }
+
+    /// The message's unique key (`UNIQ_KEY`), which consumers see as its id, if it has one.
+    pub fn unique_key(&self) -> Option<&str> {
+        self.properties.get(UNIQ_KEY).map(String::as_str)
     }
 
     /// Sets the tag consumers filter on (`TAGS`).
@@ -241,11 +266,14 @@ pub struct SendResult {
     pub queue: MessageQueue,
     /// Its offset in the queue.
     pub queue_offset: i64,
-    /// The broker's message id (`msgId`: the store address of the message, what the Java
-    /// client calls `offsetMsgId`).
+    /// The message's id: its unique key (`UNIQ_KEY`), which consumers see as its id (the Java
+    /// producer's `SendResult.msgId`), the same for every send of one [`Message`].
     pub msg_id: String,
-    /// `transactionId`: the message's unique key (`UNIQ_KEY`, made by the broker when the
-    /// message has none), which this broker returns for every message.
+    /// The broker's message id (`msgId` in its answer: the store address of the message, what
+    /// the Java client calls `offsetMsgId`).
+    pub offset_msg_id: String,
+    /// `transactionId`: the message's unique key as the broker read it (`UNIQ_KEY`), which
+    /// this broker returns for every message.
     pub transaction_id: Option<String>,
     /// How long the request took.
     pub latency: Duration,
@@ -373,23 +401,36 @@ impl MessageSender {
 
     /// Sends `message` to `queue` and waits for the broker's answer. A message the broker would
     /// refuse or misread (see [`Message::check`]) is refused before sending
-    /// ([`SendError::Invalid`]).
+    /// ([`SendError::Invalid`]). The message is sent with its unique key
+    /// ([`Message::unique_key`]; one made for this send when it has none), which the result's
+    /// `msg_id` is: send the same `Message` again to retry it.
     pub async fn send(
         &self,
         queue: &MessageQueue,
         message: &Message,
     ) -> Result<SendResult, SendError> {
+        let (message, msg_id) = match message.unique_key() {
+            Some(key) => (Cow::Borrowed(message), key.to_string()),
+            None => {
+                let key = unique_id();
+                tracing::debug!(topic = %queue.topic, msg_id = key, "message without a unique key; made one for this send");
+                let mut stamped = message.clone();
+                stamped.properties.insert(UNIQ_KEY.to_string(), key.clone());
+                (Cow::Owned(stamped), key)
+            }
+        };
         if let Err(invalid) = message.check(self.max_body_size) {
             tracing::debug!(topic = %queue.topic, error = %invalid, "message refused before sending");
             return Err(invalid.into());
         }
-        Ok(self.send_checked(queue, message).await?)
+        Ok(self.send_checked(queue, &message, msg_id).await?)
     }
 
     async fn send_checked(
         &self,
         queue: &MessageQueue,
         message: &Message,
+        msg_id: String,
     ) -> Result<SendResult, RemoteError> {
         let addr = self.master_addr(queue).await?;
         let ns = &self.name_server;
@@ -432,7 +473,8 @@ impl MessageSender {
             status,
             queue: MessageQueue::new(queue.topic.clone(), queue.broker_name.clone(), queue_id),
             queue_offset: number("queueOffset")?,
-            msg_id: field("msgId")?.to_string(),
+            msg_id,
+            offset_msg_id: field("msgId")?.to_string(),
             transaction_id: response.ext("transactionId").map(str::to_string),
             latency,
         })
@@ -456,17 +498,22 @@ mod tests {
     #[test]
     fn properties_use_javas_separators_in_name_order() {
         let m = Message::new("x").with_tags("TagA").with_keys("k1 k2");
+        let key = m.unique_key().unwrap().to_string();
         assert_eq!(
             m.properties_string(),
-            "KEYS\u{1}k1 k2\u{2}TAGS\u{1}TagA\u{2}"
+            format!("KEYS\u{1}k1 k2\u{2}TAGS\u{1}TagA\u{2}UNIQ_KEY\u{1}{key}\u{2}")
         );
-        assert_eq!(Message::new("x").properties_string(), "");
+        assert_eq!(Message::default().properties_string(), "");
     }
 
     #[test]
     fn request_carries_every_field_the_broker_requires_as_strings() {
         let queue = MessageQueue::new("T", "broker-a", 3);
-        let request = send_message_request("G", &queue, &Message::new("body"), 1_700_000_000_000);
+        let message = Message {
+            body: Bytes::from_static(b"body"),
+            ..Message::default()
+        };
+        let request = send_message_request("G", &queue, &message, 1_700_000_000_000);
         assert_eq!(request.code, 10);
         let expected = [
             ("producerGroup", "G"),
@@ -631,9 +678,10 @@ mod tests {
             text.contains("32767") && !text.contains("unreachable"),
             "{text}"
         );
-        // At the limits, the message goes out (and fails here as unreachable).
-        let at_limits =
-            Message::new(vec![b'x'; 4 * 1024 * 1024]).with_property("P", "v".repeat(32_764));
+        // At the limits, the message goes out (and fails here as unreachable). Its unique key
+        // counts: `UNIQ_KEY`, 32 digits and the separators.
+        let at_limits = Message::new(vec![b'x'; 4 * 1024 * 1024])
+            .with_property("P", "v".repeat(32_764 - (8 + 32 + 2)));
         assert_eq!(at_limits.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
         let outcome = sender.send(&queue, &at_limits).await;
         assert!(
