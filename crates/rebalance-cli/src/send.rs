@@ -286,11 +286,17 @@ async fn send_one(
     message: &Message,
     key: Option<&str>,
 ) -> Result<SendResult, OneFailed> {
+    // An ordered message's queue is chosen once: its retries stay on it even when the route
+    // changes between the attempts (another queue would break the key's order).
+    let ordered_queue = match key {
+        Some(key) => Some(producer.select_by(&args.topic, &SelectByHash, key).await?),
+        None => None,
+    };
     let mut last_failed: Option<String> = None;
     let mut attempt = 0;
     loop {
-        let queue: MessageQueue = match key {
-            Some(key) => producer.select_by(&args.topic, &SelectByHash, key).await?,
+        let queue: MessageQueue = match &ordered_queue {
+            Some(queue) => queue.clone(),
             None => producer.select(&args.topic, last_failed.as_deref()).await?,
         };
         let started = Instant::now();
@@ -363,13 +369,14 @@ fn write_sent(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Mutex, OnceLock};
 
     use clap::Parser;
     use rebalance_rocketmq::RemotingCommand;
 
     use super::*;
-    use crate::test_server::scripted;
+    use crate::test_server::{scripted, scripted_async};
 
     #[derive(Parser)]
     struct Cli {
@@ -505,6 +512,103 @@ mod tests {
             assert_eq!(&*result.queue.broker_name, "broker-b");
         }
         assert!(sends.load(Ordering::SeqCst) <= 6);
+        producer.shutdown().await;
+    }
+
+    /// An ordered send refused as retryable is retried on the key's queue even when the route
+    /// changed between the attempts: broker-a lost its write permission (NO_PERMISSION, 16,
+    /// which is retried), and the key's hash over the new publish queues names a queue of
+    /// broker-b (found by review: each attempt chose the queue again, and the retry went to
+    /// another queue, out of the key's order).
+    #[tokio::test]
+    async fn an_ordered_send_is_retried_on_its_queue_after_a_route_change() {
+        let writable = Arc::new(AtomicBool::new(true));
+        let producer_slot: Arc<OnceLock<ProducerHandle>> = Arc::new(OnceLock::new());
+        let sent_to = Arc::new(Mutex::new(Vec::new()));
+        let broker = {
+            let (writable, producer_slot, sent_to) =
+                (writable.clone(), producer_slot.clone(), sent_to.clone());
+            scripted_async(move |request| {
+                let (writable, producer_slot, sent_to) =
+                    (writable.clone(), producer_slot.clone(), sent_to.clone());
+                Box::pin(async move {
+                    let queue_id: i32 = request.ext("queueId").unwrap().parse().unwrap();
+                    let broker = request.ext("bname").unwrap().to_string();
+                    sent_to.lock().unwrap().push((broker.clone(), queue_id));
+                    if broker == "broker-a" && writable.swap(false, Ordering::SeqCst) {
+                        // Answered once the producer has seen broker-a read-only.
+                        let producer = producer_slot.get().unwrap();
+                        let seen = async {
+                            while producer.publish_info("T").is_some_and(|info| {
+                                info.queues().iter().any(|q| &*q.broker_name == "broker-a")
+                            }) {
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                        };
+                        tokio::time::timeout(Duration::from_secs(5), seen)
+                            .await
+                            .expect("the producer sees the new route");
+                        return RemotingCommand::response(
+                            16,
+                            0,
+                            Some("no write permission".into()),
+                        );
+                    }
+                    RemotingCommand::response(0, 0, None)
+                        .with_ext("queueId", queue_id)
+                        .with_ext("queueOffset", 5)
+                        .with_ext("msgId", "ID")
+                })
+            })
+            .await
+        };
+        let route = move |perm_a: i32| {
+            format!(
+                r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":{perm_a},"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+            )
+        };
+        let (namesrv, _) = {
+            let writable = writable.clone();
+            scripted(move |_| {
+                let perm_a = if writable.load(Ordering::SeqCst) {
+                    6
+                } else {
+                    4
+                };
+                RemotingCommand::response(0, 0, None).with_body(route(perm_a).into_bytes())
+            })
+            .await
+        };
+        let name_server = rebalance_rocketmq::NameServerClient::from_addresses(&namesrv).unwrap();
+        let producer = Producer::builder("G")
+            .name_server(Arc::new(name_server.clone()))
+            .topic("T")
+            .poll_interval(Duration::from_millis(20))
+            .start()
+            .await
+            .unwrap();
+        let _ = producer_slot.set(producer.clone());
+        let sender = MessageSender::new(name_server, "G");
+        // A key whose queue is broker-a's.
+        let mut key = None;
+        for candidate in (0..64).map(|i| format!("order-{i}")) {
+            let queue = producer
+                .select_by("T", &SelectByHash, &candidate)
+                .await
+                .unwrap();
+            if &*queue.broker_name == "broker-a" {
+                key = Some((candidate, queue));
+                break;
+            }
+        }
+        let (key, queue) = key.expect("a key of broker-a");
+        let args = parse(&["--retries", "2"]);
+        let result = send_one(&producer, &sender, &args, &Message::new("x"), Some(&key))
+            .await
+            .unwrap();
+        let at = (queue.broker_name.to_string(), queue.queue_id);
+        assert_eq!(*sent_to.lock().unwrap(), [at.clone(), at], "both attempts");
+        assert_eq!(result.queue, queue);
         producer.shutdown().await;
     }
 
