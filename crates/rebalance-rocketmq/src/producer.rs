@@ -257,21 +257,24 @@ pub enum SendStatus {
     SlaveNotAvailable,
 }
 
-/// What the broker answered to a send.
+/// What the broker answered to a send that stored the message (a success: whatever its answer
+/// lacks is unknown here, never an error, since sending again would store it twice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendResult {
     /// How it was stored.
     pub status: SendStatus,
-    /// The queue it went to (the broker may pick another queue id when asked for `-1`).
+    /// The queue it went to (the broker may pick another queue id when asked for `-1`; the
+    /// queue asked for when the answer does not say).
     pub queue: MessageQueue,
-    /// Its offset in the queue.
-    pub queue_offset: i64,
+    /// Its offset in the queue, `None` when the broker's answer does not say (or not as a
+    /// number): the message is stored all the same.
+    pub queue_offset: Option<i64>,
     /// The message's id: its unique key (`UNIQ_KEY`), which consumers see as its id (the Java
     /// producer's `SendResult.msgId`), the same for every send of one [`Message`].
     pub msg_id: String,
     /// The broker's message id (`msgId` in its answer: the store address of the message, what
-    /// the Java client calls `offsetMsgId`).
-    pub offset_msg_id: String,
+    /// the Java client calls `offsetMsgId`), `None` when the answer does not have it.
+    pub offset_msg_id: Option<String>,
     /// `transactionId`: the message's unique key as the broker read it (`UNIQ_KEY`), which
     /// this broker returns for every message.
     pub transaction_id: Option<String>,
@@ -455,26 +458,31 @@ impl MessageSender {
                 return Err(refused(&response));
             }
         };
-        let field = |name: &str| {
-            response
-                .ext(name)
-                .ok_or_else(|| RemoteError::BadResponse(format!("send answer without `{name}`")))
-        };
-        let number = |name: &str| -> Result<i64, RemoteError> {
-            let text = field(name)?;
-            text.parse().map_err(|_| {
-                RemoteError::BadResponse(format!("send answer's `{name}` `{text}` is not a number"))
-            })
-        };
-        let queue_id = i32::try_from(number("queueId")?).map_err(|_| {
-            RemoteError::BadResponse("send answer's `queueId` is out of range".into())
-        })?;
+        // The broker stored the message: what its answer lacks (or garbles) is unknown, never a
+        // failure an application would retry, storing the message twice.
+        let text = |name: &str| response.ext(name).filter(|text| !text.is_empty());
+        let queue_id = text("queueId").and_then(|id| id.parse::<i32>().ok());
+        let queue_offset = text("queueOffset").and_then(|offset| offset.parse::<i64>().ok());
+        let offset_msg_id = text("msgId").map(str::to_string);
+        let unknown: Vec<&str> = [
+            ("queueId", queue_id.is_none()),
+            ("queueOffset", queue_offset.is_none()),
+            ("msgId", offset_msg_id.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(name, missing)| missing.then_some(name))
+        .collect();
+        if !unknown.is_empty() {
+            tracing::warn!(broker = %queue.broker_name, addr, msg_id, ?unknown, "the broker stored the message, but its answer lacks these fields or has them unreadable: unknown in the result");
+        }
+        // A message sent to a queue is stored in it (a broker chooses only for `-1`).
+        let queue_id = queue_id.unwrap_or(queue.queue_id);
         Ok(SendResult {
             status,
             queue: MessageQueue::new(queue.topic.clone(), queue.broker_name.clone(), queue_id),
-            queue_offset: number("queueOffset")?,
+            queue_offset,
             msg_id,
-            offset_msg_id: field("msgId")?.to_string(),
+            offset_msg_id,
             transaction_id: response.ext("transactionId").map(str::to_string),
             latency,
         })

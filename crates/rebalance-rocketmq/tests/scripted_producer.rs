@@ -61,7 +61,7 @@ async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_err
     let mut statuses = Vec::new();
     for _ in 0..4 {
         let result = sender.send(&queue, &Message::new("x")).await.unwrap();
-        assert_eq!((result.queue.queue_id, result.queue_offset), (2, 9));
+        assert_eq!((result.queue.queue_id, result.queue_offset), (2, Some(9)));
         statuses.push(result.status);
     }
     assert_eq!(
@@ -198,4 +198,38 @@ async fn a_message_sent_again_keeps_its_unique_key_and_the_result_carries_it() {
         .unwrap();
     assert_eq!(sent_keys(1), [Some(result.msg_id.clone())]);
     assert_eq!(result.msg_id.len(), 32);
+}
+
+/// A broker that answers SUCCESS stored the message: an answer without its offset or store id,
+/// or with them as something else than numbers, is a success whose missing parts are unknown,
+/// not an error an application would retry (storing the message twice) and blame the broker
+/// for (found by review).
+#[tokio::test]
+async fn a_success_answer_without_its_fields_is_a_success_with_them_unknown() {
+    let answers = [
+        RemotingCommand::response(0, 0, None),
+        RemotingCommand::response(0, 0, None)
+            .with_ext("queueId", "two")
+            .with_ext("queueOffset", "soon"),
+        RemotingCommand::response(10, 0, None).with_ext("queueId", 3_000_000_000_i64),
+    ];
+    let next = Arc::new(AtomicUsize::new(0));
+    let at = next.clone();
+    let (broker, _) = answering(move |_| answers[at.fetch_add(1, Ordering::SeqCst)].clone()).await;
+    let sender = MessageSender::new(name_server(&[(0, &broker)]).await, "P");
+    let queue = MessageQueue::new("T", "broker-a", 2);
+    for status in [
+        SendStatus::SendOk,
+        SendStatus::SendOk,
+        SendStatus::FlushDiskTimeout,
+    ] {
+        let message = Message::new("x");
+        let result = sender.send(&queue, &message).await.unwrap();
+        assert_eq!(result.status, status);
+        // The queue asked for: a broker stores a message sent to queue 2 in queue 2.
+        assert_eq!(result.queue, queue);
+        assert_eq!((result.queue_offset, result.offset_msg_id), (None, None));
+        assert_eq!(Some(result.msg_id.as_str()), message.unique_key());
+    }
+    assert_eq!(next.load(Ordering::SeqCst), 3);
 }
