@@ -2,10 +2,12 @@
 //! a producer that picks queues with the runtime's
 //! [`Producer`](rebalance_runtime::producer::Producer) and for tests.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rebalance_consume::property::UNIQ_KEY;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::{RemoteError, RouteError};
 use tokio::time::Instant;
@@ -13,6 +15,7 @@ use tokio::time::Instant;
 use crate::broker::refused;
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::denial::Op;
+use crate::message::unique_id;
 use crate::name_server::NameServerClient;
 
 /// The topic a broker copies an auto-created topic's configuration from.
@@ -24,6 +27,10 @@ pub const DEFAULT_TOPIC_QUEUE_NUMS: i32 = 4;
 const NAME_VALUE_SEPARATOR: char = '\u{1}';
 /// Ends each property in the `properties` header field.
 const PROPERTY_SEPARATOR: char = '\u{2}';
+
+/// The property that makes a broker store a message as a transaction's half message when it is
+/// `true` (Java's `MessageConst.PROPERTY_TRANSACTION_PREPARED`): refused by [`Message::check`].
+pub const TRANSACTION_PREPARED: &str = "TRAN_MSG";
 
 /// The largest body a [`MessageSender`] sends by default: the broker's default
 /// `maxMessageSize` (4 MiB), which the Java producer's `maxMessageSize` also checks before
@@ -61,6 +68,21 @@ pub enum InvalidMessage {
         /// `"name"` or `"value"`.
         part: &'static str,
     },
+    /// The message is marked as a transaction's half message (`TRAN_MSG` set to `true`, in any
+    /// case, as Java's `Boolean.parseBoolean` reads it): a broker would store it where
+    /// consumers do not see it and ask the producer group whether to commit it, which this
+    /// sender does not answer, so it would be dropped later while the send returned OK. A
+    /// message of a committed transaction keeps the property when it is consumed, so an
+    /// application forwarding consumed messages with their properties meets it.
+    #[error(
+        "property {name:?} is {value:?}, which makes a broker store the message as a transaction's half message, hidden from consumers until its producer group commits it (this sender sends no transactions, so it would be dropped later): remove the property (when forwarding a consumed message, do not copy it)"
+    )]
+    TransactionHalfMessage {
+        /// The property's name, [`TRANSACTION_PREPARED`].
+        name: String,
+        /// Its value.
+        value: String,
+    },
     /// The body is larger than the sender's limit.
     #[error(
         "the body is {len} bytes, more than the {max} bytes the broker accepts (its `maxMessageSize`; see `MessageSender::with_max_body_size`)"
@@ -96,7 +118,12 @@ pub enum SendError {
     Remote(#[from] RemoteError),
 }
 
-/// A message to send: a body and its properties.
+/// A message to send: a body and its properties, among which its unique key (`UNIQ_KEY`, the
+/// id consumers see), stamped by [`Message::new`]: every send of one `Message` value (a retry
+/// after a send left unanswered, which the broker may have stored) carries the same key, so
+/// that consumers can tell a copy from another message, as with the Java producer. A message
+/// built otherwise (a struct literal, `Default`) without the property gets a new key at each
+/// send.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Message {
     /// The payload.
@@ -106,12 +133,29 @@ pub struct Message {
 }
 
 impl Message {
-    /// A message with `body` and no property.
+    /// A message with `body` and a new unique key (`UNIQ_KEY`, made by
+    /// [`unique_id`], shaped like the Java producer's), its only property:
+    /// [`with_property`](Self::with_property)`(UNIQ_KEY, ..)` replaces it.
+    ///
+    /// ```
+    /// use rebalance_rocketmq::producer::Message;
+    ///
+    /// let message = Message::new("hello");
+    /// assert_eq!(message.unique_key().map(str::len), Some(32));
+    /// assert_ne!(message.unique_key(), Message::new("hello").unique_key());
+    /// let mine = message.with_property("UNIQ_KEY", "order-42");
+    /// assert_eq!(mine.unique_key(), Some("order-42"));
+    /// ```
     pub fn new(body: impl Into<Bytes>) -> Self {
         Self {
             body: body.into(),
-            properties: BTreeMap::new(),
+            properties: BTreeMap::from([(UNIQ_KEY.to_string(), unique_id())]),
         }
+    }
+
+    /// The message's unique key (`UNIQ_KEY`), which consumers see as its id, if it has one.
+    pub fn unique_key(&self) -> Option<&str> {
+        self.properties.get(UNIQ_KEY).map(String::as_str)
     }
 
     /// Sets the tag consumers filter on (`TAGS`).
@@ -124,7 +168,13 @@ impl Message {
         self.with_property("KEYS", keys)
     }
 
-    /// Sets a property.
+    /// Sets a property (replacing one of the same name). Any name is accepted here;
+    /// [`MessageSender::send`] refuses before sending what [`check`](Self::check) refuses: a
+    /// name or value that is empty or holds a separator, and the properties that would make a
+    /// broker store the message in a way this sender does not support: [`TRANSACTION_PREPARED`]
+    /// (`TRAN_MSG`) set to `true`, which would make it a transaction's half message, never
+    /// delivered. The other properties a broker reads are passed as they are (`DELAY`, a
+    /// delivery time, `KEYS`, `TAGS`, …).
     pub fn with_property(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.properties.insert(name.into(), value.into());
         self
@@ -132,10 +182,18 @@ impl Message {
 
     /// Checks what the broker would refuse, misread or drop: a property with an empty name or
     /// value, or a separator in either, a body over `max_body_size` bytes, properties longer than
-    /// [`MAX_PROPERTIES_LEN`] once encoded. [`MessageSender::send`] sends nothing that fails it.
+    /// [`MAX_PROPERTIES_LEN`] once encoded, and a message marked as a transaction's half message
+    /// ([`TRANSACTION_PREPARED`] `true`), which a broker would keep from consumers.
+    /// [`MessageSender::send`] sends nothing that fails it.
     pub fn check(&self, max_body_size: usize) -> Result<(), InvalidMessage> {
         let has_separator = |text: &str| text.contains([NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR]);
         for (name, value) in &self.properties {
+            if name == TRANSACTION_PREPARED && value.eq_ignore_ascii_case("true") {
+                return Err(InvalidMessage::TransactionHalfMessage {
+                    name: name.clone(),
+                    value: value.clone(),
+                });
+            }
             for (part, text) in [("name", name), ("value", value)] {
                 if text.is_empty() {
                     return Err(InvalidMessage::EmptyProperty {
@@ -199,20 +257,26 @@ pub enum SendStatus {
     SlaveNotAvailable,
 }
 
-/// What the broker answered to a send.
+/// What the broker answered to a send that stored the message (a success: whatever its answer
+/// lacks is unknown here, never an error, since sending again would store it twice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendResult {
     /// How it was stored.
     pub status: SendStatus,
-    /// The queue it went to (the broker may pick another queue id when asked for `-1`).
+    /// The queue it went to (the broker may pick another queue id when asked for `-1`; the
+    /// queue asked for when the answer does not say).
     pub queue: MessageQueue,
-    /// Its offset in the queue.
-    pub queue_offset: i64,
-    /// The broker's message id (`msgId`: the store address of the message, what the Java
-    /// client calls `offsetMsgId`).
+    /// Its offset in the queue, `None` when the broker's answer does not say (or not as a
+    /// number): the message is stored all the same.
+    pub queue_offset: Option<i64>,
+    /// The message's id: its unique key (`UNIQ_KEY`), which consumers see as its id (the Java
+    /// producer's `SendResult.msgId`), the same for every send of one [`Message`].
     pub msg_id: String,
-    /// `transactionId`: the message's unique key (`UNIQ_KEY`, made by the broker when the
-    /// message has none), which this broker returns for every message.
+    /// The broker's message id (`msgId` in its answer: the store address of the message, what
+    /// the Java client calls `offsetMsgId`), `None` when the answer does not have it.
+    pub offset_msg_id: Option<String>,
+    /// `transactionId`: the message's unique key as the broker read it (`UNIQ_KEY`), which
+    /// this broker returns for every message.
     pub transaction_id: Option<String>,
     /// How long the request took.
     pub latency: Duration,
@@ -340,23 +404,36 @@ impl MessageSender {
 
     /// Sends `message` to `queue` and waits for the broker's answer. A message the broker would
     /// refuse or misread (see [`Message::check`]) is refused before sending
-    /// ([`SendError::Invalid`]).
+    /// ([`SendError::Invalid`]). The message is sent with its unique key
+    /// ([`Message::unique_key`]; one made for this send when it has none), which the result's
+    /// `msg_id` is: send the same `Message` again to retry it.
     pub async fn send(
         &self,
         queue: &MessageQueue,
         message: &Message,
     ) -> Result<SendResult, SendError> {
+        let (message, msg_id) = match message.unique_key() {
+            Some(key) => (Cow::Borrowed(message), key.to_string()),
+            None => {
+                let key = unique_id();
+                tracing::debug!(topic = %queue.topic, msg_id = key, "message without a unique key; made one for this send");
+                let mut stamped = message.clone();
+                stamped.properties.insert(UNIQ_KEY.to_string(), key.clone());
+                (Cow::Owned(stamped), key)
+            }
+        };
         if let Err(invalid) = message.check(self.max_body_size) {
             tracing::debug!(topic = %queue.topic, error = %invalid, "message refused before sending");
             return Err(invalid.into());
         }
-        Ok(self.send_checked(queue, message).await?)
+        Ok(self.send_checked(queue, &message, msg_id).await?)
     }
 
     async fn send_checked(
         &self,
         queue: &MessageQueue,
         message: &Message,
+        msg_id: String,
     ) -> Result<SendResult, RemoteError> {
         let addr = self.master_addr(queue).await?;
         let ns = &self.name_server;
@@ -381,25 +458,31 @@ impl MessageSender {
                 return Err(refused(&response));
             }
         };
-        let field = |name: &str| {
-            response
-                .ext(name)
-                .ok_or_else(|| RemoteError::BadResponse(format!("send answer without `{name}`")))
-        };
-        let number = |name: &str| -> Result<i64, RemoteError> {
-            let text = field(name)?;
-            text.parse().map_err(|_| {
-                RemoteError::BadResponse(format!("send answer's `{name}` `{text}` is not a number"))
-            })
-        };
-        let queue_id = i32::try_from(number("queueId")?).map_err(|_| {
-            RemoteError::BadResponse("send answer's `queueId` is out of range".into())
-        })?;
+        // The broker stored the message: what its answer lacks (or garbles) is unknown, never a
+        // failure an application would retry, storing the message twice.
+        let text = |name: &str| response.ext(name).filter(|text| !text.is_empty());
+        let queue_id = text("queueId").and_then(|id| id.parse::<i32>().ok());
+        let queue_offset = text("queueOffset").and_then(|offset| offset.parse::<i64>().ok());
+        let offset_msg_id = text("msgId").map(str::to_string);
+        let unknown: Vec<&str> = [
+            ("queueId", queue_id.is_none()),
+            ("queueOffset", queue_offset.is_none()),
+            ("msgId", offset_msg_id.is_none()),
+        ]
+        .into_iter()
+        .filter_map(|(name, missing)| missing.then_some(name))
+        .collect();
+        if !unknown.is_empty() {
+            tracing::warn!(broker = %queue.broker_name, addr, msg_id, ?unknown, "the broker stored the message, but its answer lacks these fields or has them unreadable: unknown in the result");
+        }
+        // A message sent to a queue is stored in it (a broker chooses only for `-1`).
+        let queue_id = queue_id.unwrap_or(queue.queue_id);
         Ok(SendResult {
             status,
             queue: MessageQueue::new(queue.topic.clone(), queue.broker_name.clone(), queue_id),
-            queue_offset: number("queueOffset")?,
-            msg_id: field("msgId")?.to_string(),
+            queue_offset,
+            msg_id,
+            offset_msg_id,
             transaction_id: response.ext("transactionId").map(str::to_string),
             latency,
         })
@@ -423,17 +506,22 @@ mod tests {
     #[test]
     fn properties_use_javas_separators_in_name_order() {
         let m = Message::new("x").with_tags("TagA").with_keys("k1 k2");
+        let key = m.unique_key().unwrap().to_string();
         assert_eq!(
             m.properties_string(),
-            "KEYS\u{1}k1 k2\u{2}TAGS\u{1}TagA\u{2}"
+            format!("KEYS\u{1}k1 k2\u{2}TAGS\u{1}TagA\u{2}UNIQ_KEY\u{1}{key}\u{2}")
         );
-        assert_eq!(Message::new("x").properties_string(), "");
+        assert_eq!(Message::default().properties_string(), "");
     }
 
     #[test]
     fn request_carries_every_field_the_broker_requires_as_strings() {
         let queue = MessageQueue::new("T", "broker-a", 3);
-        let request = send_message_request("G", &queue, &Message::new("body"), 1_700_000_000_000);
+        let message = Message {
+            body: Bytes::from_static(b"body"),
+            ..Message::default()
+        };
+        let request = send_message_request("G", &queue, &message, 1_700_000_000_000);
         assert_eq!(request.code, 10);
         let expected = [
             ("producerGroup", "G"),
@@ -492,6 +580,45 @@ mod tests {
                 "{message:?}: {text}"
             );
         }
+    }
+
+    /// A message marked `TRAN_MSG=true` (a consumed message of a committed transaction keeps
+    /// the mark: an application forwarding it with its properties sends it) would be stored
+    /// by a broker as a transaction's half message, whose outcome it asks of the producer
+    /// group (nobody answers for it), then drops, while the send returned OK: refused before
+    /// sending (found by review: it was sent, and silently lost).
+    #[tokio::test]
+    async fn a_transaction_half_message_is_refused_before_sending() {
+        let queue = MessageQueue::new("T", "broker-a", 0);
+        let sender = unreachable_sender();
+        for value in ["true", "TRUE", "True"] {
+            let message = Message::new("x")
+                .with_tags("TagA")
+                .with_property(TRANSACTION_PREPARED, value);
+            let error = sender.send(&queue, &message).await.unwrap_err();
+            assert_eq!(
+                error,
+                SendError::Invalid(InvalidMessage::TransactionHalfMessage {
+                    name: "TRAN_MSG".into(),
+                    value: value.into()
+                })
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("TRAN_MSG")
+                    && text.contains("remove the property")
+                    && !text.contains("unreachable"),
+                "{text}"
+            );
+        }
+        // Marked not prepared, it is a plain message: a broker stores it as one.
+        let plain = Message::new("x").with_property(TRANSACTION_PREPARED, "false");
+        assert_eq!(plain.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
+        let outcome = sender.send(&queue, &plain).await;
+        assert!(
+            matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+            "{outcome:?}"
+        );
     }
 
     /// A property with an empty name or value would be dropped by the broker reading the
@@ -559,9 +686,10 @@ mod tests {
             text.contains("32767") && !text.contains("unreachable"),
             "{text}"
         );
-        // At the limits, the message goes out (and fails here as unreachable).
-        let at_limits =
-            Message::new(vec![b'x'; 4 * 1024 * 1024]).with_property("P", "v".repeat(32_764));
+        // At the limits, the message goes out (and fails here as unreachable). Its unique key
+        // counts: `UNIQ_KEY`, 32 digits and the separators.
+        let at_limits = Message::new(vec![b'x'; 4 * 1024 * 1024])
+            .with_property("P", "v".repeat(32_764 - (8 + 32 + 2)));
         assert_eq!(at_limits.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
         let outcome = sender.send(&queue, &at_limits).await;
         assert!(

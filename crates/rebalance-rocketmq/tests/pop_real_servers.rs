@@ -91,7 +91,8 @@ impl Setup {
                 .with_property(property::UNIQ_KEY, &id);
             let queue = self.queue(i as i32 % queues);
             let sent = self.sender.send(&queue, &message).await.unwrap();
-            ends.insert(queue.queue_id, sent.queue_offset + 1);
+            let offset = sent.queue_offset.expect("the broker says the offset");
+            ends.insert(queue.queue_id, offset + 1);
             ids.push(id);
         }
         for (queue_id, end) in ends {

@@ -102,11 +102,12 @@ async fn sends_through_the_selector_spread_round_robin_over_the_queues() {
         producer.report(&queue.broker_name, result.latency, true);
         assert_eq!(result.status, SendStatus::SendOk);
         assert_eq!(result.queue, queue, "stored on the queue asked for");
-        assert!(!result.msg_id.is_empty());
+        assert_eq!(Some(result.msg_id.as_str()), message.unique_key());
+        assert!(result.offset_msg_id.is_some());
         per_queue
             .entry(queue.queue_id)
             .or_default()
-            .push(result.queue_offset);
+            .push(result.queue_offset.expect("the broker says the offset"));
     }
     // Round robin: three messages per queue, at offsets 0, 1, 2 of each.
     assert_eq!(per_queue.len(), 4, "{per_queue:?}");

@@ -1,5 +1,6 @@
 //! The message sender against scripted servers on loopback: the answers a single real broker
-//! does not give (stored without confirmed durability) and a broker whose master is down.
+//! does not give (stored without confirmed durability) and a broker whose master is down, and
+//! what each send carries (its birth time, its unique key).
 
 mod scripted;
 
@@ -8,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rebalance_core::MessageQueue;
+use rebalance_rocketmq::message::properties;
 use rebalance_rocketmq::{
     Message, MessageSender, NameServerClient, RemotingCommand, SendError, SendStatus, request_code,
 };
@@ -59,7 +61,7 @@ async fn a_stored_message_whose_durability_is_unconfirmed_is_a_status_not_an_err
     let mut statuses = Vec::new();
     for _ in 0..4 {
         let result = sender.send(&queue, &Message::new("x")).await.unwrap();
-        assert_eq!((result.queue.queue_id, result.queue_offset), (2, 9));
+        assert_eq!((result.queue.queue_id, result.queue_offset), (2, Some(9)));
         statuses.push(result.status);
     }
     assert_eq!(
@@ -128,4 +130,106 @@ async fn a_sent_message_carries_its_birth_time_in_unix_milliseconds() {
         (before..=after).contains(&born),
         "born at {born}, sent between {before} and {after}"
     );
+}
+
+/// A send that timed out after the broker stored the message, retried with the same `Message`
+/// (on the broker `ProducerHandle::select` gives when passed the failed one), must carry the
+/// same unique key (`UNIQ_KEY`, the id consumers see), so that the copy is recognised as the
+/// same message, as with the Java producer, which stamps it before its retry loop (found by
+/// review: the key was left to the broker, which made a new one for each send).
+#[tokio::test]
+async fn a_message_sent_again_keeps_its_unique_key_and_the_result_carries_it() {
+    let keys = Arc::new(Mutex::new(Vec::new()));
+    let seen = keys.clone();
+    let (broker, _) = answering(move |req| {
+        let sent = properties::parse(req.ext("properties").unwrap_or_default());
+        seen.lock().unwrap().push(sent.get("UNIQ_KEY").cloned());
+        stored(0)
+    })
+    .await;
+    let sender = MessageSender::new(name_server(&[(0, &broker)]).await, "P");
+    let sent_keys = |n: usize| -> Vec<Option<String>> {
+        let keys = keys.lock().unwrap();
+        keys[keys.len() - n..].to_vec()
+    };
+    // The retry: one message sent twice, to two queues.
+    let message = Message::new("x").with_tags("TagA");
+    let first = sender
+        .send(&MessageQueue::new("T", "broker-a", 2), &message)
+        .await
+        .unwrap();
+    let again = sender
+        .send(&MessageQueue::new("T", "broker-a", 3), &message)
+        .await
+        .unwrap();
+    let both = sent_keys(2);
+    let [Some(key), Some(key_again)] = both.as_slice() else {
+        panic!("both sends carry a UNIQ_KEY: {both:?}");
+    };
+    let (key, key_again) = (key.clone(), key_again.clone());
+    assert_eq!(key, key_again);
+    assert_eq!(message.properties.get("UNIQ_KEY"), Some(&key));
+    assert_eq!(
+        (first.msg_id.as_str(), again.msg_id.as_str()),
+        (&*key, &*key)
+    );
+    // Two messages have two keys.
+    sender
+        .send(&MessageQueue::new("T", "broker-a", 2), &Message::new("x"))
+        .await
+        .unwrap();
+    assert_ne!(sent_keys(1), [Some(key)]);
+    // A key the application sets is the one sent.
+    let own = Message::new("y").with_property("UNIQ_KEY", "MY-ID");
+    let result = sender
+        .send(&MessageQueue::new("T", "broker-a", 2), &own)
+        .await
+        .unwrap();
+    assert_eq!(sent_keys(1), [Some("MY-ID".to_string())]);
+    assert_eq!(result.msg_id, "MY-ID");
+    // A message built without `new` (a struct literal, `Default`) gets one for its send.
+    let bare = Message {
+        body: "z".into(),
+        ..Message::default()
+    };
+    let result = sender
+        .send(&MessageQueue::new("T", "broker-a", 2), &bare)
+        .await
+        .unwrap();
+    assert_eq!(sent_keys(1), [Some(result.msg_id.clone())]);
+    assert_eq!(result.msg_id.len(), 32);
+}
+
+/// A broker that answers SUCCESS stored the message: an answer without its offset or store id,
+/// or with them as something else than numbers, is a success whose missing parts are unknown,
+/// not an error an application would retry (storing the message twice) and blame the broker
+/// for (found by review).
+#[tokio::test]
+async fn a_success_answer_without_its_fields_is_a_success_with_them_unknown() {
+    let answers = [
+        RemotingCommand::response(0, 0, None),
+        RemotingCommand::response(0, 0, None)
+            .with_ext("queueId", "two")
+            .with_ext("queueOffset", "soon"),
+        RemotingCommand::response(10, 0, None).with_ext("queueId", 3_000_000_000_i64),
+    ];
+    let next = Arc::new(AtomicUsize::new(0));
+    let at = next.clone();
+    let (broker, _) = answering(move |_| answers[at.fetch_add(1, Ordering::SeqCst)].clone()).await;
+    let sender = MessageSender::new(name_server(&[(0, &broker)]).await, "P");
+    let queue = MessageQueue::new("T", "broker-a", 2);
+    for status in [
+        SendStatus::SendOk,
+        SendStatus::SendOk,
+        SendStatus::FlushDiskTimeout,
+    ] {
+        let message = Message::new("x");
+        let result = sender.send(&queue, &message).await.unwrap();
+        assert_eq!(result.status, status);
+        // The queue asked for: a broker stores a message sent to queue 2 in queue 2.
+        assert_eq!(result.queue, queue);
+        assert_eq!((result.queue_offset, result.offset_msg_id), (None, None));
+        assert_eq!(Some(result.msg_id.as_str()), message.unique_key());
+    }
+    assert_eq!(next.load(Ordering::SeqCst), 3);
 }

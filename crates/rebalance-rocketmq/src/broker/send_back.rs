@@ -34,7 +34,8 @@ use super::{BrokerClient, refused};
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::denial::Op;
 use crate::namespace::{self, Namespace};
-use crate::producer::{self, send_message_request};
+// The transaction mark (`TRAN_MSG`) a message sent back must not keep.
+use crate::producer::{self, TRANSACTION_PREPARED, send_message_request};
 
 /// How long a send-back may take (the Java client's 5 s).
 pub const SEND_BACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,9 +46,6 @@ pub const INNER_PRODUCER_GROUP: &str = "CLIENT_INNER_PRODUCER";
 /// The delay level a message sent back as a normal message is delivered after: 3 (10 s) for
 /// its first redelivery, one more for each later one (Java's `3 + reconsumeTimes`).
 const FIRST_RETRY_DELAY_LEVEL: i32 = 3;
-
-/// The transaction mark a message sent back must not keep.
-const TRANSACTION_PREPARED: &str = "TRAN_MSG";
 
 /// The CONSUMER_SEND_MSG_BACK request for `request`.
 pub fn send_back_request(request: &SendBack<'_>) -> RemotingCommand {
