@@ -18,7 +18,7 @@
 //! connection per advertised address), the logs and errors (which name the dialed address as
 //! well), the registrations, and the TLS server name (feature `tls`): the certificate is still
 //! checked against the advertised host, or the configured
-//! [`server_name`](crate::tls::TlsConfigBuilder::server_name), never against the address dialed,
+//! `server_name` (`TlsConfigBuilder::server_name`), never against the address dialed,
 //! so a tunnel cannot make the client trust a certificate it would refuse on a direct
 //! connection.
 //!
