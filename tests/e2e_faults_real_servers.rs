@@ -332,6 +332,61 @@ async fn an_orderly_member_killed_is_taken_over_after_the_lock_lifetime() {
     log.assert_no_garbage();
 }
 
+/// An orderly group while broker-a is killed and restarted on its store (10 s down): the
+/// restarted broker has lost its lock table, and whoever asks first gets the locks; a member
+/// stops trusting its locks at broker-a as its connection closes and asks for them again, so no
+/// ordered queue is consumed by two members at once (it used to trust them for up to
+/// `lock_lifetime` more), nothing is lost, and broker-a's queues are consumed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orderly_group_across_a_broker_restart_never_shares_an_ordered_queue() {
+    let _cost = Cost("orderly broker restart", Instant::now());
+    let topic = "BrokerRestartOrd";
+    let mut cluster = e2e::two_broker_cluster(&[topic]).await;
+    let log = Log::default();
+    let group = Group::start(&cluster, &log, topic, 3, &["--orderly"], |_| Vec::new());
+    group
+        .wait_partitioned(&log, &group.names(), PARTITION_WITHIN)
+        .await;
+    let stream = Producer::new(&cluster, topic).stream_tolerant(topic, RATE);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let killed_at = Instant::now();
+    cluster.kill_broker(e2e::BROKERS[0]).expect("kill broker-a");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    cluster
+        .start_broker(e2e::BROKERS[0])
+        .expect("broker-a starts again on its store");
+    let back_at = Instant::now();
+    let resumed = e2e::eventually(
+        "a message sent to broker-a after its restart is consumed",
+        Duration::from_secs(90),
+        || {
+            log.messages(topic)
+                .iter()
+                .filter(|(_, at, m)| *at > back_at && m.queue.broker == e2e::BROKERS[0])
+                .map(|(_, at, _)| *at - back_at)
+                .min()
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let sent = stream.stop().await;
+    let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
+    let overlaps = ordered_overlaps(&log, topic);
+    eprintln!(
+        "e2e-faults orderly broker restart: {} sent, lost 0, duplicates {}, broker-a down \
+         {:?}, its queues consumed again {resumed:?} after it was back, overlaps {}",
+        sent.len(),
+        delivery.extra,
+        back_at - killed_at,
+        overlaps.len()
+    );
+    assert!(
+        overlaps.is_empty(),
+        "two members consumed an ordered queue at once: {overlaps:?}"
+    );
+    log.assert_no_garbage();
+}
+
 /// The committed offsets of `group` on `queues`, read from the brokers (`None`: none stored).
 async fn committed(
     cluster: &TestCluster,
