@@ -140,7 +140,7 @@ pub use assignment_source::{
 };
 pub use directory::{GroupDirectory, Registration, ResetRefused, StartedConsumer};
 pub use error::{RemoteError, RouteError};
-pub use locker::{LockOutcome, QueueLocker};
+pub use locker::{LockLosses, LockOutcome, QueueLocker};
 pub use name_server::NameServer;
 pub use offset_store::{LocalOffsetStore, OffsetScope, OffsetStore};
 pub use route_share::RouteShare;

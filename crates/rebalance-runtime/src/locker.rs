@@ -1,6 +1,6 @@
 //! [`QueueLocker`]: exclusive broker locks, for ordered consumption and exclusive hand-off.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use async_trait::async_trait;
 use rebalance_core::{ClientId, MessageQueue};
@@ -57,8 +57,10 @@ pub trait QueueLocker: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
-    /// Changes whenever a broker may have lost locks it granted (the value means nothing: only
-    /// that it changed); the runtime then calls [`take_lock_losses`](Self::take_lock_losses).
+    /// How many times each broker may have lost the locks it granted, as this locker counts
+    /// them ([`LockLosses`]); the value changes when a count goes up. Each reader compares it
+    /// with what it saw last ([`LockLosses::since`]): nothing is taken away, so several
+    /// consumers sharing one locker each learn of every loss.
     ///
     /// A broker whose connection was lost may have restarted, and a restarted broker (or a
     /// slave promoted to master) has lost its lock table: the first client to ask may be granted
@@ -75,14 +77,49 @@ pub trait QueueLocker: Send + Sync + 'static {
     ///
     /// The default (`None`): no loss is ever reported, and a lock is trusted for
     /// `lock_lifetime` from its last granted request, as before.
-    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<LockLosses>> {
         None
     }
+}
 
-    /// The names of the brokers that may have lost their locks since the last call (each once,
-    /// sorted), and forgets them. The default: none.
-    fn take_lock_losses(&self) -> Vec<String> {
-        Vec::new()
+/// How many times each broker (by name) may have lost the locks it granted (see
+/// [`QueueLocker::lock_losses`]): one entry per broker ever reported, so its size is bounded by
+/// the brokers a client knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LockLosses {
+    counts: BTreeMap<String, u64>,
+}
+
+impl LockLosses {
+    /// Counts one more possible loss at `broker`.
+    pub fn record(&mut self, broker: impl Into<String>) {
+        let count = self.counts.entry(broker.into()).or_default();
+        *count = count.wrapping_add(1);
+    }
+
+    /// How many possible losses were counted at `broker`.
+    pub fn count(&self, broker: &str) -> u64 {
+        self.counts.get(broker).copied().unwrap_or(0)
+    }
+
+    /// The brokers whose count differs from `seen`'s (a loss counted since), sorted.
+    ///
+    /// ```
+    /// use rebalance_runtime::LockLosses;
+    ///
+    /// let mut now = LockLosses::default();
+    /// now.record("broker-a");
+    /// let seen = now.clone();
+    /// now.record("broker-b");
+    /// assert_eq!(now.since(&seen), vec!["broker-b".to_string()]);
+    /// assert!(now.since(&now).is_empty());
+    /// ```
+    pub fn since(&self, seen: &LockLosses) -> Vec<String> {
+        self.counts
+            .iter()
+            .filter(|(broker, count)| seen.count(broker) != **count)
+            .map(|(broker, _)| broker.clone())
+            .collect()
     }
 }
 

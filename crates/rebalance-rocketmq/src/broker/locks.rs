@@ -7,7 +7,6 @@ use rebalance_core::{ClientId, MessageQueue};
 use rebalance_runtime::{LockOutcome, QueueLocker, RemoteError};
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
 
 use tokio::sync::watch;
 
@@ -61,20 +60,18 @@ fn granted(
         .collect())
 }
 
-/// The brokers whose connection was lost (closed, or made again after it was) since the
-/// runtime last asked: each may have restarted and lost the locks it granted
+/// How many times each broker's connection was lost (closed, or made again after it was):
+/// each loss may have been a restart, which loses the locks it granted
 /// ([`QueueLocker::lock_losses`]).
 #[derive(Debug)]
 pub(super) struct LockLosses {
-    brokers: Mutex<BTreeSet<String>>,
-    changed: watch::Sender<u64>,
+    counts: watch::Sender<rebalance_runtime::LockLosses>,
 }
 
 impl Default for LockLosses {
     fn default() -> Self {
         Self {
-            brokers: Mutex::new(BTreeSet::new()),
-            changed: watch::Sender::new(0),
+            counts: watch::Sender::new(rebalance_runtime::LockLosses::default()),
         }
     }
 }
@@ -92,20 +89,12 @@ impl LockLosses {
             return;
         }
         tracing::info!(broker = addr, names = ?names, "connection to a broker master lost: it may have lost the locks it granted");
-        self.brokers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend(names);
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.counts
+            .send_modify(|counts| names.into_iter().for_each(|name| counts.record(name)));
     }
 
-    fn subscribe(&self) -> watch::Receiver<u64> {
-        self.changed.subscribe()
-    }
-
-    fn take(&self) -> Vec<String> {
-        let mut brokers = self.brokers.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut *brokers).into_iter().collect()
+    fn subscribe(&self) -> watch::Receiver<rebalance_runtime::LockLosses> {
+        self.counts.subscribe()
     }
 }
 
@@ -293,13 +282,8 @@ impl QueueLocker for BrokerClient {
     /// [`RemotingClient::on_disconnect`](crate::RemotingClient::on_disconnect)): the broker may
     /// have restarted and lost its lock table. A master that fails without its connection
     /// closing (a host lost, a partition) is seen only when a request to it fails.
-    fn lock_losses(&self) -> Option<watch::Receiver<u64>> {
+    fn lock_losses(&self) -> Option<watch::Receiver<rebalance_runtime::LockLosses>> {
         Some(self.inner.lock_losses.subscribe())
-    }
-
-    /// The names of the brokers whose master's connection was lost since the last call.
-    fn take_lock_losses(&self) -> Vec<String> {
-        self.inner.lock_losses.take()
     }
 }
 

@@ -373,15 +373,33 @@ mod tests {
         let mut losses = brokers
             .lock_losses()
             .expect("the RocketMQ locker reports losses");
-        assert!(brokers.take_lock_losses().is_empty());
+        // Another reader of the same locker (a second consumer on one client), and the
+        // `RocketMq` wrapper's (its broker client on the same connections).
+        let mut other = brokers.lock_losses().unwrap();
+        let rocket_mq = crate::RocketMq::from(name_server.clone());
+        let mut wrapped = rocket_mq
+            .lock_losses()
+            .expect("the RocketMq wrapper passes the losses on");
+        let seen = losses.borrow_and_update().clone();
         let conn = name_server.remoting().connection(&addr).await.unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(5), losses.changed())
             .await
             .expect("told of the loss")
             .unwrap();
         assert!(!conn.is_open());
-        assert_eq!(brokers.take_lock_losses(), vec!["a".to_string()]);
-        assert!(brokers.take_lock_losses().is_empty(), "taken once");
+        let now = losses.borrow_and_update().clone();
+        assert_eq!(now.since(&seen), vec!["a".to_string()]);
+        assert!(now.since(&now).is_empty());
+        // Nothing was taken away from the other reader.
+        assert!(other.has_changed().unwrap());
+        assert_eq!(
+            other.borrow_and_update().since(&seen),
+            vec!["a".to_string()]
+        );
+        assert_eq!(
+            wrapped.borrow_and_update().since(&seen),
+            vec!["a".to_string()]
+        );
     }
 
     /// The runtime learns of membership changes from the brokers' pushes instead of waiting for

@@ -169,9 +169,9 @@ struct Inner {
     name_server_down: bool,
     /// Brokers that do not answer lock and unlock requests.
     lock_brokers_down: HashSet<String>,
-    /// Per client instance watching for lock losses ([`QueueLocker::lock_losses`]), the
-    /// brokers restarted since it last took them.
-    lock_losses: HashMap<u64, BTreeSet<String>>,
+    /// Per client id watching for lock losses ([`QueueLocker::lock_losses`]): the losses it
+    /// was told of, and the brokers restarted while it was partitioned (told when reconnected).
+    lock_losses: HashMap<ClientId, (watch::Sender<crate::LockLosses>, BTreeSet<String>)>,
     /// The instance number of the last client made.
     clients_made: u64,
     /// Each broker's read mode of a group's topic, by (group, topic, broker), with its POP
@@ -191,8 +191,6 @@ struct State {
     start: Instant,
     /// The route data every client of the cluster shares (one process, many clients).
     routes_derived: RouteShare,
-    /// Bumped when a broker restarts (and when a client that missed one is reconnected).
-    lock_loss_watch: watch::Sender<u64>,
 }
 
 /// The cluster. Cheap to clone; every clone is the same cluster.
@@ -223,7 +221,6 @@ impl InMemoryCluster {
                 extensions: Mutex::new(HashMap::new()),
                 start: Instant::now(),
                 routes_derived: RouteShare::new(),
-                lock_loss_watch: watch::Sender::new(0),
             }),
         }
     }
@@ -383,8 +380,12 @@ impl InMemoryCluster {
             inner.partitioned.insert(client.clone());
         } else {
             inner.partitioned.remove(client);
-            drop(inner);
-            self.state.lock_loss_watch.send_modify(|n| *n += 1);
+            if let Some((losses, missed)) = inner.lock_losses.get_mut(client) {
+                let missed = std::mem::take(missed);
+                if !missed.is_empty() {
+                    losses.send_modify(|l| missed.into_iter().for_each(|b| l.record(b)));
+                }
+            }
         }
     }
 
@@ -399,8 +400,17 @@ impl InMemoryCluster {
         let before = inner.locks.len();
         inner.locks.retain(|(_, q), _| &*q.broker_name != broker);
         let dropped = before - inner.locks.len();
-        for losses in inner.lock_losses.values_mut() {
-            losses.insert(broker.to_string());
+        let Inner {
+            lock_losses,
+            partitioned,
+            ..
+        } = &mut *inner;
+        for (client, (losses, missed)) in lock_losses.iter_mut() {
+            if partitioned.contains(client) {
+                missed.insert(broker.to_string());
+            } else {
+                losses.send_modify(|l| l.record(broker));
+            }
         }
         drop(inner);
         tracing::info!(
@@ -408,7 +418,6 @@ impl InMemoryCluster {
             dropped_locks = dropped,
             "in-memory broker restarted"
         );
-        self.state.lock_loss_watch.send_modify(|n| *n += 1);
     }
 }
 
@@ -895,29 +904,21 @@ impl QueueLocker for ClusterClient {
         .await
     }
 
-    /// Changes when a broker restarts ([`InMemoryCluster::restart_broker`]).
-    fn lock_losses(&self) -> Option<watch::Receiver<u64>> {
-        self.state
-            .lock()
-            .lock_losses
-            .entry(self.instance)
-            .or_default();
-        Some(self.state.lock_loss_watch.subscribe())
-    }
-
-    /// The brokers restarted since the last call, once this client watches
-    /// ([`lock_losses`](QueueLocker::lock_losses)); none while it is partitioned (it has not
-    /// seen its connections close yet).
-    fn take_lock_losses(&self) -> Vec<String> {
+    /// Counts a loss at each broker restarted ([`InMemoryCluster::restart_broker`]) once this
+    /// client's id watches; one restarted while it is partitioned when it is reconnected (it
+    /// has not seen its connections close yet).
+    fn lock_losses(&self) -> Option<watch::Receiver<crate::LockLosses>> {
         let mut inner = self.state.lock();
-        if inner.partitioned.contains(&self.client_id) {
-            return Vec::new();
-        }
-        inner
+        let (losses, _) = inner
             .lock_losses
-            .get_mut(&self.instance)
-            .map(|losses| std::mem::take(losses).into_iter().collect())
-            .unwrap_or_default()
+            .entry(self.client_id.clone())
+            .or_insert_with(|| {
+                (
+                    watch::Sender::new(crate::LockLosses::default()),
+                    BTreeSet::new(),
+                )
+            });
+        Some(losses.subscribe())
     }
 }
 

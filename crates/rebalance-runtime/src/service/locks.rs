@@ -32,12 +32,8 @@ impl Service {
     /// under it) and is asked for again at once: granted, it is trusted again from the request;
     /// refused, the queue is released; unanswered, it is asked for again every `lock_retry`
     /// and the queue is released once the lock granted before the loss is `lock_lifetime` old.
-    pub(super) async fn lock_losses(&mut self) {
-        let Some(locker) = self.ctx.locks().cloned() else {
-            return;
-        };
-        let brokers = locker.take_lock_losses();
-        if brokers.is_empty() {
+    pub(super) async fn lock_losses(&mut self, brokers: Vec<String>) {
+        if brokers.is_empty() || self.ctx.locks().is_none() {
             return;
         }
         let now = Instant::now();
@@ -51,10 +47,9 @@ impl Service {
             };
             if until > now {
                 pq.set_lock_valid_until(now);
-                self.at_risk
-                    .entry(q.clone())
-                    .and_modify(|(_, cut)| *cut = now)
-                    .or_insert((until, now));
+                // Trusted until now, so granted since any earlier loss: an entry left from one
+                // is stale (its deadline another lease's, or an older grant's).
+                self.at_risk.insert(q.clone(), (until, now));
             }
             risked.push(q.clone());
         }
@@ -70,9 +65,18 @@ impl Service {
         self.renew(risked).await;
     }
 
-    /// Asks again for the locks still at risk (see [`lock_losses`](Self::lock_losses)).
+    /// Asks again for the locks still at risk (see [`lock_losses`](Self::lock_losses)) of the
+    /// queues still held: one released meanwhile is not asked for (found by review: granted,
+    /// nothing would unlock it, and its next owner was refused until the broker expired it).
     pub(super) async fn renew_at_risk(&mut self) {
+        let table = &self.table;
+        self.at_risk
+            .retain(|q, _| table.get(q).is_some_and(|pq| pq.is_held()));
         let at_risk: Vec<MessageQueue> = self.at_risk.keys().cloned().collect();
+        if at_risk.is_empty() {
+            self.settle_at_risk();
+            return;
+        }
         tracing::info!(count = at_risk.len(), queues = ?at_risk, "asking again for the locks a broker may have lost");
         self.renew(at_risk).await;
     }

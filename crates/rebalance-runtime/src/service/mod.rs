@@ -190,11 +190,11 @@ impl Service {
         }
         // A broker whose connection was lost may have lost the locks it granted (see
         // `QueueLocker::lock_losses`); those reported before the start concern nothing held.
-        let mut lock_losses = self.ctx.locks().and_then(|locker| {
-            let losses = locker.lock_losses();
-            let _ = locker.take_lock_losses();
-            losses
-        });
+        let mut lock_losses = self.ctx.locks().and_then(|locker| locker.lock_losses());
+        let mut losses_seen = lock_losses
+            .as_mut()
+            .map(|rx| rx.borrow_and_update().clone())
+            .unwrap_or_default();
         let mut resets = self.resets.take();
         let activity = self.ctx.activity.clone();
         loop {
@@ -206,8 +206,11 @@ impl Service {
                 biased;
                 _ = token.cancelled() => break,
                 changed = changed(&mut lock_losses) => {
-                    if changed {
-                        self.lock_losses().await;
+                    if let (true, Some(rx)) = (changed, lock_losses.as_mut()) {
+                        let now = rx.borrow_and_update().clone();
+                        let brokers = now.since(&losses_seen);
+                        losses_seen = now;
+                        self.lock_losses(brokers).await;
                     } else {
                         tracing::warn!("the locker's loss notifications ended; locks are trusted for lock_lifetime from their last grant");
                         lock_losses = None;
@@ -620,7 +623,7 @@ async fn sleep_until(at: Instant) {
 
 /// Waits for a change (of the membership, or a lock loss); `false` when the channel closed.
 /// Never completes when there is no channel.
-async fn changed(receiver: &mut Option<watch::Receiver<u64>>) -> bool {
+async fn changed<T>(receiver: &mut Option<watch::Receiver<T>>) -> bool {
     match receiver {
         Some(rx) => rx.changed().await.is_ok(),
         None => std::future::pending().await,
