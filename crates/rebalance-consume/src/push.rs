@@ -2,7 +2,7 @@
 //! messages with a [`ConcurrentListener`] or an [`OrderlyListener`].
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -295,17 +295,52 @@ impl PushConsumerBuilder {
                 .spawn(leases.clone().watch(stop.clone()))
                 .abort_handle(),
         );
-        tasks.close();
-        Ok(PushConsumerHandle {
-            inner: Arc::new(Inner {
+        let workers_stopped = CancellationToken::new();
+        let await_in_flight = self.options.await_in_flight;
+        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
+            if let Some(limit) = await_in_flight {
+                let due =
+                    abandon_when_due(weak.clone(), stop.clone(), workers_stopped.clone(), limit);
+                aborts.push(tasks.spawn(due).abort_handle());
+            }
+            tasks.close();
+            Inner {
                 consumer,
                 shared,
                 leases,
                 stop,
+                workers_stopped,
                 tasks,
                 aborts,
-            }),
-        })
+            }
+        });
+        Ok(PushConsumerHandle { inner })
+    }
+}
+
+/// Abandons the batches still in the listener `limit` after the consumer began to stop (its
+/// token cancelled, whichever way: `shutdown`, the token, every handle dropped), unless the
+/// workers were stopped before. The hand-offs give up on them then; abandoned, the consume
+/// guards those batches hold (ordered queues, an exclusive hand-off) no longer keep the
+/// runtime's release waiting until `force_unlock_after` (found by review: 20 s, where
+/// `await_in_flight` said 1 s).
+async fn abandon_when_due(
+    inner: Weak<Inner>,
+    stop: CancellationToken,
+    workers_stopped: CancellationToken,
+    limit: std::time::Duration,
+) {
+    tokio::select! {
+        _ = workers_stopped.cancelled() => return,
+        _ = stop.cancelled() => {}
+    }
+    tokio::select! {
+        _ = workers_stopped.cancelled() => {}
+        _ = tokio::time::sleep(limit) => {
+            if let Some(inner) = inner.upgrade() {
+                PushConsumerHandle { inner }.abandon_in_flight();
+            }
+        }
     }
 }
 
@@ -314,6 +349,8 @@ struct Inner {
     shared: Arc<Shared>,
     leases: Arc<Leases>,
     stop: CancellationToken,
+    /// Cancelled when the workers are being stopped (see [`abandon_when_due`]).
+    workers_stopped: CancellationToken,
     tasks: TaskTracker,
     aborts: Vec<tokio::task::AbortHandle>,
 }
@@ -474,26 +511,10 @@ impl PushConsumerHandle {
     async fn shut_down(&self) {
         // One bound for the whole shutdown: the batches the hand-offs waited for are those the
         // workers are in (found by review: each waited `await_in_flight`, twice it in all).
+        // What is still in the listener at the deadline is abandoned then, while the
+        // consumer stops (see `abandon_when_due`).
         let deadline = self.await_in_flight_from_now();
-        let consumer = self.inner.consumer.shutdown();
-        match deadline {
-            None => consumer.await,
-            Some(deadline) => {
-                tokio::pin!(consumer);
-                tokio::select! {
-                    () = &mut consumer => {}
-                    () = tokio::time::sleep_until(deadline) => {
-                        // The hand-offs gave up on what is still in the listener: abandoned
-                        // now, not after the consumer stopped, since the consume guards those
-                        // batches hold (ordered queues, an exclusive hand-off) keep the
-                        // runtime's release waiting until force_unlock_after (found by review:
-                        // 20 s, where await_in_flight said 1 s).
-                        self.abandon_in_flight();
-                        consumer.await;
-                    }
-                }
-            }
-        }
+        self.inner.consumer.shutdown().await;
         self.stop_workers(deadline).await;
     }
 
@@ -517,6 +538,7 @@ impl PushConsumerHandle {
     async fn stop_workers(&self, deadline: Option<Instant>) {
         let inner = &self.inner;
         inner.stop.cancel();
+        inner.workers_stopped.cancel();
         inner.shared.outliving.close();
         let all = || async {
             inner.tasks.wait().await;

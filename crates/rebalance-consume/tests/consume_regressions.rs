@@ -190,10 +190,11 @@ impl rebalance_consume::OrderlyListener for Stuck {
 /// The same with the batch holding the queue's consume guard (an ordered queue, or a
 /// concurrent one with an exclusive hand-off): the shutdown still ends at `await_in_flight`
 /// (found by review: the runtime's release waited for the guard until `force_unlock_after`,
-/// 20 s, before the batch was abandoned).
+/// 20 s, before the batch was abandoned), also when the consumer is stopped through its token
+/// and joined.
 #[tokio::test(start_paused = true)]
 async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
-    for orderly in [true, false] {
+    for (orderly, by_token) in [(true, false), (false, false), (true, true), (false, true)] {
         let cluster = InMemoryCluster::new();
         cluster.create_topic("T", 1, 1);
         let client = cluster.client("c1@1");
@@ -213,11 +214,17 @@ async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
         cluster.send("T", OutgoingMessage::new("m0")).unwrap();
         sleep(Duration::from_secs(2)).await;
         let started = Instant::now();
-        handle.shutdown().await;
+        if by_token {
+            // Stopped another way (the consumer's token), then joined.
+            handle.consumer().token().cancel();
+            handle.join().await.unwrap();
+        } else {
+            handle.shutdown().await;
+        }
         assert!(handle.consumer().is_stopped());
         assert!(
             started.elapsed() <= Duration::from_millis(1_100),
-            "orderly {orderly}: shutdown took {:?}",
+            "orderly {orderly}, by token {by_token}: shutdown took {:?}",
             started.elapsed()
         );
     }

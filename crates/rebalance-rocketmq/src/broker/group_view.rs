@@ -68,7 +68,6 @@ impl MemberRunningInfo {
     }
 }
 
-/// The body of an answer as JSON, fastjson's queue-object keys made strings.
 /// How long a broker may hold GET_CONSUMER_RUNNING_INFO while it asks the member: a Java
 /// broker waits up to 10 s for the member's answer (a Rust broker 5 s).
 const RUNNING_INFO_FORWARD: std::time::Duration = std::time::Duration::from_secs(10);
@@ -79,6 +78,7 @@ pub(crate) fn running_info_timeout(request_timeout: std::time::Duration) -> std:
     request_timeout.saturating_add(RUNNING_INFO_FORWARD)
 }
 
+/// The body of an answer as JSON, fastjson's queue-object keys made strings.
 fn json_body(response: &RemotingCommand, what: &str) -> Result<Value, RemoteError> {
     let text = std::str::from_utf8(&response.body)
         .map_err(|e| RemoteError::BadResponse(format!("{what}: {e}")))?;
