@@ -124,6 +124,11 @@ pub enum SendError {
 /// that consumers can tell a copy from another message, as with the Java producer. A message
 /// built otherwise (a struct literal, `Default`) without the property gets a new key at each
 /// send.
+///
+/// A clone keeps the key, as a Java `Message` sent twice does: a clone whose body is then
+/// changed is another message under the same id, which consumers that drop duplicates by id
+/// drop. Give such a message its own key with [`with_new_unique_key`](Self::with_new_unique_key)
+/// (or build it with [`new`](Self::new)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Message {
     /// The payload.
@@ -156,6 +161,22 @@ impl Message {
     /// The message's unique key (`UNIQ_KEY`), which consumers see as its id, if it has one.
     pub fn unique_key(&self) -> Option<&str> {
         self.properties.get(UNIQ_KEY).map(String::as_str)
+    }
+
+    /// The message with a new unique key: for a message made from another (a clone given
+    /// another body), which is not a copy of it.
+    ///
+    /// ```
+    /// use rebalance_rocketmq::producer::Message;
+    ///
+    /// let template = Message::new("").with_tags("A");
+    /// let mut next = template.clone().with_new_unique_key();
+    /// next.body = "second".into();
+    /// assert_ne!(next.unique_key(), template.unique_key());
+    /// ```
+    pub fn with_new_unique_key(mut self) -> Self {
+        self.properties.insert(UNIQ_KEY.to_string(), unique_id());
+        self
     }
 
     /// Sets the tag consumers filter on (`TAGS`).
