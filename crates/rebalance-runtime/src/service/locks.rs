@@ -77,6 +77,16 @@ impl Service {
             self.settle_at_risk();
             return;
         }
+        if !self.membership_trusted() {
+            // Nothing is asked while the membership is not vouched for (see `renew_inner`),
+            // which says so at each renewal, not at each of these retries.
+            tracing::debug!(
+                count = at_risk.len(),
+                "membership not vouched for; not asking again for the locks at risk"
+            );
+            self.settle_at_risk();
+            return;
+        }
         tracing::info!(count = at_risk.len(), queues = ?at_risk, "asking again for the locks a broker may have lost");
         self.renew(at_risk).await;
     }
