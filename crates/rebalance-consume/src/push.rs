@@ -486,9 +486,12 @@ impl PushConsumerHandle {
     /// when all of that is done.
     ///
     /// With [`ConsumeOptions::await_in_flight`] set, the workers (and the ordered batches a
-    /// hand-off left running) get that long after the hand-off to finish their batches; those still in the listener then are abandoned (their
-    /// tasks aborted, the listener's futures dropped) and named in an error event: their
-    /// messages are not committed, so the queues' next owners consume them again. Without it,
+    /// hand-off left running) get that long from the start of the stop (this call, or the
+    /// consumer's token cancelled, then [`join`](Self::join)) to finish their batches; those
+    /// still in the listener then are abandoned, even while their queues' hand-offs run (their
+    /// tasks aborted, the listener's futures dropped, their consume guards freed) and named in
+    /// an error event: their messages are not committed, so the queues' next owners consume
+    /// them again. Without it,
     /// shutdown waits for every batch, warning every 30 s about those still running.
     ///
     /// Called from inside a listener call (a service that stops itself on a fatal error), it

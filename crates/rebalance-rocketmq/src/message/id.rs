@@ -57,8 +57,9 @@ fn fixed_part() -> &'static str {
 
 /// A new unique message id (`UNIQ_KEY`) shaped like the Java producer's
 /// (`MessageClientIDSetter.createUniqID`): 32 hexadecimal digits, a fixed part per process
-/// then a time (4 bytes: milliseconds since the start of the month, see [`id_time`]) and a
-/// counter (2 bytes). Consumers see it as the message's id; a lookup by key (Java's
+/// then a time (4 bytes: milliseconds since 12:00 UTC on the first of the month, or of the
+/// month before in a month's first 12 hours, where Java counts from the start of the month in
+/// the producer's zone) and a counter (2 bytes). Consumers see it as the message's id; a lookup by key (Java's
 /// `queryMsgByUniqueKey`) reads the time back to know where to search from.
 ///
 /// ```

@@ -4,7 +4,7 @@
 //!
 //! [`replace`] does, in `offsets.json`'s directory:
 //!
-//! 1. write the new text to this writer's own temporary file (`offsets.json.tmp-{pid}-{n}`)
+//! 1. write the new text to this writer's own temporary file (`offsets.json.tmp-{pid}-{random}-{n}`)
 //!    and fsync it;
 //! 2. if `offsets.json` exists, rename it to `offsets.json.bak` (replacing the older backup;
 //!    gone meanwhile, moved by another writer, it is left to that writer);

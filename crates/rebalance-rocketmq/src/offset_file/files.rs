@@ -23,7 +23,7 @@ pub(super) struct OffsetFiles {
     pub(super) main: PathBuf,
     /// The table before the last write (`offsets.json.bak`).
     pub(super) bak: PathBuf,
-    /// A write under way (`offsets.json.tmp-{pid}-{n}`, one name per [`OffsetFiles`] value
+    /// A write under way (`offsets.json.tmp-{pid}-{random}-{n}`, one name per [`OffsetFiles`] value
     /// of this process, so that two writers of one file never write into the same temporary
     /// file); never read.
     pub(super) tmp: PathBuf,
