@@ -24,6 +24,38 @@ use tokio::time::{Instant, sleep};
 
 mod capture;
 
+/// Implements `AssignmentSource` for a wrapper of the cluster's client by passing every call
+/// to its `inner`.
+macro_rules! forward_assignment_source {
+    ($wrapper:ty) => {
+        #[async_trait]
+        impl AssignmentSource for $wrapper {
+            fn strategies(&self) -> Vec<String> {
+                self.inner.strategies()
+            }
+
+            async fn query_assignment(
+                &self,
+                request: &AssignmentRequest<'_>,
+            ) -> Result<ServerAnswer, RemoteError> {
+                self.inner.query_assignment(request).await
+            }
+
+            async fn set_read_mode(
+                &self,
+                group: &str,
+                topic: &str,
+                mode: ReadMode,
+                pop_share: i32,
+            ) -> Result<(), RemoteError> {
+                self.inner
+                    .set_read_mode(group, topic, mode, pop_share)
+                    .await
+            }
+        }
+    };
+}
+
 const GROUP: &str = "G";
 
 /// One delivery to the application: who, what, when it started and whether it finished.
@@ -133,31 +165,7 @@ impl PopSource for SlowAcks {
     }
 }
 
-#[async_trait]
-impl AssignmentSource for SlowAcks {
-    fn strategies(&self) -> Vec<String> {
-        self.inner.strategies()
-    }
-
-    async fn query_assignment(
-        &self,
-        request: &AssignmentRequest<'_>,
-    ) -> Result<ServerAnswer, RemoteError> {
-        self.inner.query_assignment(request).await
-    }
-
-    async fn set_read_mode(
-        &self,
-        group: &str,
-        topic: &str,
-        mode: ReadMode,
-        pop_share: i32,
-    ) -> Result<(), RemoteError> {
-        self.inner
-            .set_read_mode(group, topic, mode, pop_share)
-            .await
-    }
-}
+forward_assignment_source!(SlowAcks);
 
 #[async_trait]
 impl ConcurrentListener for App {
@@ -948,31 +956,7 @@ impl PopSource for FoundNothing {
     }
 }
 
-#[async_trait]
-impl AssignmentSource for FoundNothing {
-    fn strategies(&self) -> Vec<String> {
-        self.inner.strategies()
-    }
-
-    async fn query_assignment(
-        &self,
-        request: &AssignmentRequest<'_>,
-    ) -> Result<ServerAnswer, RemoteError> {
-        self.inner.query_assignment(request).await
-    }
-
-    async fn set_read_mode(
-        &self,
-        group: &str,
-        topic: &str,
-        mode: ReadMode,
-        pop_share: i32,
-    ) -> Result<(), RemoteError> {
-        self.inner
-            .set_read_mode(group, topic, mode, pop_share)
-            .await
-    }
-}
+forward_assignment_source!(FoundNothing);
 
 /// A pop answered "found" with nothing in it moved nothing: the next pop is spaced as after
 /// an empty answer (`EMPTY_PULL_SPACING`), not sent at once; a broker answering so every time

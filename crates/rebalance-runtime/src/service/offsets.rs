@@ -9,6 +9,23 @@ use super::final_offsets::Retry;
 use crate::RemoteError;
 use crate::table::{ProcessQueue, ProcessQueueTable};
 
+/// The offset store's answers to a call for several queues, taken one per queue, in order.
+pub(super) trait NextAnswer<T> {
+    /// The next queue's answer; one missing (a store that answered fewer queues than it was
+    /// asked) is a [`RemoteError::BadResponse`] for its queue.
+    fn next_answer(&mut self) -> Result<T, RemoteError>;
+}
+
+impl<T, I: Iterator<Item = Result<T, RemoteError>>> NextAnswer<T> for I {
+    fn next_answer(&mut self) -> Result<T, RemoteError> {
+        self.next().unwrap_or_else(|| {
+            Err(RemoteError::BadResponse(
+                "the offset store answered fewer queues than it was asked".into(),
+            ))
+        })
+    }
+}
+
 /// Why committed offsets are persisted (for the logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Persisting {
@@ -87,11 +104,7 @@ impl Service {
             .into_iter();
         for (queue, offset) in due {
             // A queue the store did not answer for is not stored (as at a release).
-            let answer = answers.next().unwrap_or_else(|| {
-                Err(RemoteError::BadResponse(
-                    "the offset store answered fewer queues than it was asked".into(),
-                ))
-            });
+            let answer = answers.next_answer();
             match answer {
                 Ok(()) => {
                     if why == Persisting::AtOnce {
@@ -190,11 +203,7 @@ impl Service {
             .into_iter();
         let mut due = Vec::new();
         for (queue, offset) in kept {
-            let answer = stored.next().unwrap_or_else(|| {
-                Err(RemoteError::BadResponse(
-                    "the offset store answered fewer queues than it was asked".into(),
-                ))
-            });
+            let answer = stored.next_answer();
             match answer {
                 Ok(Some(stored)) if stored >= offset => {
                     tracing::info!(queue = ?queue, offset, stored, "not writing a released queue's refused final offset: the store holds further progress");
@@ -215,11 +224,7 @@ impl Service {
             .await
             .into_iter();
         for (queue, offset) in due {
-            let answer = answers.next().unwrap_or_else(|| {
-                Err(RemoteError::BadResponse(
-                    "the offset store answered fewer queues than it was asked".into(),
-                ))
-            });
+            let answer = answers.next_answer();
             match answer {
                 Ok(()) => {
                     tracing::info!(queue = ?queue, offset, "persisted a released queue's final offset at shutdown")

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use super::diff::{Change, Target, TopicDiff};
 use super::final_offsets::TakeBack;
 use super::inputs_memo::Inputs;
+use super::offsets::NextAnswer;
 use super::{Service, topic_report};
 use crate::allocation::{Allocation, TopicView, assign_leaderless};
 use crate::assignment::{ListenerCallback, TopicReport, Unbalanced, fingerprint};
@@ -477,11 +478,7 @@ impl Service {
                 .await
                 .into_iter();
             for (queue, offset) in finals {
-                let answer = answers.next().unwrap_or_else(|| {
-                    Err(crate::RemoteError::BadResponse(
-                        "the offset store answered fewer queues than it was asked".into(),
-                    ))
-                });
+                let answer = answers.next_answer();
                 let e = match answer {
                     Ok(()) => {
                         tracing::debug!(topic, queue = ?queue, offset, "final offset persisted");
@@ -647,11 +644,7 @@ impl Service {
                 }
                 KnownStart::Read { at_least } => at_least,
             };
-            let answer = read.next().unwrap_or_else(|| {
-                Err(crate::RemoteError::BadResponse(
-                    "the offset store answered fewer queues than it was asked".into(),
-                ))
-            });
+            let answer = read.next_answer();
             let stored = match answer {
                 Ok(Some(offset)) if offset >= 0 => Some(offset),
                 Ok(_) => None,
