@@ -92,6 +92,8 @@ async fn a_scrape_returns_the_consumers_metrics() {
     for line in [
         "# HELP rebalance_rounds_total",
         "# TYPE rebalance_rounds_total counter",
+        // The consume layer's metrics are described too.
+        "# HELP rebalance_messages_consumed_total",
         "rebalance_queues_owned{group=\"G\",topic=\"T\"} 2",
         "rebalance_messages_consumed_total{group=\"G\",topic=\"T\"} 3",
         "rebalance_buffered_messages{group=\"G\",topic=\"T\"} 0",

@@ -16,11 +16,12 @@ const MAX_REQUEST: usize = 8 * 1024;
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Installs the Prometheus recorder as the process's recorder and describes the runtime's
-/// metrics to it.
+/// Installs the Prometheus recorder as the process's recorder and describes the runtime's and
+/// the consume layer's metrics to it (their HELP and units).
 pub fn install() -> Result<PrometheusHandle, BuildError> {
     let handle = PrometheusBuilder::new().install_recorder()?;
     rebalance::runtime::metrics::describe();
+    rebalance::consume::metrics::describe();
     Ok(handle)
 }
 

@@ -55,8 +55,8 @@ pub struct DescribeArgs {
     /// JSON lines instead of a table: one per queue, then a summary.
     #[arg(long)]
     pub json: bool,
-    /// How long each request to a server may take (a broker waits up to 5 s for a member's
-    /// running info).
+    /// How long each request to a server may take; a member's running info gets 10 s more,
+    /// for the broker to ask the member (5 s on the Rust broker, 10 s on a Java one).
     #[arg(long, default_value = "8s", value_parser = parse_duration)]
     pub timeout: Duration,
     /// Credentials, namespace and TLS.
@@ -582,21 +582,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             offsets.insert(queue.clone(), (committed, max));
         }
         for queue in queues {
-            // Popped: the queue itself, or every queue of its broker (id -1).
-            let pops = |info: &MemberRunningInfo| {
-                info.popped.iter().any(|p| {
-                    *p == queue
-                        || (p.queue_id == -1
-                            && p.topic == queue.topic
-                            && p.broker_name == queue.broker_name)
-                })
-            };
-            let owners: Vec<String> = infos
-                .iter()
-                .filter(|(_, info)| info.queues.iter().any(|(q, _)| *q == queue) || pops(info))
-                .map(|(m, _)| m.clone())
-                .collect();
-            let shared = infos.values().any(pops);
+            let (owners, shared) = owners_of(&queue, &infos);
             let (committed, max) = offsets.remove(&queue).unwrap_or((Err(()), None));
             rows.push(QueueRow {
                 predicted: predicted.get(&queue).map(|m| m.to_string()),
@@ -659,6 +645,31 @@ pub fn run(
         description.write_table(out)?;
     }
     Ok(())
+}
+
+/// The members holding `queue` (pulling it, or popping it: the queue itself, or every queue of
+/// its broker, id -1), and whether it is shared: popped, and pulled by none (a member pulling
+/// a queue others pop consumes it beside them, which is double ownership, not sharing).
+fn owners_of(
+    queue: &MessageQueue,
+    infos: &BTreeMap<String, MemberRunningInfo>,
+) -> (Vec<String>, bool) {
+    let pops = |info: &MemberRunningInfo| {
+        info.popped.iter().any(|p| {
+            p == queue
+                || (p.queue_id == -1
+                    && p.topic == queue.topic
+                    && p.broker_name == queue.broker_name)
+        })
+    };
+    let pulls = |info: &MemberRunningInfo| info.queues.iter().any(|(q, _)| q == queue);
+    let owners = infos
+        .iter()
+        .filter(|(_, info)| pulls(info) || pops(info))
+        .map(|(m, _)| m.clone())
+        .collect();
+    let shared = infos.values().any(pops) && !infos.values().any(pulls);
+    (owners, shared)
 }
 
 #[cfg(test)]
@@ -880,5 +891,38 @@ mod tests {
         assert_eq!(diverging(&members), vec!["c".to_string()]);
         members.remove("c");
         assert!(diverging(&members).is_empty());
+    }
+
+    /// A queue popped by some members and pulled by another is double owned, not shared
+    /// (found by review: any popping member made it "shared", hiding the mix).
+    #[test]
+    fn a_queue_pulled_beside_members_that_pop_it_is_not_shared() {
+        let q0 = MessageQueue::new("T", "broker-a", 0);
+        let popping = {
+            let mut info = MemberRunningInfo::default();
+            info.popped = vec![MessageQueue::new("T", "broker-a", -1)];
+            info
+        };
+        let pulling = {
+            let mut info = MemberRunningInfo::default();
+            info.queues = vec![(q0.clone(), 3)];
+            info
+        };
+        let both = BTreeMap::from([
+            ("m1".to_string(), popping.clone()),
+            ("m2".to_string(), pulling),
+        ]);
+        assert_eq!(
+            owners_of(&q0, &both),
+            (vec!["m1".into(), "m2".into()], false)
+        );
+        let popped = BTreeMap::from([
+            ("m1".to_string(), popping.clone()),
+            ("m3".to_string(), popping),
+        ]);
+        assert_eq!(
+            owners_of(&q0, &popped),
+            (vec!["m1".into(), "m3".into()], true)
+        );
     }
 }

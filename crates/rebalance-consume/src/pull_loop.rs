@@ -606,6 +606,10 @@ impl PullLoop {
     /// unlocked it: that commit is lost (logged as a warning), and the next owner consumes the
     /// batch's messages again.
     async fn hand_off(&mut self, consuming: Option<OrderlyFuture>) {
+        // No longer held: its buffer and lag are not this member's any more (its next owner
+        // counts them), however long the batches in the listener keep the hand-off (found by
+        // review: they stayed in the gauges until the loop ended, counted twice meanwhile).
+        self.gauges.set(0, 0, 0);
         let since = Instant::now();
         let retiring = !self.lease.is_cancelled();
         let started = self.link.drop_lease();

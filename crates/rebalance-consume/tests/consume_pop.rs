@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rebalance_consume::memory::{ClusterMessages, OutgoingMessage};
+use rebalance_consume::memory::{ClusterMessages, OutgoingMessage, pop_retry_topic};
 use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PopMode,
     PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
@@ -1020,5 +1020,25 @@ async fn messages_given_back_when_the_group_switches_to_pull_are_drained_from_th
         .unwrap();
     sleep(Duration::from_secs(120)).await;
     assert_eq!(missing(&produced, &group.journal), Vec::<String>::new());
+    // The running info (GET_CONSUMER_RUNNING_INFO) lists the POP retry topic among the
+    // subscriptions, with its figures, as the heartbeats announce it; every queue it lists is
+    // of a topic it lists (found by review: built from the application's subscriptions alone).
+    let info = group.members["a@1"].consumer().running_info();
+    let retry = pop_retry_topic(GROUP, "T");
+    assert!(
+        info.subscriptions.iter().any(|s| s.topic == retry),
+        "{:?}",
+        info.subscriptions
+    );
+    assert!(info.status.contains_key(&retry));
+    for q in &info.queues {
+        assert!(
+            info.subscriptions
+                .iter()
+                .any(|s| *s.topic == *q.queue.topic),
+            "{:?} held, its topic not subscribed",
+            q.queue
+        );
+    }
     group.stop().await;
 }

@@ -46,6 +46,63 @@ impl ConcurrentListener for Gated {
 
 const T: [(&str, &str); 2] = [("group", "G"), ("topic", "T")];
 
+/// A queue handed off while batches of it are still in the listener no longer counts in its
+/// former owner's buffer and lag gauges: its next owner counts it (found by review: the former
+/// owner's share stayed until its batches ended, so the process counted the queue twice).
+#[test]
+fn a_queue_handed_off_leaves_the_gauges_at_once() {
+    let recorder = TestRecorder::new();
+    with_recorder(&recorder, || async {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 2, 4);
+        let (gate, open) = watch::channel(true);
+        let start = |id: &'static str| {
+            let client = cluster.client(id);
+            let listener = Arc::new(Gated {
+                open: open.clone(),
+                fail_suffix: "never",
+            });
+            // Every message in the listener at once: the hand-offs wait for them.
+            let mut options = rebalance_consume::ConsumeOptions::default();
+            options.consume_concurrency = 64;
+            PushConsumer::builder("G")
+                .subscribe("T")
+                .configure(|c| c.cluster(client.clone()).client_id(id))
+                .options(options)
+                .source(Arc::new(client))
+                .concurrently(listener)
+                .start()
+        };
+        let a = start("a@1").await.unwrap();
+        sleep(Duration::from_secs(10)).await;
+        // Some consumed and their offsets stored (the next owner starts from them), then the
+        // listener closes.
+        for i in 0..8 {
+            cluster
+                .send("T", OutgoingMessage::new(format!("first{i}")))
+                .unwrap();
+        }
+        sleep(Duration::from_secs(10)).await;
+        gate.send_replace(false);
+        for i in 0..40 {
+            cluster
+                .send("T", OutgoingMessage::new(format!("m{i}")))
+                .unwrap();
+        }
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(recorder.gauge(consume_names::LAG, &T), 40.0);
+        assert_eq!(recorder.gauge(consume_names::BUFFERED_MESSAGES, &T), 40.0);
+        let b = start("b@1").await.unwrap();
+        sleep(Duration::from_secs(10)).await;
+        assert_eq!(b.consumer().assignment().len(), 4, "b holds half");
+        // a's handed-off queues wait for their batches (the listener is closed); b pulled them.
+        assert_eq!(recorder.gauge(consume_names::LAG, &T), 40.0);
+        assert_eq!(recorder.gauge(consume_names::BUFFERED_MESSAGES, &T), 40.0);
+        a.abort();
+        b.abort();
+    });
+}
+
 /// Buffers, lag, consumption, send-backs, pulls, queues held, and rounds, across a member's
 /// join and leave: the values a dashboard would show, exactly.
 #[test]

@@ -11,10 +11,10 @@
 //!
 //! | name | kind | labels | what |
 //! |---|---|---|---|
-//! | `rebalance_rounds_total` | counter | group, topic, reason | rebalance rounds, per topic they covered; `reason` is why the round ran (`start`, `interval`, `retry`, `membership_changed`, `route_changed`, `manual`, `subscription_changed`, `lock_retry`, `lock_lost`, joined by `+` when several) |
+//! | `rebalance_rounds_total` | counter | group, topic, reason | rebalance rounds, per topic they covered; `reason` is why the round ran (`start`, `interval`, `retry`, `membership_changed`, `route_changed`, `manual`, `subscription_changed`, `lock_retry`, `lock_lost`, `offset_reset`, `membership_regained`, joined by `+` when several; `none` for the shutdown's report) |
 //! | `rebalance_round_duration_seconds` | histogram | group | how long each round took |
 //! | `rebalance_queues_added_total` | counter | group, topic, reason | queues this client took, by the reason of the round that took them |
-//! | `rebalance_queues_removed_total` | counter | group, topic, reason | queues this client gave up: `reassigned`, `topic_gone`, `unsubscribed`, `shutdown`, `lost` |
+//! | `rebalance_queues_removed_total` | counter | group, topic, reason | queues this client gave up: `reassigned`, `topic_gone`, `unsubscribed`, `shutdown`, `lost`, `offset_reset`, `membership_lapsed` |
 //! | `rebalance_queues_owned` | gauge | group, topic | queues held now |
 //! | `rebalance_callback_failures_total` | counter | group, topic, callback | listener callbacks that returned an error, panicked or timed out (`queues_added`, `queues_removed`, `message_queue_changed`) |
 //! | `rebalance_lock_refusals_total` | counter | group, topic | queue locks a broker refused (ordered or exclusive consumption), at a round or a renewal |
@@ -141,5 +141,44 @@ pub(crate) fn forget_owned(group: &str, held: &Assignment) {
 pub(crate) fn lock_refusals(group: &str, topic: &str, count: usize) {
     if count > 0 {
         counter!(LOCK_REFUSALS, labels(group, topic)).increment(count as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::lease_terms::RemovalReason;
+    use crate::wake::WakeReasons;
+
+    /// The table above names every value the `reason` labels take (found by review: the
+    /// reasons added with offset resets and membership lapses were missing), as does the guide's
+    /// copy of it.
+    #[test]
+    fn the_tables_name_every_reason_label() {
+        let tables = [
+            include_str!("metrics.rs"),
+            include_str!("../../../docs/guide/production.md"),
+        ];
+        let removals = [
+            RemovalReason::Reassigned,
+            RemovalReason::TopicGone,
+            RemovalReason::Unsubscribed,
+            RemovalReason::Shutdown,
+            RemovalReason::Lost,
+            RemovalReason::OffsetReset,
+            RemovalReason::MembershipLapsed,
+        ];
+        let names = removals
+            .iter()
+            .map(|r| r.as_str())
+            .chain(WakeReasons::NAMES.iter().map(|(_, name)| *name))
+            .chain(["none"]);
+        for name in names {
+            for table in tables {
+                assert!(
+                    table.contains(&format!("`{name}`")),
+                    "`{name}` not in a table"
+                );
+            }
+        }
     }
 }

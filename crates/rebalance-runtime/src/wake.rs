@@ -36,7 +36,7 @@ impl WakeReasons {
     /// before was released, and the share is taken again.
     pub const MEMBERSHIP_REGAINED: Self = Self(1 << 10);
 
-    const NAMES: [(Self, &'static str); 11] = [
+    pub(crate) const NAMES: [(Self, &'static str); 11] = [
         (Self::START, "start"),
         (Self::INTERVAL, "interval"),
         (Self::RETRY, "retry"),

@@ -49,6 +49,8 @@ pub(super) struct HandleInner {
     pub(super) leases: watch::Receiver<Arc<HeldLeases>>,
     /// Operators' offset resets and requests to persist now, to the service.
     pub(super) resets: tokio::sync::mpsc::Sender<ServiceRequest>,
+    /// The registration the service last published (what the heartbeats announce).
+    pub(super) registration: watch::Receiver<Arc<crate::Registration>>,
 }
 
 /// A running consumer. Cheap to clone; the consumer stops when [`shutdown`](Self::shutdown) is
@@ -501,12 +503,12 @@ impl StartedConsumer for HandleInner {
         // The published order is the assignment's (per topic, the table's); operators' tools
         // and the documentation promise queue order.
         queues.sort_by(|a, b| a.queue.cmp(&b.queue));
-        let requested = self.requested.borrow().clone();
-        let subscriptions: Vec<crate::subscription::Subscription> = ctx
-            .effective(&requested)
-            .into_iter()
-            .map(|(topic, expression)| crate::subscription::Subscription::new(topic, expression))
-            .collect();
+        // What the heartbeats announce: the service's subscriptions (the retry topic, and the
+        // POP retry topic of a topic the brokers answer only PULL for), which follow the
+        // application's as the service takes them (found by review: built from the
+        // application's alone, a POP retry topic's queues were listed, itself not).
+        let subscriptions: Vec<crate::subscription::Subscription> =
+            self.registration.borrow().subscriptions.clone();
         let status = subscriptions
             .iter()
             .map(|s| (s.topic.clone(), activity.meter.status(&s.topic, now)))

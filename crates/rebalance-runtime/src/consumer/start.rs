@@ -56,6 +56,7 @@ impl ConsumerBuilder {
         let registration = Arc::new(ctx.registration(&subscriptions));
         let (registration_tx, registration_rx) = watch::channel(registration.clone());
         let last_registration = registration_rx.clone();
+        let published_registration = registration_rx.clone();
         let (routes_tx, routes_rx) = watch::channel(Arc::new(RouteTable::default()));
         let (assignment_tx, assignment_rx) = watch::channel(Arc::new(Assignment::default()));
         let (rounds_tx, rounds_rx) = watch::channel(Arc::new(RoundReport::default()));
@@ -221,6 +222,7 @@ impl ConsumerBuilder {
                 serial,
                 leases: leases_rx,
                 resets: resets_tx,
+                registration: published_registration,
             }),
         };
         handle

@@ -56,11 +56,13 @@ pub struct RunningInfo {
 
 impl RunningInfo {
     /// The committed offset of each held queue of `topic` (every topic when `None`): what a
-    /// RocketMQ client answers to `GET_CONSUMER_STATUS_FROM_CLIENT`.
+    /// RocketMQ client answers to `GET_CONSUMER_STATUS_FROM_CLIENT`. Popped queues have none,
+    /// and are left out (a Java client answers its offset store's table, which has none of
+    /// them).
     pub fn committed_offsets(&self, topic: Option<&str>) -> Vec<(MessageQueue, i64)> {
         self.queues
             .iter()
-            .filter(|q| topic.is_none_or(|t| &*q.queue.topic == t))
+            .filter(|q| !q.popped && topic.is_none_or(|t| &*q.queue.topic == t))
             .map(|q| (q.queue.clone(), q.commit_offset))
             .collect()
     }
@@ -235,5 +237,47 @@ impl Default for ConsumerActivity {
     /// With a membership that is always trusted.
     fn default() -> Self {
         Self::new(Membership::unconditional())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(id: i32, popped: bool) -> QueueRunningInfo {
+        QueueRunningInfo {
+            queue: MessageQueue::new("T", "b", id),
+            commit_offset: if popped { -1 } else { 7 },
+            buffer: QueueBuffer::default(),
+            locked: false,
+            last_lock: None,
+            last_pull: None,
+            last_consume: None,
+            popped,
+        }
+    }
+
+    /// GET_CONSUMER_STATUS_FROM_CLIENT answers the held queues' committed offsets: a popped
+    /// queue has none and is left out (found by review: it was answered as offset -1 on queue
+    /// id -1).
+    #[test]
+    fn committed_offsets_leave_out_popped_queues() {
+        let info = RunningInfo {
+            group: "G".into(),
+            client_id: ClientId::from("c@1"),
+            started_at: SystemTime::UNIX_EPOCH,
+            message_model: MessageModel::Clustering,
+            consume_order: ConsumeOrder::Concurrent,
+            consume_from: ConsumeFrom::default(),
+            consuming: true,
+            subscriptions: Vec::new(),
+            queues: vec![queue(-1, true), queue(0, false)],
+            status: BTreeMap::new(),
+            diagnostics: BTreeMap::new(),
+        };
+        assert_eq!(
+            info.committed_offsets(Some("T")),
+            vec![(MessageQueue::new("T", "b", 0), 7)]
+        );
     }
 }
