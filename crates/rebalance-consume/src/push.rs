@@ -2,7 +2,7 @@
 //! messages with a [`ConcurrentListener`] or an [`OrderlyListener`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -296,25 +296,67 @@ impl PushConsumerBuilder {
                 .abort_handle(),
         );
         let workers_stopped = CancellationToken::new();
-        let await_in_flight = self.options.await_in_flight;
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            if let Some(limit) = await_in_flight {
-                let due =
-                    abandon_when_due(weak.clone(), stop.clone(), workers_stopped.clone(), limit);
-                aborts.push(tasks.spawn(due).abort_handle());
-            }
-            tasks.close();
-            Inner {
-                consumer,
-                shared,
-                leases,
-                stop,
-                workers_stopped,
-                tasks,
-                aborts,
-            }
+        let abandon = Arc::new(Abandon {
+            shared: shared.clone(),
+            aborts,
+            stop_began: OnceLock::new(),
+        });
+        if let Some(limit) = self.options.await_in_flight {
+            let due = abandon_when_due(
+                abandon.clone(),
+                stop.clone(),
+                workers_stopped.clone(),
+                limit,
+            );
+            tasks.spawn(due);
+        }
+        tasks.close();
+        let inner = Arc::new(Inner {
+            consumer,
+            shared,
+            leases,
+            stop,
+            workers_stopped,
+            tasks,
+            abandon,
         });
         Ok(PushConsumerHandle { inner })
+    }
+}
+
+/// What abandoning the batches still in the listener takes: the consume layer's shared state
+/// (its `abandon` token, the batches in flight) and the workers' tasks. Not the handle's
+/// `Inner`, so that the task abandoning them at the deadline does it also once every handle
+/// was dropped.
+struct Abandon {
+    shared: Arc<Shared>,
+    aborts: Vec<tokio::task::AbortHandle>,
+    /// When the consumer began to stop (its token cancelled), as `abandon_when_due` saw it.
+    stop_began: OnceLock<Instant>,
+}
+
+impl Abandon {
+    /// Abandons the batches still in the listener (`await_in_flight` is up): the workers are
+    /// aborted, and the ordered batches that outlived their hand-offs dropped, with their
+    /// consume guards. Said once, when there is something to abandon.
+    fn now(&self) {
+        if self.shared.abandon.is_cancelled() {
+            return;
+        }
+        let batches = self.shared.in_flight.list();
+        if !batches.is_empty() {
+            let await_in_flight = self.shared.options.await_in_flight;
+            tracing::error!(
+                count = batches.len(),
+                ?batches,
+                ?await_in_flight,
+                "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again"
+            );
+        }
+        for task in &self.aborts {
+            task.abort();
+        }
+        self.shared.abandon.cancel();
     }
 }
 
@@ -325,7 +367,7 @@ impl PushConsumerBuilder {
 /// runtime's release waiting until `force_unlock_after` (found by review: 20 s, where
 /// `await_in_flight` said 1 s).
 async fn abandon_when_due(
-    inner: Weak<Inner>,
+    abandon: Arc<Abandon>,
     stop: CancellationToken,
     workers_stopped: CancellationToken,
     limit: std::time::Duration,
@@ -334,13 +376,10 @@ async fn abandon_when_due(
         _ = workers_stopped.cancelled() => return,
         _ = stop.cancelled() => {}
     }
+    let _ = abandon.stop_began.set(Instant::now());
     tokio::select! {
         _ = workers_stopped.cancelled() => {}
-        _ = tokio::time::sleep(limit) => {
-            if let Some(inner) = inner.upgrade() {
-                PushConsumerHandle { inner }.abandon_in_flight();
-            }
-        }
+        _ = tokio::time::sleep(limit) => abandon.now(),
     }
 }
 
@@ -352,7 +391,7 @@ struct Inner {
     /// Cancelled when the workers are being stopped (see [`abandon_when_due`]).
     workers_stopped: CancellationToken,
     tasks: TaskTracker,
-    aborts: Vec<tokio::task::AbortHandle>,
+    abandon: Arc<Abandon>,
 }
 
 /// A running push consumer. Cheap to clone; dropping every handle shuts it down.
@@ -532,7 +571,17 @@ impl PushConsumerHandle {
     /// workers as [`shutdown`](Self::shutdown) does.
     pub async fn join(&self) -> Result<(), ConsumerError> {
         let result = self.inner.consumer.join().await;
-        self.stop_workers(self.await_in_flight_from_now()).await;
+        // The bound runs from when the consumer began to stop, not from now.
+        let deadline = match self.inner.abandon.stop_began.get() {
+            Some(began) => self
+                .inner
+                .shared
+                .options
+                .await_in_flight
+                .and_then(|limit| began.checked_add(limit)),
+            None => self.await_in_flight_from_now(),
+        };
+        self.stop_workers(deadline).await;
         result
     }
 
@@ -564,32 +613,8 @@ impl PushConsumerHandle {
         if tokio::time::timeout_at(deadline, all()).await.is_ok() {
             return;
         }
-        self.abandon_in_flight();
+        inner.abandon.now();
         all().await;
-    }
-
-    /// Abandons the batches still in the listener (`await_in_flight` is up): the workers are
-    /// aborted, and the ordered batches that outlived their hand-offs dropped, with their
-    /// consume guards. Said once, when there is something to abandon.
-    fn abandon_in_flight(&self) {
-        let inner = &self.inner;
-        if inner.shared.abandon.is_cancelled() {
-            return;
-        }
-        let batches = inner.shared.in_flight.list();
-        if !batches.is_empty() {
-            let await_in_flight = inner.shared.options.await_in_flight;
-            tracing::error!(
-                count = batches.len(),
-                ?batches,
-                ?await_in_flight,
-                "shutdown abandons the batches still in the listener: they are not committed, and the queues' next owners consume them again"
-            );
-        }
-        for task in &inner.aborts {
-            task.abort();
-        }
-        inner.shared.abandon.cancel();
     }
 
     /// Stops everything at once, handing nothing off and without unregistering, as if the
@@ -597,7 +622,7 @@ impl PushConsumerHandle {
     pub fn abort(&self) {
         self.inner.consumer.abort();
         self.inner.leases.abort_all();
-        for task in &self.inner.aborts {
+        for task in &self.inner.abandon.aborts {
             task.abort();
         }
     }

@@ -230,6 +230,40 @@ async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
     }
 }
 
+/// Every handle dropped while an ordered batch hangs in the listener: the batch is abandoned
+/// `await_in_flight` after the stop began all the same, which frees its queue's lock for the
+/// release (found by review: the task that abandons it reached the consumer through its
+/// handles, and did nothing once they were gone; the lock was held until force_unlock_after).
+#[tokio::test(start_paused = true)]
+async fn a_hung_ordered_batch_is_abandoned_at_await_in_flight_when_every_handle_is_dropped() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.await_in_flight = Some(Duration::from_secs(1));
+    let handle = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()))
+        .options(options)
+        .source(Arc::new(client))
+        .orderly(Arc::new(Stuck))
+        .start()
+        .await
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(2)).await;
+    let q0 = rebalance_core::MessageQueue::new("T", "broker-0", 0);
+    assert!(cluster.lock_owner("G", &q0).is_some());
+    drop(handle);
+    sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        cluster.lock_owner("G", &q0),
+        None,
+        "unlocked once the batch was abandoned"
+    );
+}
+
 #[derive(Default)]
 struct Calls {
     started: Mutex<Vec<(String, Duration)>>,

@@ -70,8 +70,13 @@ impl Service {
     /// nothing would unlock it, and its next owner was refused until the broker expired it).
     pub(super) async fn renew_at_risk(&mut self) {
         let table = &self.table;
-        self.at_risk
-            .retain(|q, _| table.get(q).is_some_and(|pq| pq.is_held()));
+        // Still at risk: held, and its lock not set since the loss (a queue released and taken
+        // again meanwhile has a new grant, which the old deadline must not judge).
+        self.at_risk.retain(|q, (_, cut)| {
+            table
+                .get(q)
+                .is_some_and(|pq| pq.is_held() && pq.lock_valid_until() == Some(*cut))
+        });
         let at_risk: Vec<MessageQueue> = self.at_risk.keys().cloned().collect();
         if at_risk.is_empty() {
             self.settle_at_risk();
