@@ -10,27 +10,13 @@ use rebalance_rocketmq::{RemotingCodec, RemotingCommand};
 pub(crate) async fn scripted(
     answer: impl Fn(&RemotingCommand) -> RemotingCommand + Send + Sync + 'static,
 ) -> (String, Arc<AtomicUsize>) {
-    use futures_util::{SinkExt, StreamExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let count = Arc::new(AtomicUsize::new(0));
-    let (answer, counter) = (Arc::new(answer), count.clone());
-    tokio::spawn(async move {
-        while let Ok((socket, _)) = listener.accept().await {
-            let (answer, counter) = (answer.clone(), counter.clone());
-            tokio::spawn(async move {
-                let mut framed = tokio_util::codec::Framed::new(socket, RemotingCodec::default());
-                while let Some(Ok(request)) = framed.next().await {
-                    counter.fetch_add(1, Ordering::SeqCst);
-                    let mut response = answer(&request);
-                    response.opaque = request.opaque;
-                    if framed.send(response).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    let counter = count.clone();
+    let addr = scripted_async(move |request| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(answer(&request)))
+    })
+    .await;
     (addr, count)
 }
 

@@ -49,6 +49,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::store::{MessageStore, Messages};
+use crate::pop::NO_MESSAGE;
 use crate::{Message, PopRequest, PopResult, PopSource, PopStart, PullError, PullResult, property};
 
 /// The property holding the time of a message's first pop (ms since the Unix epoch).
@@ -184,9 +185,6 @@ impl Handle {
         })
     }
 }
-
-/// A broker's answer to a change of invisible time for a message its queue no longer has.
-const NO_MESSAGE: i32 = 208;
 
 /// Where a handle's message is not in its queue any more (its messages were deleted up to
 /// past it): what a broker says with [`NO_MESSAGE`] to a change of invisible time. The Rust

@@ -19,6 +19,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::{Instant, sleep_until};
 
 use super::book::{AckBatch, Book, Extension, VisibleAgain};
+use super::source::NO_MESSAGE;
 use super::{PopMode, PopRequest, PopResult, PopShared, PopStart};
 use crate::activity::{Activity, ErrorLog};
 use crate::config::{
@@ -581,7 +582,7 @@ async fn contained<T>(
 /// tried again.
 fn refused_for_good(error: &RemoteError) -> bool {
     match error {
-        RemoteError::Refused { code, .. } => matches!(code, 13 | 17 | 208),
+        RemoteError::Refused { code, .. } => matches!(*code, 13 | 17 | NO_MESSAGE),
         RemoteError::BadResponse(_) => true,
         _ => false,
     }
@@ -605,7 +606,9 @@ async fn give_back(pop: &PopShared, group: &str, handles: Vec<(Arc<str>, String)
             match contained("change invisible time", call).await {
                 Ok(_) => false,
                 // Deleted from its queue: there is nothing left to give back.
-                Err(RemoteError::Refused { code: 208, .. }) => false,
+                Err(RemoteError::Refused {
+                    code: NO_MESSAGE, ..
+                }) => false,
                 Err(_) => true,
             }
         })

@@ -135,6 +135,10 @@ pub enum PopResult {
     NoMessage,
 }
 
+/// A broker's refusal of an acknowledgement or a change of invisible time for a message its
+/// queue no longer has (RocketMQ's `NO_MESSAGE`).
+pub(crate) const NO_MESSAGE: i32 = 208;
+
 /// Where a POP consumer pops, acknowledges and postpones messages: the RocketMQ transport's
 /// broker client, or the in-memory cluster.
 ///

@@ -70,30 +70,23 @@ pub(super) struct FinalOffsets {
 impl FinalOffsets {
     /// Keeps `queue`'s refused final `offset` for retries until `until`.
     pub(super) fn keep(&mut self, queue: MessageQueue, offset: i64, until: Instant) {
-        let locked = true;
-        self.pending.insert(
-            queue,
-            Pending {
-                offset,
-                until,
-                locked,
-            },
-        );
+        let pending = Pending {
+            offset,
+            until,
+            locked: true,
+        };
+        self.pending.insert(queue, pending);
     }
 
     /// Keeps the refused final `offset` of `queue`, released at `now` without a lock, for a
     /// take-back until `now + UNLOCKED_KEPT_FOR` (never retried).
     pub(super) fn keep_unlocked(&mut self, queue: MessageQueue, offset: i64, now: Instant) {
-        let until = now + UNLOCKED_KEPT_FOR;
-        let locked = false;
-        self.pending.insert(
-            queue,
-            Pending {
-                offset,
-                until,
-                locked,
-            },
-        );
+        let pending = Pending {
+            offset,
+            until: now + UNLOCKED_KEPT_FOR,
+            locked: false,
+        };
+        self.pending.insert(queue, pending);
     }
 
     /// Whether `queue`'s locked final offset is still pending (its lock must then be kept).

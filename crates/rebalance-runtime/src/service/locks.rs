@@ -69,14 +69,7 @@ impl Service {
     /// queues still held: one released meanwhile is not asked for (found by review: granted,
     /// nothing would unlock it, and its next owner was refused until the broker expired it).
     pub(super) async fn renew_at_risk(&mut self) {
-        let table = &self.table;
-        // Still at risk: held, and its lock not set since the loss (a queue released and taken
-        // again meanwhile has a new grant, which the old deadline must not judge).
-        self.at_risk.retain(|q, (_, cut)| {
-            table
-                .get(q)
-                .is_some_and(|pq| pq.is_held() && pq.lock_valid_until() == Some(*cut))
-        });
+        self.prune_at_risk();
         let at_risk: Vec<MessageQueue> = self.at_risk.keys().cloned().collect();
         if at_risk.is_empty() {
             self.settle_at_risk();
@@ -99,15 +92,22 @@ impl Service {
     /// Forgets the queues no longer at risk: released, or whose lock was set since its trust
     /// was cut (granted again, or a new lease); asks for the others again `lock_retry` from now.
     fn settle_at_risk(&mut self) {
+        self.prune_at_risk();
+        let retry =
+            (!self.at_risk.is_empty()).then(|| Instant::now() + self.ctx.intervals.lock_retry);
+        self.schedule.retry_at_risk(retry);
+    }
+
+    /// Keeps only the queues still at risk: held, and their lock not set since the loss (a
+    /// queue released, or taken again meanwhile with a new grant, which the old deadline must
+    /// not judge).
+    fn prune_at_risk(&mut self) {
         let table = &self.table;
         self.at_risk.retain(|q, (_, cut)| {
             table
                 .get(q)
                 .is_some_and(|pq| pq.is_held() && pq.lock_valid_until() == Some(*cut))
         });
-        let retry =
-            (!self.at_risk.is_empty()).then(|| Instant::now() + self.ctx.intervals.lock_retry);
-        self.schedule.retry_at_risk(retry);
     }
 
     /// Renews the locks of `held` (held locked queues, sorted), releasing those lost.
