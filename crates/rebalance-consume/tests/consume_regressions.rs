@@ -139,27 +139,40 @@ impl ConcurrentListener for Stuck {
     }
 }
 
+/// A consumer (`orderly`, or concurrent with an `exclusive` hand-off or not) of topic T's one
+/// queue on `cluster`, with `await_in_flight` 1 s, whose listener ([`Stuck`]) never returns from
+/// `m0`, which it got 2 s ago.
+async fn stuck_on_m0(
+    cluster: &InMemoryCluster,
+    orderly: bool,
+    exclusive: bool,
+) -> PushConsumerHandle {
+    cluster.create_topic("T", 1, 1);
+    let client = cluster.client("c1@1");
+    let mut options = ConsumeOptions::default();
+    options.await_in_flight = Some(Duration::from_secs(1));
+    let builder = PushConsumer::builder("G")
+        .subscribe("T")
+        .configure(|c| c.cluster(client.clone()).exclusive_hand_off(exclusive))
+        .options(options)
+        .source(Arc::new(client));
+    let handle = if orderly {
+        builder.orderly(Arc::new(Stuck)).start().await.unwrap()
+    } else {
+        builder.concurrently(Arc::new(Stuck)).start().await.unwrap()
+    };
+    sleep(Duration::from_secs(1)).await;
+    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
+    sleep(Duration::from_secs(2)).await;
+    handle
+}
+
 /// `await_in_flight` bounds the hand-off's wait for batches in the listener and the shutdown's
 /// wait for the workers: a listener call that never ends is abandoned.
 #[tokio::test(start_paused = true)]
 async fn shutdown_abandons_a_hung_listener_call_once_await_in_flight_is_up() {
     let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let client = cluster.client("c1@1");
-    let mut options = ConsumeOptions::default();
-    options.await_in_flight = Some(Duration::from_secs(1));
-    let handle = PushConsumer::builder("G")
-        .subscribe("T")
-        .configure(|c| c.cluster(client.clone()))
-        .options(options)
-        .source(Arc::new(client))
-        .concurrently(Arc::new(Stuck))
-        .start()
-        .await
-        .unwrap();
-    sleep(Duration::from_secs(1)).await;
-    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
-    sleep(Duration::from_secs(2)).await;
+    let handle = stuck_on_m0(&cluster, false, false).await;
     let started = Instant::now();
     let done = tokio::time::timeout(Duration::from_secs(3600), handle.shutdown()).await;
     assert!(
@@ -196,23 +209,7 @@ impl rebalance_consume::OrderlyListener for Stuck {
 async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
     for (orderly, by_token) in [(true, false), (false, false), (true, true), (false, true)] {
         let cluster = InMemoryCluster::new();
-        cluster.create_topic("T", 1, 1);
-        let client = cluster.client("c1@1");
-        let mut options = ConsumeOptions::default();
-        options.await_in_flight = Some(Duration::from_secs(1));
-        let builder = PushConsumer::builder("G")
-            .subscribe("T")
-            .configure(|c| c.cluster(client.clone()).exclusive_hand_off(!orderly))
-            .options(options)
-            .source(Arc::new(client));
-        let handle = if orderly {
-            builder.orderly(Arc::new(Stuck)).start().await.unwrap()
-        } else {
-            builder.concurrently(Arc::new(Stuck)).start().await.unwrap()
-        };
-        sleep(Duration::from_secs(1)).await;
-        cluster.send("T", OutgoingMessage::new("m0")).unwrap();
-        sleep(Duration::from_secs(2)).await;
+        let handle = stuck_on_m0(&cluster, orderly, !orderly).await;
         let started = Instant::now();
         if by_token {
             // Stopped another way (the consumer's token), then joined.
@@ -237,22 +234,7 @@ async fn shutdown_abandons_a_hung_guarded_batch_once_await_in_flight_is_up() {
 #[tokio::test(start_paused = true)]
 async fn a_hung_ordered_batch_is_abandoned_at_await_in_flight_when_every_handle_is_dropped() {
     let cluster = InMemoryCluster::new();
-    cluster.create_topic("T", 1, 1);
-    let client = cluster.client("c1@1");
-    let mut options = ConsumeOptions::default();
-    options.await_in_flight = Some(Duration::from_secs(1));
-    let handle = PushConsumer::builder("G")
-        .subscribe("T")
-        .configure(|c| c.cluster(client.clone()))
-        .options(options)
-        .source(Arc::new(client))
-        .orderly(Arc::new(Stuck))
-        .start()
-        .await
-        .unwrap();
-    sleep(Duration::from_secs(1)).await;
-    cluster.send("T", OutgoingMessage::new("m0")).unwrap();
-    sleep(Duration::from_secs(2)).await;
+    let handle = stuck_on_m0(&cluster, true, false).await;
     let q0 = rebalance_core::MessageQueue::new("T", "broker-0", 0);
     assert!(cluster.lock_owner("G", &q0).is_some());
     drop(handle);
