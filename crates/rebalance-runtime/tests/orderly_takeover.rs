@@ -205,17 +205,24 @@ fn of_broker(queues: &BTreeSet<MessageQueue>, broker: &str) -> Vec<MessageQueue>
         .collect()
 }
 
+/// Member `a`, orderly, alone on topic T (two brokers of two queues) on `cluster`, just after
+/// a renewal of its locks (every 20 s): it trusts them for another 29 s or so. With every
+/// queue of T.
+async fn alone_just_after_a_renewal(cluster: &InMemoryCluster) -> (Member, BTreeSet<MessageQueue>) {
+    cluster.create_topic("T", 2, 2);
+    let all = all_queues(cluster, &["T"]);
+    let a = start_with(cluster, 0, &["T"], orderly(EXPIRY)).await;
+    settle(3 * MIN).await;
+    assert_partition(&[&a], &all);
+    settle(18 * MIN).await;
+    (a, all)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_restarted_broker_s_locks_stop_being_trusted_at_once_and_a_lock_granted_elsewhere_is_released()
  {
     let cluster = cluster();
-    cluster.create_topic("T", 2, 2);
-    let all = all_queues(&cluster, &["T"]);
-    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
-    settle(3 * MIN).await;
-    assert_partition(&[&a], &all);
-    // Just after a renewal (every 20 s): a trusts its locks for another 29 s or so.
-    settle(18 * MIN).await;
+    let (a, all) = alone_just_after_a_renewal(&cluster).await;
     // The broker restarts; a sees its connection close and asks for its locks again at once,
     // while the broker is still down (the request fails).
     cluster.fail_next(rebalance_runtime::memory::ClusterCall::Lock, 1);
@@ -282,12 +289,7 @@ async fn a_restarted_broker_s_locks_stop_being_trusted_at_once_and_a_lock_grante
 async fn locks_at_a_restarted_broker_that_does_not_answer_yet_are_not_trusted_until_it_grants_them()
 {
     let cluster = cluster();
-    cluster.create_topic("T", 2, 2);
-    let all = all_queues(&cluster, &["T"]);
-    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
-    settle(3 * MIN).await;
-    assert_partition(&[&a], &all);
-    settle(18 * MIN).await;
+    let (a, all) = alone_just_after_a_renewal(&cluster).await;
     // The broker restarts and answers nothing for 5 s.
     cluster.set_lock_broker_down("broker-0", true);
     let restarted = Instant::now();
@@ -324,11 +326,7 @@ async fn locks_at_a_restarted_broker_that_does_not_answer_yet_are_not_trusted_un
 #[tokio::test(start_paused = true)]
 async fn locks_at_a_restarted_broker_that_never_answers_are_released_when_their_lifetime_ends() {
     let cluster = cluster();
-    cluster.create_topic("T", 2, 2);
-    let all = all_queues(&cluster, &["T"]);
-    let a = start_with(&cluster, 0, &["T"], orderly(EXPIRY)).await;
-    settle(3 * MIN).await;
-    settle(18 * MIN).await;
+    let (a, all) = alone_just_after_a_renewal(&cluster).await;
     let renewed = Instant::now() - MIN;
     cluster.set_lock_broker_down("broker-0", true);
     cluster.restart_broker("broker-0");
