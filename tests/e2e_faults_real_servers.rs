@@ -349,25 +349,8 @@ async fn an_orderly_group_across_a_broker_restart_never_shares_an_ordered_queue(
         .await;
     let stream = Producer::new(&cluster, topic).stream_tolerant(topic, RATE);
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let killed_at = Instant::now();
-    cluster.kill_broker(e2e::BROKERS[0]).expect("kill broker-a");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    cluster
-        .start_broker(e2e::BROKERS[0])
-        .expect("broker-a starts again on its store");
-    let back_at = Instant::now();
-    let resumed = e2e::eventually(
-        "a message sent to broker-a after its restart is consumed",
-        Duration::from_secs(90),
-        || {
-            log.messages(topic)
-                .iter()
-                .filter(|(_, at, m)| *at > back_at && m.queue.broker == e2e::BROKERS[0])
-                .map(|(_, at, _)| *at - back_at)
-                .min()
-        },
-    )
-    .await;
+    let (killed_at, back_at) = kill_and_restart_broker_a(&mut cluster).await;
+    let resumed = consumed_on_a_after(&log, topic, back_at, Duration::from_secs(90)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let sent = stream.stop().await;
     let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
@@ -385,6 +368,34 @@ async fn an_orderly_group_across_a_broker_restart_never_shares_an_ordered_queue(
         "two members consumed an ordered queue at once: {overlaps:?}"
     );
     log.assert_no_garbage();
+}
+
+/// Kills broker-a (SIGKILL) and starts it again on its store 10 s later; when it was killed,
+/// and when it was back.
+async fn kill_and_restart_broker_a(cluster: &mut TestCluster) -> (Instant, Instant) {
+    let killed_at = Instant::now();
+    cluster.kill_broker(e2e::BROKERS[0]).expect("kill broker-a");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    cluster
+        .start_broker(e2e::BROKERS[0])
+        .expect("broker-a starts again on its store");
+    (killed_at, Instant::now())
+}
+
+/// How long after `since` a message of broker-a was first consumed, waiting up to `within`.
+async fn consumed_on_a_after(log: &Log, topic: &str, since: Instant, within: Duration) -> Duration {
+    e2e::eventually(
+        "a message sent to broker-a after its restart is consumed",
+        within,
+        || {
+            log.messages(topic)
+                .iter()
+                .filter(|(_, at, m)| *at > since && m.queue.broker == e2e::BROKERS[0])
+                .map(|(_, at, _)| *at - since)
+                .min()
+        },
+    )
+    .await
 }
 
 /// The committed offsets of `group` on `queues`, read from the brokers (`None`: none stored).
@@ -429,14 +440,8 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
         before.iter().all(|o| o.is_some_and(|o| o > 0)),
         "{before:?}"
     );
-    let killed_at = Instant::now();
-    cluster.kill_broker(e2e::BROKERS[0]).expect("kill broker-a");
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    cluster
-        .start_broker(e2e::BROKERS[0])
-        .expect("broker-a starts again on its store");
-    let down_for = killed_at.elapsed();
-    let back_at = Instant::now();
+    let (killed_at, back_at) = kill_and_restart_broker_a(&mut cluster).await;
+    let down_for = back_at - killed_at;
     // Broker 1.0 writes its consumer offsets to its store only now and then: killed, it comes
     // back without the latest ones (or any), as Apache RocketMQ's users report of brokers
     // (#2705, #2181). The members' pulls carry their committed offsets, which it stores again.
@@ -452,20 +457,7 @@ async fn a_broker_killed_and_restarted_on_its_store_keeps_its_offsets_and_loses_
     }
     // Consumption of broker-a's queues goes on: a message sent there after the restart is
     // consumed.
-    let resumed = e2e::eventually(
-        "a message sent to broker-a after its restart is consumed",
-        Duration::from_secs(60),
-        || {
-            log.messages(topic)
-                .iter()
-                .filter(|(_, at, m)| {
-                    *at > killed_at + down_for && m.queue.broker == e2e::BROKERS[0]
-                })
-                .map(|(_, at, _)| *at - killed_at - down_for)
-                .min()
-        },
-    )
-    .await;
+    let resumed = consumed_on_a_after(&log, topic, back_at, Duration::from_secs(60)).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let sent = stream.stop().await;
     let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
