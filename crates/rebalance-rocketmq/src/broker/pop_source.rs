@@ -41,11 +41,18 @@ fn handle(text: &str) -> Result<ReceiptHandle, RemoteError> {
 }
 
 /// A message popped but not matching the expression, as the consume layer acknowledges it:
-/// its queue, offset and handle.
-fn filtered(topic: &str, handle: &ReceiptHandle) -> Message {
+/// its queue, offset and handle. The queue is the one the message was read from: of the POP
+/// retry topic for a redelivery, as for a delivered message (found by review: a filtered
+/// retry message took the popped topic's queue of the same id, and one at the offset of an
+/// ordinary message popped with it was dropped from the book, never acknowledged).
+fn filtered(topic: &str, group: &str, handle: &ReceiptHandle) -> Message {
     let fields = handle.fields();
-    let queue = MessageQueue::new(topic, fields.broker_name.as_str(), fields.queue_id);
+    let real_topic = fields.retry.real_topic(topic, group);
+    let queue = MessageQueue::new(real_topic, fields.broker_name.as_str(), fields.queue_id);
+    // Shown under the popped topic, which its acknowledgement names (the handle's retry flag
+    // tells the broker the rest), as a delivered message is.
     Message::new(queue, fields.queue_offset, bytes::Bytes::new())
+        .with_topic(topic)
         .with_property(property::POP_CK, handle.as_str())
 }
 
@@ -71,7 +78,11 @@ impl PopSource for BrokerClient {
                 let topic = &request.queue.topic;
                 Ok(PopResult::Found {
                     messages: batch.messages.into_iter().map(|m| m.message).collect(),
-                    filtered: batch.unmatched.iter().map(|h| filtered(topic, h)).collect(),
+                    filtered: batch
+                        .unmatched
+                        .iter()
+                        .map(|h| filtered(topic, &request.group, h))
+                        .collect(),
                 })
             }
             PopOutcome::NoMessage => Ok(PopResult::NoMessage),
@@ -198,5 +209,28 @@ impl AssignmentSource for BrokerClient {
         self.set_message_request_mode(&setting)
             .await
             .map_err(remote)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filtered_message_keeps_the_queue_it_was_read_from() {
+        let ordinary = ReceiptHandle::parse("5 1700000000000 60000 2 0 broker-a 0 6").unwrap();
+        let message = filtered("T", "G", &ordinary);
+        assert_eq!(message.queue(), &MessageQueue::new("T", "broker-a", 0));
+        assert_eq!(message.queue_offset(), 6);
+        // A redelivery read from the POP retry topic's queue 0 at offset 6: not queue 0 of
+        // `T`, where an ordinary message at offset 6 popped with it would take its place in the
+        // book and this one would never be acknowledged.
+        let retry = ReceiptHandle::parse("5 1700000000000 60000 2 1 broker-a 0 6").unwrap();
+        let message = filtered("T", "G", &retry);
+        assert_eq!(message.queue(), &MessageQueue::new("%RETRY%G_T", "broker-a", 0));
+        assert_eq!(message.topic(), "T", "acknowledged under the popped topic");
+        assert_eq!(message.receipt_handle(), Some(retry.as_str()));
+        let v2 = ReceiptHandle::parse("5 1700000000000 60000 2 2 broker-a 0 6").unwrap();
+        assert_eq!(&*filtered("T", "G", &v2).queue().topic, "%RETRY%G+T");
     }
 }
