@@ -29,6 +29,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("`{text}`: {e}"))
 }
 
+/// Parses a `--timeout` for requests to servers: a duration of more than zero (a request given
+/// no time always fails; found by review: `send`, then `plan` and `describe`, failed with exit
+/// 1 where a bad value exits 2).
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!(
+            "`{text}` gives each request no time at all: give more than zero (e.g. 3s)"
+        )),
+        timeout => Ok(timeout),
+    }
+}
+
 /// Parses `key=value`; the value is JSON when it parses as JSON, a string otherwise.
 pub fn parse_param(text: &str) -> Result<(String, Value), String> {
     let (key, value) = text

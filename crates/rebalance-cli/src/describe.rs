@@ -26,7 +26,7 @@ use rebalance_runtime::subscription::is_retry_topic;
 use rebalance_runtime::{OffsetStore, RemoteError, RouteError};
 use serde_json::{Value, json};
 
-use crate::args::{parse_duration, parse_param};
+use crate::args::{parse_param, parse_timeout};
 use crate::connect::{ConnectArgs, ConnectError};
 use crate::plan::{PlanError, compute_with};
 use crate::table;
@@ -57,7 +57,7 @@ pub struct DescribeArgs {
     pub json: bool,
     /// How long each request to a server may take; a member's running info gets 10 s more,
     /// for the broker to ask the member (5 s on the Rust broker, 10 s on a Java one).
-    #[arg(long, default_value = "8s", value_parser = parse_duration)]
+    #[arg(long, default_value = "8s", value_parser = parse_timeout)]
     pub timeout: Duration,
     /// Credentials, namespace and TLS.
     #[command(flatten)]

@@ -11,7 +11,7 @@ use rebalance_rocketmq::{AddressError, BrokerClient, ClientConfig};
 use rebalance_runtime::{GroupDirectory, RemoteError, RouteError};
 use serde_json::{Map, Value};
 
-use crate::args::{parse_duration, parse_param};
+use crate::args::{parse_param, parse_timeout};
 use crate::connect::{ConnectArgs, ConnectError};
 use crate::table;
 
@@ -40,7 +40,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// How long each request to a server may take.
-    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = parse_timeout)]
     pub timeout: Duration,
     /// Credentials, namespace and TLS.
     #[command(flatten)]

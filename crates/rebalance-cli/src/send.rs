@@ -22,7 +22,7 @@ use rebalance_runtime::producer::{
 use serde::Serialize;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use crate::args::parse_duration;
+use crate::args::parse_timeout;
 use crate::connect::{ConnectArgs, ConnectError};
 
 /// The most messages one run sends.
@@ -78,17 +78,6 @@ pub struct SendArgs {
     /// Credentials, namespace and TLS.
     #[command(flatten)]
     pub connect: ConnectArgs,
-}
-
-/// Parses `--timeout`: a duration of more than zero (a request given no time always fails;
-/// found by review: the run failed with exit 1 naming `route_timeout`).
-fn parse_timeout(text: &str) -> Result<Duration, String> {
-    match parse_duration(text)? {
-        Duration::ZERO => Err(format!(
-            "`{text}` gives each request no time at all: give more than zero (e.g. 3s)"
-        )),
-        timeout => Ok(timeout),
-    }
 }
 
 /// Why the run failed.

@@ -581,4 +581,20 @@ fn a_settle_window_or_a_timeout_that_cannot_work_is_an_argument_error() {
         ],
         &["--timeout", "gives each request no time at all"],
     );
+    for command in ["plan", "describe"] {
+        refused(
+            &[
+                command,
+                "--namesrv",
+                "127.0.0.1:1",
+                "--group",
+                "G",
+                "--topic",
+                "T",
+                "--timeout",
+                "0s",
+            ],
+            &["--timeout", "gives each request no time at all"],
+        );
+    }
 }
