@@ -34,6 +34,8 @@ pub(crate) struct Context {
     /// Shared by the leases and the service: consume figures, persist-now wake-ups, the start
     /// time.
     pub(crate) activity: Arc<crate::running::ConsumerActivity>,
+    /// What this consumer counts in the queues-held gauge.
+    pub(crate) owned_gauge: crate::metrics::OwnedGauge,
 }
 
 /// Each subscribed topic's tag expression.

@@ -28,7 +28,10 @@
 use ::metrics::{Label, Unit, counter, gauge, histogram};
 use ::metrics::{describe_counter, describe_gauge, describe_histogram};
 
-use crate::assignment::{Assignment, ReportKind, RoundReport};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use crate::assignment::{ReportKind, RoundReport};
 
 /// Rebalance rounds, per topic covered (`group`, `topic`, `reason`).
 pub const ROUNDS: &str = "rebalance_rounds_total";
@@ -84,7 +87,7 @@ fn labels_with(group: &str, topic: &str, key: &'static str, value: String) -> Ve
 
 /// Records a round's or the shutdown's report: rounds, queues added and removed, queues held,
 /// callback failures, and (rounds) the duration.
-pub(crate) fn record_report(group: &str, report: &RoundReport) {
+pub(crate) fn record_report(group: &str, report: &RoundReport, owned: &OwnedGauge) {
     let round = report.kind == ReportKind::Round;
     let reason = if report.reasons.names().next().is_none() {
         "none".to_owned()
@@ -104,6 +107,7 @@ pub(crate) fn record_report(group: &str, report: &RoundReport) {
             )
             .increment(added);
             gauge!(QUEUES_OWNED, labels(group, t)).increment(added as f64);
+            owned.add(t, added);
         }
         for removed in &topic.removed {
             let why = removed.reason.as_str().to_owned();
@@ -111,6 +115,7 @@ pub(crate) fn record_report(group: &str, report: &RoundReport) {
         }
         if !topic.removed.is_empty() {
             gauge!(QUEUES_OWNED, labels(group, t)).decrement(topic.removed.len() as f64);
+            owned.remove(t, topic.removed.len() as u64);
         }
     }
     for failure in &report.callback_errors {
@@ -127,13 +132,43 @@ pub(crate) fn record_report(group: &str, report: &RoundReport) {
     }
 }
 
-/// Takes the queues of `held` out of the queues-held gauge: the consumer died without
-/// reporting their release.
-pub(crate) fn forget_owned(group: &str, held: &Assignment) {
-    for (topic, queues) in &held.queues {
-        if !queues.is_empty() {
-            gauge!(QUEUES_OWNED, labels(group, topic)).decrement(queues.len() as f64);
+/// What one consumer counts in the queues-held gauge, per topic: the queues its reports added
+/// less those they removed.
+///
+/// When the consumer dies without reporting (aborted, or its service panicked),
+/// [`forget_owned`] takes out exactly this: not the last published assignment, which no longer
+/// has the queues released between rounds (a lock lost at a renewal, an offset reset, a
+/// lapsed membership) whose removal waits for the next report (found by review: they stayed
+/// in the gauge for good after an `abort()`).
+#[derive(Debug, Default)]
+pub(crate) struct OwnedGauge(Mutex<HashMap<String, u64>>);
+
+impl OwnedGauge {
+    fn add(&self, topic: &str, count: u64) {
+        let mut owned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *owned.entry(topic.to_owned()).or_default() += count;
+    }
+
+    fn remove(&self, topic: &str, count: u64) {
+        let mut owned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(held) = owned.get_mut(topic) {
+            *held = held.saturating_sub(count);
+            if *held == 0 {
+                owned.remove(topic);
+            }
         }
+    }
+
+    fn take(&self) -> HashMap<String, u64> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Takes what this consumer still counts out of the queues-held gauge: it died without
+/// reporting the release of its queues.
+pub(crate) fn forget_owned(group: &str, owned: &OwnedGauge) {
+    for (topic, count) in owned.take() {
+        gauge!(QUEUES_OWNED, labels(group, &topic)).decrement(count as f64);
     }
 }
 

@@ -117,3 +117,38 @@ fn lock_refusals_are_counted_per_refused_queue() {
         consumer.shutdown().await;
     });
 }
+
+/// A queue released between rounds (here by an offset reset, reported at the next round) and
+/// a consumer aborted before that round: nothing stays in the gauge (found by review: the
+/// aborted consumer took out only what its last assignment held, and the reset queue stayed
+/// counted for good).
+#[test]
+fn a_queue_released_between_rounds_leaves_the_gauge_when_the_consumer_is_aborted() {
+    let recorder = TestRecorder::new();
+    with_recorder(&recorder, || async {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 4);
+        let consumer = Consumer::builder("G")
+            .subscribe("T")
+            .consume_retry_topic(false)
+            .intervals(Intervals {
+                rebalance_min: Duration::from_secs(5),
+                ..java_intervals()
+            })
+            .cluster(cluster.client("a@1"))
+            .listener(Arc::new(Quiet))
+            .start()
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 4.0);
+        let queue = rebalance_core::MessageQueue::new("T", "broker-0", 0);
+        consumer.reset_offsets([(queue, 0)]).unwrap();
+        sleep(Duration::from_millis(100)).await;
+        let held = consumer.assignment().queues.get("T").map(Vec::len);
+        assert_eq!(held, Some(3), "the reset released the queue before the next round");
+        consumer.abort();
+        sleep(Duration::from_secs(1)).await;
+        assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 0.0);
+    });
+}

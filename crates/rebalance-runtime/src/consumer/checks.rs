@@ -117,6 +117,7 @@ impl ConsumerBuilder {
                 crate::running::ConsumerActivity::new(membership)
                     .guarding_releases(guarded_release),
             ),
+            owned_gauge: Default::default(),
         });
         Ok(Checked {
             ctx,

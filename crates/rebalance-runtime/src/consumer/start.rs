@@ -147,8 +147,7 @@ impl ConsumerBuilder {
                 .abort_handle(),
         ];
         let last_words = LastWords {
-            group: ctx.group.clone(),
-            client_id: ctx.client_id.clone(),
+            ctx: ctx.clone(),
             assignment: assignment_tx.clone(),
             rounds: rounds_tx.clone(),
             leases: leases_tx.clone(),
@@ -240,8 +239,7 @@ const SERVICE_TASK: &str = "rebalance service";
 /// What the service's task says when the service died (aborted, or panicked): that nothing is
 /// held any more, and why, as the consumer's last report.
 struct LastWords {
-    group: String,
-    client_id: rebalance_core::ClientId,
+    ctx: Arc<Context>,
     assignment: watch::Sender<Arc<Assignment>>,
     rounds: watch::Sender<Arc<RoundReport>>,
     leases: watch::Sender<Arc<crate::lease::HeldLeases>>,
@@ -251,8 +249,7 @@ impl LastWords {
     fn say(self, kind: ReportKind) {
         self.leases.send_replace(Arc::default());
         let round = self.rounds.borrow().round;
-        let held = self.assignment.borrow().clone();
-        crate::metrics::forget_owned(&self.group, &held);
+        crate::metrics::forget_owned(&self.ctx.group, &self.ctx.owned_gauge);
         self.assignment.send_replace(Arc::new(Assignment {
             round,
             balanced: false,
@@ -260,7 +257,7 @@ impl LastWords {
             shared: Vec::new(),
         }));
         self.rounds.send_replace(Arc::new(RoundReport {
-            client_id: Some(self.client_id),
+            client_id: Some(self.ctx.client_id.clone()),
             kind,
             round,
             ..RoundReport::default()

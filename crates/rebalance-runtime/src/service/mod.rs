@@ -351,7 +351,7 @@ impl Service {
             // The round that takes the shares, once the group has settled.
             self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
         }
-        crate::metrics::record_report(&self.ctx.group, &report);
+        crate::metrics::record_report(&self.ctx.group, &report, &self.ctx.owned_gauge);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
@@ -562,7 +562,7 @@ impl Service {
         };
         let removed = report.removed().count();
         tracing::info!(removed, duration = ?report.duration, "shutdown report");
-        crate::metrics::record_report(&self.ctx.group, &report);
+        crate::metrics::record_report(&self.ctx.group, &report, &self.ctx.owned_gauge);
         self.outputs.rounds.send_replace(Arc::new(report));
     }
 
