@@ -111,6 +111,41 @@ async fn with_a_lock_a_refused_final_offset_is_retried_then_the_queue_handed_ove
     assert_partition(&[&a, &b], &all_queues(&cluster, &["T"]));
 }
 
+/// a keeps queue 1 locked while the store refuses its final offset (77), and the broker
+/// restarts: its lock table is empty, so b is granted the queue and stores its progress (100).
+/// a no longer retries its value, which would move b's stored offset back (found by review:
+/// the retries went on until the lock granted before the restart was 30 s old).
+#[tokio::test(start_paused = true)]
+async fn a_broker_restart_ends_the_retries_of_a_locked_final_offset() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    cluster.set_offset(GROUP, &queue(1), 10);
+    let a = first_member(&cluster, exclusive).await;
+    // a's final write (at 1 s) and its first retry (at 5 s) are refused.
+    cluster.fail_next(ClusterCall::PersistOffset, 2);
+    let b = start_with(&cluster, 1, &["T"], exclusive).await;
+    settle(5 * MIN).await;
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(a.id.clone()));
+    assert!(b.handle.assignment().is_empty());
+    cluster.restart_broker("broker-0");
+    settle(MIN).await;
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+    assert_eq!(start_of(&b, &queue(1)), Some(StartPosition::Offset(10)));
+    b.recorder.leases.lock().unwrap()[&queue(1)].persist_now(100);
+    settle(MIN).await;
+    // Every 100 ms for a minute (b stores its progress again at each of its ticks, which
+    // would hide a moment's step back).
+    for _ in 0..600 {
+        assert_eq!(
+            cluster.offset(GROUP, &queue(1)),
+            Some(100),
+            "a's retry moved the next owner's offset back"
+        );
+        settle(Duration::from_millis(100)).await;
+    }
+    assert_partition(&[&a, &b], &all_queues(&cluster, &["T"]));
+}
+
 #[tokio::test(start_paused = true)]
 async fn with_a_lock_a_refused_final_offset_is_given_up_when_the_lock_may_pass() {
     let cluster = InMemoryCluster::new();

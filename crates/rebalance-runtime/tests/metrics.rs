@@ -146,7 +146,11 @@ fn a_queue_released_between_rounds_leaves_the_gauge_when_the_consumer_is_aborted
         consumer.reset_offsets([(queue, 0)]).unwrap();
         sleep(Duration::from_millis(100)).await;
         let held = consumer.assignment().queues.get("T").map(Vec::len);
-        assert_eq!(held, Some(3), "the reset released the queue before the next round");
+        assert_eq!(
+            held,
+            Some(3),
+            "the reset released the queue before the next round"
+        );
         consumer.abort();
         sleep(Duration::from_secs(1)).await;
         assert_eq!(recorder.gauge(names::QUEUES_OWNED, &T), 0.0);

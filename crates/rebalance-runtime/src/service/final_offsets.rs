@@ -120,6 +120,32 @@ impl FinalOffsets {
         taken
     }
 
+    /// Keeps the locked final offsets of queues at `brokers`, whose locks those brokers may
+    /// have lost (a connection to them was lost: restarted, they may grant the lock to the
+    /// queue's next owner), as an unlocked queue's from `now` on: never retried while running
+    /// (the next owner may store further progress, which a retry would move back), a floor
+    /// for a take-back, written at shutdown where the store holds less. Returns them, sorted,
+    /// for their locks to be given up.
+    pub(super) fn lock_lost_at(
+        &mut self,
+        brokers: &[String],
+        now: Instant,
+    ) -> Vec<(MessageQueue, i64)> {
+        let mut lost = Vec::new();
+        for (queue, pending) in &mut self.pending {
+            if pending.locked && brokers.iter().any(|b| **b == *queue.broker_name) {
+                *pending = Pending {
+                    offset: pending.offset,
+                    until: now + UNLOCKED_KEPT_FOR,
+                    locked: false,
+                };
+                lost.push((queue.clone(), pending.offset));
+            }
+        }
+        lost.sort();
+        lost
+    }
+
     /// Whether none is pending.
     pub(super) fn is_empty(&self) -> bool {
         self.pending.is_empty()

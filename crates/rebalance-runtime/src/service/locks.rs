@@ -37,6 +37,15 @@ impl Service {
             return;
         }
         let now = Instant::now();
+        let unlocked = self.final_offsets.lock_lost_at(&brokers, now);
+        if !unlocked.is_empty() {
+            // Retried only while this client's lock keeps everyone else off the queue, which
+            // it may not any more (found by review: a retry after the next owner was granted
+            // the lock at the restarted broker moved its stored offset back).
+            tracing::warn!(?brokers, offsets = ?unlocked, "brokers may have lost the locks of released queues whose final offsets the store refused: not retrying them (the next owners may be further), keeping each as a floor if the queue comes back, and giving up the locks");
+            self.unlock_released(unlocked.into_iter().map(|(q, _)| q).collect())
+                .await;
+        }
         let mut risked = Vec::new();
         for (q, pq) in self.table.iter() {
             if !pq.is_held() || !brokers.iter().any(|b| **b == *q.broker_name) {
