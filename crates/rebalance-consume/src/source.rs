@@ -119,7 +119,7 @@ pub enum PullResult {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PullError {
-    /// The source asks the client to slow down (RocketMQ: `SYSTEM_BUSY` or `FLOW_CONTROL`):
+    /// The source asks the client to slow down (RocketMQ: `FLOW_CONTROL`):
     /// pull again after a short pause.
     #[error("flow control: {0}")]
     Throttled(RemoteError),

@@ -198,12 +198,28 @@ pub const POLICY_NOT_EXIST: i32 = 3002;
 /// signature as for a missing permission), the ACL 2.0 codes 3001 and 3002, or the
 /// SYSTEM_ERROR (1) with an `AclException` remark that Java 4.9 to 5.3.2 brokers answer with
 /// ACL 1.0.
+///
+/// Not a NO_PERMISSION that an operator's switch answers for everyone (found by review: it
+/// was reported as a credential problem, with the advice to check the secret, and retried
+/// after up to 60 s once the switch was turned back): a broker or topic made unreadable or
+/// unwritable (`the broker[..] pulling message is forbidden`, `the topic[..] sending message
+/// is forbidden`, and so on, from Java and Rust brokers alike), or a group whose consumption
+/// is disabled (`subscription group no permission, G`). Those are ordinary refusals, retried
+/// on the usual schedule.
 pub fn is_denial(response: &RemotingCommand) -> bool {
     match response.code {
-        response_code::NO_PERMISSION | USER_NOT_EXIST | POLICY_NOT_EXIST => true,
+        response_code::NO_PERMISSION => !is_operator_switch(response.remark_or_empty()),
+        USER_NOT_EXIST | POLICY_NOT_EXIST => true,
         response_code::SYSTEM_ERROR => response.remark_or_empty().contains("AclException"),
         _ => false,
     }
+}
+
+/// Whether a NO_PERMISSION remark names a permission an operator switched off for every
+/// client (see [`is_denial`]).
+fn is_operator_switch(remark: &str) -> bool {
+    remark.contains("message is forbidden")
+        || remark.starts_with("subscription group no permission")
 }
 
 #[cfg(test)]
@@ -409,5 +425,15 @@ mod tests {
         assert!(!is_denial(&answer(1, "no consumer for this group, G1")));
         assert!(!is_denial(&answer(0, "")));
         assert!(!is_denial(&answer(17, "topic not exist")));
+        // An operator's switch, the same for every client: not this client's credentials.
+        for remark in [
+            "the broker[10.0.0.5] pulling message is forbidden",
+            "the topic[T] pulling message is forbidden",
+            "the topic[T] sending message is forbidden",
+            "subscription group no permission, G",
+        ] {
+            assert!(!is_denial(&answer(16, remark)), "{remark}");
+        }
+        assert!(is_denial(&answer(16, "")));
     }
 }

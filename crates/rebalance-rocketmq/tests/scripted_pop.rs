@@ -348,7 +348,8 @@ async fn assignment_queries_fail_over_and_request_modes_reach_every_broker() {
 }
 
 /// The broker client as the consume layer's `PopSource`: the messages (each with its handle)
-/// and the tag-collided ones to acknowledge; POLLING_FULL and FLOW_CONTROL as throttling; one
+/// and the tag-collided ones to acknowledge; POLLING_FULL as a failure and FLOW_CONTROL as
+/// throttling; one
 /// handle acknowledged with ACK_MESSAGE, several with one BATCH_ACK_MESSAGE, one by one in
 /// order when the broker refuses the batch; a change of invisible time giving the new handle,
 /// and 208 as a refusal with its code.
@@ -430,12 +431,16 @@ async fn the_pop_source_maps_every_answer() {
         filtered[0].receipt_handle(),
         Some("7 5000 30000 3 0 broker-a 2 8")
     );
-    for _ in 0..2 {
-        assert!(matches!(
-            PopSource::pop(&source, &request).await,
-            Err(PullError::Throttled(RemoteError::Refused { .. }))
-        ));
-    }
+    // POLLING_FULL: a failure (popped again after the error delay); FLOW_CONTROL: throttling
+    // (20 ms).
+    assert!(matches!(
+        PopSource::pop(&source, &request).await,
+        Err(PullError::Remote(RemoteError::Refused { code: 209, .. }))
+    ));
+    assert!(matches!(
+        PopSource::pop(&source, &request).await,
+        Err(PullError::Throttled(RemoteError::Refused { code: 215, .. }))
+    ));
     assert_eq!(
         PopSource::pop(&source, &request).await.unwrap(),
         PopResult::NoMessage

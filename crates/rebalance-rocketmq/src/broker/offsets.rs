@@ -52,9 +52,12 @@ fn stored_offset(response: &RemotingCommand) -> Result<Option<i64>, RemoteError>
             let text = response.ext("offset").ok_or_else(|| {
                 RemoteError::BadResponse("offset answer without an `offset` field".into())
             })?;
-            text.parse::<i64>()
-                .map(Some)
-                .map_err(|_| RemoteError::BadResponse(format!("offset `{text}` is not a number")))
+            text.parse::<i64>().map(Some).map_err(|_| {
+                RemoteError::BadResponse(format!(
+                    "offset `{}` is not a number",
+                    crate::error::excerpt(text)
+                ))
+            })
         }
         response_code::QUERY_NOT_FOUND => Ok(None),
         _ => Err(refused(response)),

@@ -58,8 +58,10 @@ fn filtered(topic: &str, group: &str, handle: &ReceiptHandle) -> Message {
 
 #[async_trait]
 impl PopSource for BrokerClient {
-    /// POP_MESSAGE with the request's tags (see [`pop`](super::pop)): 209 POLLING_FULL and
-    /// 215/2 are [`PullError::Throttled`].
+    /// POP_MESSAGE with the request's tags (see [`pop`](super::pop)): 215 FLOW_CONTROL is
+    /// [`PullError::Throttled`] (popped again 20 ms later); 209 POLLING_FULL (the broker holds
+    /// too many POPs) and 2 SYSTEM_BUSY are failures, popped again after the error delay (found
+    /// by review: 50 POPs a second per queue against an overloaded broker).
     async fn pop(&self, request: &rebalance_consume::PopRequest) -> Result<PopResult, PullError> {
         let mut pop = PopRequest::new(request.group.to_string(), request.queue.clone())
             .with_max_messages(request.max_messages)
@@ -86,7 +88,7 @@ impl PopSource for BrokerClient {
                 })
             }
             PopOutcome::NoMessage => Ok(PopResult::NoMessage),
-            PopOutcome::PollingFull => Err(PullError::Throttled(RemoteError::Refused {
+            PopOutcome::PollingFull => Err(PullError::Remote(RemoteError::Refused {
                 code: response_code::POLLING_FULL,
                 remark: "the broker holds too many POPs".into(),
             })),
@@ -227,7 +229,10 @@ mod tests {
         // book and this one would never be acknowledged.
         let retry = ReceiptHandle::parse("5 1700000000000 60000 2 1 broker-a 0 6").unwrap();
         let message = filtered("T", "G", &retry);
-        assert_eq!(message.queue(), &MessageQueue::new("%RETRY%G_T", "broker-a", 0));
+        assert_eq!(
+            message.queue(),
+            &MessageQueue::new("%RETRY%G_T", "broker-a", 0)
+        );
         assert_eq!(message.topic(), "T", "acknowledged under the popped topic");
         assert_eq!(message.receipt_handle(), Some(retry.as_str()));
         let v2 = ReceiptHandle::parse("5 1700000000000 60000 2 2 broker-a 0 6").unwrap();

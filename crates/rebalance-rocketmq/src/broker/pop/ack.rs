@@ -338,7 +338,8 @@ pub(crate) fn read_change_answer(
         })?;
         text.parse().map_err(|_| {
             RemoteError::BadResponse(format!(
-                "change of invisible time answered `{name}` `{text}`, not a number"
+                "change of invisible time answered `{name}` `{}`, not a number",
+                crate::error::excerpt(text)
             ))
         })
     }

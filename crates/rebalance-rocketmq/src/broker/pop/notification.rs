@@ -111,7 +111,8 @@ fn flag(response: &RemotingCommand, name: &str) -> Result<Option<bool>, RemoteEr
         Some("true") => Ok(Some(true)),
         Some("false") => Ok(Some(false)),
         Some(other) => Err(RemoteError::BadResponse(format!(
-            "notification answered `{name}` `{other}`, not true or false"
+            "notification answered `{name}` `{}`, not true or false",
+            crate::error::excerpt(other)
         ))),
     }
 }

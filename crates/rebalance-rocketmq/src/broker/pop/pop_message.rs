@@ -4,9 +4,9 @@
 //! **Answers**: 0 → [`PopOutcome::Found`] (the records decoded by the bounded
 //! [message decoder](crate::message), each with its [`ReceiptHandle`]); 210 POLLING_TIMEOUT
 //! and 19 PULL_NOT_FOUND (old brokers) → [`PopOutcome::NoMessage`]; 209 POLLING_FULL →
-//! [`PopOutcome::PollingFull`]; 215 FLOW_CONTROL and 2 SYSTEM_BUSY →
-//! [`PopOutcome::FlowControl`]; a refusal of the credentials or permissions →
-//! [`RemoteError::Denied`]; anything else → [`RemoteError::Refused`] with the code and remark.
+//! [`PopOutcome::PollingFull`]; 215 FLOW_CONTROL → [`PopOutcome::FlowControl`]; a refusal of
+//! the credentials or permissions → [`RemoteError::Denied`]; anything else (2 SYSTEM_BUSY
+//! included: an overloaded broker) → [`RemoteError::Refused`] with the code and remark.
 //! Only a 0 answer's header is read: the Rust broker 1.0 sends none with 209 and 210.
 //!
 //! **Receipt handles**: a record that carries `POP_CK` (the broker sets it on the messages it
@@ -337,8 +337,8 @@ pub enum PopOutcome {
     Found(PopBatch),
     /// Nothing to pop within the poll time: pop again.
     NoMessage,
-    /// The broker holds too many POPs already: pop again a little later (the Java client
-    /// waits 1 s).
+    /// The broker holds too many POPs already: pop again after the error delay (the Java
+    /// client waits its `pullTimeDelayMillsWhenException`), not at once.
     PollingFull,
     /// The broker asks to slow down: pop again a little later (the Java client waits 20 ms).
     FlowControl,
@@ -359,7 +359,7 @@ pub(crate) fn read_pop_answer(
             Ok(PopOutcome::NoMessage)
         }
         response_code::POLLING_FULL => Ok(PopOutcome::PollingFull),
-        response_code::FLOW_CONTROL | response_code::SYSTEM_BUSY => Ok(PopOutcome::FlowControl),
+        response_code::FLOW_CONTROL => Ok(PopOutcome::FlowControl),
         _ => Err(crate::broker::refused(response)),
     }
 }
@@ -372,7 +372,10 @@ fn header<T: std::str::FromStr>(
         .ext(name)
         .map(|text| {
             text.parse::<T>().map_err(|_| {
-                RemoteError::BadResponse(format!("POP answer's `{name}` `{text}` is not a number"))
+                RemoteError::BadResponse(format!(
+                    "POP answer's `{name}` `{}` is not a number",
+                    crate::error::excerpt(text)
+                ))
             })
         })
         .transpose()
@@ -415,7 +418,10 @@ fn read_batch(
         response.ext("msgOffsetInfo"),
         response.ext("orderCountInfo"),
     )
-    .map_err(|e| RemoteError::BadResponse(format!("{}: {e}", where_())))?;
+    .map_err(|e| {
+        // Quoted in an excerpt: an entry may be as long as the frame.
+        RemoteError::BadResponse(format!("{}: {}", where_(), crate::error::excerpt(&e)))
+    })?;
     let stored = decode_batch(&response.body, limits)
         .map_err(|e| RemoteError::BadResponse(format!("{}: {e}", where_())))?;
     let fallback_starts = first_offsets(&stored);
