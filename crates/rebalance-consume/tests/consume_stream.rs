@@ -671,6 +671,18 @@ async fn assign_mode_consumes_the_queues_named_whatever_the_group() {
         mixed,
         Err(StreamConsumerError::SubscribeAndAssign)
     ));
+    // Nor at run time (found by review: accepted, and the topic never consumed).
+    let assigned = StreamConsumer::builder(GROUP)
+        .cluster(cluster.client("d@1"))
+        .assign(all.clone())
+        .start()
+        .await
+        .unwrap();
+    assert!(matches!(
+        assigned.handle().subscribe("U"),
+        Err(StreamConsumerError::SubscribeAndAssign)
+    ));
+    assigned.handle().shutdown().await;
 }
 
 /// `commit` persists the committed offsets at once, not at the next tick.
@@ -710,6 +722,10 @@ async fn commit_persists_the_acknowledged_offsets_at_once() {
         stream.next().await.is_none(),
         "the stream ends with the consumer"
     );
+    // Polled again (a `select!` loop does): it ends again, and says so (found by review: the
+    // second poll panicked).
+    assert!(stream.next().await.is_none());
+    assert!(futures_util::stream::FusedStream::is_terminated(&stream));
     assert!(handle.commit().await.is_err());
 }
 
@@ -820,6 +836,8 @@ async fn commit_persists_every_ordered_batch_committed_before_it() {
             next = last + 1;
         }
         handle.shutdown().await;
+        assert!(stream.next().await.is_none());
+        assert!(stream.next().await.is_none(), "ends again once ended");
         behind
     });
     assert_none_behind(behind).await;

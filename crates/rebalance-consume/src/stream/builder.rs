@@ -31,7 +31,8 @@ impl StreamConsumer {
     }
 }
 
-/// Why a stream consumer could not start.
+/// Why a stream consumer could not start (or, for [`SubscribeAndAssign`](Self::SubscribeAndAssign),
+/// an assign-mode consumer could not subscribe).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamConsumerError {
@@ -151,25 +152,33 @@ impl StreamConsumerBuilder {
 
     /// Starts the consumer: its messages, in any order across queues, as a [`MessageStream`].
     pub async fn start(self) -> Result<MessageStream, StreamConsumerError> {
+        let assigned = self.assigned.is_some();
         let work = Arc::new(WorkQueue::default());
         let push = self
             .prepared()?
             .consumed_by(ListenerKind::Stream(work.clone()))
             .start()
             .await?;
-        Ok(MessageStream::new(StreamConsumerHandle::new(push), work))
+        Ok(MessageStream::new(
+            StreamConsumerHandle::new(push, assigned),
+            work,
+        ))
     }
 
     /// Starts the consumer with ordered consumption (the queues are locked at the brokers):
     /// each queue's messages in order, a batch of a queue at a time, as an [`OrderedStream`].
     pub async fn start_ordered(self) -> Result<OrderedStream, StreamConsumerError> {
+        let assigned = self.assigned.is_some();
         let (feed, batches) = BatchFeed::new();
         let push = self
             .prepared()?
             .consumed_by(ListenerKind::Orderly(Arc::new(feed)))
             .start()
             .await?;
-        Ok(OrderedStream::new(StreamConsumerHandle::new(push), batches))
+        Ok(OrderedStream::new(
+            StreamConsumerHandle::new(push, assigned),
+            batches,
+        ))
     }
 
     /// The push consumer's builder, with the assignment of assign mode.

@@ -10,6 +10,7 @@ use rebalance_runtime::{ConsumerError, ConsumerHandle, RemoteError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::builder::StreamConsumerError;
 use super::stale::StaleLeases;
 use crate::PushConsumerHandle;
 use crate::calls;
@@ -77,6 +78,8 @@ pub struct StreamConsumerHandle {
     stale: Arc<StaleLeases>,
     /// Cancelled when the consumer stops, or is aborted: the stream's end.
     ended: CancellationToken,
+    /// Assign mode: the consumer takes the queues named, and subscribes to nothing.
+    assigned: bool,
 }
 
 impl std::fmt::Debug for StreamConsumerHandle {
@@ -88,12 +91,13 @@ impl std::fmt::Debug for StreamConsumerHandle {
 }
 
 impl StreamConsumerHandle {
-    pub(super) fn new(push: PushConsumerHandle) -> Self {
+    pub(super) fn new(push: PushConsumerHandle, assigned: bool) -> Self {
         let ended = push.stopped().child_token();
         Self {
             push,
             stale: Arc::default(),
             ended,
+            assigned,
         }
     }
 
@@ -134,10 +138,16 @@ impl StreamConsumerHandle {
         self.consumer().watch()
     }
 
-    /// Subscribes every tag of a topic at run time (subscribe mode; see
-    /// [`ConsumerHandle::subscribe`]).
-    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, ConsumerError> {
-        self.push.subscribe(topic)
+    /// Subscribes every tag of a topic at run time (see [`ConsumerHandle::subscribe`]).
+    ///
+    /// Subscribe mode only: an assign-mode consumer refuses it with
+    /// [`StreamConsumerError::SubscribeAndAssign`], as its builder does (found by review: the
+    /// topic was accepted and never consumed, since the consumer takes only the queues named).
+    pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, StreamConsumerError> {
+        if self.assigned {
+            return Err(StreamConsumerError::SubscribeAndAssign);
+        }
+        Ok(self.push.subscribe(topic)?)
     }
 
     /// Unsubscribes a topic (its queues are handed off).

@@ -13,7 +13,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use futures_util::Stream;
+use futures_util::stream::FusedStream;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +42,7 @@ use crate::work::{Span, WorkQueue};
 #[must_use = "a stream does nothing unless polled, and dropping it shuts the consumer down"]
 pub struct MessageStream {
     handle: StreamConsumerHandle,
-    messages: Pin<Box<dyn Stream<Item = StreamMessage> + Send>>,
+    messages: Pin<Box<dyn FusedStream<Item = StreamMessage> + Send>>,
 }
 
 impl fmt::Debug for MessageStream {
@@ -69,7 +70,8 @@ impl MessageStream {
         &self.handle
     }
 
-    /// The next message; `None` once the consumer is shut down. The same as
+    /// The next message; `None` once the consumer is shut down (and at every call after). The
+    /// same as
     /// `futures_util::StreamExt::next`, without the import.
     pub async fn next(&mut self) -> Option<StreamMessage> {
         std::future::poll_fn(|cx| self.messages.as_mut().poll_next(cx)).await
@@ -84,6 +86,12 @@ impl Stream for MessageStream {
     }
 }
 
+impl FusedStream for MessageStream {
+    fn is_terminated(&self) -> bool {
+        self.messages.is_terminated()
+    }
+}
+
 /// The messages the pull loops of `shared` put in `work`, until `stop` is cancelled, except
 /// those of `stale` leases.
 pub(super) fn messages(
@@ -91,7 +99,7 @@ pub(super) fn messages(
     work: Arc<WorkQueue>,
     stop: CancellationToken,
     stale: Arc<StaleLeases>,
-) -> Pin<Box<dyn Stream<Item = StreamMessage> + Send>> {
+) -> Pin<Box<dyn FusedStream<Item = StreamMessage> + Send>> {
     let feed = Feed {
         shared,
         work,
@@ -100,10 +108,15 @@ pub(super) fn messages(
         taken: VecDeque::new(),
         scratch: Vec::new(),
     };
-    Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
-        let message = feed.next().await?;
-        Some((message, feed))
-    }))
+    // Fused: polled again after its end, it ends again (found by review: `unfold` panics
+    // then, as a `select!` loop polling `next()` once more would).
+    Box::pin(
+        futures_util::stream::unfold(feed, |mut feed| async move {
+            let message = feed.next().await?;
+            Some((message, feed))
+        })
+        .fuse(),
+    )
 }
 
 /// A message taken from the work queue, with the lease link and buffer epoch it was pulled in.

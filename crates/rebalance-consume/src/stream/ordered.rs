@@ -15,7 +15,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::Stream;
+use futures_util::stream::FusedStream;
+use futures_util::{Stream, StreamExt};
 use rebalance_core::MessageQueue;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -122,7 +123,7 @@ impl OrderlyListener for BatchFeed {
 #[must_use = "a stream does nothing unless polled, and dropping it shuts the consumer down"]
 pub struct OrderedStream {
     handle: StreamConsumerHandle,
-    batches: Pin<Box<dyn Stream<Item = OrderedBatch> + Send>>,
+    batches: Pin<Box<dyn FusedStream<Item = OrderedBatch> + Send>>,
 }
 
 impl fmt::Debug for OrderedStream {
@@ -147,7 +148,8 @@ impl OrderedStream {
         &self.handle
     }
 
-    /// The next batch; `None` once the consumer is shut down. The same as
+    /// The next batch; `None` once the consumer is shut down (and at every call after). The
+    /// same as
     /// `futures_util::StreamExt::next`, without the import.
     pub async fn next(&mut self) -> Option<OrderedBatch> {
         std::future::poll_fn(|cx| self.batches.as_mut().poll_next(cx)).await
@@ -162,22 +164,32 @@ impl Stream for OrderedStream {
     }
 }
 
+impl FusedStream for OrderedStream {
+    fn is_terminated(&self) -> bool {
+        self.batches.is_terminated()
+    }
+}
+
 /// The batches `received` from the pull loops, until `stop` is cancelled, except those of
 /// `stale` leases.
 pub(super) fn batches(
     received: mpsc::UnboundedReceiver<Offered>,
     stop: CancellationToken,
     stale: Arc<StaleLeases>,
-) -> Pin<Box<dyn Stream<Item = OrderedBatch> + Send>> {
+) -> Pin<Box<dyn FusedStream<Item = OrderedBatch> + Send>> {
     let feed = Batches {
         received,
         stop,
         stale,
     };
-    Box::pin(futures_util::stream::unfold(feed, |mut feed| async move {
-        let batch = feed.next().await?;
-        Some((batch, feed))
-    }))
+    // Fused: polled again after its end, it ends again (`unfold` would panic).
+    Box::pin(
+        futures_util::stream::unfold(feed, |mut feed| async move {
+            let batch = feed.next().await?;
+            Some((batch, feed))
+        })
+        .fuse(),
+    )
 }
 
 /// Where the ordered stream takes its batches from.

@@ -31,7 +31,7 @@ struct Rig {
     source: Arc<TestSource>,
     shared: Arc<Shared>,
     leases: Arc<Leases>,
-    stream: Pin<Box<dyn Stream<Item = StreamMessage> + Send>>,
+    stream: Pin<Box<dyn futures_util::stream::FusedStream<Item = StreamMessage> + Send>>,
     stop: CancellationToken,
     stale: Arc<StaleLeases>,
 }
@@ -515,7 +515,7 @@ async fn a_stream_dropped_while_it_waits_for_a_guard_leaves_the_hand_off_nothing
 struct OrderedRig {
     source: Arc<TestSource>,
     leases: Arc<Leases>,
-    batches: Pin<Box<dyn Stream<Item = OrderedBatch> + Send>>,
+    batches: Pin<Box<dyn futures_util::stream::FusedStream<Item = OrderedBatch> + Send>>,
     stop: CancellationToken,
 }
 
