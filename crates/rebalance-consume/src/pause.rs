@@ -66,6 +66,14 @@ impl PausedQueues {
         }
     }
 
+    /// Pauses `queue`, released for an offset reset and not taken back yet, from its
+    /// take-back on (as [`carry`](Self::carry) would have, had it been paused before); false
+    /// when it was paused (or carried) already.
+    pub(crate) fn pause_carried(&self, queue: &MessageQueue) -> bool {
+        let mut inner = self.lock();
+        !inner.paused.contains(queue) && inner.carried.insert(queue.clone())
+    }
+
     /// `queue` was added with a new lease: a pause carried across its reset holds again when
     /// `after_reset` (the reset's own take-back), and is forgotten otherwise.
     pub(crate) fn added(&self, queue: &MessageQueue, after_reset: bool) {

@@ -935,6 +935,57 @@ async fn a_second_seek_right_after_the_first_wins() {
     assert_eq!(handle.committed(&q0), Some(10));
 }
 
+/// Between a seek's release and its take-back (here held open by a message not acknowledged
+/// yet), the queue is still this consumer's: a second seek wins, and a pause holds from the
+/// take-back on (found by review: both were refused as not held, and the pause lost).
+#[tokio::test(start_paused = true)]
+async fn between_a_seeks_release_and_its_take_back_the_queue_can_be_sought_and_paused() {
+    let cluster = InMemoryCluster::new();
+    let (mut stream, handle, queues) = alone_on(&cluster, 1).await;
+    let q0 = queues[0].clone();
+    for i in 0..3 {
+        cluster
+            .send_to(&q0, OutgoingMessage::new(format!("m{i}")))
+            .unwrap();
+    }
+    let held = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.queue_offset(), 0);
+    assert!(matches!(handle.seek(&q0, SeekTo::Offset(1)).await, Ok(1)));
+    sleep(Duration::from_millis(100)).await;
+    assert!(
+        handle.consumer().awaits_take_back(&q0),
+        "released, and its hand-off waits for the message held"
+    );
+    assert!(
+        handle.committed(&q0).is_none(),
+        "held by no lease meanwhile"
+    );
+    let second = handle.seek(&q0, SeekTo::Offset(2)).await;
+    assert!(matches!(second, Ok(2)), "{second:?}");
+    assert!(handle.pause(&q0));
+    assert!(!handle.pause(&q0), "paused already");
+    held.ack();
+    sleep(Duration::from_secs(3)).await;
+    assert!(handle.assignment().contains(&q0), "taken back");
+    assert!(!handle.consumer().awaits_take_back(&q0));
+    assert_eq!(handle.paused(), vec![q0.clone()], "the pause holds");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), stream.next())
+            .await
+            .is_err(),
+        "nothing yielded while paused"
+    );
+    assert!(handle.resume(&q0));
+    let next = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.queue_offset(), 2, "the second seek won");
+}
+
 /// A paused queue stays paused through a seek (its release and re-take are the same queue, held
 /// all along), as a Java lite pull consumer's seek keeps its pause; resumed, it consumes from
 /// the seek's offset.

@@ -36,6 +36,39 @@ pub(crate) struct Context {
     pub(crate) activity: Arc<crate::running::ConsumerActivity>,
     /// What this consumer counts in the queues-held gauge.
     pub(crate) owned_gauge: crate::metrics::OwnedGauge,
+    /// The queues released for an offset reset and not taken back yet, as the service last
+    /// set them (for [`ConsumerHandle::awaits_take_back`](crate::ConsumerHandle::awaits_take_back)).
+    pub(crate) take_backs: TakeBacks,
+}
+
+/// The queues released for an offset reset that the round after their release has not taken
+/// back (nor found someone else's) yet: the service's own record, copied here at each change
+/// for the handles to read. Never held across an `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct TakeBacks(
+    std::sync::Mutex<std::collections::HashSet<rebalance_core::MessageQueue>>,
+);
+
+impl TakeBacks {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashSet<rebalance_core::MessageQueue>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Sets the queues awaiting their take-back.
+    pub(crate) fn set<'a>(&self, queues: impl Iterator<Item = &'a rebalance_core::MessageQueue>) {
+        let mut set = self.lock();
+        set.clear();
+        set.extend(queues.cloned());
+    }
+
+    /// Whether `queue` awaits its take-back.
+    pub(crate) fn contains(&self, queue: &rebalance_core::MessageQueue) -> bool {
+        self.lock().contains(queue)
+    }
 }
 
 /// Each subscribed topic's tag expression.

@@ -165,10 +165,12 @@ impl StreamConsumerHandle {
     /// of the queue yielded before and not acknowledged yet are waited for as at a hand-off
     /// (bounded by `await_in_flight`); acknowledging them no longer moves the queue's offset.
     /// The offsets are looked up at the source: [`SeekTo::Offset`] must be within the queue's
-    /// (as the Java client checks).
+    /// (as the Java client checks). Between a seek's release of the queue and its take-back
+    /// the queue is still this consumer's: a further seek then applies to the take-back (the
+    /// later one wins).
     pub async fn seek(&self, queue: &MessageQueue, to: SeekTo) -> Result<i64, SeekError> {
         let not_held = || SeekError::NotHeld(queue.clone());
-        if self.push.leases().lease_of(queue).is_none() {
+        if !self.holds(queue) {
             return Err(not_held());
         }
         let source = self.push.shared().source.clone();
@@ -210,12 +212,21 @@ impl StreamConsumerHandle {
             .max(0);
         // The lease held now, not the one before the lookups: another seek (or a rebalance
         // taking the queue away and back) may have replaced it meanwhile, and the reset applies
-        // to the one held when the runtime takes it.
-        let lease = self.push.leases().lease_of(queue).ok_or_else(not_held)?;
+        // to the one held when the runtime takes it. None while an earlier seek's release
+        // awaits its take-back: this reset then applies to the take-back instead (the later
+        // seek wins), and the old lease is stale already.
+        let lease = self.push.leases().lease_of(queue);
+        if lease.is_none() && !self.consumer().awaits_take_back(queue) {
+            return Err(not_held());
+        }
         // Nothing more of the old lease from now on, even before the runtime releases it.
-        self.stale.mark(&lease);
+        if let Some(lease) = &lease {
+            self.stale.mark(lease);
+        }
         if let Err(e) = self.consumer().reset_offsets([(queue.clone(), offset)]) {
-            self.stale.unmark(&lease);
+            if let Some(lease) = &lease {
+                self.stale.unmark(lease);
+            }
             return Err(e.into());
         }
         tracing::info!(queue = ?queue, ?to, offset, "seek: the queue restarts from the offset");
@@ -227,11 +238,26 @@ impl StreamConsumerHandle {
     /// queue taken away is forgotten paused; a [`seek`](Self::seek) keeps it paused (the
     /// seek releases the queue and takes it again: a queue that goes to another member
     /// meanwhile is forgotten paused too, and [`paused`](Self::paused) does not list it
-    /// between the release and the take-back). Returns false when the queue is not held or
-    /// was paused already.
+    /// between the release and the take-back; a pause made then holds from the take-back on).
+    /// Returns false when the queue is not held (nor awaiting a seek's take-back) or was
+    /// paused already.
     pub fn pause(&self, queue: &MessageQueue) -> bool {
         let leases = self.push.leases();
-        if leases.lease_of(queue).is_none() || !self.push.shared().paused.pause(queue) {
+        if leases.lease_of(queue).is_none() {
+            // Between a seek's release and its take-back (found by review: refused, and the
+            // pause lost): carried to the take-back, as a pause made before the seek is.
+            let paused = &self.push.shared().paused;
+            if !self.consumer().awaits_take_back(queue) || !paused.pause_carried(queue) {
+                return false;
+            }
+            // Taken back meanwhile (its lease announced after its carried pause was applied):
+            // applied here instead.
+            if leases.lease_of(queue).is_some() {
+                paused.added(queue, true);
+            }
+            return true;
+        }
+        if !self.push.shared().paused.pause(queue) {
             return false;
         }
         // Taken away between the two (its removal resumed it before it was paused): a pause
@@ -241,6 +267,12 @@ impl StreamConsumerHandle {
             return false;
         }
         true
+    }
+
+    /// Whether this consumer holds `queue`, or will again once an earlier seek's release is
+    /// taken back.
+    fn holds(&self, queue: &MessageQueue) -> bool {
+        self.push.leases().lease_of(queue).is_some() || self.consumer().awaits_take_back(queue)
     }
 
     /// Pulls `queue` again (within 100 ms); false when it was not paused.

@@ -118,6 +118,7 @@ impl ConsumerBuilder {
                     .guarding_releases(guarded_release),
             ),
             owned_gauge: Default::default(),
+            take_backs: Default::default(),
         });
         Ok(Checked {
             ctx,

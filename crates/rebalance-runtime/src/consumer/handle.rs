@@ -456,6 +456,15 @@ impl ConsumerHandle {
         StartedConsumer::reset_offsets(&*self.inner, offsets.into_iter().collect())
             .map_err(ConsumerError::from)
     }
+
+    /// Whether `queue` was released for an offset reset ([`reset_offsets`](Self::reset_offsets))
+    /// and this client has not taken it back yet: between the release (once the consumer's
+    /// task applied the reset) and the round after it, which takes the queue back from the
+    /// reset offset, or finds it someone else's now. A further reset of such a queue applies
+    /// to its take-back (the later one wins); it is held by no lease meanwhile.
+    pub fn awaits_take_back(&self, queue: &rebalance_core::MessageQueue) -> bool {
+        self.inner.ctx.take_backs.contains(queue)
+    }
 }
 
 /// What the directory the consumer registered through may ask it

@@ -409,6 +409,9 @@ impl Service {
         let table = &self.table;
         self.reset_starts
             .retain(|q, _| table.get(q).is_some_and(|pq| !pq.is_held()));
+        // Only now, the queues taken back announced to the listener: a handle never sees a
+        // queue neither held nor awaiting its take-back while it is being taken back.
+        self.ctx.take_backs.set(self.reset_starts.keys());
         let balanced = topics.iter().all(|t| t.unbalanced.is_none());
         self.report_released_between(&mut topics);
         let directory_trouble = topics.iter().any(|t| {

@@ -98,6 +98,7 @@ impl Service {
                 "offset reset names queues this client does not hold; ignored"
             );
         }
+        self.ctx.take_backs.set(self.reset_starts.keys());
         if by_topic.is_empty() {
             if superseded {
                 self.trigger.wake(WakeReasons::OFFSET_RESET);

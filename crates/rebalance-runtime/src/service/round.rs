@@ -742,6 +742,8 @@ impl Service {
         let read = KnownStart::Read { at_least: None };
         // Released for an operator's reset: it starts from the reset offset, persisted like
         // a commit, whatever the store says.
+        // The handles still see it awaiting its take-back until the round's end, after the
+        // lease that takes it back was announced (`Service::round_inner`).
         if let Some(offset) = self.reset_starts.remove(queue) {
             tracing::info!(topic, queue = ?queue, offset, "taking the queue again from its reset offset");
             return KnownStart::Reset(offset);
