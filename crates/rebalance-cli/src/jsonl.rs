@@ -1,7 +1,7 @@
 //! The JSON Lines loop shared by the batch commands: one case per line, one answer per line.
 
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -95,6 +95,63 @@ impl<E: std::fmt::Display> From<E> for LineError {
     }
 }
 
+/// The longest input line read (a case far larger than any real group); a longer one is
+/// reported as that line's error and skipped without being held (found by review: a line
+/// without an end grew the memory without bound).
+pub const MAX_LINE_BYTES: usize = 64 << 20;
+
+/// One input line.
+enum Line {
+    Text(String),
+    NotUtf8(std::string::FromUtf8Error),
+    TooLong,
+}
+
+/// Reads the next line (without its `\n` or `\r\n`), holding at most [`MAX_LINE_BYTES`] of
+/// it; `None` at the end of the input.
+fn read_line(input: &mut impl BufRead) -> io::Result<Option<Line>> {
+    let mut bytes = Vec::new();
+    let limit = MAX_LINE_BYTES as u64 + 1;
+    let read = Read::take(&mut *input, limit).read_until(b'\n', &mut bytes)?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+    } else if bytes.len() > MAX_LINE_BYTES {
+        drop(bytes);
+        skip_line(input)?;
+        return Ok(Some(Line::TooLong));
+    }
+    Ok(Some(match String::from_utf8(bytes) {
+        Ok(text) => Line::Text(text),
+        Err(e) => Line::NotUtf8(e),
+    }))
+}
+
+/// Skips the rest of a line without holding it.
+fn skip_line(input: &mut impl BufRead) -> io::Result<()> {
+    loop {
+        let available = input.fill_buf()?;
+        if available.is_empty() {
+            return Ok(());
+        }
+        match available.iter().position(|&b| b == b'\n') {
+            Some(at) => {
+                input.consume(at + 1);
+                return Ok(());
+            }
+            None => {
+                let len = available.len();
+                input.consume(len);
+            }
+        }
+    }
+}
+
 /// Runs `handle` on every non-blank line parsed as JSON and writes what it returns (one complete
 /// line each). A line that is not JSON, or that `handle` rejects, becomes
 /// `{"line": n, "id": ..., "error": "line n: problem"}` and the loop goes on. `out` is flushed
@@ -147,13 +204,22 @@ where
     };
     let mut summary = Summary::default();
     let mut buf = Vec::new();
-    for (n, line) in input.lines().enumerate() {
-        let line_no = n + 1;
+    let mut input = input;
+    let mut line_no = 0;
+    loop {
+        line_no += 1;
         buf.clear();
-        let line = match line {
-            Ok(l) => l,
-            // Not UTF-8: report the line and keep going; any other I/O error ends the run.
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+        let read = read_line(&mut input).map_err(|source| BatchError::Read {
+            input: "the input".into(),
+            line: line_no,
+            source,
+        })?;
+        let line = match read {
+            None => break,
+            Some(Line::Text(l)) => l,
+            // Not UTF-8, or too long: report the line and keep going; any other I/O error ends
+            // the run.
+            Some(Line::NotUtf8(e)) => {
                 summary.failed += 1;
                 write_error(
                     &mut buf,
@@ -164,12 +230,19 @@ where
                 emit(&mut out, &buf)?;
                 continue;
             }
-            Err(source) => {
-                return Err(BatchError::Read {
-                    input: "the input".into(),
-                    line: line_no,
-                    source,
-                });
+            Some(Line::TooLong) => {
+                summary.failed += 1;
+                write_error(
+                    &mut buf,
+                    line_no,
+                    &Value::Null,
+                    &format!(
+                        "longer than {} MiB; skipped (split the case, or check that the input is JSON Lines)",
+                        MAX_LINE_BYTES >> 20
+                    ),
+                );
+                emit(&mut out, &buf)?;
+                continue;
             }
         };
         if line.trim().is_empty() {
@@ -265,6 +338,39 @@ mod tests {
             self.out.borrow_mut().extend(pending);
             Ok(())
         }
+    }
+
+    /// A line longer than the limit is that line's error, skipped without being held whole;
+    /// the lines around it are answered.
+    #[test]
+    fn a_line_too_long_is_reported_and_skipped() {
+        let long = io::repeat(b' ').take(MAX_LINE_BYTES as u64 + 10);
+        let input = BufReader::new(
+            io::Cursor::new(&b"{\"id\": 1}\n"[..])
+                .chain(long)
+                .chain(io::Cursor::new(&b"\r\n{\"id\": 3}\r\n"[..])),
+        );
+        let mut out = Vec::new();
+        let summary = run(input, &mut out, |case, buf| {
+            writeln!(buf, "{}", case["id"]).map_err(LineError::from)
+        })
+        .unwrap();
+        assert_eq!(
+            summary,
+            Summary {
+                answered: 2,
+                failed: 1
+            }
+        );
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "1");
+        assert!(
+            lines[1].contains("\"line\":2") && lines[1].contains("longer than 64 MiB"),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(lines[2], "3");
     }
 
     #[test]
