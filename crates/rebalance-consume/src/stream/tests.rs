@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
 use proptest::prelude::*;
 use rebalance_core::MessageQueue;
 use rebalance_runtime::testing::DetachedLease;
