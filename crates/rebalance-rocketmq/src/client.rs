@@ -1255,6 +1255,41 @@ mod tests {
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 
+    /// A server that answers in another protocol and closes (an HTTP port, a TLS-only broker
+    /// reached without TLS) backs off as one that closes at once: its bytes are no frame, so
+    /// they are not an answer (found by review: counted as heard, they reset the backoff at
+    /// every close, and the client reconnected at every call).
+    #[tokio::test]
+    async fn a_server_speaking_another_protocol_backs_off() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+            }
+        });
+        let client = RemotingClient::new(ClientConfig {
+            reconnect_backoff_min: Duration::from_millis(500),
+            ..Default::default()
+        });
+        let mut backing_off = 0;
+        for n in 1..=5 {
+            match client.invoke(&addr, RemotingCommand::request(n)).await {
+                Err(TransportError::BackingOff { .. }) => backing_off += 1,
+                Err(_) => {}
+                Ok(answer) => panic!("answered {answer:?}"),
+            }
+        }
+        assert!(backing_off >= 3, "{backing_off} of 5 calls backed off");
+        assert!(accepted.load(Ordering::SeqCst) <= 2);
+    }
+
     #[tokio::test]
     async fn a_connection_that_lived_long_is_reconnected_at_once_when_it_closes() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

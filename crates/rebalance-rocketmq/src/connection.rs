@@ -172,7 +172,6 @@ impl Shared {
 
     /// Something came from the server: the answers still awaited count their silence from now.
     fn heard(&self) {
-        self.heard_any.store(true, Ordering::Relaxed);
         let now = self.nanos_since_epoch(Instant::now());
         self.awaiting_since.store(now, Ordering::Release);
         self.settle();
@@ -417,7 +416,8 @@ impl Connection {
         &self.inner.shared.addr
     }
 
-    /// Whether the server has sent anything on this connection (an answer, a push).
+    /// Whether the server has sent a whole frame on this connection (an answer, a push), not
+    /// only bytes that were no frame (a TLS alert, an HTTP answer).
     pub fn heard_from_server(&self) -> bool {
         self.inner.shared.heard_any.load(Ordering::Relaxed)
     }
@@ -612,6 +612,12 @@ async fn read_loop<R>(
             _ = token.cancelled() => break ("closed by the client".to_string(), true),
             next = frames.next() => next,
         };
+        if let Some(Ok(_)) = &next {
+            // A whole frame read: the server speaks the protocol (bytes alone may be a TLS
+            // alert or an HTTP answer, found by review: counted as heard, they reset the
+            // reconnect backoff at every close).
+            shared.heard_any.store(true, Ordering::Relaxed);
+        }
         match next {
             Some(Ok(Frame::Command(command))) if command.is_response() => deliver(&shared, command),
             Some(Ok(Frame::Command(command))) => serve(&shared, &*handler, command),
