@@ -140,6 +140,10 @@ enum OneFailed {
     Select(#[from] SelectError),
     #[error("{0}")]
     Remote(#[from] RemoteError),
+    /// Failed, after an attempt whose outcome is unknown (timed out, or its connection lost):
+    /// the broker may have stored the message.
+    #[error("{0}")]
+    Unconfirmed(RemoteError),
     #[error("{0}")]
     Invalid(rebalance_rocketmq::InvalidMessage),
 }
@@ -231,6 +235,14 @@ async fn send_all(
                     )?;
                 }
             }
+            Err(OneFailed::Unconfirmed(e)) => {
+                failed += 1;
+                let id = message.unique_key().unwrap_or("unknown");
+                writeln!(
+                    err,
+                    "rebalance send: message {i} ({body}) not confirmed: {e}; a broker may have stored it all the same (id {id}): check before sending it again"
+                )?;
+            }
             Err(e) => {
                 failed += 1;
                 writeln!(err, "rebalance send: message {i} ({body}) not sent: {e}")?;
@@ -284,6 +296,9 @@ async fn send_one(
     };
     let mut last_failed: Option<String> = None;
     let mut attempt = 0;
+    // Whether an attempt may have stored the message (found by review: a send timed out or
+    // cut off after it left was reported "not sent", and sending it again duplicated it).
+    let mut unconfirmed = false;
     loop {
         let queue: MessageQueue = match &ordered_queue {
             Some(queue) => queue.clone(),
@@ -300,13 +315,18 @@ async fn send_one(
                 return Err(OneFailed::Invalid(e));
             }
             Err(SendFailure::Remote(e)) => {
-                // A broker that answered is avoided by its latency only, one that did not for
-                // a failure's time (the Java producer's `updateFaultItem` isolation).
-                let answered =
-                    matches!(e, RemoteError::Refused { .. } | RemoteError::Denied { .. });
-                producer.report(&queue.broker_name, started.elapsed(), answered);
+                // Unanswered or refused: avoided for a failure's time (the Java producer's
+                // `updateFaultItem` isolation), unless the message itself was refused.
+                let failed = SendFailure::Remote(e.clone()).broker_failed();
+                producer.report(&queue.broker_name, started.elapsed(), !failed);
+                unconfirmed |=
+                    matches!(e, RemoteError::Timeout { .. } | RemoteError::Unreachable(_));
                 if attempt >= args.retries || !worth_retrying(&e) {
-                    return Err(e.into());
+                    return Err(if unconfirmed {
+                        OneFailed::Unconfirmed(e)
+                    } else {
+                        e.into()
+                    });
                 }
                 attempt += 1;
                 last_failed = Some(queue.broker_name.to_string());
@@ -441,6 +461,13 @@ mod tests {
 
     /// A producer and a sender for topic T on broker-a and broker-b, both at `broker`.
     async fn two_brokers_at(broker: &str) -> (ProducerHandle, MessageSender) {
+        two_brokers_with(broker, ClientConfig::default()).await
+    }
+
+    async fn two_brokers_with(
+        broker: &str,
+        config: ClientConfig,
+    ) -> (ProducerHandle, MessageSender) {
         let route = format!(
             r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
         );
@@ -448,7 +475,10 @@ mod tests {
             RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
         })
         .await;
-        let name_server = rebalance_rocketmq::NameServerClient::from_addresses(&namesrv).unwrap();
+        let name_server = rebalance_rocketmq::NameServerClient::builder(&namesrv)
+            .client_config(config)
+            .build()
+            .unwrap();
         let producer = Producer::builder("G")
             .name_server(Arc::new(name_server.clone()))
             .topic("T")
@@ -483,6 +513,32 @@ mod tests {
         producer.shutdown().await;
     }
 
+    /// A send left unanswered may have been stored: its failure says so (found by review: it
+    /// was "not sent", and sending it again duplicated it).
+    #[tokio::test]
+    async fn a_send_left_unanswered_fails_as_unconfirmed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let broker = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let quick = ClientConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ClientConfig::default()
+        };
+        let (producer, sender) = two_brokers_with(&broker, quick).await;
+        let args = parse(&["--retries", "1"]);
+        let outcome = send_one(&producer, &sender, &args, &Message::new("x"), None).await;
+        assert!(
+            matches!(outcome, Err(OneFailed::Unconfirmed(_))),
+            "{outcome:?}"
+        );
+        producer.shutdown().await;
+    }
+
     #[tokio::test]
     async fn a_send_refused_as_retryable_goes_to_the_other_broker() {
         // SERVICE_NOT_AVAILABLE (14): the Java producer tries another broker.
@@ -499,13 +555,15 @@ mod tests {
         .await;
         let (producer, sender) = two_brokers_at(&broker).await;
         let args = parse(&["--retries", "2"]);
-        for _ in 0..4 {
+        for _ in 0..8 {
             let result = send_one(&producer, &sender, &args, &Message::new("x"), None)
                 .await
                 .unwrap();
             assert_eq!(&*result.queue.broker_name, "broker-b");
         }
-        assert!(sends.load(Ordering::SeqCst) <= 6);
+        // The refusing broker is avoided after its first refusal, as the Java producer
+        // isolates it (found by review: reported ok, it kept its turn in the rotation).
+        assert!(sends.load(Ordering::SeqCst) <= 9, "{sends:?}");
         producer.shutdown().await;
     }
 

@@ -118,6 +118,26 @@ pub enum SendError {
     Remote(#[from] RemoteError),
 }
 
+impl SendError {
+    /// Whether the send counts against its broker for latency fault avoidance
+    /// (`Producer::report(broker, latency, ok = !broker_failed)`): a send left unanswered, and
+    /// one the broker refused (it is busy, out of service, denies this client, does not have
+    /// the topic...), as the Java producer's `updateFaultItem(.., isolation = true)` does for
+    /// both; not a message refused before sending (no broker saw it), nor one a broker refused
+    /// as illegal (MESSAGE_ILLEGAL, 13: too large, bad properties), which every broker would
+    /// refuse alike (found by review: refusals were reported ok, so a broker refusing every
+    /// send stayed in the rotation and took its share of the attempts).
+    pub fn broker_failed(&self) -> bool {
+        match self {
+            SendError::Invalid(_) => false,
+            SendError::Remote(RemoteError::Refused { code, .. }) => {
+                *code != crate::command::response_code::MESSAGE_ILLEGAL
+            }
+            SendError::Remote(_) => true,
+        }
+    }
+}
+
 /// A message to send: a body and its properties, among which its unique key (`UNIQ_KEY`, the
 /// id consumers see), stamped by [`Message::new`]: every send of one `Message` value (a retry
 /// after a send left unanswered, which the broker may have stored) carries the same key, so
@@ -340,7 +360,6 @@ pub fn send_message_request(
 /// use std::sync::Arc;
 /// use rebalance_rocketmq::NameServerClient;
 /// use rebalance_rocketmq::producer::{Message, MessageSender, SendError};
-/// use rebalance_runtime::RemoteError;
 /// use rebalance_runtime::producer::Producer;
 ///
 /// let name_server = NameServerClient::from_addresses("127.0.0.1:9876")?;
@@ -356,12 +375,9 @@ pub fn send_message_request(
 ///     Ok(result) => producer.report(&queue.broker_name, result.latency, true),
 ///     // Refused before sending: no broker saw it, none is at fault.
 ///     Err(SendError::Invalid(_)) => {}
-///     // A broker that answered (refused or denied the message) is alive: only a send left
-///     // unanswered counts as the broker's failure.
-///     Err(SendError::Remote(e)) => {
-///         let answered = matches!(e, RemoteError::Refused { .. } | RemoteError::Denied { .. });
-///         producer.report(&queue.broker_name, started.elapsed(), answered);
-///     }
+///     // Unanswered, or refused by the broker (busy, out of service, ...): avoided for a
+///     // failure's time, unless the message itself was refused as illegal.
+///     Err(e) => producer.report(&queue.broker_name, started.elapsed(), !e.broker_failed()),
 /// }
 /// # Ok(()) }
 /// ```
