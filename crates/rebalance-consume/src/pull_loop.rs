@@ -62,22 +62,22 @@ pub(crate) struct PullLoop {
     untrusted: UntrustedWait,
 }
 
-/// How long a pull loop whose lease is not trusted waits before it looks again.
-const UNTRUSTED_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a pull (or pop) loop whose lease is not trusted waits before it looks again.
+pub(crate) const UNTRUSTED_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// A pull loop's wait for its lease to be trusted again, logged once when it begins and once
 /// when it ends.
 #[derive(Default)]
-struct UntrustedWait(bool);
+pub(crate) struct UntrustedWait(bool);
 
 impl UntrustedWait {
-    fn hold(&mut self, queue: &rebalance_core::MessageQueue) {
+    pub(crate) fn hold(&mut self, queue: &rebalance_core::MessageQueue) {
         if !std::mem::replace(&mut self.0, true) {
             tracing::info!(queue = ?queue, "not pulling: this client cannot be sure it still owns the queue (its membership or lock is not vouched for)");
         }
     }
 
-    fn resume(&mut self, queue: &rebalance_core::MessageQueue) {
+    pub(crate) fn resume(&mut self, queue: &rebalance_core::MessageQueue) {
         if std::mem::replace(&mut self.0, false) {
             tracing::info!(queue = ?queue, "pulling again: the queue's lease is trusted again");
         }

@@ -142,6 +142,21 @@ impl WorkQueue {
             .sum()
     }
 
+    /// Takes out every message of `link` still waiting for a worker (its lease ended: none of
+    /// them starts now), each entry's with the buffer epoch it was pushed with.
+    pub(crate) fn withdraw(&self, link: &Arc<LeaseLink>) -> Vec<(u64, Vec<Message>)> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut withdrawn = Vec::new();
+        queue.waiting.retain_mut(|pending| {
+            if !Arc::ptr_eq(&pending.link, link) {
+                return true;
+            }
+            withdrawn.push((pending.epoch, pending.messages.by_ref().collect()));
+            false
+        });
+        withdrawn
+    }
+
     /// How many messages wait (for tests).
     #[cfg(test)]
     pub(crate) fn waiting(&self) -> usize {

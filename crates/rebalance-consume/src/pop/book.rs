@@ -400,6 +400,29 @@ impl Book {
         waiting
     }
 
+    /// Gives up the messages of entry `epoch` at `offsets` that no worker took (their lease
+    /// ended); returns each one's topic and handle, to hand back.
+    pub(super) fn abandon_unstarted(
+        &mut self,
+        epoch: u64,
+        offsets: &[i64],
+    ) -> Vec<(Arc<str>, String)> {
+        let Some(entry) = self.entries.get(&epoch) else {
+            return Vec::new();
+        };
+        let unstarted = |slot: &Slot| {
+            slot.state == State::Waiting && offsets.binary_search(&slot.offset).is_ok()
+        };
+        let handles = entry
+            .slots
+            .iter()
+            .filter(|s| unstarted(s))
+            .map(|s| (entry.topic.clone(), s.handle.clone()))
+            .collect();
+        self.remove(epoch, unstarted);
+        handles
+    }
+
     /// Gives up every message left (at a hand-off, once what could be acknowledged was):
     /// those not consumed yet, and, in an orderly pop, those consumed behind one that was not
     /// (acknowledging them would skip it); returns the topic and handle of each one still

@@ -27,6 +27,7 @@ use crate::config::{
 };
 use crate::link::{Ack, AckReceiver, LeaseLink, Tally};
 use crate::metrics::{PullOutcome, QueueGauges};
+use crate::pull_loop::{UNTRUSTED_DELAY, UntrustedWait};
 use crate::shared::{Mode, Shared};
 use crate::{Message, PullError};
 use rebalance_runtime::running::QueueBuffer;
@@ -77,6 +78,8 @@ pub(crate) struct PopLoop {
     attempt: Option<String>,
     /// Whether the brokers' refusal to extend an invisible time was said.
     refusal_said: bool,
+    /// Whether the loop waits because its lease is not trusted (logged once per wait).
+    untrusted: UntrustedWait,
     /// How many batches reported that they left the listener.
     finished: u64,
 }
@@ -115,6 +118,7 @@ impl PopLoop {
             errors: ErrorLog::default(),
             gauges,
             attempt: None,
+            untrusted: UntrustedWait::default(),
             refusal_said: false,
             finished: 0,
         };
@@ -142,8 +146,17 @@ impl PopLoop {
                 stop = Some(self.begin_stop(pop.take()));
             }
             let stopping = stop.is_some();
+            if !stopping && pop.is_none() && now >= pop_at && !self.lease.is_trusted(now) {
+                // This client cannot be sure it is still a member (its membership lapsed): the
+                // workers would refuse what a pop brings, and it would stay invisible to the
+                // others meanwhile (found by review: popped all the same).
+                self.activity.touch();
+                self.untrusted.hold(self.lease.queue());
+                pop_at = now + UNTRUSTED_DELAY;
+            }
             if !stopping && pop.is_none() && now >= pop_at {
                 self.activity.touch();
+                self.untrusted.resume(self.lease.queue());
                 let threshold = self.pop.options.threshold_for_queue;
                 if self.book.len() >= threshold {
                     held = true;
@@ -241,6 +254,7 @@ impl PopLoop {
         }
         let started = self.link.drop_lease();
         self.shared.commits.changed();
+        self.give_back_unstarted();
         // Never resubmitted now (see `resubmit_due`): left waiting, the first one's time, once
         // past, would wake the loop at once at every turn until the hand-off. Their messages
         // are handed back with the rest.
@@ -253,6 +267,39 @@ impl PopLoop {
             // A limit too long for the clock is no limit.
             .and_then(|limit| Instant::now().checked_add(limit));
         (started, deadline)
+    }
+
+    /// The lease ended: the messages still waiting for a worker never start now, and are
+    /// made visible again at once, not after the batches in the listener finish (found by
+    /// review: a hung listener call kept a whole pop's messages invisible to the group, and
+    /// extended, until it returned). Not for an orderly pop: its later messages given back
+    /// while an earlier one is in the listener could be consumed before it.
+    fn give_back_unstarted(&mut self) {
+        let Mode::Concurrent { work } = &self.shared.mode else {
+            return;
+        };
+        if self.pop.options.mode == PopMode::Orderly {
+            return;
+        }
+        let mut handles = Vec::new();
+        for (epoch, messages) in work.withdraw(&self.link) {
+            let mut offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
+            offsets.sort_unstable();
+            handles.extend(self.book.abandon_unstarted(epoch, &offsets));
+        }
+        if handles.is_empty() {
+            return;
+        }
+        let (pop, group, queue) = (
+            self.pop.clone(),
+            self.shared.group.clone(),
+            self.lease.queue().clone(),
+        );
+        tokio::spawn(async move {
+            let count = handles.len();
+            let kept = give_back(&pop, &group, handles).await;
+            tracing::debug!(queue = ?queue, count, kept, "lease ended: gave back the popped messages no worker had started");
+        });
     }
 
     /// The hand-off, once the batches in the listener finished (or `await_in_flight` is up,
@@ -518,11 +565,18 @@ impl PopLoop {
                 let visible_again = VisibleAgain::between(sent, Instant::now(), invisible);
                 self.book.extended(&extension, handle, visible_again);
             }
-            // Not answered, or not reached: another try while the messages are still
-            // invisible, rather than letting another member have them.
+            // Not answered, not reached, or the broker busy (SYSTEM_BUSY 2, FLOW_CONTROL 215):
+            // another try while the messages are still invisible, rather than letting another
+            // member have them (found by review: one busy answer ended an entry's extensions
+            // for good).
             Answer::Extend {
                 extension,
-                answer: Err(e @ (RemoteError::Timeout { .. } | RemoteError::Unreachable(_))),
+                answer:
+                    Err(
+                        e @ (RemoteError::Timeout { .. }
+                        | RemoteError::Unreachable(_)
+                        | RemoteError::Refused { code: 2 | 215, .. }),
+                    ),
                 ..
             } => {
                 tracing::debug!(queue = ?self.lease.queue(), offset = extension.offset, error = %e, retry_in = ?EXTENSION_RETRY_DELAY, "extending the invisible time of a message failed on the way; trying again");
