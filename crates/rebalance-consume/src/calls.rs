@@ -61,14 +61,32 @@ pub(crate) fn checked(request: &PullRequest, result: PullResult) -> Result<PullR
         .map(|m| ("a message's offset", m.queue_offset()))
         .chain([("the next offset", next_offset)])
         .find(|(_, offset)| !in_range(*offset));
-    match bad {
-        Some((what, offset)) => Err(PullError::ImpossibleOffset {
+    if let Some((what, offset)) = bad {
+        return Err(PullError::ImpossibleOffset {
             queue: request.queue.clone(),
             offset: request.offset,
             detail: format!("{what} is {offset}, outside 0 to {MAX_OFFSET}"),
-        }),
-        None => Ok(result),
+        });
     }
+    // Out of order: the loop keeps each message past the one before it, so a message behind
+    // its predecessor would be dropped and the offset moved past it unconsumed (found by
+    // review). A source answers a queue's messages in offset order; one that does not is
+    // refused, the pull counted as failed (a message twice in a row is only a duplicate).
+    if let Some(pair) = messages
+        .windows(2)
+        .find(|pair| pair[1].queue_offset() < pair[0].queue_offset())
+    {
+        return Err(PullError::ImpossibleOffset {
+            queue: request.queue.clone(),
+            offset: request.offset,
+            detail: format!(
+                "message {} comes after message {}: the answer is not in offset order",
+                pair[1].queue_offset(),
+                pair[0].queue_offset()
+            ),
+        });
+    }
+    Ok(result)
 }
 
 /// Calls an offset lookup of the source (`kind` names it), contained: a panic is an error.
@@ -131,5 +149,33 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(source.with(|s| s.sent_back.len()), 1);
+    }
+
+    /// An answer whose messages are out of offset order is refused (its message behind its
+    /// predecessor would be dropped and skipped); one with a message twice is not.
+    #[test]
+    fn an_answer_out_of_offset_order_is_impossible() {
+        let q = MessageQueue::new("T", "b", 0);
+        let request = PullRequest::new(
+            "G",
+            q.clone(),
+            5,
+            rebalance_runtime::subscription::TagExpression::all(),
+        );
+        let found = |offsets: &[i64]| PullResult::Found {
+            messages: offsets
+                .iter()
+                .map(|&o| Message::new(q.clone(), o, "x"))
+                .collect(),
+            next_offset: 8,
+            min_offset: 0,
+            max_offset: 8,
+        };
+        assert!(matches!(
+            checked(&request, found(&[5, 7, 6])),
+            Err(PullError::ImpossibleOffset { .. })
+        ));
+        assert!(checked(&request, found(&[5, 6, 6, 7])).is_ok());
+        assert!(checked(&request, found(&[5, 6, 7])).is_ok());
     }
 }

@@ -250,36 +250,55 @@ impl Expiry<'_> {
             _ = tokio::time::sleep(timeout) => {}
         }
         tracing::warn!(queue = ?self.link.queue(), first = self.first, ?timeout, "consumption timed out; sending the batch back");
-        let mut retry = Vec::new();
+        let mut remaining: Vec<&Message> = if self.shared.broadcasting {
+            Vec::new()
+        } else {
+            self.messages.iter().collect()
+        };
         let mut sent_back = Vec::new();
-        if !self.shared.broadcasting {
-            for message in self.messages {
+        loop {
+            if self.link.is_dropped() {
+                // Handed off: what is not sent back stays before the final commit offset, and
+                // the next owner consumes it (found by review: sent back all the same, every
+                // message was delivered twice).
+                return Outcome::Done(call.await, sent_back);
+            }
+            let mut failed = Vec::new();
+            for message in remaining {
                 let request = SendBack::new(&self.shared.group, message)
                     .with_delay_level(EXPIRED_DELAY_LEVEL)
                     .with_max_reconsume_times(self.shared.options.max_reconsume_times);
                 if let Err(e) = calls::send_back(&*self.shared.source, request).await {
-                    tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, "could not send back a timed-out message; it keeps holding the commit offset");
-                    retry.push(message.queue_offset());
+                    tracing::warn!(queue = ?self.link.queue(), offset = message.queue_offset(), error = %e, retry_in = ?timeout, "could not send back a timed-out message; it keeps holding the commit offset until sent back");
+                    failed.push(message);
                 } else {
                     sent_back.push(message.queue_offset());
                 }
             }
+            remaining = failed;
+            if remaining.is_empty() {
+                self.link.report(Ack {
+                    epoch: self.epoch,
+                    first: self.first,
+                    last: self.last,
+                    retry: Vec::new(),
+                    finished: 0,
+                    guard: None,
+                    tally: Tally::default(),
+                    span: Span::ALONE,
+                });
+                call.await;
+                return Outcome::Expired;
+            }
+            // Those whose send-back failed are sent back again a `consume_timeout` later (the
+            // Java client's `cleanExpiredMsg` looks every 15 minutes), unless the call ends
+            // first (found by review: never again, and a call that never ended held the
+            // queue's commit offset, then its pulls, for good).
+            tokio::select! {
+                done = &mut call => return Outcome::Done(done, sent_back),
+                _ = tokio::time::sleep(timeout) => {}
+            }
         }
-        if retry.is_empty() {
-            self.link.report(Ack {
-                epoch: self.epoch,
-                first: self.first,
-                last: self.last,
-                retry: Vec::new(),
-                finished: 0,
-                guard: None,
-                tally: Tally::default(),
-                span: Span::ALONE,
-            });
-            call.await;
-            return Outcome::Expired;
-        }
-        Outcome::Done(call.await, sent_back)
     }
 }
 
@@ -566,5 +585,73 @@ mod tests {
         assert_eq!(started.elapsed(), Duration::from_secs(100));
         let last = acks.recv().await;
         assert_eq!(last.finished, 1);
+    }
+
+    /// A timed-out batch whose send-back failed is sent back again a `consume_timeout` later,
+    /// and then acknowledged, while its call still runs (found by review: never again, and a
+    /// call that never ended held the queue's commit offset for good).
+    #[tokio::test(start_paused = true)]
+    async fn a_timed_out_batch_whose_send_back_failed_is_sent_back_again() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.failing_send_backs = 1);
+        let options = ConsumeOptions {
+            consume_timeout: Duration::from_secs(60),
+            ..ConsumeOptions::default()
+        };
+        let shared = shared(source.clone(), false, options);
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            delay: Duration::from_secs(1_000),
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 3, "x")];
+        let started = tokio::time::Instant::now();
+        let taken = alone(&link);
+        let mut context = None;
+        let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
+        tokio::pin!(consumed);
+        tokio::select! {
+            _ = &mut consumed => panic!("the listener is still running"),
+            ack = acks.recv() => {
+                assert_eq!(started.elapsed(), Duration::from_secs(120), "sent back at the second try");
+                assert_eq!((ack.first, ack.finished), (3, 0));
+            }
+        }
+        assert_eq!(source.with(|s| s.sent_back.len()), 1);
+        consumed.await;
+    }
+
+    /// A batch that times out after its queue was handed off is not sent back: it stays before
+    /// the final commit offset, and the next owner consumes it (found by review: sent back all
+    /// the same, delivered twice).
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_timing_out_after_its_hand_off_is_not_sent_back() {
+        let source = Arc::new(TestSource::default());
+        let options = ConsumeOptions {
+            consume_timeout: Duration::from_secs(60),
+            ..ConsumeOptions::default()
+        };
+        let shared = shared(source.clone(), false, options);
+        let q = MessageQueue::new("T", "b", 0);
+        let listener = Seen {
+            delay: Duration::from_secs(100),
+            ..Seen::default()
+        };
+        let (link, mut acks) = link(&q);
+        let mut messages = vec![Message::new(q.clone(), 3, "x")];
+        let taken = alone(&link);
+        let mut context = None;
+        let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
+        tokio::pin!(consumed);
+        tokio::select! {
+            _ = &mut consumed => panic!("the listener is still running"),
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+        link.drop_lease();
+        consumed.await;
+        assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
+        let ack = acks.recv().await;
+        assert_eq!(ack.finished, 1);
     }
 }

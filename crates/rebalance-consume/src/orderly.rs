@@ -137,10 +137,17 @@ async fn past_the_limit(
 ) -> Vec<Message> {
     let max = shared.options.max_reconsume_times;
     let mut retry = Vec::with_capacity(messages.len());
+    // Once a message could not be dead-lettered, none after it is: they would reach the
+    // dead letters before it, and it would be consumed again after them (found by review).
+    let mut blocked = false;
     for message in messages {
         if message.reconsume_times() < max {
             let times = message.reconsume_times() + 1;
             retry.push(message.with_reconsume_times(times));
+            continue;
+        }
+        if blocked {
+            retry.push(message);
             continue;
         }
         if shared.broadcasting {
@@ -156,6 +163,7 @@ async fn past_the_limit(
             }
             Err(e) => {
                 tracing::warn!(queue = ?lease.queue(), offset = message.queue_offset(), error = %e, "could not send a message past the reconsume limit to the dead-letter topic; suspending the queue");
+                blocked = true;
                 retry.push(message);
             }
         }

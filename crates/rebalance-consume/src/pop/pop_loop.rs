@@ -298,7 +298,11 @@ impl PopLoop {
         tokio::spawn(async move {
             let count = handles.len();
             let kept = give_back(&pop, &group, handles).await;
-            tracing::debug!(queue = ?queue, count, kept, "lease ended: gave back the popped messages no worker had started");
+            if kept > 0 {
+                tracing::warn!(queue = ?queue, count, kept, "lease ended; the brokers did not make some popped messages visible again that no worker had started: they come back after their invisible time, if the brokers revive them");
+            } else {
+                tracing::debug!(queue = ?queue, count, "lease ended: gave back the popped messages no worker had started");
+            }
         });
     }
 

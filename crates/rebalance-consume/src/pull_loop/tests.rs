@@ -465,6 +465,37 @@ async fn orderly_sends_a_message_past_the_limit_to_the_dead_letters_and_goes_on(
     task.await.unwrap();
 }
 
+/// Two messages past the limit in one batch, the first one's dead-lettering failing: neither
+/// goes on until the first one does, so they reach the dead letters in order (found by review:
+/// the second went first, and the first was consumed again after it).
+#[tokio::test(start_paused = true)]
+async fn orderly_dead_letters_in_order_when_a_send_fails() {
+    let source = Arc::new(TestSource::default());
+    let q = queue(0);
+    source.append(&q, 2);
+    source.with(|s| s.failing_send_backs = 1);
+    let recorder = Arc::new(OrderlyRecorder {
+        suspend: vec![0],
+        suspend_times: i32::MAX,
+        ..OrderlyRecorder::default()
+    });
+    let options = ConsumeOptions {
+        max_reconsume_times: 0,
+        consume_batch_size: 2,
+        ..ConsumeOptions::default()
+    };
+    let shared = orderly(source.clone(), recorder.clone(), options);
+    let (lease, token) = lease(&q, StartPosition::Offset(0));
+    let task = spawn(&shared, &lease);
+    sleep(Duration::from_secs(10)).await;
+    let dead: Vec<i64> =
+        source.with(|s| s.sent_back.iter().map(|(m, _)| m.queue_offset()).collect());
+    assert_eq!(dead, vec![0, 1]);
+    assert_eq!(lease.committed(), Some(2));
+    token.cancel();
+    task.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn orderly_waits_while_the_lock_is_stale() {
     let source = Arc::new(TestSource::default());
