@@ -207,10 +207,15 @@ async fn orderly_pops_block_their_queue_until_acknowledged_or_visible() {
             .is_empty(),
         "blocked"
     );
-    assert_eq!(pop(&client, &a1).await.len(), 3, "the same attempt again");
+    let repeated = pop(&client, &a1).await;
+    assert_eq!(
+        offsets(&repeated),
+        [(0, 0), (1, 0), (2, 0)],
+        "the same attempt again, counted as the same delivery"
+    );
     tokio::time::advance(Duration::from_secs(11)).await;
     let again = pop(&client, &all(0).orderly(Some("a3".into()))).await;
-    assert_eq!(offsets(&again), [(0, 2), (1, 2), (2, 2)]);
+    assert_eq!(offsets(&again), [(0, 1), (1, 1), (2, 1)]);
     client.ack(GROUP, "T", &handles(&again[..2])).await.unwrap();
     assert_eq!(
         cluster.offset(GROUP, &MessageQueue::new("T", "broker-0", 0)),

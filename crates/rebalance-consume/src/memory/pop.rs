@@ -435,12 +435,17 @@ fn pass_orderly(client: &ClusterClient, request: &PopRequest, queues: &[MessageQ
             break;
         }
         let key = (group.to_string(), queue.clone());
+        // The same attempt asking again (its answer lost): its batch again, counted as the
+        // same delivery (Java's `mergeOffsetConsumedCount` keeps the counts of the same
+        // attempt: found by review, each lost answer brought the dead letters one nearer).
+        let mut repeat = false;
         if let Some(block) = state.blocks.get(&key) {
             let same_attempt = block.attempt.is_some() && block.attempt == request.attempt_id;
             if !same_attempt && block.holds(now) {
                 unblocks_at = [unblocks_at, block.until()].into_iter().flatten().min();
                 continue;
             }
+            repeat = same_attempt && block.holds(now);
         }
         // Free (or the same attempt again): the batch from the group's offset, the first
         // message not acknowledged.
@@ -472,8 +477,12 @@ fn pass_orderly(client: &ClusterClient, request: &PopRequest, queues: &[MessageQ
                 .counts
                 .entry((group.to_string(), queue.clone(), offset))
                 .or_insert(0);
-            let reconsume = *count;
-            *count += 1;
+            let reconsume = if repeat && *count > 0 {
+                *count - 1
+            } else {
+                *count += 1;
+                *count - 1
+            };
             let handle = Handle {
                 orderly: true,
                 key: now_ms,
