@@ -16,7 +16,7 @@ use rebalance_consume::{
     ConcurrentContext, ConcurrentListener, ConsumeOptions, ConsumeResult, Message, PopMode,
     PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
 };
-use rebalance_core::{ClientId, MessageQueue};
+use rebalance_core::MessageQueue;
 use rebalance_runtime::config::Intervals;
 use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster};
 use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, RemoteError, ServerAnswer};
