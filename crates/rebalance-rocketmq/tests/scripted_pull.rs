@@ -162,6 +162,53 @@ async fn a_refused_send_back_is_sent_to_the_retry_topic() {
     assert_eq!(&send.body[..], b"payload");
 }
 
+/// A name server routing T and the retry topic to broker-a at `a` and broker-b at `b`.
+async fn two_brokers(a: String, b: String) -> String {
+    let (addr, _) = scripted(move |req| {
+        let topic = req.ext("topic").unwrap_or_default();
+        if !["T", "%RETRY%G"].contains(&topic) {
+            return Some(RemotingCommand::response(17, 0, Some("no route".into())));
+        }
+        let route = format!(
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{a}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{b}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":1,"topicSysFlag":0,"writeQueueNums":1}},{{"brokerName":"broker-b","perm":6,"readQueueNums":1,"topicSysFlag":0,"writeQueueNums":1}}]}}"#
+        );
+        Some(ok().with_body(route.into_bytes()))
+    })
+    .await;
+    addr
+}
+
+/// The message's broker cannot be reached: the send-back fails, and its fallback goes to the
+/// retry topic on another broker, not to the one that just failed only (found by review).
+#[tokio::test]
+async fn a_send_back_to_an_unreachable_broker_falls_back_to_another() {
+    let gone = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gone_addr = gone.local_addr().unwrap().to_string();
+    drop(gone);
+    let (b, log) = broker(|req| match req.code {
+        request_code::SEND_MESSAGE => ok()
+            .with_ext("msgId", "X")
+            .with_ext("queueId", 0)
+            .with_ext("queueOffset", 0),
+        _ => ok(),
+    })
+    .await;
+    let namesrv = two_brokers(gone_addr, b).await;
+    let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+    let message = failed_message();
+    brokers
+        .send_back(SendBack::new("G", &message))
+        .await
+        .unwrap();
+    let requests = log.lock().unwrap().clone();
+    let sends: Vec<&RemotingCommand> = requests
+        .iter()
+        .filter(|r| r.code == request_code::SEND_MESSAGE)
+        .collect();
+    assert_eq!(sends.len(), 1, "stored once, on broker-b");
+    assert_eq!(sends[0].ext("topic"), Some("%RETRY%G"));
+}
+
 /// When both fail, the error says so, with both reasons.
 #[tokio::test]
 async fn a_send_back_fails_only_when_the_fallback_fails_too() {

@@ -61,6 +61,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 pub use options::{MAX_INVISIBLE_TIME, PopMode, PopOptions, PopOptionsError};
+#[cfg(feature = "memory")]
 pub(crate) use source::NO_MESSAGE;
 pub use source::{MAX_POP_BATCH, PopRequest, PopResult, PopSource, PopStart};
 

@@ -247,31 +247,71 @@ impl BrokerClient {
         } else {
             tracing::warn!(group = request.group, msg_id = request.message.msg_id(), error = %error, "send-back failed; sending the message to the retry topic instead");
         }
-        self.send_back_as_normal_message(&request)
+        let unreached = matches!(
+            error,
+            RemoteError::Timeout { .. } | RemoteError::Unreachable(_)
+        );
+        self.send_back_as_normal_message(&request, unreached)
             .await
             .map_err(|fallback| both_failed(error, fallback))
     }
 
-    /// The fallback: SEND_MESSAGE to the group's retry topic, on the message's broker when it
-    /// serves the retry topic, else on its first broker.
-    async fn send_back_as_normal_message(&self, request: &SendBack<'_>) -> Result<(), RemoteError> {
+    /// The fallback: SEND_MESSAGE to the group's retry topic, on up to
+    /// [`FALLBACK_BROKERS`] of its brokers one after the other until one stores it: the
+    /// message's broker first when it serves the retry topic, unless the send-back could not
+    /// reach it (`unreached`: then it comes last, as the Java producer moves off the broker that
+    /// failed; found by review: the fallback went to the broker that had just failed, only).
+    async fn send_back_as_normal_message(
+        &self,
+        request: &SendBack<'_>,
+        unreached: bool,
+    ) -> Result<(), RemoteError> {
         let topic = retry_topic(request.group);
         let route = self.route(&topic).await?;
         let publish = route.publish_info(&topic).map_err(|e| {
             RemoteError::Unreachable(format!("no queue to send to in `{topic}`: {e}"))
         })?;
-        let queues = publish.queues();
         let broker = &request.message.queue().broker_name;
-        let queue = queues
-            .iter()
-            .find(|q| q.broker_name == *broker)
-            .or_else(|| queues.first())
-            .ok_or_else(|| RemoteError::Unreachable(format!("no queue in `{topic}`")))?;
+        // One queue per broker, in the route's order, the message's broker first.
+        let mut candidates: Vec<&MessageQueue> = Vec::new();
+        for queue in publish.queues() {
+            if !candidates
+                .iter()
+                .any(|c| c.broker_name == queue.broker_name)
+            {
+                candidates.push(queue);
+            }
+        }
+        candidates.sort_by_key(|q| q.broker_name != *broker);
+        let first_is_its_broker = candidates.first().is_some_and(|q| q.broker_name == *broker);
+        if unreached && first_is_its_broker {
+            candidates.rotate_left(1);
+        }
+        let mut last = RemoteError::Unreachable(format!("no queue in `{topic}`"));
+        for queue in candidates.into_iter().take(FALLBACK_BROKERS) {
+            match self.send_to_retry_topic(request, &topic, queue).await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::debug!(broker = %queue.broker_name, %topic, msg_id = request.message.msg_id(), error = %e, "sending to the retry topic failed");
+                    last = e;
+                }
+            }
+        }
+        Err(last)
+    }
+
+    /// One SEND_MESSAGE of the fallback, to `queue` of the retry topic.
+    async fn send_to_retry_topic(
+        &self,
+        request: &SendBack<'_>,
+        topic: &str,
+        queue: &MessageQueue,
+    ) -> Result<(), RemoteError> {
         let addr = self.broker_addr(queue, true).await?;
         let ns = self.name_server().namespace();
         let op = Op::new(
             "send to the retry topic",
-            format!("topic `{}`", self.wire(&topic)),
+            format!("topic `{}`", self.wire(topic)),
         );
         let response = self
             .remoting()
@@ -289,6 +329,9 @@ impl BrokerClient {
         Ok(())
     }
 }
+
+/// How many brokers of the retry topic the fallback tries (the Java producer's three attempts).
+const FALLBACK_BROKERS: usize = 3;
 
 #[cfg(test)]
 mod tests {
