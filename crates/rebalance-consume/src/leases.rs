@@ -367,6 +367,36 @@ mod tests {
         (leases, lease, token, stop)
     }
 
+    /// With a `callback_timeout` under the 3 s the lookups may take, `queues_added` still
+    /// returns in time, every loop started (they resolve their start themselves), even with
+    /// lookups that never answer (found by review: the callback timed out before starting any
+    /// loop, at every retry).
+    #[tokio::test(start_paused = true)]
+    async fn a_short_callback_timeout_still_starts_every_loop() {
+        let source = Arc::new(TestSource::default());
+        source.with(|s| s.hang_lookups = true);
+        let work = Arc::new(crate::work::WorkQueue::default());
+        let shared = Arc::new(
+            Shared::new(
+                Arc::from("G"),
+                source.clone(),
+                ConsumeOptions::default(),
+                false,
+                crate::shared::Mode::Concurrent { work },
+                std::collections::HashMap::new(),
+            )
+            .with_callback_timeout(Duration::from_secs(1)),
+        );
+        let leases = Leases::new(shared);
+        // The test source hangs its min offset lookups: the start of Earliest.
+        let (q0, _t0) = lease(&queue(0), StartPosition::Earliest);
+        let (q1, _t1) = lease(&queue(1), StartPosition::Earliest);
+        let added =
+            tokio::time::timeout(Duration::from_secs(1), leases.queues_added("T", &[q0, q1])).await;
+        assert!(matches!(added, Ok(Ok(()))), "within the callback's second");
+        assert_eq!(leases.running(), 2);
+    }
+
     fn removed(q: &MessageQueue) -> [RemovedQueue; 1] {
         [RemovedQueue {
             queue: q.clone(),

@@ -267,6 +267,7 @@ impl PushConsumerBuilder {
             }
         };
         let consumer = self.consumer.consume_order(order);
+        let callback_timeout = consumer.configured_intervals().callback_timeout;
         let shared = Arc::new(
             Shared::new(
                 Arc::from(self.group.as_str()),
@@ -276,7 +277,8 @@ impl PushConsumerBuilder {
                 mode,
                 self.subscriptions,
             )
-            .with_pop(pop),
+            .with_pop(pop)
+            .with_callback_timeout(callback_timeout),
         );
         let leases = Arc::new(Leases::new(shared.clone()));
         let consumer = consumer.listener(leases.clone()).start().await?;

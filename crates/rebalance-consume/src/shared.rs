@@ -56,6 +56,9 @@ pub(crate) struct Shared {
     pub(crate) pop: Option<Arc<crate::pop::PopShared>>,
     /// The explicit commits waiting for the loops to take the acknowledgements made before.
     pub(crate) commits: Arc<crate::commit_waits::CommitWaits>,
+    /// How long `queues_added` spends on the start positions' lookups (see
+    /// `start_positions::resolve_within`).
+    pub(crate) resolve_within: std::time::Duration,
 }
 
 impl Shared {
@@ -83,7 +86,14 @@ impl Shared {
             metrics: Mutex::new(HashMap::new()),
             pop: None,
             commits: Default::default(),
+            resolve_within: crate::start_positions::RESOLVE_WITHIN,
         }
+    }
+
+    /// The same, its callbacks bounded by `callback_timeout`.
+    pub(crate) fn with_callback_timeout(mut self, callback_timeout: std::time::Duration) -> Self {
+        self.resolve_within = crate::start_positions::resolve_within(callback_timeout);
+        self
     }
 
     /// The same, popping the leases the brokers assign by POP with `pop`.

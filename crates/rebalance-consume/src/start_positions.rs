@@ -54,9 +54,19 @@ pub(super) fn commit(shared: &Shared, lease: &QueueLease, offset: i64) {
     }
 }
 
-/// How long `queues_added` spends on the lookups at most; a queue still unresolved then is
+/// How long `queues_added` spends on the lookups at most (less when the consumer's
+/// `callback_timeout` is short: see [`resolve_within`]); a queue still unresolved then is
 /// resolved by its pull loop, which retries every 3 s.
 pub(crate) const RESOLVE_WITHIN: Duration = Duration::from_secs(3);
+
+/// How long `queues_added` spends on the lookups with `callback_timeout`: [`RESOLVE_WITHIN`],
+/// or half the callback's time when that is shorter, so that the callback still starts the
+/// pull loops of every queue in time (found by review: with a `callback_timeout` under 3 s,
+/// one lookup that did not answer made every `queues_added` of the topic time out, and no
+/// loop started, healthy queues included).
+pub(crate) fn resolve_within(callback_timeout: Duration) -> Duration {
+    RESOLVE_WITHIN.min(callback_timeout / 2)
+}
 
 /// How soon a failed lookup is tried again within [`RESOLVE_WITHIN`].
 const RETRY_AFTER: Duration = Duration::from_millis(200);
@@ -65,7 +75,7 @@ const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// offset yet (no stored offset, nothing committed), and commits each answer on its lease, where
 /// its pull loop finds it.
 pub(crate) async fn resolve(shared: &Shared, leases: &[QueueLease]) {
-    let deadline = Instant::now() + RESOLVE_WITHIN;
+    let deadline = Instant::now() + shared.resolve_within;
     let lookups = leases
         .iter()
         .filter(|lease| lease.committed().is_none())

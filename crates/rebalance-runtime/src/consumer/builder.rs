@@ -229,6 +229,12 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The timers set so far (the defaults unless [`intervals`](Self::intervals) was called):
+    /// what a listener built around this builder bounds its callbacks by.
+    pub fn configured_intervals(&self) -> &Intervals {
+        &self.intervals
+    }
+
     /// The allocation strategy (default: averagely). [`start`](Self::start) refuses one that
     /// would allocate nothing to anybody, as [`strategy_named`](Self::strategy_named) does
     /// (see [`AllocateStrategy::allocates_nothing`](rebalance_core::strategy::AllocateStrategy::allocates_nothing)).
