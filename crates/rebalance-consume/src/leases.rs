@@ -64,6 +64,11 @@ impl Running {
 pub(crate) struct Leases {
     shared: Arc<Shared>,
     loops: Mutex<HashMap<MessageQueue, Vec<Running>>>,
+    /// The loops handing their queues off, which `queues_removed` took out of `loops` to await
+    /// them: [`abort_all`](Self::abort_all) aborts them too (found by review: a consumer
+    /// aborted mid-release dropped that wait, and the loops ran on detached, an ordered batch
+    /// committing after the "crash"). Locked after `loops`, never before.
+    handing_off: Mutex<Vec<(tokio::task::AbortHandle, Arc<LeaseLink>)>>,
 }
 
 /// Runs the loops of `lease` one after the other: the first, then a fresh one each time the
@@ -104,6 +109,7 @@ impl Leases {
         Self {
             shared,
             loops: Mutex::new(HashMap::new()),
+            handing_off: Mutex::new(Vec::new()),
         }
     }
 
@@ -218,6 +224,14 @@ impl Leases {
             running.task.abort();
             running.current().link.drop_lease();
         }
+        let handing_off = self
+            .handing_off
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (task, link) in handing_off.iter() {
+            task.abort();
+            link.drop_lease();
+        }
         // A commit waiting for the loops looks again (a loop whose task is gone is not waited
         // for).
         self.shared.commits.changed();
@@ -297,6 +311,17 @@ impl QueueListener for Leases {
                 }
                 stopping.extend(cancelled);
             }
+            // Under the loops' lock: `abort_all` finds each loop in one place or the other.
+            let mut handing_off = self
+                .handing_off
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            handing_off.retain(|(task, _)| !task.is_finished());
+            handing_off.extend(
+                stopping
+                    .iter()
+                    .map(|r| (r.task.abort_handle(), r.current().link)),
+            );
         }
         for running in stopping {
             if let Err(e) = running.task.await {
@@ -395,6 +420,46 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(1), leases.queues_added("T", &[q0, q1])).await;
         assert!(matches!(added, Ok(Ok(()))), "within the callback's second");
         assert_eq!(leases.running(), 2);
+    }
+
+    /// A consumer aborted while a release waits for an ordered batch (its service killed, the
+    /// wait dropped): the batch is stopped with everything else, as a crash would, not left
+    /// running to commit after it (found by review).
+    #[tokio::test(start_paused = true)]
+    async fn an_abort_during_a_hand_off_stops_the_loop_handing_off() {
+        let source = Arc::new(TestSource::default());
+        let q = queue(0);
+        source.append(&q, 1);
+        let recorder = Arc::new(crate::testing::OrderlyRecorder {
+            delay: Duration::from_secs(30),
+            ..Default::default()
+        });
+        let shared =
+            crate::testing::orderly(source.clone(), recorder.clone(), ConsumeOptions::default());
+        let leases = Arc::new(Leases::new(shared));
+        let (lease, token) = lease(&q, StartPosition::Offset(0));
+        leases
+            .queues_added("T", std::slice::from_ref(&lease))
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(1)).await;
+        token.cancel();
+        let releasing = {
+            let leases = leases.clone();
+            let q = q.clone();
+            tokio::spawn(async move { leases.queues_removed("T", &removed(&q)).await })
+        };
+        sleep(Duration::from_millis(100)).await;
+        // The service is killed: its wait for the hand-off is dropped.
+        releasing.abort();
+        leases.abort_all();
+        sleep(Duration::from_secs(60)).await;
+        assert!(
+            recorder.offsets().is_empty(),
+            "the batch finished after the abort: {:?}",
+            recorder.offsets()
+        );
+        assert!(source.with(|s| s.commits.iter().all(|c| *c != Some(1))));
     }
 
     fn removed(q: &MessageQueue) -> [RemovedQueue; 1] {

@@ -627,5 +627,8 @@ impl PushConsumerHandle {
         for task in &self.inner.abandon.aborts {
             task.abort();
         }
+        // Nothing is left to abandon later: the task waiting to do it ends too (found by
+        // review: it waited for a stop that an abort never sends).
+        self.inner.workers_stopped.cancel();
     }
 }

@@ -420,6 +420,12 @@ impl ConsumerHandle {
     /// them; they are released once a heartbeat is accepted), and with
     /// [`ConsumerError::ShutDown`] once the consumer is shutting down (its shutdown persists
     /// the final offsets).
+    ///
+    /// The consumer's task answers it between rounds: awaited from inside a listener call
+    /// while that call's queue is being released (the release waits for the call), it returns
+    /// only once the release gives up on the call (`callback_timeout`), and the release is
+    /// made without the call's batch meanwhile. Await it from another task, or not while a
+    /// release may wait for the call.
     pub async fn persist_offsets(&self) -> Result<(), ConsumerError> {
         if self.inner.token.is_cancelled() {
             return Err(ConsumerError::ShutDown);
