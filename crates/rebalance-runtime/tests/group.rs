@@ -416,6 +416,27 @@ async fn range_copes_with_different_subscriptions() {
     assert_eq!(b.handle.assignment().queues["T"].len(), 2);
 }
 
+/// A subscribed topic that does not exist (misspelled, not created yet) keeps a group assignor
+/// from nothing else: the topics that exist are assigned, as a Kafka assignor ignores topics
+/// without metadata (found by review: every topic kept its share, nothing, for as long as the
+/// missing one was missing). The missing one is still reported, and `ready()` still fails on it.
+#[tokio::test(start_paused = true)]
+async fn a_missing_topic_does_not_hold_an_assignor_back() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("Orders", 1, 4);
+    let range = |b: rebalance_runtime::ConsumerBuilder| {
+        b.assignor_named("range", &Default::default()).unwrap()
+    };
+    let a = start_with(&cluster, 0, &["Orders", "Audit"], range).await;
+    settle(5 * MIN).await;
+    assert_eq!(
+        a.handle.assignment().queues.get("Orders").map(Vec::len),
+        Some(4)
+    );
+    let ready = a.handle.ready(Duration::from_secs(1)).await;
+    assert!(ready.is_err(), "Audit is still missing: {ready:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per_queue() {
     let cluster = InMemoryCluster::new();

@@ -168,8 +168,13 @@ impl Service {
             Allocation::Assignor(assignor) => {
                 let assignor = assignor.clone();
                 // The assignment of one topic may depend on the others (round robin's cursor):
-                // decide only from a complete view, and skip only when no topic changed.
-                let incomplete = targets.values().any(|t| matches!(t, Target::Keep(_)));
+                // decide only from a complete view, and skip only when no topic changed. A
+                // topic the name server does not know is left out of the view, as a Kafka
+                // assignor leaves a topic without metadata (it has no queue to assign): it
+                // holds the others back no more (found by review).
+                let incomplete = targets.values().any(
+                    |t| matches!(t, Target::Keep(why) if !matches!(why, Unbalanced::TopicNotFound)),
+                );
                 let peers: Arc<[String]> = views.keys().cloned().collect();
                 let mut fingerprints = BTreeMap::new();
                 let mut unchanged = !incomplete && !views.is_empty();
