@@ -235,7 +235,7 @@ impl GroupDescription {
         writeln!(out, "{}", ordered(&summary, keys))
     }
 
-    /// A table, the flags, the summary and the warnings.
+    /// A table, the flags and the summary (the warnings go to standard error: see [`run`]).
     pub fn write_table(&self, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
@@ -303,9 +303,6 @@ impl GroupDescription {
                 self.diverging_members.join(", ")
             }
         )?;
-        for w in &self.warnings {
-            writeln!(out, "warning: {w}")?;
-        }
         Ok(())
     }
 }
@@ -626,7 +623,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
     })
 }
 
-/// Runs the command and prints the description; the warnings also go to `err`.
+/// Runs the command and prints the description, and its warnings on `err` (in both forms).
 pub fn run(
     args: &DescribeArgs,
     out: &mut impl Write,
@@ -638,11 +635,13 @@ pub fn run(
     let description = runtime.block_on(fetch(args))?;
     if args.json {
         description.write_json(out)?;
-        for w in &description.warnings {
-            writeln!(err, "rebalance describe: warning: {w}")?;
-        }
     } else {
         description.write_table(out)?;
+    }
+    // On standard error in both forms: a script reading the table reads only the table (found
+    // by review: the table's warnings were printed with it).
+    for w in &description.warnings {
+        writeln!(err, "rebalance describe: warning: {w}")?;
     }
     Ok(())
 }
@@ -839,7 +838,10 @@ mod tests {
             table.contains("DOUBLE") && table.contains("UNOWNED"),
             "{table}"
         );
-        assert!(table.contains("warning: x"));
+        assert!(
+            !table.contains("warning"),
+            "warnings go to standard error: {table}"
+        );
     }
 
     #[test]

@@ -258,12 +258,17 @@ pub fn route(queues: i32, brokers: usize) -> TopicRoute {
 pub use crate::rng::SplitMix64;
 
 /// A simulated client: a consumer that only rebalances, or a push consumer.
+#[derive(Clone)]
 enum Member {
     Plain(ConsumerHandle),
     Push {
         handle: PushConsumerHandle,
         /// Set before a clean shutdown: the queues removed from then on are removed for it.
         leaving: Arc<AtomicBool>,
+        /// Set before a crash: nothing is recorded from then on (a crashed client stops
+        /// without a word; found by review: its last empty assignment was recorded as every
+        /// queue removed, reassigned).
+        crashed: Arc<AtomicBool>,
     },
 }
 
@@ -278,7 +283,9 @@ impl Member {
     async fn shutdown(&self) {
         match self {
             Member::Plain(handle) => handle.shutdown().await,
-            Member::Push { handle, leaving } => {
+            Member::Push {
+                handle, leaving, ..
+            } => {
                 leaving.store(true, Ordering::SeqCst);
                 handle.shutdown().await;
             }
@@ -288,7 +295,12 @@ impl Member {
     fn abort(&self) {
         match self {
             Member::Plain(handle) => handle.abort(),
-            Member::Push { handle, .. } => handle.abort(),
+            Member::Push {
+                handle, crashed, ..
+            } => {
+                crashed.store(true, Ordering::SeqCst);
+                handle.abort();
+            }
         }
     }
 }
@@ -433,12 +445,18 @@ impl Run<'_> {
             .await
             .map_err(|e| SimError::StartPush(index, e))?;
         let leaving = Arc::new(AtomicBool::new(false));
+        let crashed = Arc::new(AtomicBool::new(false));
         tokio::spawn(record_assignments(
             handle.consumer().watch(),
             self.recorder(id),
             leaving.clone(),
+            crashed.clone(),
         ));
-        Ok(Member::Push { handle, leaving })
+        Ok(Member::Push {
+            handle,
+            leaving,
+            crashed,
+        })
     }
 }
 
@@ -450,9 +468,13 @@ async fn record_assignments(
     mut assignments: tokio::sync::watch::Receiver<Arc<rebalance_runtime::assignment::Assignment>>,
     recorder: Recorder,
     leaving: Arc<AtomicBool>,
+    crashed: Arc<AtomicBool>,
 ) {
     let mut held: BTreeMap<String, BTreeSet<MessageQueue>> = BTreeMap::new();
     loop {
+        if crashed.load(Ordering::SeqCst) {
+            return;
+        }
         let now: BTreeMap<String, BTreeSet<MessageQueue>> = assignments
             .borrow_and_update()
             .queues
@@ -587,7 +609,11 @@ async fn run(config: &Config) -> Result<Outcome, SimError> {
             }
             Action::Leave(i) => {
                 let c = running(&mut clients, i, event.at)?;
-                c.handle.shutdown().await;
+                // In its own task: a shutdown waits for the batches in the listener, and the
+                // next events must not wait for it (found by review: they ran late, while the
+                // scenario line printed their scripted times).
+                let member = c.handle.clone();
+                tokio::spawn(async move { member.shutdown().await });
                 c.status = Status::Left;
                 c.stopped_ms = Some(now_ms);
             }
@@ -699,6 +725,55 @@ mod tests {
             expected.iter().map(ClientId::as_str).collect::<Vec<_>>()
         );
         assert!(outcome.clients.iter().all(|c| c.status == Status::Running));
+    }
+
+    fn with_messages(mut config: Config, consume_time: Duration) -> Config {
+        config.traffic = Some(Traffic {
+            rate: 2.0,
+            consume_time,
+            fail_every: None,
+            orderly: false,
+            exclusive_hand_off: false,
+            drain: Duration::from_secs(10),
+            pop: None,
+        });
+        config
+    }
+
+    /// A leave whose shutdown waits for a batch in the listener does not hold the next events
+    /// back (found by review: the crash scripted at the same instant came 5 s late).
+    #[test]
+    fn a_leave_waiting_for_a_batch_holds_no_later_event_back() {
+        let config = with_messages(
+            config(3, "leave:0@10s,crash:1@10s", Duration::from_secs(20)),
+            Duration::from_secs(5),
+        );
+        let outcome = simulate(&config).unwrap();
+        assert_eq!(outcome.clients[0].status, Status::Left);
+        assert_eq!(outcome.clients[1].status, Status::Crashed);
+        assert_eq!(outcome.clients[1].stopped_ms, Some(10_000));
+    }
+
+    /// A crashed push member stops without a word: no removal is recorded for it (found by
+    /// review: its last, empty, assignment was recorded as every queue removed, reassigned).
+    #[test]
+    fn a_crashed_push_member_records_no_removal() {
+        let config = with_messages(
+            config(2, "crash:1@5s", Duration::from_secs(10)),
+            Duration::from_millis(10),
+        );
+        let outcome = simulate(&config).unwrap();
+        assert_eq!(outcome.clients[1].status, Status::Crashed);
+        let id = outcome.clients[1].client.clone();
+        assert!(
+            outcome
+                .records
+                .iter()
+                .filter(|r| r.client == id)
+                .all(|r| matches!(r.change, Change::Added)),
+            "{:?}",
+            outcome.records
+        );
     }
 
     #[test]

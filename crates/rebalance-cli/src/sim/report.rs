@@ -96,9 +96,12 @@ pub fn summarize(outcome: &Outcome) -> Summary {
                             2 if !shared(q) => doubled += 1,
                             _ => {}
                         }
-                        if last_holder
-                            .insert(q, client)
-                            .is_some_and(|prev| prev != *client)
+                        // A shared (popped) queue is every member's at once: its holders
+                        // do not take it from each other (found by review: counted as moves).
+                        if !shared(q)
+                            && last_holder
+                                .insert(q, client)
+                                .is_some_and(|prev| prev != *client)
                         {
                             summary.moves += 1;
                         }
@@ -173,6 +176,29 @@ mod tests {
             started_ms: 0,
             stopped_ms,
         }
+    }
+
+    /// A shared (popped) queue held by every member is neither double-owned nor moved from one
+    /// to the next (found by review: each member's share of it counted as a move).
+    #[test]
+    fn a_shared_queue_held_by_everyone_is_no_move() {
+        let outcome = Outcome {
+            records: vec![
+                record(100, "a", true, &[-1]),
+                record(200, "b", true, &[-1]),
+                record(300, "c", true, &[-1]),
+            ],
+            clients: vec![
+                end("a", Status::Running, &[-1], None),
+                end("b", Status::Running, &[-1], None),
+                end("c", Status::Running, &[-1], None),
+            ],
+            queues: [q(-1)].into(),
+            duration_ms: 1000,
+            messages: None,
+        };
+        let s = summarize(&outcome);
+        assert_eq!((s.moves, s.double_owned_queue_ms), (0, 0));
     }
 
     #[test]

@@ -212,7 +212,12 @@ pub fn timeline(outcome: &Outcome, queues: &[MessageQueue]) -> Timeline {
                 });
             }
             holds.sort_by_key(|h| (h.span.start_ms, h.client, h.span.end_ms));
-            let (unowned, doubled) = gaps_and_overlaps(&holds, end_ms);
+            let (unowned, mut doubled) = gaps_and_overlaps(&holds, end_ms);
+            // A shared (popped) queue is every member's at once, as the summary counts it
+            // (found by review: drawn double-owned for the whole run).
+            if queue.queue_id == -1 {
+                doubled.clear();
+            }
             QueueTimeline {
                 queue: (*queue).clone(),
                 holds,
