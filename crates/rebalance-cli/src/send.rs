@@ -298,11 +298,22 @@ async fn send_one(
     let mut attempt = 0;
     // Whether an attempt may have stored the message (found by review: a send timed out or
     // cut off after it left was reported "not sent", and sending it again duplicated it).
-    let mut unconfirmed = false;
+    // The error of such an attempt: what a later failure to even try again reports.
+    let mut maybe_stored: Option<RemoteError> = None;
     loop {
         let queue: MessageQueue = match &ordered_queue {
             Some(queue) => queue.clone(),
-            None => producer.select(&args.topic, last_failed.as_deref()).await?,
+            None => match producer.select(&args.topic, last_failed.as_deref()).await {
+                Ok(queue) => queue,
+                // No queue to try again on: an earlier attempt may have stored the message all
+                // the same (found by review: reported "not sent").
+                Err(e) => {
+                    return Err(match maybe_stored {
+                        Some(earlier) => OneFailed::Unconfirmed(earlier),
+                        None => e.into(),
+                    });
+                }
+            },
         };
         let started = Instant::now();
         match sender.send(&queue, message).await {
@@ -319,10 +330,11 @@ async fn send_one(
                 // `updateFaultItem` isolation), unless the message itself was refused.
                 let failed = SendFailure::Remote(e.clone()).broker_failed();
                 producer.report(&queue.broker_name, started.elapsed(), !failed);
-                unconfirmed |=
-                    matches!(e, RemoteError::Timeout { .. } | RemoteError::Unreachable(_));
+                if matches!(e, RemoteError::Timeout { .. } | RemoteError::Unreachable(_)) {
+                    maybe_stored = Some(e.clone());
+                }
                 if attempt >= args.retries || !worth_retrying(&e) {
-                    return Err(if unconfirmed {
+                    return Err(if maybe_stored.is_some() {
                         OneFailed::Unconfirmed(e)
                     } else {
                         e.into()

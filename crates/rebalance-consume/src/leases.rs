@@ -274,6 +274,12 @@ impl QueueListener for Leases {
                 .entry(lease.queue().clone())
                 .or_default()
                 .push(running);
+            // Again, now that the lease is found: a pause made between the two (a stream's
+            // `pause` before it could find the lease, carried to it) holds too (found by
+            // review: it was left carried, the queue not paused).
+            if lease.after_reset() {
+                self.shared.paused.added(lease.queue(), true);
+            }
         }
         Ok(())
     }

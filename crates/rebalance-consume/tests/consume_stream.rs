@@ -682,6 +682,9 @@ async fn assign_mode_consumes_the_queues_named_whatever_the_group() {
         assigned.handle().subscribe("U"),
         Err(StreamConsumerError::SubscribeAndAssign)
     ));
+    // A topic of its assigned queues, unsubscribed, can be taken back.
+    assert!(assigned.handle().unsubscribe("T").unwrap());
+    assert!(assigned.handle().subscribe("T").unwrap());
     assigned.handle().shutdown().await;
 }
 

@@ -402,16 +402,27 @@ impl Book {
 
     /// Gives up the messages of entry `epoch` at `offsets` that no worker took (their lease
     /// ended); returns each one's topic and handle, to hand back.
+    ///
+    /// Not while an extension of the entry is on its way (its answer replaces the handles: the
+    /// hand-off gives those back, once the calls answered), and only the messages still
+    /// invisible at `now` (the others are the brokers' again, as at the hand-off, see
+    /// [`abandon_all`](Self::abandon_all)); the rest stays in the book for the hand-off.
     pub(super) fn abandon_unstarted(
         &mut self,
         epoch: u64,
         offsets: &[i64],
+        now: Instant,
     ) -> Vec<(Arc<str>, String)> {
         let Some(entry) = self.entries.get(&epoch) else {
             return Vec::new();
         };
+        if entry.extending > 0 {
+            return Vec::new();
+        }
         let unstarted = |slot: &Slot| {
-            slot.state == State::Waiting && offsets.binary_search(&slot.offset).is_ok()
+            slot.state == State::Waiting
+                && slot.visible_again.invisible_at(now)
+                && offsets.binary_search(&slot.offset).is_ok()
         };
         let handles = entry
             .slots

@@ -282,10 +282,11 @@ impl PopLoop {
             return;
         }
         let mut handles = Vec::new();
+        let now = Instant::now();
         for (epoch, messages) in work.withdraw(&self.link) {
             let mut offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
             offsets.sort_unstable();
-            handles.extend(self.book.abandon_unstarted(epoch, &offsets));
+            handles.extend(self.book.abandon_unstarted(epoch, &offsets, now));
         }
         if handles.is_empty() {
             return;
@@ -295,7 +296,8 @@ impl PopLoop {
             self.shared.group.clone(),
             self.lease.queue().clone(),
         );
-        tokio::spawn(async move {
+        // Tracked with the batches that outlive their hand-offs: the shutdown waits for it.
+        self.shared.outliving.spawn(async move {
             let count = handles.len();
             let kept = give_back(&pop, &group, handles).await;
             if kept > 0 {

@@ -152,7 +152,7 @@ impl StreamConsumerBuilder {
 
     /// Starts the consumer: its messages, in any order across queues, as a [`MessageStream`].
     pub async fn start(self) -> Result<MessageStream, StreamConsumerError> {
-        let assigned = self.assigned.is_some();
+        let assigned = self.assigned_topics();
         let work = Arc::new(WorkQueue::default());
         let push = self
             .prepared()?
@@ -168,7 +168,7 @@ impl StreamConsumerBuilder {
     /// Starts the consumer with ordered consumption (the queues are locked at the brokers):
     /// each queue's messages in order, a batch of a queue at a time, as an [`OrderedStream`].
     pub async fn start_ordered(self) -> Result<OrderedStream, StreamConsumerError> {
-        let assigned = self.assigned.is_some();
+        let assigned = self.assigned_topics();
         let (feed, batches) = BatchFeed::new();
         let push = self
             .prepared()?
@@ -179,6 +179,13 @@ impl StreamConsumerBuilder {
             StreamConsumerHandle::new(push, assigned),
             batches,
         ))
+    }
+
+    /// Assign mode: the topics of the queues named.
+    fn assigned_topics(&self) -> Option<std::collections::BTreeSet<String>> {
+        self.assigned
+            .as_ref()
+            .map(|queues| queues.iter().map(|q| q.topic.to_string()).collect())
     }
 
     /// The push consumer's builder, with the assignment of assign mode.

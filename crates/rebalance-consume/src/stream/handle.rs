@@ -78,8 +78,9 @@ pub struct StreamConsumerHandle {
     stale: Arc<StaleLeases>,
     /// Cancelled when the consumer stops, or is aborted: the stream's end.
     ended: CancellationToken,
-    /// Assign mode: the consumer takes the queues named, and subscribes to nothing.
-    assigned: bool,
+    /// Assign mode: the topics of the queues named, the only ones it may subscribe to (again,
+    /// after an unsubscribe); `None` in subscribe mode.
+    assigned: Option<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for StreamConsumerHandle {
@@ -91,7 +92,10 @@ impl std::fmt::Debug for StreamConsumerHandle {
 }
 
 impl StreamConsumerHandle {
-    pub(super) fn new(push: PushConsumerHandle, assigned: bool) -> Self {
+    pub(super) fn new(
+        push: PushConsumerHandle,
+        assigned: Option<std::collections::BTreeSet<String>>,
+    ) -> Self {
         let ended = push.stopped().child_token();
         Self {
             push,
@@ -140,11 +144,17 @@ impl StreamConsumerHandle {
 
     /// Subscribes every tag of a topic at run time (see [`ConsumerHandle::subscribe`]).
     ///
-    /// Subscribe mode only: an assign-mode consumer refuses it with
+    /// An assign-mode consumer refuses a topic of none of its assigned queues with
     /// [`StreamConsumerError::SubscribeAndAssign`], as its builder does (found by review: the
-    /// topic was accepted and never consumed, since the consumer takes only the queues named).
+    /// topic was accepted and never consumed, since the consumer takes only the queues named);
+    /// it takes one of them back after an [`unsubscribe`](Self::unsubscribe).
     pub fn subscribe(&self, topic: impl Into<String>) -> Result<bool, StreamConsumerError> {
-        if self.assigned {
+        let topic = topic.into();
+        if self
+            .assigned
+            .as_ref()
+            .is_some_and(|topics| !topics.contains(&topic))
+        {
             return Err(StreamConsumerError::SubscribeAndAssign);
         }
         Ok(self.push.subscribe(topic)?)

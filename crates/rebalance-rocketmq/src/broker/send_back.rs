@@ -257,10 +257,11 @@ impl BrokerClient {
     }
 
     /// The fallback: SEND_MESSAGE to the group's retry topic, on up to
-    /// [`FALLBACK_BROKERS`] of its brokers one after the other until one stores it: the
+    /// [`FALLBACK_BROKERS`] of its brokers one after the other while they refuse it: the
     /// message's broker first when it serves the retry topic, unless the send-back could not
     /// reach it (`unreached`: then it comes last, as the Java producer moves off the broker that
-    /// failed; found by review: the fallback went to the broker that had just failed, only).
+    /// failed; found by review: the fallback went to the broker that had just failed, only). A
+    /// send not answered ends the fallback: that broker may have stored the message.
     async fn send_back_as_normal_message(
         &self,
         request: &SendBack<'_>,
@@ -291,10 +292,14 @@ impl BrokerClient {
         for queue in candidates.into_iter().take(FALLBACK_BROKERS) {
             match self.send_to_retry_topic(request, &topic, queue).await {
                 Ok(()) => return Ok(()),
-                Err(e) => {
-                    tracing::debug!(broker = %queue.broker_name, %topic, msg_id = request.message.msg_id(), error = %e, "sending to the retry topic failed");
+                // Refused: the broker did not store it; another broker may.
+                Err(e @ (RemoteError::Refused { .. } | RemoteError::Denied { .. })) => {
+                    tracing::debug!(broker = %queue.broker_name, %topic, msg_id = request.message.msg_id(), error = %e, "sending to the retry topic was refused; trying another broker");
                     last = e;
                 }
+                // Not answered (or cut off): the broker may have stored it, and a copy on
+                // another broker would deliver it twice (found by review).
+                Err(e) => return Err(e),
             }
         }
         Err(last)

@@ -250,6 +250,8 @@ impl LastWords {
         self.leases.send_replace(Arc::default());
         let round = self.rounds.borrow().round;
         crate::metrics::forget_owned(&self.ctx.group, &self.ctx.owned_gauge);
+        // Nothing is taken back any more.
+        self.ctx.take_backs.set(std::iter::empty());
         self.assignment.send_replace(Arc::new(Assignment {
             round,
             balanced: false,

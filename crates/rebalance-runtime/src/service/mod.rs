@@ -510,6 +510,10 @@ impl Service {
             // batches still in progress are waited for: all of them from about the same start,
             // so `force_unlock_after` bounds the whole shutdown rather than each topic in turn.
             let started = Instant::now();
+            // Nothing is taken back any more (found by review: a handle kept seeing queues
+            // awaiting their take-back after the shutdown).
+            self.reset_starts.clear();
+            self.ctx.take_backs.set(std::iter::empty());
             let mut reports: BTreeMap<String, TopicReport> = BTreeMap::new();
             for mode in [ReleaseMode::Try, ReleaseMode::Wait] {
                 for topic in self.table.topics() {
