@@ -547,8 +547,20 @@ mod tests {
         assert!(source.with(|s| s.sent_back.is_empty()), "not sent back");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_batch_stuck_past_the_consume_timeout_is_sent_back_and_acknowledged() {
+    /// A batch of one message (offset 3) whose listener call takes `delay`, with a 60 s
+    /// `consume_timeout`.
+    struct Stuck {
+        source: Arc<TestSource>,
+        shared: Shared,
+        listener: Seen,
+        link: Arc<LeaseLink>,
+        acks: AckReceiver,
+        taken: Taken,
+        messages: Vec<Message>,
+        context: Option<ConcurrentContext>,
+    }
+
+    fn stuck(delay: Duration) -> Stuck {
         let source = Arc::new(TestSource::default());
         let options = ConsumeOptions {
             consume_timeout: Duration::from_secs(60),
@@ -556,15 +568,36 @@ mod tests {
         };
         let shared = shared(source.clone(), false, options);
         let q = MessageQueue::new("T", "b", 0);
-        let listener = Seen {
-            delay: Duration::from_secs(100),
-            ..Seen::default()
-        };
-        let (link, mut acks) = link(&q);
-        let mut messages = vec![Message::new(q.clone(), 3, "x")];
-        let started = tokio::time::Instant::now();
+        let (link, acks) = link(&q);
         let taken = alone(&link);
-        let mut context = None;
+        Stuck {
+            source,
+            shared,
+            listener: Seen {
+                delay,
+                ..Seen::default()
+            },
+            link,
+            acks,
+            taken,
+            messages: vec![Message::new(q, 3, "x")],
+            context: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_stuck_past_the_consume_timeout_is_sent_back_and_acknowledged() {
+        let Stuck {
+            source,
+            shared,
+            listener,
+            mut acks,
+            taken,
+            mut messages,
+            mut context,
+            ..
+        } = stuck(Duration::from_secs(100));
+        let started = tokio::time::Instant::now();
         let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
         tokio::pin!(consumed);
         tokio::select! {
@@ -592,23 +625,18 @@ mod tests {
     /// call that never ended held the queue's commit offset for good).
     #[tokio::test(start_paused = true)]
     async fn a_timed_out_batch_whose_send_back_failed_is_sent_back_again() {
-        let source = Arc::new(TestSource::default());
+        let Stuck {
+            source,
+            shared,
+            listener,
+            mut acks,
+            taken,
+            mut messages,
+            mut context,
+            ..
+        } = stuck(Duration::from_secs(1_000));
         source.with(|s| s.failing_send_backs = 1);
-        let options = ConsumeOptions {
-            consume_timeout: Duration::from_secs(60),
-            ..ConsumeOptions::default()
-        };
-        let shared = shared(source.clone(), false, options);
-        let q = MessageQueue::new("T", "b", 0);
-        let listener = Seen {
-            delay: Duration::from_secs(1_000),
-            ..Seen::default()
-        };
-        let (link, mut acks) = link(&q);
-        let mut messages = vec![Message::new(q.clone(), 3, "x")];
         let started = tokio::time::Instant::now();
-        let taken = alone(&link);
-        let mut context = None;
         let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
         tokio::pin!(consumed);
         tokio::select! {
@@ -627,21 +655,16 @@ mod tests {
     /// the same, delivered twice).
     #[tokio::test(start_paused = true)]
     async fn a_batch_timing_out_after_its_hand_off_is_not_sent_back() {
-        let source = Arc::new(TestSource::default());
-        let options = ConsumeOptions {
-            consume_timeout: Duration::from_secs(60),
-            ..ConsumeOptions::default()
-        };
-        let shared = shared(source.clone(), false, options);
-        let q = MessageQueue::new("T", "b", 0);
-        let listener = Seen {
-            delay: Duration::from_secs(100),
-            ..Seen::default()
-        };
-        let (link, mut acks) = link(&q);
-        let mut messages = vec![Message::new(q.clone(), 3, "x")];
-        let taken = alone(&link);
-        let mut context = None;
+        let Stuck {
+            source,
+            shared,
+            listener,
+            link,
+            mut acks,
+            taken,
+            mut messages,
+            mut context,
+        } = stuck(Duration::from_secs(100));
         let consumed = consume(&shared, &listener, &taken, &mut messages, &mut context);
         tokio::pin!(consumed);
         tokio::select! {

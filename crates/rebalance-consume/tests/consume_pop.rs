@@ -486,31 +486,7 @@ async fn failures_come_back_through_the_retry_topic() {
 /// no other member gets its messages meanwhile.
 #[tokio::test(start_paused = true)]
 async fn a_slow_batch_has_its_invisible_time_extended() {
-    for mode in [PopMode::Orderly, PopMode::Ordinary] {
-        let cluster = InMemoryCluster::new();
-        cluster.create_topic("T", 1, 1);
-        let mut group = Group::new(&cluster, mode);
-        group.pop.invisible_time = Duration::from_secs(8);
-        group.work = Duration::from_secs(30);
-        group.options.consume_concurrency = 2;
-        group.join("a@1").await;
-        sleep(Duration::from_millis(100)).await;
-        let produced = produce(&cluster, 2);
-        sleep(Duration::from_millis(100)).await;
-        group.join("b@1").await;
-        sleep(Duration::from_secs(45)).await;
-        assert_eq!(
-            missing(&produced, &group.journal),
-            Vec::<String>::new(),
-            "{mode:?}"
-        );
-        assert!(
-            group.journal.of("b@1").is_empty(),
-            "{mode:?}: b got nothing of a's"
-        );
-        assert_eq!(group.journal.duplicates(), Vec::<String>::new());
-        group.stop().await;
-    }
+    slow_batches_keep_their_messages(0).await;
 }
 
 /// A broker busy once (SYSTEM_BUSY) when asked to extend a slow batch's invisible time is asked
@@ -518,6 +494,12 @@ async fn a_slow_batch_has_its_invisible_time_extended() {
 /// answer ended the entry's extensions for good, and an orderly queue's block lapsed mid-batch).
 #[tokio::test(start_paused = true)]
 async fn an_extension_refused_as_busy_is_tried_again() {
+    slow_batches_keep_their_messages(1).await;
+}
+
+/// In both modes: `a` pops two messages it consumes for 30 s each (invisible time 8 s), the
+/// first `busy_changes` extensions refused as busy; `b` joins and gets nothing of them.
+async fn slow_batches_keep_their_messages(busy_changes: usize) {
     for mode in [PopMode::Orderly, PopMode::Ordinary] {
         let cluster = InMemoryCluster::new();
         cluster.create_topic("T", 1, 1);
@@ -525,7 +507,7 @@ async fn an_extension_refused_as_busy_is_tried_again() {
         group.pop.invisible_time = Duration::from_secs(8);
         group.work = Duration::from_secs(30);
         group.options.consume_concurrency = 2;
-        group.busy_changes = 1;
+        group.busy_changes = busy_changes;
         group.join("a@1").await;
         sleep(Duration::from_millis(100)).await;
         let produced = produce(&cluster, 2);
@@ -539,7 +521,7 @@ async fn an_extension_refused_as_busy_is_tried_again() {
         );
         assert!(
             group.journal.of("b@1").is_empty(),
-            "{mode:?}: b got a's messages while a consumed them"
+            "{mode:?}, {busy_changes} refused as busy: b got a's messages while a consumed them"
         );
         assert_eq!(group.journal.duplicates(), Vec::<String>::new());
         group.stop().await;
