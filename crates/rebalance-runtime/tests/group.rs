@@ -437,6 +437,27 @@ async fn a_missing_topic_does_not_hold_an_assignor_back() {
     assert!(ready.is_err(), "Audit is still missing: {ready:?}");
 }
 
+/// A subscribed topic the name server does not know makes no round every second for as long as
+/// it is missing (found by review: one a second, and the directory asked for each topic every
+/// time): the rounds keep the 20 s interval, and the topic's creation wakes one at once.
+#[tokio::test(start_paused = true)]
+async fn a_missing_topic_does_not_make_a_round_every_second() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let a = start(&cluster, 0, &["T", "Typo"]).await;
+    settle(Duration::from_secs(60)).await;
+    let rounds = a.handle.rounds().borrow().round;
+    assert!(rounds <= 6, "{rounds} rounds in a minute");
+    assert_eq!(a.handle.assignment().queues["T"].len(), 4);
+    cluster.create_topic("Typo", 1, 2);
+    settle(Duration::from_secs(31)).await;
+    assert_eq!(
+        a.handle.assignment().queues.get("Typo").map(Vec::len),
+        Some(2),
+        "taken once it exists, within a route poll"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_configured_share_with_duplicates_and_other_topics_gives_one_lease_per_queue() {
     let cluster = InMemoryCluster::new();

@@ -345,8 +345,16 @@ impl Service {
         // The brokers' answers may have changed the POP retry topics to subscribe.
         self.publish_subscriptions();
         let retry_locks = self.locks.take_retry();
+        // A topic the name server does not know is not asked for again every second: its
+        // route appearing wakes a round (found by review: a misspelled topic made a round,
+        // and its directory calls, every second for the consumer's whole life; the Java client
+        // counts such a round as balanced). It is still reported, and `ready()` still fails.
+        let settled = report
+            .topics
+            .iter()
+            .all(|t| matches!(t.unbalanced, None | Some(Unbalanced::TopicNotFound)));
         self.schedule
-            .end_round(Instant::now(), report.balanced, retry_locks);
+            .end_round(Instant::now(), settled, retry_locks);
         if give_back {
             // The round that takes the shares, once the group has settled.
             self.trigger.wake(WakeReasons::MEMBERSHIP_CHANGED);
