@@ -273,7 +273,7 @@ impl BrokerClient {
             RemoteError::Unreachable(format!("no queue to send to in `{topic}`: {e}"))
         })?;
         let broker = &request.message.queue().broker_name;
-        // One queue per broker, in the route's order, the message's broker first.
+        // One queue per broker, in the route's order.
         let mut candidates: Vec<&MessageQueue> = Vec::new();
         for queue in publish.queues() {
             if !candidates
@@ -283,11 +283,9 @@ impl BrokerClient {
                 candidates.push(queue);
             }
         }
-        candidates.sort_by_key(|q| q.broker_name != *broker);
-        let first_is_its_broker = candidates.first().is_some_and(|q| q.broker_name == *broker);
-        if unreached && first_is_its_broker {
-            candidates.rotate_left(1);
-        }
+        // The message's broker first, or last when it could not be reached (a stable sort:
+        // the others keep the route's order).
+        candidates.sort_by_key(|q| (q.broker_name == *broker) == unreached);
         let mut last = RemoteError::Unreachable(format!("no queue in `{topic}`"));
         for queue in candidates.into_iter().take(FALLBACK_BROKERS) {
             match self.send_to_retry_topic(request, &topic, queue).await {

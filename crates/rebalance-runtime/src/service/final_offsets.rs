@@ -36,6 +36,18 @@ struct Pending {
     locked: bool,
 }
 
+impl Pending {
+    /// The value of a queue without (or no longer under) this client's lock, kept for a
+    /// take-back from `now` for [`UNLOCKED_KEPT_FOR`], never retried.
+    fn unlocked(offset: i64, now: Instant) -> Self {
+        Self {
+            offset,
+            until: now + UNLOCKED_KEPT_FOR,
+            locked: false,
+        }
+    }
+}
+
 /// What to do with a pending final offset now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Retry {
@@ -81,12 +93,7 @@ impl FinalOffsets {
     /// Keeps the refused final `offset` of `queue`, released at `now` without a lock, for a
     /// take-back until `now + UNLOCKED_KEPT_FOR` (never retried).
     pub(super) fn keep_unlocked(&mut self, queue: MessageQueue, offset: i64, now: Instant) {
-        let pending = Pending {
-            offset,
-            until: now + UNLOCKED_KEPT_FOR,
-            locked: false,
-        };
-        self.pending.insert(queue, pending);
+        self.pending.insert(queue, Pending::unlocked(offset, now));
     }
 
     /// Whether `queue`'s locked final offset is still pending (its lock must then be kept).
@@ -134,11 +141,7 @@ impl FinalOffsets {
         let mut lost = Vec::new();
         for (queue, pending) in &mut self.pending {
             if pending.locked && brokers.iter().any(|b| **b == *queue.broker_name) {
-                *pending = Pending {
-                    offset: pending.offset,
-                    until: now + UNLOCKED_KEPT_FOR,
-                    locked: false,
-                };
+                *pending = Pending::unlocked(pending.offset, now);
                 lost.push((queue.clone(), pending.offset));
             }
         }
