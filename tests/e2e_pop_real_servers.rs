@@ -119,6 +119,12 @@ fn report(scenario: &str, sent: usize, delivery: &Delivery) {
 /// Three `--pop` members, 600 messages; one SIGKILLed and one leaving cleanly while the test
 /// produces: every message sent is consumed. The killed member's popped messages come back to
 /// a survivor once their invisible time has passed.
+///
+/// The victim's listener takes a minute a message, so that it dies holding every message it
+/// popped (its extensions keep them invisible until then). With a listener of 2 s it could
+/// die between batches: all it popped acknowledged, its queues held only by the Rust broker
+/// 1.0's invisible time of an acknowledged orderly batch, so nothing came back consumed again
+/// (the redelivery this test waits for), by a margin of about 0.3 s on an idle machine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pop_members_killed_and_leaving_lose_nothing() {
     let _one = e2e::exclusive().await;
@@ -127,10 +133,10 @@ async fn pop_members_killed_and_leaving_lose_nothing() {
     let log = Log::default();
     let labels = labels(topic, 3);
     let members: Vec<&str> = labels.iter().map(String::as_str).collect();
-    // Each message takes 100 ms, the victim's 2 s, so that the kill finds what it popped in
-    // its listener or waiting for it.
+    // Each message takes 100 ms, the victim's a minute, so that the kill finds everything it
+    // popped in its listener or waiting for it.
     let extra = ["--pop", "--consume-time", "100ms"];
-    let slow = ["--pop", "--consume-time", "2s"];
+    let slow = ["--pop", "--consume-time", "60s"];
     let mut consumers: Vec<ConsumerProcess> = labels
         .iter()
         .enumerate()
@@ -147,15 +153,9 @@ async fn pop_members_killed_and_leaving_lose_nothing() {
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     let victim = members[2];
-    let consumed_by_victim: BTreeSet<String> = log
-        .messages(topic)
-        .iter()
-        .filter(|(c, _, _)| c == victim)
-        .map(|(_, _, m)| m.body.clone())
-        .collect();
     assert!(
-        !consumed_by_victim.is_empty(),
-        "{victim} consumed nothing before the kill"
+        !log.messages(topic).iter().any(|(c, _, _)| c == victim),
+        "{victim} finished a message before the kill: it may hold nothing unacknowledged"
     );
     let killed_at = consumers[2].sigkill();
     let survivors = &members[..2];
@@ -183,13 +183,8 @@ async fn pop_members_killed_and_leaving_lose_nothing() {
         sent.len(),
         &delivery,
     );
-    let from_victim = delivery
-        .duplicated()
-        .iter()
-        .filter(|(_, c)| c.iter().any(|(client, _)| client == victim))
-        .count();
     eprintln!(
-        "e2e pop: {} messages consumed twice, {from_victim} of them by {victim} before the kill (consumed, not acknowledged); redelivery {redelivered:?} after the kill",
+        "e2e pop: {} messages consumed twice; redelivery {redelivered:?} after the kill",
         delivery.duplicated().len()
     );
     // Never before its invisible time: a message popped no sooner than it was sent (the
