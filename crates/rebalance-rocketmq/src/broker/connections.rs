@@ -5,8 +5,11 @@
 //! `ip@pid@nanos`, and those of Java clients from 4.9 on, `ip@pid#nanos`, do not).
 //!
 //! After a successful heartbeat, at most once a minute per group, the broker client asks one
-//! master for the group's connections and reports, at ERROR, every client id it sees from more
-//! than one address, naming the addresses. Each conflict is reported once while it lasts.
+//! master for the group's connections and reports, at ERROR, every client id it sees from the
+//! same addresses for at least `PERSISTS_FOR`, naming the addresses. Each conflict is reported
+//! once while it lasts. A shorter one is a client's reconnection: a Java broker lists the old
+//! connection beside the new one until it sees it closed, which takes up to its channel expiry
+//! (120 s) when the old one died without a word, as across a network partition.
 //!
 //! A Java broker keeps one entry per connection (its channel table), so a collision shows. The
 //! Rust broker 1.0 keeps only the latest connection of a client id (observed in
@@ -26,6 +29,9 @@ use crate::command::{RemotingCommand, request_code, response_code};
 
 /// How often a group's connections are checked (after a heartbeat).
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(60);
+/// How long a client id must be seen from the same addresses to be two consumers: longer than
+/// a Java broker lists a connection that died without a word (its channel expiry, 120 s).
+const PERSISTS_FOR: Duration = Duration::from_secs(150);
 
 /// One connection of a consumer group, as a broker sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -93,10 +99,12 @@ fn connection_list(response: &RemotingCommand) -> Result<Vec<ConsumerConnection>
     }
 }
 
-/// Per group: when its connections are next checked, and the conflicts already reported.
+/// Per group: when its connections are next checked, the conflicts seen at the last check
+/// (since when), and those already reported.
 #[derive(Debug, Default)]
 struct GroupCheck {
     next: Option<Instant>,
+    seen_since: BTreeMap<(ClientId, Vec<String>), Instant>,
     reported: BTreeSet<(ClientId, Vec<String>)>,
     /// The brokers do not answer 203: no more checks.
     unsupported: bool,
@@ -128,24 +136,26 @@ impl ConnectionChecks {
         })
     }
 
-    /// Records the conflicts seen in `group` now; returns those not reported before.
+    /// The conflicts among `seen` to report now: seen since at least `PERSISTS_FOR` ago and not
+    /// reported yet. One not seen this time is forgotten (seen again later, it starts over).
     fn newly_seen(&self, group: &str, seen: &[DuplicateClientId]) -> Vec<DuplicateClientId> {
+        let now = Instant::now();
         self.with(|groups| {
             let check = groups.entry(group.to_string()).or_default();
-            let now: BTreeSet<(ClientId, Vec<String>)> = seen
-                .iter()
-                .map(|d| (d.client_id.clone(), d.addresses.clone()))
-                .collect();
-            let new = seen
-                .iter()
-                .filter(|d| {
-                    !check
-                        .reported
-                        .contains(&(d.client_id.clone(), d.addresses.clone()))
-                })
-                .cloned()
-                .collect();
-            check.reported = now;
+            let mut since = BTreeMap::new();
+            let mut new = Vec::new();
+            for d in seen {
+                let key = (d.client_id.clone(), d.addresses.clone());
+                let first = check.seen_since.get(&key).copied().unwrap_or(now);
+                if now.saturating_duration_since(first) >= PERSISTS_FOR
+                    && check.reported.insert(key.clone())
+                {
+                    new.push(d.clone());
+                }
+                since.insert(key, first);
+            }
+            check.reported.retain(|key| since.contains_key(key));
+            check.seen_since = since;
             new
         })
     }
@@ -312,10 +322,37 @@ mod tests {
             addresses: vec!["x:1".into(), "y:1".into()],
         };
         let seen = std::slice::from_ref(&conflict);
-        assert_eq!(checks.newly_seen("G", seen), seen);
+        // A reconnection: the old connection listed until the broker sees it closed.
         assert!(checks.newly_seen("G", seen).is_empty());
-        // Gone, then back: reported again.
+        tokio::time::advance(CHECK_EVERY * 2).await;
+        assert!(
+            checks.newly_seen("G", seen).is_empty(),
+            "not yet: a dead connection is listed for up to 120 s"
+        );
+        assert!(checks.newly_seen("G", &[]).is_empty(), "gone: forgotten");
+        assert!(checks.newly_seen("G", seen).is_empty(), "back: starts over");
+        tokio::time::advance(PERSISTS_FOR).await;
+        assert_eq!(
+            checks.newly_seen("G", seen),
+            seen,
+            "it lasts: two consumers"
+        );
+        tokio::time::advance(CHECK_EVERY).await;
+        assert!(checks.newly_seen("G", seen).is_empty(), "reported once");
+        // The same id from other addresses is another conflict, timed on its own.
+        let moved = DuplicateClientId {
+            client_id: ClientId::from("a@1"),
+            addresses: vec!["x:1".into(), "z:1".into()],
+        };
+        assert!(
+            checks
+                .newly_seen("G", std::slice::from_ref(&moved))
+                .is_empty()
+        );
+        // Gone, then back for long enough: reported again.
         assert!(checks.newly_seen("G", &[]).is_empty());
+        assert!(checks.newly_seen("G", seen).is_empty());
+        tokio::time::advance(PERSISTS_FOR).await;
         assert_eq!(checks.newly_seen("G", seen), seen);
 
         checks.unsupported("G");

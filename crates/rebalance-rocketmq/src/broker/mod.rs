@@ -87,8 +87,9 @@ struct Inner {
 ///
 /// **Duplicate client ids**: after a heartbeat, at most once a minute per group, it asks a
 /// master for the group's connections (GET_CONSUMER_CONNECTION_LIST) and reports at ERROR a
-/// client id connected from two addresses (two consumers sharing one id take the same queues),
-/// naming both; [`duplicate_client_ids_at`](Self::duplicate_client_ids_at) asks on demand.
+/// client id connected from two addresses for over two minutes and a half (two consumers
+/// sharing one id take the same queues; a shorter one is a reconnection the broker has not
+/// noticed yet), naming both; [`duplicate_client_ids_at`](Self::duplicate_client_ids_at) asks on demand.
 ///
 /// The broker only keeps offsets of groups it knows: persist after the first heartbeat
 /// ([`register`](rebalance_runtime::GroupDirectory::register)), or the broker refuses with
