@@ -93,6 +93,12 @@ impl LockLosses {
             .send_modify(|counts| names.into_iter().for_each(|name| counts.record(name)));
     }
 
+    /// The master of each of `names` moved (see `RouteCache::on_master_moved_while`).
+    pub(super) fn masters_moved(&self, names: &[String]) {
+        self.counts
+            .send_modify(|counts| names.iter().for_each(|name| counts.record(name.as_str())));
+    }
+
     fn subscribe(&self) -> watch::Receiver<rebalance_runtime::LockLosses> {
         self.counts.subscribe()
     }

@@ -146,7 +146,9 @@ impl BrokerClient {
         // over it, and would otherwise keep one dead hook for each.
         let live = move || owner.strong_count() > 0;
         let live_too = live.clone();
+        let live_moves = live.clone();
         let lost = weak.clone();
+        let moved = weak.clone();
         client.remoting().on_reconnect_while(live, move |addr| {
             let Some(inner) = weak.upgrade() else { return };
             // The connection was lost before: the broker may have restarted meanwhile.
@@ -165,6 +167,16 @@ impl BrokerClient {
                 inner
                     .lock_losses
                     .connection_lost(addr, inner.name_server.routes());
+            });
+        // A master that moved granted its locks at its old address.
+        client
+            .inner
+            .name_server
+            .routes()
+            .on_master_moved_while(live_moves, move |names| {
+                if let Some(inner) = moved.upgrade() {
+                    inner.lock_losses.masters_moved(names);
+                }
             });
         client
     }
@@ -401,6 +413,76 @@ mod tests {
             wrapped.borrow_and_update().since(&seen),
             vec!["a".to_string()]
         );
+    }
+
+    /// A broker whose master moved (a failover, a restart on another port) granted its locks
+    /// at the old address: the locker reports its name when the route moves, since the old
+    /// connection's loss, later, names no broker once the route moved on (found by review).
+    #[tokio::test]
+    async fn a_master_that_moved_reports_its_brokers_lock_loss() {
+        use rebalance_core::{BrokerData, QueueData};
+        use rebalance_runtime::QueueLocker;
+        let name_server = NameServerClient::from_addresses("127.0.0.1:1").unwrap();
+        let brokers = BrokerClient::new(name_server.clone());
+        let route = |brokers: &[(&str, &[(i64, &str)])]| TopicRoute {
+            queue_datas: brokers
+                .iter()
+                .map(|(name, _)| QueueData {
+                    broker_name: name.to_string(),
+                    read_queue_nums: 1,
+                    write_queue_nums: 1,
+                    perm: 6,
+                    topic_sys_flag: 0,
+                })
+                .collect(),
+            broker_datas: brokers
+                .iter()
+                .map(|(name, addrs)| BrokerData {
+                    cluster: "c".into(),
+                    broker_name: name.to_string(),
+                    broker_addrs: addrs.iter().map(|(id, a)| (*id, a.to_string())).collect(),
+                })
+                .collect(),
+            order_topic_conf: None,
+        };
+        let mut losses = brokers.lock_losses().unwrap();
+        let seen = losses.borrow_and_update().clone();
+        let first: &[(&str, &[(i64, &str)])] =
+            &[("a", &[(0, "m:1"), (1, "s:1")]), ("b", &[(0, "m:2")])];
+        name_server.routes().update("T", &route(first));
+        name_server.routes().update("T", &route(first));
+        // A slave that moved, and a broker seen for the first time: nothing lost.
+        name_server.routes().update(
+            "T",
+            &route(&[
+                ("a", &[(0, "m:1"), (1, "s:9")]),
+                ("b", &[(0, "m:2")]),
+                ("c", &[(0, "m:3")]),
+            ]),
+        );
+        assert!(!losses.has_changed().unwrap(), "{:?}", losses.borrow());
+        // broker-a's master moved, broker-c's is gone (its slave not promoted yet).
+        name_server.routes().update(
+            "T",
+            &route(&[
+                ("a", &[(0, "m:5")]),
+                ("b", &[(0, "m:2")]),
+                ("c", &[(1, "s:3")]),
+            ]),
+        );
+        assert!(losses.has_changed().unwrap());
+        let now = losses.borrow_and_update().clone();
+        assert_eq!(now.since(&seen), ["a".to_string(), "c".to_string()]);
+        // The promoted slave: no master before it, nothing more lost.
+        name_server
+            .routes()
+            .update("T", &route(&[("c", &[(0, "s:3")])]));
+        assert!(!losses.has_changed().unwrap());
+        drop(brokers);
+        // A broker client gone leaves no hook behind to call.
+        name_server
+            .routes()
+            .update("T", &route(&[("c", &[(0, "m:7")])]));
     }
 
     /// The runtime learns of membership changes from the brokers' pushes instead of waiting for

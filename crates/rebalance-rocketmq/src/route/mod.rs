@@ -15,6 +15,8 @@ pub use lenient::{RouteParseError, parse_route, quote_integer_keys};
 struct Tables {
     topics: DashMap<String, TopicRoute>,
     brokers: DashMap<String, BTreeMap<i64, String>>,
+    /// Told the brokers whose master moved (see [`RouteCache::on_master_moved_while`]).
+    master_moved: std::sync::RwLock<Vec<MasterMovedHook>>,
     /// Which brokers the routes name, for [`RouteCache::update`] to drop those none names any
     /// more. Taken by writers only: lookups read `brokers` alone.
     mentions: Mutex<Mentions>,
@@ -29,6 +31,18 @@ struct Mentions {
     /// Per broker name, how many lists of `by_topic` name it (never 0: at 0 it is removed, and
     /// its addresses with it).
     counts: HashMap<String, usize>,
+}
+
+/// Called with the names of the brokers whose master moved, while `live` says so.
+struct MasterMovedHook {
+    live: Box<dyn Fn() -> bool + Send + Sync>,
+    call: Box<dyn Fn(&[String]) + Send + Sync>,
+}
+
+impl std::fmt::Debug for MasterMovedHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MasterMovedHook")
+    }
 }
 
 /// The last routes fetched from the name server, and the addresses of the brokers they name
@@ -61,10 +75,16 @@ impl RouteCache {
             .mentions
             .lock()
             .unwrap_or_else(|e| e.into_inner());
+        let mut moved = Vec::new();
         for broker in &route.broker_datas {
-            self.tables
+            let before = self
+                .tables
                 .brokers
                 .insert(broker.broker_name.clone(), broker.broker_addrs.clone());
+            let was = before.as_ref().and_then(|addrs| addrs.get(&MASTER_ID));
+            if was.is_some() && was != broker.broker_addrs.get(&MASTER_ID) {
+                moved.push(broker.broker_name.clone());
+            }
         }
         // The new list counts before the oldest is let go: a broker both name stays throughout.
         for name in &names {
@@ -84,6 +104,43 @@ impl RouteCache {
             }
         }
         self.tables.topics.insert(topic.to_string(), route.clone());
+        drop(mentions);
+        if !moved.is_empty() {
+            moved.sort();
+            moved.dedup();
+            tracing::info!(topic, brokers = ?moved, "a broker's master moved (or is gone): the locks it granted are lost");
+            let mut hooks = self
+                .tables
+                .master_moved
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            hooks.retain(|hook| (hook.live)());
+            for hook in hooks.iter() {
+                (hook.call)(&moved);
+            }
+        }
+    }
+
+    /// Calls `hook`, while `live` says so, with the names of the brokers whose master an update
+    /// moved to another address or left without one (a failover, or a restart on another
+    /// port): the locks the old master granted are lost to this client, which no longer
+    /// talks to it, and its connection's loss would name no broker once the route moved on.
+    /// The hook runs inside [`update`](Self::update) and must not block.
+    pub(crate) fn on_master_moved_while(
+        &self,
+        live: impl Fn() -> bool + Send + Sync + 'static,
+        hook: impl Fn(&[String]) + Send + Sync + 'static,
+    ) {
+        let mut hooks = self
+            .tables
+            .master_moved
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        hooks.retain(|hook| (hook.live)());
+        hooks.push(MasterMovedHook {
+            live: Box::new(live),
+            call: Box::new(hook),
+        });
     }
 
     /// Forgets the route of `topic`, which is gone (the name server client calls it when told
