@@ -10,8 +10,10 @@ use rebalance_runtime::RemoteError;
 use rebalance_runtime::containment::caught;
 
 /// How much longer than its long-polling suspension a pull may take before it counts as an
-/// error (the Java client's 30 s RPC timeout with its default 15 s suspension).
-pub(crate) const PULL_GRACE: Duration = Duration::from_secs(15);
+/// error (the Java client's 30 s RPC timeout with its default 15 s suspension), and one second
+/// more: a transport's own timeout of a held pull (the RocketMQ one's 15 s margin) comes first,
+/// and with it its check of the connection's silence, which a pull dropped here would skip.
+pub(crate) const PULL_GRACE: Duration = Duration::from_secs(16);
 
 /// Pulls, for at most the request's suspension + [`PULL_GRACE`]; a pull that takes longer, a
 /// panic of the source, or an answer with an impossible offset ([`checked`]) is an error (the

@@ -30,7 +30,7 @@ pub const EMPTY_PULL_SPACING: Duration = Duration::from_secs(1);
 pub const LOCAL_RETRY_DELAY: Duration = Duration::from_secs(5);
 /// A pull loop that has not pulled (nor checked its flow control) for this long is restarted
 /// (Java: `PULL_MAX_IDLE_TIME`); while it waits for a pull's answer, for longer when the pull
-/// may take longer (a `pull_suspend` over 102 s: the suspension, 15 s more before the pull is
+/// may take longer (a `pull_suspend` over 101 s: the suspension, 16 s more before the pull is
 /// cut short, and 3 s of margin).
 pub const PULL_EXPIRY: Duration = Duration::from_secs(120);
 /// The delay level of a message sent back because its consumption timed out (Java: 3, 10 s).

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::{
     CodecError, DEFAULT_MAX_FRAME_LEN, Frame, FrameDecoder, RemotingCodec, UnsupportedFrame,
 };
-use crate::command::{FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, response_code};
+use crate::command::{FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, request_code, response_code};
 use crate::error::TransportError;
 
 /// Answers the requests a server sends to the client over the same connection (for example
@@ -79,8 +79,11 @@ pub struct ConnectionConfig {
     /// one that merely misses a request's shorter timeout. The silence runs from the first
     /// request sent and still unanswered, even one the caller gave up on (but not one given up
     /// on while it still waited for room in the outgoing queue): a server that has not answered
-    /// a request sent a minute ago, and sent nothing since, has been silent for a minute. The
-    /// Java client goes further and closes on every timeout (`clientCloseSocketIfTimeout`).
+    /// a request sent a minute ago, and sent nothing since, has been silent for a minute. A
+    /// request the server holds on purpose (a long-polling pull or pop) is not awaited as
+    /// silence counts: it may be held for its whole poll time; past its own timeout, its
+    /// silence counts from the later of its sending and the last frame heard. The Java client
+    /// goes further and closes on every timeout (`clientCloseSocketIfTimeout`).
     pub close_after_silence: Option<Duration>,
 }
 
@@ -99,6 +102,10 @@ type Reply = oneshot::Sender<Result<RemotingCommand, TransportError>>;
 struct Shared {
     addr: String,
     pending: DashMap<i32, Reply>,
+    /// The requests the server holds on purpose (long polls: `held_by_server`), apart from
+    /// `pending`: their answers are not awaited as silence counts (a server holding a pull
+    /// for 15 s on an idle queue is not silent).
+    held: DashMap<i32, Reply>,
     next_opaque: AtomicI32,
     /// Set once, when the connection closes, with the reason, the time, and whether the client
     /// closed it (its own [`Connection::close`], or its last handle dropped).
@@ -110,12 +117,26 @@ struct Shared {
     awaiting_since: AtomicU64,
     /// Whether the server has sent anything at all on this connection.
     heard_any: AtomicBool,
+    /// When (nanoseconds after `epoch`, plus one: 0 is never) the server last sent a whole
+    /// frame.
+    last_heard: AtomicU64,
     epoch: Instant,
     close_after_silence: Option<Duration>,
 }
 
 /// `awaiting_since` when no answer is awaited.
 const NOT_AWAITING: u64 = u64::MAX;
+
+/// Whether a request of `code` is one the server holds on purpose until something arrives or
+/// its poll time is up (a long-polling pull or pop, a POP notification): its answer is not
+/// awaited as silence counts, or a request timing out beside it would close a healthy
+/// connection that only held a poll on an idle queue (found by review).
+fn held_by_server(code: i32) -> bool {
+    matches!(
+        code,
+        request_code::PULL_MESSAGE | request_code::POP_MESSAGE | request_code::NOTIFICATION
+    )
+}
 
 impl Shared {
     fn closed_error(&self) -> Option<TransportError> {
@@ -138,14 +159,17 @@ impl Shared {
         {
             return;
         }
-        let opaques: Vec<i32> = self.pending.iter().map(|e| *e.key()).collect();
-        let failed = opaques.len();
-        for opaque in opaques {
-            if let Some((_, reply)) = self.pending.remove(&opaque) {
-                let _ = reply.send(Err(TransportError::Closed {
-                    addr: self.addr.clone(),
-                    reason: reason.clone(),
-                }));
+        let mut failed = 0;
+        for map in [&self.pending, &self.held] {
+            let opaques: Vec<i32> = map.iter().map(|e| *e.key()).collect();
+            failed += opaques.len();
+            for opaque in opaques {
+                if let Some((_, reply)) = map.remove(&opaque) {
+                    let _ = reply.send(Err(TransportError::Closed {
+                        addr: self.addr.clone(),
+                        reason: reason.clone(),
+                    }));
+                }
             }
         }
         tracing::info!(addr = %self.addr, %reason, failed_requests = failed, "connection closed");
@@ -173,6 +197,8 @@ impl Shared {
     /// Something came from the server: the answers still awaited count their silence from now.
     fn heard(&self) {
         let now = self.nanos_since_epoch(Instant::now());
+        self.last_heard
+            .store(now.saturating_add(1), Ordering::Release);
         self.awaiting_since.store(now, Ordering::Release);
         self.settle();
     }
@@ -204,8 +230,16 @@ impl Shared {
         })
     }
 
+    /// The entry of `opaque`, an awaited answer or a held one, taken out.
+    fn take(&self, opaque: i32) -> Option<Reply> {
+        self.pending
+            .remove(&opaque)
+            .or_else(|| self.held.remove(&opaque))
+            .map(|(_, reply)| reply)
+    }
+
     fn fail(&self, opaque: i32, error: TransportError) {
-        if let Some((_, reply)) = self.pending.remove(&opaque) {
+        if let Some(reply) = self.take(opaque) {
             let _ = reply.send(Err(error));
         }
         self.settle();
@@ -219,10 +253,15 @@ struct PendingGuard<'a> {
     shared: &'a Shared,
     opaque: i32,
     sent: bool,
+    held: bool,
 }
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
+        if self.held {
+            self.shared.held.remove(&self.opaque);
+            return;
+        }
         self.shared.pending.remove(&self.opaque);
         if !self.sent {
             self.shared.settle();
@@ -378,11 +417,13 @@ impl Connection {
         let shared = Arc::new(Shared {
             addr: addr.to_string(),
             pending: DashMap::new(),
+            held: DashMap::new(),
             next_opaque: AtomicI32::new(1),
             closed: OnceLock::new(),
             outbound,
             awaiting_since: AtomicU64::new(NOT_AWAITING),
             heard_any: AtomicBool::new(false),
+            last_heard: AtomicU64::new(0),
             epoch: Instant::now(),
             close_after_silence: config.close_after_silence,
         });
@@ -486,17 +527,26 @@ impl Connection {
         request.opaque = opaque;
         request.flag &= !(FLAG_RESPONSE | FLAG_ONEWAY);
         let (reply, answer) = oneshot::channel();
-        shared.pending.insert(opaque, reply);
+        let held = held_by_server(request.code);
+        if held {
+            shared.held.insert(opaque, reply);
+        } else {
+            shared.pending.insert(opaque, reply);
+        }
         let guard = PendingGuard {
             shared,
             opaque,
             sent: false,
+            held,
         };
         if let Some(e) = shared.closed_error() {
             return Err(e);
         }
         let code = request.code;
-        shared.awaiting();
+        let sent_at = Instant::now();
+        if !held {
+            shared.awaiting();
+        }
         // The guard lives in the exchange, so it ends when the exchange does: on the answer, at
         // the timeout, or when the caller drops this future.
         let exchange = async move {
@@ -524,7 +574,17 @@ impl Connection {
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => {
-                let silence = shared.silence();
+                // A held request's timeout is its poll time and more: past it, the server broke
+                // its hold, and its silence counts from the later of the request's sending and
+                // the last frame heard.
+                let silence = if held {
+                    let heard = shared.last_heard.load(Ordering::Acquire);
+                    let since = heard.max(shared.nanos_since_epoch(sent_at).saturating_add(1));
+                    let now = shared.nanos_since_epoch(Instant::now()).saturating_add(1);
+                    Some(Duration::from_nanos(now.saturating_sub(since)))
+                } else {
+                    shared.silence()
+                };
                 match (silence, shared.close_after_silence) {
                     (Some(silence), Some(limit)) if silence >= limit => {
                         tracing::warn!(addr = %shared.addr, code, opaque, ?timeout, ?silence, "request timed out and nothing came from the server meanwhile; closing the connection (the next use reconnects)");
@@ -572,7 +632,7 @@ impl Connection {
 
     #[cfg(test)]
     pub(crate) fn pending_len(&self) -> usize {
-        self.inner.shared.pending.len()
+        self.inner.shared.pending.len() + self.inner.shared.held.len()
     }
 }
 
@@ -643,8 +703,8 @@ async fn read_loop<R>(
 }
 
 fn deliver(shared: &Shared, response: RemotingCommand) {
-    match shared.pending.remove(&response.opaque) {
-        Some((_, reply)) => {
+    match shared.take(response.opaque) {
+        Some(reply) => {
             let _ = reply.send(Ok(response));
             shared.settle();
         }
@@ -667,7 +727,7 @@ fn skip(shared: &Shared, frame: UnsupportedFrame) {
     };
     let (code, opaque) = (routing.code, routing.opaque);
     if routing.is_response() {
-        if shared.pending.contains_key(&opaque) {
+        if shared.pending.contains_key(&opaque) || shared.held.contains_key(&opaque) {
             tracing::warn!(addr = %shared.addr, serialize_type, code, opaque, "answer in an unsupported header serialization; failing that request only");
             shared.fail(
                 opaque,
@@ -804,6 +864,9 @@ async fn write_loop<W>(
         shared.close(reason, false);
     }
     token.cancel();
+    // Whoever still waits for room in the queue fails now, not after the half-close below
+    // (found by review: up to 1 s later, and as a timeout when its deadline fell within it).
+    outbound.close();
     // Half-close the socket so the server sees the end (without waiting on a stuck peer).
     let _ = tokio::time::timeout(Duration::from_secs(1), frames.close()).await;
 }

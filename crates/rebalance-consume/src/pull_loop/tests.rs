@@ -597,7 +597,7 @@ mod properties {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_pull_that_never_answers_is_an_error_after_its_suspension_and_15_s() {
+async fn a_pull_that_never_answers_is_an_error_after_its_suspension_and_16_s() {
     let source = Arc::new(TestSource::default());
     source.with(|s| s.hang = true);
     let q = queue(0);
@@ -614,8 +614,8 @@ async fn a_pull_that_never_answers_is_an_error_after_its_suspension_and_15_s() {
     sleep(Duration::from_secs(10)).await;
     source.with(|s| s.hang = false);
     source.append(&q, 3);
-    // The hung pull is given up at 30 s (15 s suspension + 15 s), pulled again 3 s later.
-    sleep(Duration::from_secs(19)).await;
+    // The hung pull is given up at 31 s (15 s suspension + 16 s), pulled again 3 s later.
+    sleep(Duration::from_secs(20)).await;
     assert!(recorder.offsets().is_empty(), "the hung pull still runs");
     sleep(Duration::from_secs(5)).await;
     assert_eq!(sorted(recorder.offsets()), vec![0, 1, 2]);

@@ -191,6 +191,75 @@ async fn a_timeout_while_the_server_answers_other_requests_keeps_the_connection(
     );
 }
 
+/// A pull the broker holds on an idle queue is not silence: a short request timing out beside
+/// it (a caller's 500 ms) keeps the connection, and the held pull its answer (found by review:
+/// the silence counted from the pull's sending, 10 s, so the connection was closed, every poll
+/// on it failed, and a lock loss reported).
+#[tokio::test(start_paused = true)]
+async fn a_poll_held_by_the_server_is_not_silence() {
+    let (conn, mut server) = pair();
+    for held in [
+        request_code::PULL_MESSAGE,
+        request_code::POP_MESSAGE,
+        request_code::NOTIFICATION,
+    ] {
+        let poll = ask(&conn, held, Duration::from_secs(30));
+        let polled = next(&mut server).await;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let err = conn
+            .request(RemotingCommand::request(34), Duration::from_millis(500))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+        assert!(conn.is_open(), "closed beside a held {held}");
+        assert_eq!(next(&mut server).await.code, 34);
+        answer_ok(&mut server, &polled).await;
+        assert_eq!(poll.await.unwrap().unwrap().code, 0, "{held}");
+    }
+    // And silence still counts for the requests that are not held.
+    let err = conn
+        .request(RemotingCommand::request(34), T)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(!conn.is_open());
+}
+
+/// A held poll past its timeout (its poll time and more): the server broke its hold, and
+/// unless it is heard from within the silence limit the connection closes (a pull from a
+/// slave, which no heartbeat reaches, would otherwise wait on a dead socket for ever).
+#[tokio::test(start_paused = true)]
+async fn a_held_poll_timing_out_in_silence_closes_the_connection() {
+    let (conn, mut server) = pair();
+    let poll = ask(&conn, request_code::PULL_MESSAGE, Duration::from_secs(30));
+    next(&mut server).await;
+    // The server answers another request 1 s before the poll's timeout: alive.
+    tokio::time::sleep(Duration::from_secs(28)).await;
+    let other = ask(&conn, 2, T);
+    let req = next(&mut server).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    answer_ok(&mut server, &req).await;
+    assert!(other.await.unwrap().is_ok());
+    let err = poll.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(
+        conn.is_open(),
+        "the server answered another request 1 s ago"
+    );
+
+    // Heard from 20 s before the timeout, then nothing.
+    let poll = ask(&conn, request_code::PULL_MESSAGE, Duration::from_secs(30));
+    next(&mut server).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let other = ask(&conn, 2, T);
+    let req = next(&mut server).await;
+    answer_ok(&mut server, &req).await;
+    assert!(other.await.unwrap().is_ok());
+    let err = poll.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Timeout { .. }), "{err}");
+    assert!(!conn.is_open(), "20 s without a byte from the server");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_closed_connection_fails_waiting_and_later_requests() {
     let (conn, mut server) = pair();
@@ -869,4 +938,35 @@ async fn a_request_with_no_time_left_is_not_sent() {
     let second = ask(&conn, 11, T);
     assert_eq!(next(&mut server).await.code, 11);
     drop(second);
+}
+
+/// A request still waiting for room in the outgoing queue when the connection closes fails at
+/// once, as closed (found by review: it waited for the writer's half-close, up to 1 s, and
+/// failed as a timeout when its deadline fell within it).
+#[tokio::test(start_paused = true)]
+async fn a_request_waiting_for_room_fails_at_once_when_the_connection_closes() {
+    let config = ConnectionConfig {
+        outbound_queue: 1,
+        ..Default::default()
+    };
+    let (client, server) = tokio::io::duplex(1024);
+    let conn = Connection::from_stream(client, "test:1", config, Arc::new(IgnoreServerRequests));
+    // The server reads nothing: a large one-way message fills the pipe and holds the writer,
+    // a second one fills the outgoing queue.
+    let _server = server;
+    for _ in 0..2 {
+        let big = RemotingCommand::request(7).with_body(vec![0u8; 4096]);
+        conn.send_oneway(big, T).await.unwrap();
+    }
+    let waiting = ask(&conn, 1, Duration::from_millis(500));
+    tokio::task::yield_now().await;
+    let started = tokio::time::Instant::now();
+    conn.close();
+    let err = waiting.await.unwrap().unwrap_err();
+    assert!(matches!(err, TransportError::Closed { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(10),
+        "failed after {:?}",
+        started.elapsed()
+    );
 }
