@@ -131,6 +131,17 @@ struct SentLine<'a> {
     /// `null` when the broker's answer did not say.
     offset: Option<i64>,
     body: &'a str,
+    /// Present (and true) only when an earlier attempt was left unanswered: it may have stored
+    /// the message too.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    maybe_stored_twice: bool,
+}
+
+/// A message sent, and the error of an earlier attempt that may have stored it too.
+#[derive(Debug)]
+struct Sent {
+    result: SendResult,
+    maybe_stored_before: Option<RemoteError>,
 }
 
 /// Why one message could not be sent.
@@ -226,8 +237,25 @@ async fn send_all(
         }
         let key = args.ordered_by.as_deref().map(|key| numbered(key, i));
         match send_one(&producer, &sender, args, &message, key.as_deref()).await {
-            Ok(result) => {
-                write_sent(out, args.json, &result.msg_id, &args.topic, &result, &body)?;
+            Ok(Sent {
+                result,
+                maybe_stored_before,
+            }) => {
+                write_sent(
+                    out,
+                    args.json,
+                    &args.topic,
+                    &result,
+                    &body,
+                    maybe_stored_before.is_some(),
+                )?;
+                if let Some(earlier) = &maybe_stored_before {
+                    writeln!(
+                        err,
+                        "rebalance send: message {i} ({body}) sent, but an earlier attempt was left unanswered ({earlier}) and may have stored it too: it may be stored twice (id {})",
+                        result.msg_id
+                    )?;
+                }
                 if let Some(unconfirmed) = unconfirmed(result.status) {
                     writeln!(
                         err,
@@ -287,7 +315,7 @@ async fn send_one(
     args: &SendArgs,
     message: &Message,
     key: Option<&str>,
-) -> Result<SendResult, OneFailed> {
+) -> Result<Sent, OneFailed> {
     // An ordered message's queue is chosen once: its retries stay on it even when the route
     // changes between the attempts (another queue would break the key's order).
     let ordered_queue = match key {
@@ -319,7 +347,12 @@ async fn send_one(
         match sender.send(&queue, message).await {
             Ok(result) => {
                 producer.report(&queue.broker_name, result.latency, true);
-                return Ok(result);
+                // An earlier attempt left unanswered may have stored it as well (found by
+                // review: reported as sent once).
+                return Ok(Sent {
+                    result,
+                    maybe_stored_before: maybe_stored,
+                });
             }
             Err(SendFailure::Invalid(e)) => {
                 // Refused before sending: no broker is at fault, and another try fails alike.
@@ -362,12 +395,13 @@ fn worth_retrying(error: &RemoteError) -> bool {
 fn write_sent(
     out: &mut impl Write,
     json: bool,
-    msg_id: &str,
     topic: &str,
     result: &SendResult,
     body: &str,
+    maybe_stored_twice: bool,
 ) -> io::Result<()> {
     let queue = &result.queue;
+    let msg_id = &result.msg_id;
     if json {
         let line = SentLine {
             msg_id,
@@ -376,6 +410,7 @@ fn write_sent(
             queue: queue.queue_id,
             offset: result.queue_offset,
             body,
+            maybe_stored_twice,
         };
         serde_json::to_writer(&mut *out, &line)?;
         writeln!(out)?;
@@ -464,7 +499,7 @@ mod tests {
             latency: Duration::from_millis(1),
         };
         let mut out = Vec::new();
-        write_sent(&mut out, true, "UNIQ", "T", &result, "msg-3").unwrap();
+        write_sent(&mut out, true, "T", &result, "msg-3", false).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "{\"msg_id\":\"UNIQ\",\"topic\":\"T\",\"broker\":\"broker-a\",\"queue\":2,\"offset\":41,\"body\":\"msg-3\"}\n"
@@ -480,8 +515,13 @@ mod tests {
         broker: &str,
         config: ClientConfig,
     ) -> (ProducerHandle, MessageSender) {
+        brokers_at(broker, broker, config).await
+    }
+
+    /// A producer and a sender for topic T on broker-a at `a` and broker-b at `b`.
+    async fn brokers_at(a: &str, b: &str, config: ClientConfig) -> (ProducerHandle, MessageSender) {
         let route = format!(
-            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{broker}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
+            r#"{{"brokerDatas":[{{"brokerAddrs":{{"0":"{a}"}},"brokerName":"broker-a","cluster":"c"}},{{"brokerAddrs":{{"0":"{b}"}},"brokerName":"broker-b","cluster":"c"}}],"queueDatas":[{{"brokerName":"broker-a","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}},{{"brokerName":"broker-b","perm":6,"readQueueNums":2,"topicSysFlag":0,"writeQueueNums":2}}]}}"#
         );
         let (namesrv, _) = scripted(move |_| {
             RemotingCommand::response(0, 0, None).with_body(route.clone().into_bytes())
@@ -551,6 +591,52 @@ mod tests {
         producer.shutdown().await;
     }
 
+    /// A send left unanswered, then stored by another broker: sent, but it may be stored twice,
+    /// and the output says so (found by review: printed as one clean send).
+    #[tokio::test]
+    async fn a_send_stored_after_an_unanswered_attempt_may_be_stored_twice() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let silent = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let (answering, _) = scripted(|_| {
+            RemotingCommand::response(0, 0, None)
+                .with_ext("queueId", 0)
+                .with_ext("queueOffset", 5)
+                .with_ext("msgId", "ID")
+        })
+        .await;
+        let quick = ClientConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ClientConfig::default()
+        };
+        let (producer, sender) = brokers_at(&silent, &answering, quick).await;
+        let args = parse(&["--retries", "1"]);
+        let mut flagged = Vec::new();
+        for _ in 0..4 {
+            let sent = send_one(&producer, &sender, &args, &Message::new("x"), None)
+                .await
+                .unwrap();
+            assert_eq!(&*sent.result.queue.broker_name, "broker-b");
+            flagged.push(sent.maybe_stored_before.is_some());
+        }
+        // broker-a is tried once (then avoided): that send alone may be stored twice.
+        assert_eq!(flagged.iter().filter(|f| **f).count(), 1, "{flagged:?}");
+        let mut out = Vec::new();
+        let result = send_one(&producer, &sender, &args, &Message::new("x"), None)
+            .await
+            .unwrap()
+            .result;
+        write_sent(&mut out, true, "T", &result, "x", true).unwrap();
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["maybe_stored_twice"], true);
+        producer.shutdown().await;
+    }
+
     #[tokio::test]
     async fn a_send_refused_as_retryable_goes_to_the_other_broker() {
         // SERVICE_NOT_AVAILABLE (14): the Java producer tries another broker.
@@ -570,7 +656,8 @@ mod tests {
         for _ in 0..8 {
             let result = send_one(&producer, &sender, &args, &Message::new("x"), None)
                 .await
-                .unwrap();
+                .unwrap()
+                .result;
             assert_eq!(&*result.queue.broker_name, "broker-b");
         }
         // The refusing broker is avoided after its first refusal, as the Java producer
@@ -591,18 +678,19 @@ mod tests {
         let message = Message::new("x");
         let result = send_one(&producer, &sender, &args, &message, None)
             .await
-            .unwrap();
+            .unwrap()
+            .result;
         assert_eq!(sends.load(Ordering::SeqCst), 1, "sent once");
         assert_eq!(Some(result.msg_id.as_str()), message.unique_key());
         assert_eq!((result.queue_offset, &result.offset_msg_id), (None, &None));
         assert_eq!(producer.faults().avoided(Instant::now()), []);
         let mut out = Vec::new();
-        write_sent(&mut out, true, &result.msg_id, "T", &result, "x").unwrap();
+        write_sent(&mut out, true, "T", &result, "x", false).unwrap();
         let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(line["offset"], serde_json::Value::Null);
         assert_eq!(line["msg_id"], result.msg_id.as_str());
         let mut out = Vec::new();
-        write_sent(&mut out, false, &result.msg_id, "T", &result, "x").unwrap();
+        write_sent(&mut out, false, "T", &result, "x", false).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains(" offset unknown\t"), "{text}");
         producer.shutdown().await;
@@ -698,7 +786,8 @@ mod tests {
         let args = parse(&["--retries", "2"]);
         let result = send_one(&producer, &sender, &args, &Message::new("x"), Some(&key))
             .await
-            .unwrap();
+            .unwrap()
+            .result;
         let at = (queue.broker_name.to_string(), queue.queue_id);
         assert_eq!(*sent_to.lock().unwrap(), [at.clone(), at], "both attempts");
         assert_eq!(result.queue, queue);
