@@ -329,7 +329,7 @@ async fn a_stored_offset_of_zero_is_where_the_queue_starts() {
     // Offset 0 is real progress (nothing consumed yet, but recorded): the queue starts there,
     // not at the latest message, which would skip everything already in it.
     cluster.set_offset(GROUP, &stored, 0);
-    // A negative offset (RocketMQ's -1) means none: the queue starts where `consume_from` says.
+    // RocketMQ's -1 means none: the queue starts where `consume_from` says.
     cluster.set_offset(GROUP, &negative, -1);
     let a = start(&cluster, 0, &["T"]).await;
     settle(Duration::from_millis(10)).await;
@@ -342,6 +342,31 @@ async fn a_stored_offset_of_zero_is_where_the_queue_starts() {
     assert!(
         added.contains(&(negative, StartPosition::Latest)),
         "{added:?}"
+    );
+}
+
+/// Any negative offset other than -1 is an error, as in Java (`computePullFromWhere` throws),
+/// not "none": the queue is not added (and tried again) instead of starting at its end and
+/// skipping its backlog without a word (found by review).
+#[tokio::test(start_paused = true)]
+async fn an_impossible_stored_offset_is_an_error_not_a_start_at_the_end() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let mut queues = all_queues(&cluster, &["T"]).into_iter();
+    let (bad, good) = (queues.next().unwrap(), queues.next().unwrap());
+    cluster.set_offset(GROUP, &bad, -7);
+    let a = start(&cluster, 0, &["T"]).await;
+    settle(Duration::from_secs(3)).await;
+    let added = a.recorder.added();
+    assert!(added.contains(&(good, StartPosition::Latest)), "{added:?}");
+    assert!(added.iter().all(|(q, _)| *q != bad), "{added:?}");
+    // Repaired, it is added from its offset.
+    cluster.set_offset(GROUP, &bad, 40);
+    settle(Duration::from_secs(30)).await;
+    assert!(
+        a.recorder.added().contains(&(bad, StartPosition::Offset(40))),
+        "{:?}",
+        a.recorder.added()
     );
 }
 

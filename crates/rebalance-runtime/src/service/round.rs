@@ -652,7 +652,16 @@ impl Service {
             let answer = read.next_answer();
             let stored = match answer {
                 Ok(Some(offset)) if offset >= 0 => Some(offset),
-                Ok(_) => None,
+                // RocketMQ's "none" (-1), as Java's `computePullFromWhere` reads it.
+                Ok(Some(-1) | None) => None,
+                // Any other negative is an error there ("Failed to query consume offset"), not
+                // "none": a store that holds -7 must not start the queue at its end, skipping
+                // its backlog without a word (found by review).
+                Ok(Some(offset)) => {
+                    tracing::error!(topic, queue = ?queue, offset, "the offset store holds an impossible offset for the queue (only -1 means none); adding the queue later");
+                    unread.push(queue);
+                    continue;
+                }
                 Err(e) => {
                     tracing::warn!(topic, queue = ?queue, error = %e, "could not read the start offset; adding the queue later");
                     unread.push(queue);
