@@ -136,6 +136,7 @@ pub struct Intervals {
     /// How often the locks of ordered queues are renewed (20 s).
     pub lock_renew: Duration,
     /// How long a lock lives without renewal (30 s): after that the client stops trusting it.
+    /// At most [`BROKER_LOCK_EXPIRY`] (60 s).
     pub lock_lifetime: Duration,
     /// How often consumed offsets are persisted (5 s).
     pub persist_offsets: Duration,
@@ -262,6 +263,11 @@ impl Default for AdaptiveSettle {
 /// and durations near [`Duration::MAX`] would overflow the timers.
 pub const MAX_INTERVAL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
+/// How long a RocketMQ broker keeps a queue's lock without renewal (60 s, its
+/// `rebalanceLockMaxLiveTime`): the longest [`Intervals::lock_lifetime`] a client may trust a
+/// lock for.
+pub const BROKER_LOCK_EXPIRY: Duration = Duration::from_secs(60);
+
 /// Why an [`Intervals`] value cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -277,6 +283,12 @@ pub enum IntervalsError {
         /// Its value.
         value: Duration,
     },
+    /// `lock_lifetime` is longer than a broker keeps a lock without renewal
+    /// ([`BROKER_LOCK_EXPIRY`]).
+    #[error(
+        "`lock_lifetime` is {0:?}, longer than the {BROKER_LOCK_EXPIRY:?} a broker keeps a lock without renewal: this client would go on consuming an ordered queue the broker may have granted another member"
+    )]
+    LockOutlivesBroker(Duration),
     /// [`AdaptiveSettle::gap_factor`] is zero: every settling wait would be `min`, whatever
     /// the group's pace.
     #[error("`adaptive_settle.gap_factor` is zero; it must be at least 1 (10 by default)")]
@@ -344,6 +356,9 @@ impl Intervals {
     ///     ..Intervals::default()
     /// };
     /// assert!(matches!(stale.validate(), Err(IntervalsError::Conflict { field: "lock_renew", .. })));
+    /// // Trusted longer than the brokers keep it, a lock could be someone else's already.
+    /// let outliving = Intervals { lock_lifetime: Duration::from_secs(90), ..Intervals::default() };
+    /// assert!(matches!(outliving.validate(), Err(IntervalsError::LockOutlivesBroker(_))));
     /// ```
     pub fn validate(&self) -> Result<(), IntervalsError> {
         // Destructured so that a new field cannot be forgotten here.
@@ -393,6 +408,9 @@ impl Intervals {
         }
         if let Some(check) = membership_check {
             check_interval("membership_check", check)?;
+        }
+        if lock_lifetime > BROKER_LOCK_EXPIRY {
+            return Err(IntervalsError::LockOutlivesBroker(lock_lifetime));
         }
         if lock_renew >= lock_lifetime {
             return Err(IntervalsError::Conflict {
@@ -507,6 +525,27 @@ mod tests {
             ConsumeFrom::LastOffset.start_without_offset("RETRY%g"),
             Latest
         );
+    }
+
+    /// A lock trusted longer than the brokers keep it could be another member's already
+    /// (found by review: `lock_lifetime` 90 s was accepted).
+    #[test]
+    fn a_lock_is_trusted_at_most_as_long_as_the_brokers_keep_it() {
+        let at_most = Intervals {
+            lock_lifetime: BROKER_LOCK_EXPIRY,
+            ..Intervals::default()
+        };
+        assert_eq!(at_most.validate(), Ok(()));
+        let longer = Intervals {
+            lock_lifetime: BROKER_LOCK_EXPIRY + Duration::from_millis(1),
+            ..Intervals::default()
+        };
+        let err = longer.validate().unwrap_err();
+        assert_eq!(
+            err,
+            IntervalsError::LockOutlivesBroker(BROKER_LOCK_EXPIRY + Duration::from_millis(1))
+        );
+        assert!(err.to_string().contains("60s"), "{err}");
     }
 
     #[test]
@@ -669,7 +708,12 @@ mod tests {
             // The maximum itself is a valid value (it may still conflict with another field).
             let result = intervals.validate();
             assert!(
-                matches!(result, Ok(()) | Err(IntervalsError::Conflict { .. })),
+                matches!(
+                    result,
+                    Ok(())
+                        | Err(IntervalsError::Conflict { .. })
+                        | Err(IntervalsError::LockOutlivesBroker(_))
+                ),
                 "{name}: the maximum itself is fine: {result:?}"
             );
         }

@@ -364,7 +364,9 @@ async fn an_impossible_stored_offset_is_an_error_not_a_start_at_the_end() {
     cluster.set_offset(GROUP, &bad, 40);
     settle(Duration::from_secs(30)).await;
     assert!(
-        a.recorder.added().contains(&(bad, StartPosition::Offset(40))),
+        a.recorder
+            .added()
+            .contains(&(bad, StartPosition::Offset(40))),
         "{:?}",
         a.recorder.added()
     );
