@@ -354,16 +354,21 @@ async fn send_one(
                     maybe_stored_before: maybe_stored,
                 });
             }
-            Err(SendFailure::Invalid(e)) => {
-                // Refused before sending: no broker is at fault, and another try fails alike.
-                return Err(OneFailed::Invalid(e));
-            }
-            Err(SendFailure::Remote(e)) => {
-                // Unanswered or refused: avoided for a failure's time (the Java producer's
-                // `updateFaultItem` isolation), unless the message itself was refused.
-                let failed = SendFailure::Remote(e.clone()).broker_failed();
+            Err(failure) => {
+                let (failed, stored) = (failure.broker_failed(), failure.maybe_stored());
+                let e = match failure {
+                    // Refused before sending: no broker is at fault, and another try fails
+                    // alike.
+                    SendFailure::Invalid(e) => return Err(OneFailed::Invalid(e)),
+                    SendFailure::NotSent { error, .. } | SendFailure::Remote(error) => error,
+                };
+                // Unreachable, unanswered or refused: avoided for a failure's time (the Java
+                // producer's `updateFaultItem` isolation), unless the message itself was
+                // refused, or the name server failed.
                 producer.report(&queue.broker_name, started.elapsed(), !failed);
-                if matches!(e, RemoteError::Timeout { .. } | RemoteError::Unreachable(_)) {
+                // Only a send that left and was not refused may have been stored (found by
+                // review: a refused connection was reported "not confirmed").
+                if stored {
                     maybe_stored = Some(e.clone());
                 }
                 if attempt >= args.retries || !worth_retrying(&e) {

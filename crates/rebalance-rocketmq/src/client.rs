@@ -682,10 +682,21 @@ impl RemotingClient {
         timeout: Duration,
     ) -> Result<RemotingCommand, RemoteError> {
         let response = self.invoke_with_timeout(addr, request, timeout).await?;
+        self.check_denied(addr, op, &response)?;
+        Ok(response)
+    }
+
+    /// [`RemoteError::Denied`] when `response` (from `addr`, to a request for `op`) refuses
+    /// this client's credentials or permissions, logged once per resource.
+    pub(crate) fn check_denied(
+        &self,
+        addr: &str,
+        op: &Op,
+        response: &RemotingCommand,
+    ) -> Result<(), RemoteError> {
         self.inner
             .denials
-            .check(addr, op, self.credentials(), &response)?;
-        Ok(response)
+            .check(addr, op, self.credentials(), response)
     }
 
     /// Sends `request` to `addr` and waits for the response, up to `timeout` (connecting

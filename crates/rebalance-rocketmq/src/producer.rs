@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::broker::refused;
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::denial::Op;
+use crate::error::TransportError;
 use crate::message::unique_id;
 use crate::name_server::NameServerClient;
 
@@ -105,15 +106,28 @@ pub enum InvalidMessage {
     },
 }
 
-/// Why a send failed: before sending, or at the broker (the two cases an application tells
-/// apart to decide whether to try again).
+/// Why a send failed: refused before sending, never sent, or at the broker (the cases an
+/// application tells apart to decide whether to try again, and whether the message may be
+/// stored all the same: [`maybe_stored`](Self::maybe_stored)).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SendError {
     /// The message was refused before sending: no broker saw it, and sending it again (to
     /// any broker) fails the same way.
     #[error("message not sent: {0}")]
     Invalid(#[from] InvalidMessage),
-    /// The broker could not be found or reached, or it refused the message.
+    /// The message never left: the broker's master could not be found (the name server
+    /// failed, or knows no master for it) or reached (its connection refused, backing off
+    /// after failed ones, TLS), or the request could not be encoded. No broker has it.
+    #[error("message not sent: {error}")]
+    NotSent {
+        /// Why.
+        error: RemoteError,
+        /// Whether the broker is at fault (it could not be reached), not the name server or
+        /// the message.
+        broker_at_fault: bool,
+    },
+    /// The message was sent, and the broker refused it, did not answer, or answered what
+    /// this client cannot read.
     #[error(transparent)]
     Remote(#[from] RemoteError),
 }
@@ -127,12 +141,29 @@ impl SendError {
     /// as illegal (MESSAGE_ILLEGAL, 13: too large, bad properties), which every broker would
     /// refuse alike (found by review: refusals were reported ok, so a broker refusing every
     /// send stayed in the rotation and took its share of the attempts).
+    /// A send that never left counts against the broker only when the broker could not be
+    /// reached: not when the name server failed (found by review: a name server's timeout
+    /// isolated a healthy broker for 600 s).
     pub fn broker_failed(&self) -> bool {
         match self {
             SendError::Invalid(_) => false,
+            SendError::NotSent {
+                broker_at_fault, ..
+            } => *broker_at_fault,
             SendError::Remote(RemoteError::Refused { code, .. }) => {
                 *code != crate::command::response_code::MESSAGE_ILLEGAL
             }
+            SendError::Remote(_) => true,
+        }
+    }
+
+    /// Whether the broker may have stored the message all the same: the send left and was not
+    /// refused (unanswered, its connection lost after it left, or answered unreadably).
+    /// Sending it again may store it twice (consumers see a duplicate, never a loss).
+    pub fn maybe_stored(&self) -> bool {
+        match self {
+            SendError::Invalid(_) | SendError::NotSent { .. } => false,
+            SendError::Remote(RemoteError::Refused { .. } | RemoteError::Denied { .. }) => false,
             SendError::Remote(_) => true,
         }
     }
@@ -463,7 +494,7 @@ impl MessageSender {
             tracing::debug!(topic = %queue.topic, error = %invalid, "message refused before sending");
             return Err(invalid.into());
         }
-        Ok(self.send_checked(queue, &message, msg_id).await?)
+        self.send_checked(queue, &message, msg_id).await
     }
 
     async fn send_checked(
@@ -471,8 +502,14 @@ impl MessageSender {
         queue: &MessageQueue,
         message: &Message,
         msg_id: String,
-    ) -> Result<SendResult, RemoteError> {
-        let addr = self.master_addr(queue).await?;
+    ) -> Result<SendResult, SendError> {
+        let addr = self
+            .master_addr(queue)
+            .await
+            .map_err(|error| SendError::NotSent {
+                error,
+                broker_at_fault: false,
+            })?;
         let ns = &self.name_server;
         let wire_queue = MessageQueue::new(
             ns.wire_name(&queue.topic).as_ref(),
@@ -483,7 +520,31 @@ impl MessageSender {
         let request = send_message_request(&group, &wire_queue, message, born_timestamp_ms());
         let op = Op::new("send", format!("topic `{}`", wire_queue.topic));
         let started = Instant::now();
-        let response = ns.remoting().call(&addr, &op, request).await?;
+        let remoting = ns.remoting();
+        let response = remoting
+            .invoke_with_timeout(&addr, request, remoting.config().request_timeout)
+            .await
+            .map_err(|e| {
+                let never_left = matches!(
+                    e,
+                    TransportError::Connect { .. }
+                        | TransportError::BackingOff { .. }
+                        | TransportError::CertificateNotTrusted { .. }
+                        | TransportError::Tls { .. }
+                        | TransportError::Encode { .. }
+                );
+                let broker_at_fault = !matches!(e, TransportError::Encode { .. });
+                if never_left {
+                    SendError::NotSent {
+                        error: e.into(),
+                        broker_at_fault,
+                    }
+                } else {
+                    // Unanswered, lost after it left, or answered unreadably: sent.
+                    SendError::Remote(e.into())
+                }
+            })?;
+        remoting.check_denied(&addr, &op, &response)?;
         let latency = started.elapsed();
         let status = match response.code {
             response_code::SUCCESS => SendStatus::SendOk,
@@ -492,7 +553,7 @@ impl MessageSender {
             response_code::SLAVE_NOT_AVAILABLE => SendStatus::SlaveNotAvailable,
             _ => {
                 tracing::debug!(broker = %queue.broker_name, addr, code = response.code, remark = response.remark_or_empty(), "send refused");
-                return Err(refused(&response));
+                return Err(refused(&response).into());
             }
         };
         // The broker stored the message: what its answer lacks (or garbles) is unknown, never a

@@ -229,7 +229,10 @@ async fn the_broker_requires_these_send_header_fields_and_checks_the_queue_id() 
                 &Message::new("x")
             )
             .await,
-        Err(SendError::Remote(RemoteError::Unreachable(_)))
+        Err(SendError::NotSent {
+            error: RemoteError::Unreachable(_),
+            ..
+        })
     ));
 }
 

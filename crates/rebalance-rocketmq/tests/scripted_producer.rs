@@ -93,9 +93,17 @@ async fn messages_go_to_the_master_only_never_to_a_slave() {
         .send(&MessageQueue::new("T", "broker-a", 0), &Message::new("x"))
         .await;
     assert!(
-        matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+        matches!(
+            &outcome,
+            Err(SendError::NotSent {
+                error: RemoteError::Unreachable(_),
+                broker_at_fault: false
+            })
+        ),
         "{outcome:?}"
     );
+    let failure = outcome.unwrap_err();
+    assert!(!failure.maybe_stored() && !failure.broker_failed());
     assert_eq!(asked.load(Ordering::SeqCst), 0, "the slave got nothing");
 }
 
@@ -232,4 +240,89 @@ async fn a_success_answer_without_its_fields_is_a_success_with_them_unknown() {
         assert_eq!(Some(result.msg_id.as_str()), message.unique_key());
     }
     assert_eq!(next.load(Ordering::SeqCst), 3);
+}
+
+/// What a failed send says about its message: never sent when the broker could not be
+/// reached (a refused connection: the broker at fault, nothing stored) or found (the name
+/// server failed: no broker at fault); sent and maybe stored when it left and was not answered
+/// (found by review: a refused connection was "maybe stored", and a name server's failure
+/// isolated a healthy broker).
+#[tokio::test]
+async fn a_failed_send_says_whether_it_left_and_whose_fault_it_was() {
+    let queue = MessageQueue::new("T", "broker-a", 0);
+    // A port nothing listens on: the connection is refused.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let refusing = name_server(&[(0, &closed)]).await;
+    refusing.topic_route("T").await.unwrap();
+    let failure = MessageSender::new(refusing, "P")
+        .send(&queue, &Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            failure,
+            SendError::NotSent {
+                broker_at_fault: true,
+                ..
+            }
+        ),
+        "{failure:?}"
+    );
+    assert!(failure.broker_failed() && !failure.maybe_stored());
+
+    // A broker that takes the request and never answers: it may have stored it.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    let routing = name_server(&[(0, &silent_addr)]).await;
+    let quick = rebalance_rocketmq::ClientConfig {
+        request_timeout: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let quick = NameServerClient::builder(&routing.addresses().join(";"))
+        .client_config(quick)
+        .build()
+        .unwrap();
+    quick.topic_route("T").await.unwrap();
+    let failure = MessageSender::new(quick, "P")
+        .send(&queue, &Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(failure, SendError::Remote(RemoteError::Timeout { .. })),
+        "{failure:?}"
+    );
+    assert!(failure.broker_failed() && failure.maybe_stored());
+
+    // A name server that does not answer: no broker saw anything, none is at fault.
+    let unreachable = NameServerClient::builder(&closed)
+        .client_config(rebalance_rocketmq::ClientConfig {
+            request_timeout: std::time::Duration::from_millis(200),
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let failure = MessageSender::new(unreachable, "P")
+        .send(&queue, &Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            failure,
+            SendError::NotSent {
+                broker_at_fault: false,
+                ..
+            }
+        ),
+        "{failure:?}"
+    );
+    assert!(!failure.broker_failed() && !failure.maybe_stored());
 }
