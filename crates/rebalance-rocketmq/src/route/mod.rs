@@ -33,10 +33,13 @@ struct Mentions {
     counts: HashMap<String, usize>,
 }
 
+/// A hook told the names of the brokers whose master moved.
+type MasterMoved = Box<dyn Fn(&[String]) + Send + Sync>;
+
 /// Called with the names of the brokers whose master moved, while `live` says so.
 struct MasterMovedHook {
     live: Box<dyn Fn() -> bool + Send + Sync>,
-    call: Box<dyn Fn(&[String]) + Send + Sync>,
+    call: MasterMoved,
 }
 
 impl std::fmt::Debug for MasterMovedHook {
