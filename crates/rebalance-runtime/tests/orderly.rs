@@ -239,6 +239,31 @@ async fn an_ordered_queue_is_unlocked_only_between_batches() {
     );
 }
 
+/// A broker restarted while a queue's release waits for its batch forgot the lock the release
+/// is under: the next owner is granted it and makes progress, which the release's final
+/// offset, written once the batch ends, must not move back (found by review: the loss was
+/// applied to held queues only, and the release wrote its older offset over the new owner's).
+#[tokio::test(start_paused = true)]
+async fn a_lock_lost_during_a_release_writes_no_final_offset_over_the_next_owner() {
+    let HandOffUnderWay {
+        cluster, b, guard, ..
+    } = hand_off_under_way().await;
+    cluster.restart_broker("broker-0");
+    settle(2 * MIN).await;
+    assert_eq!(cluster.lock_owner(GROUP, &queue(1)), Some(b.id.clone()));
+    let b_lease = b.recorder.leases.lock().unwrap()[&queue(1)].clone();
+    b_lease.commit(50);
+    settle(6 * MIN).await;
+    assert_eq!(cluster.offset(GROUP, &queue(1)), Some(50));
+    drop(guard);
+    settle(3 * MIN).await;
+    assert_eq!(
+        cluster.offset(GROUP, &queue(1)),
+        Some(50),
+        "the release's final offset (33) landed over the next owner's progress"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_hand_off_under_way_finishes_while_the_directory_fails() {
     let HandOffUnderWay {
