@@ -74,6 +74,10 @@ impl QueueLocker for TroubledBroker {
     ) -> Result<(), RemoteError> {
         self.inner.unlock(group, client, queues).await
     }
+
+    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<rebalance_runtime::LockLosses>> {
+        self.inner.lock_losses()
+    }
 }
 
 /// Ordered consumption, without the group's retry topic (these tests count the topics).
@@ -192,6 +196,10 @@ impl QueueLocker for SlowFirstThenSilent {
     ) -> Result<(), RemoteError> {
         self.inner.unlock(group, client, queues).await
     }
+
+    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<rebalance_runtime::LockLosses>> {
+        self.inner.lock_losses()
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -254,6 +262,10 @@ impl QueueLocker for LosesAnswersOf {
     ) -> Result<(), RemoteError> {
         self.inner.unlock(group, client, queues).await
     }
+
+    fn lock_losses(&self) -> Option<tokio::sync::watch::Receiver<rebalance_runtime::LockLosses>> {
+        self.inner.lock_losses()
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -277,6 +289,100 @@ async fn a_lock_granted_but_unanswered_is_unlocked_when_its_topic_is_unsubscribe
             None,
             "a lock this client may hold on a topic it left is released, not left to expire"
         );
+    }
+    member.handle.shutdown().await;
+}
+
+/// A member of 12 topics whose rounds each wait 3 s for broker-1 topic after topic (36 s a
+/// round, run back to back for the unanswered locks' retries), with `intervals`.
+async fn member_with_long_rounds(
+    cluster: &InMemoryCluster,
+    intervals: rebalance_runtime::config::Intervals,
+) -> (
+    Member,
+    Vec<MessageQueue>,
+    Vec<rebalance_runtime::QueueLease>,
+) {
+    let topics: Vec<String> = (0..12).map(|i| format!("T{i:02}")).collect();
+    for topic in &topics {
+        cluster.create_topic(topic, 2, 1);
+    }
+    let locker = TroubledBroker::new(cluster, "broker-1", Trouble::TimesOut);
+    let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let member = start_with(cluster, 0, &names, |b| {
+        orderly(b).locker(locker).intervals(intervals)
+    })
+    .await;
+    settle(Duration::from_secs(40)).await;
+    let healthy: Vec<MessageQueue> = topics.iter().map(|t| q(t, 0, 0)).collect();
+    let leases = {
+        let leases = member.recorder.leases.lock().unwrap();
+        healthy.iter().map(|q| leases[q].clone()).collect()
+    };
+    (member, healthy, leases)
+}
+
+async fn consumable(lease: &rebalance_runtime::QueueLease) -> bool {
+    tokio::time::timeout(Duration::from_millis(1), lease.consume_guard())
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+}
+
+/// Long rounds do not let the locks of broker-0's queues lapse: they are renewed between the
+/// round's topics when due, not after it (found by review: their 30 s of trust ran out, and
+/// every ordered queue stopped, on the healthy broker too).
+#[tokio::test(start_paused = true)]
+async fn long_rounds_do_not_starve_the_lock_renewal() {
+    let cluster = InMemoryCluster::new();
+    let (member, healthy, leases) = member_with_long_rounds(&cluster, Default::default()).await;
+    for second in 0..120 {
+        for (queue, lease) in healthy.iter().zip(&leases) {
+            assert!(
+                consumable(lease).await,
+                "{queue:?} not consumable at {second} s"
+            );
+        }
+        settle(Duration::from_secs(1)).await;
+    }
+    member.handle.shutdown().await;
+}
+
+/// A broker restarted in the middle of a long round, which grants another client one of the
+/// member's queues: the member stops trusting it within one of the round's steps, not at the
+/// round's end (found by review). Renewals are rare here (every 50 s), so that none cuts it.
+#[tokio::test(start_paused = true)]
+async fn a_lock_loss_during_a_long_round_is_acted_upon_before_the_round_ends() {
+    let cluster = InMemoryCluster::new();
+    let intervals = rebalance_runtime::config::Intervals {
+        lock_renew: Duration::from_secs(50),
+        lock_lifetime: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let (member, healthy, leases) = member_with_long_rounds(&cluster, intervals).await;
+    // 5 s into a round (they run back to back, each over 20 s).
+    let mut rounds = member.handle.rounds();
+    rounds.borrow_and_update();
+    rounds.changed().await.unwrap();
+    settle(Duration::from_secs(5)).await;
+    cluster.restart_broker("broker-0");
+    let restarted = tokio::time::Instant::now();
+    let (taken, lease) = (&healthy[6], &leases[6]);
+    let intruder = cluster.client(client_id(1));
+    let granted = intruder
+        .lock(GROUP, intruder.client_id(), std::slice::from_ref(taken))
+        .await
+        .unwrap()
+        .granted;
+    assert_eq!(granted, [taken.clone()]);
+    while consumable(lease).await {
+        assert!(
+            restarted.elapsed() <= Duration::from_millis(3500),
+            "{taken:?} still trusted {:?} after its broker restarted",
+            restarted.elapsed()
+        );
+        settle(Duration::from_millis(100)).await;
     }
     member.handle.shutdown().await;
 }

@@ -15,6 +15,35 @@ use crate::wake::WakeReasons;
 impl Service {
     /// Renews the locks of held locked queues; a queue whose lock is gone, or not renewed for
     /// `lock_lifetime`, is released as lost (and taken again when its lock comes back).
+    /// Between a round's steps: the lock renewal if it is due, and the brokers reported to
+    /// have lost their locks, so that a long round (a hung broker's timeouts, topic after
+    /// topic) neither lets every lock's trust lapse nor keeps trusting locks a restarted
+    /// broker forgot until it ends (found by review). What they find lost is released once
+    /// the round ends.
+    pub(super) async fn lock_chores(&mut self) {
+        if self
+            .loss_watch
+            .as_ref()
+            .is_some_and(|rx| rx.has_changed().unwrap_or(false))
+        {
+            self.take_lock_losses().await;
+        }
+        if self.schedule.take_renewal(Instant::now()) {
+            self.renew_locks().await;
+        }
+    }
+
+    /// Acts on the locker's loss notifications not acted upon yet.
+    pub(super) async fn take_lock_losses(&mut self) {
+        let Some(rx) = self.loss_watch.as_mut() else {
+            return;
+        };
+        let now = rx.borrow_and_update().clone();
+        let brokers = now.since(&self.losses_seen);
+        self.losses_seen = now;
+        self.lock_losses(brokers).await;
+    }
+
     pub(super) async fn renew_locks(&mut self) {
         let mut held: Vec<MessageQueue> = self
             .table
@@ -213,6 +242,16 @@ impl Service {
         if lost.is_empty() {
             return;
         }
+        if let Some(later) = self.lost_mid_round.as_mut() {
+            tracing::warn!(count = lost.len(), queues = ?lost, "lost the lock of ordered queues (no longer trusted); releasing them once the round ends");
+            later.extend(lost);
+            return;
+        }
+        self.release_lost(lost).await;
+    }
+
+    /// Releases `lost`, queues whose lock was lost, and wakes a round to report them.
+    pub(super) async fn release_lost(&mut self, lost: Vec<MessageQueue>) {
         tracing::warn!(count = lost.len(), queues = ?lost, "lost the lock of ordered queues; releasing them");
         let mut by_topic: BTreeMap<String, Vec<MessageQueue>> = BTreeMap::new();
         for q in lost {

@@ -119,6 +119,13 @@ pub(crate) struct Service {
     /// [`lock_losses`](Self::lock_losses)) and no renewal answered since: until when the last
     /// lock granted before the loss was trusted, and the instant its trust was cut.
     at_risk: BTreeMap<rebalance_core::MessageQueue, (Instant, Instant)>,
+    /// The locker's loss notifications, and the counts last acted upon (see
+    /// [`lock_losses`](Self::lock_losses)): read by the loop, and between a round's topics.
+    loss_watch: Option<watch::Receiver<crate::LockLosses>>,
+    losses_seen: crate::LockLosses,
+    /// During a round: the queues whose lock a renewal found lost, released once the round
+    /// ends (not under the diffs it is applying). `None` outside rounds: released at once.
+    lost_mid_round: Option<Vec<rebalance_core::MessageQueue>>,
 }
 
 impl Service {
@@ -163,6 +170,9 @@ impl Service {
             regained_at: None,
             departures: departed::Departures::default(),
             at_risk: BTreeMap::new(),
+            loss_watch: None,
+            losses_seen: crate::LockLosses::default(),
+            lost_mid_round: None,
         }
     }
 
@@ -190,8 +200,9 @@ impl Service {
         }
         // A broker whose connection was lost may have lost the locks it granted (see
         // `QueueLocker::lock_losses`); those reported before the start concern nothing held.
-        let mut lock_losses = self.ctx.locks().and_then(|locker| locker.lock_losses());
-        let mut losses_seen = lock_losses
+        self.loss_watch = self.ctx.locks().and_then(|locker| locker.lock_losses());
+        self.losses_seen = self
+            .loss_watch
             .as_mut()
             .map(|rx| rx.borrow_and_update().clone())
             .unwrap_or_default();
@@ -205,15 +216,12 @@ impl Service {
             tokio::select! {
                 biased;
                 _ = token.cancelled() => break,
-                changed = changed(&mut lock_losses) => {
-                    if let (true, Some(rx)) = (changed, lock_losses.as_mut()) {
-                        let now = rx.borrow_and_update().clone();
-                        let brokers = now.since(&losses_seen);
-                        losses_seen = now;
-                        self.lock_losses(brokers).await;
+                changed = changed(&mut self.loss_watch) => {
+                    if changed {
+                        self.take_lock_losses().await;
                     } else {
                         tracing::warn!("the locker's loss notifications ended; locks are trusted for lock_lifetime from their last grant");
-                        lock_losses = None;
+                        self.loss_watch = None;
                     }
                 }
                 changed = requested.changed() => match changed {
@@ -341,7 +349,18 @@ impl Service {
             round = self.round,
             reasons = %reasons,
         );
+        self.lost_mid_round = Some(Vec::new());
         let report = self.round_inner(reasons, give_back).instrument(span).await;
+        // What the locks' chores between the round's topics found lost, released now.
+        let lost = self.lost_mid_round.take().unwrap_or_default();
+        let table = &self.table;
+        let lost: Vec<_> = lost
+            .into_iter()
+            .filter(|q| table.get(q).is_some_and(|pq| pq.is_held()))
+            .collect();
+        if !lost.is_empty() {
+            self.release_lost(lost).await;
+        }
         // The brokers' answers may have changed the POP retry topics to subscribe.
         self.publish_subscriptions();
         let retry_locks = self.locks.take_retry();
@@ -388,6 +407,7 @@ impl Service {
         } else {
             self.targets(&subscribed, &routes).await
         };
+        self.lock_chores().await;
         // Before any lock request: the locks of members gone for lock_lifetime are dropped.
         self.take_over_departed(&routes).await;
         for (topic, target) in &mut targets {
@@ -397,6 +417,7 @@ impl Service {
             }
         }
         for topic_diff in diff(&self.table, targets) {
+            self.lock_chores().await;
             let report = self.apply(topic_diff).await;
             let reached = report.unbalanced.is_none();
             let stamp = self.table.stamp(&report.topic);

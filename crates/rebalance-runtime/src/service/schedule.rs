@@ -295,6 +295,17 @@ impl Schedule {
         None
     }
 
+    /// Takes the lock renewal if it is due at `now` (a round asks between its steps).
+    pub(super) fn take_renewal(&mut self, now: Instant) -> bool {
+        match self.renew.as_mut().filter(|t| t.next <= now) {
+            Some(renew) => {
+                renew.taken(now);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A round starts at `now`, woken for `woken` (the wake-ups taken): returns why it runs,
     /// which adds the lock retry when it is due, and the timer when nothing woke it.
     pub(super) fn start_round(&mut self, now: Instant, woken: WakeReasons) -> WakeReasons {
