@@ -375,7 +375,7 @@ async fn a_lock_loss_during_a_long_round_is_acted_upon_before_the_round_ends() {
         .await
         .unwrap()
         .granted;
-    assert_eq!(granted, [taken.clone()]);
+    assert_eq!(granted, std::slice::from_ref(taken));
     while consumable(lease).await {
         assert!(
             restarted.elapsed() <= Duration::from_millis(3500),
