@@ -23,9 +23,9 @@ const PERSISTED_WITHIN: Duration = Duration::from_secs(15);
 
 /// The offsets in the consumer's file, by the log's queue names (empty before the first write).
 fn file_offsets(dir: &Path, group: &str) -> BTreeMap<Queue, i64> {
-    FileOffsetStore::in_dir(dir, group)
+    // Read without taking the file: the consumer may have it open.
+    FileOffsetStore::peek(dir.join(group).join("offsets.json"))
         .unwrap_or_else(|e| panic!("the consumer's offset file: {e}"))
-        .offsets()
         .iter()
         .map(|(q, o)| (Queue::of(q), *o))
         .collect()

@@ -149,6 +149,8 @@ async fn a_clean_restart_with_the_same_directory_reads_only_what_was_sent_since(
     let before = send(&cluster, "a", 40);
     wait_for(&journal, &before).await;
     first.shutdown().await;
+    // The process ends: its store lets the file go.
+    drop(first);
 
     let since = send(&cluster, "b", 20);
     let second = start(&client, dir.path(), 2, &journal).await;
@@ -156,6 +158,7 @@ async fn a_clean_restart_with_the_same_directory_reads_only_what_was_sent_since(
     // Long enough for anything older to come again, if it were going to.
     sleep(Duration::from_secs(10)).await;
     second.shutdown().await;
+    drop(second);
 
     let read_again: Vec<String> = journal.of_run(2).into_iter().map(|c| c.body).collect();
     assert_eq!(
@@ -196,9 +199,12 @@ async fn after_a_crash_a_restart_resumes_at_the_persisted_offsets() {
     wait_for(&journal, &sent).await;
     first.abort();
     sleep(Duration::from_secs(1)).await;
-    let persisted = FileOffsetStore::in_dir(dir.path(), GROUP)
-        .unwrap()
-        .offsets();
+    // The process died: its store let the file go.
+    drop(first);
+    let persisted = {
+        let store = FileOffsetStore::in_dir(dir.path(), GROUP).unwrap();
+        store.offsets()
+    };
     assert_eq!(persisted.len(), QUEUES as usize, "{persisted:?}");
     let consumed_first: Vec<Consumed> = journal.of_run(1);
     let ends: BTreeMap<MessageQueue, i64> =

@@ -84,4 +84,18 @@ pub enum OffsetFileError {
          give the directory (FileOffsetStore::java_layout or in_dir)"
     )]
     NoHome,
+    /// Another store holds the file: another consumer, in this process or another, opened it
+    /// and has not let it go. Two writers would overwrite each other's progress (each write
+    /// replaces the whole table).
+    #[error(
+        "the offset file {} is in use by another consumer (in this process or another, which holds {}): two writers would overwrite each other's progress; give each consumer its own file, or stop the other one first",
+        path.display(),
+        lock.display()
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+        /// The lock file beside it.
+        lock: PathBuf,
+    },
 }

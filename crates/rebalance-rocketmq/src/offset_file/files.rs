@@ -29,6 +29,8 @@ pub(super) struct OffsetFiles {
     pub(super) tmp: PathBuf,
     /// Their directory.
     pub(super) dir: PathBuf,
+    /// Locked by the store that has the file open (`offsets.json.lock`); never read.
+    pub(super) lock: PathBuf,
 }
 
 /// Whether `path` names no file: its last part, as written, is empty (it ends with a
@@ -58,8 +60,36 @@ impl OffsetFiles {
         Self {
             bak: with_suffix(".bak"),
             tmp: with_suffix(&format!(".tmp-{}", unique())),
+            lock: with_suffix(".lock"),
             dir,
             main,
+        }
+    }
+
+    /// Takes the file for this store: an exclusive advisory lock on `offsets.json.lock`, held
+    /// while the returned file is open. [`OffsetFileError::InUse`] when another store holds it
+    /// (in this process or another: the lock is per open file). Where the file system cannot
+    /// lock, the store goes on without, saying so.
+    pub(super) fn take(&self) -> Result<Option<std::fs::File>, OffsetFileError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&self.lock)
+            .map_err(|source| OffsetFileError::NotWritable {
+                dir: self.dir.clone(),
+                source,
+            })?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(OffsetFileError::InUse {
+                path: self.main.clone(),
+                lock: self.lock.clone(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!(lock = %self.lock.display(), error = %e, "cannot lock the offset file (the file system does not lock?): nothing keeps another consumer from writing it too");
+                Ok(None)
+            }
         }
     }
 }

@@ -58,11 +58,13 @@
 //! thread. Offsets of queues this client no longer holds stay in the file (as since Java
 //! 5.2.0): a queue that comes back resumes from them.
 //!
-//! **One writer per file.** The file is not locked: two consumers (or processes) given the
-//! same file overwrite each other's progress, as two Java clients with one client id would
-//! (each write replaces the whole table), though the file stays readable, since each store
-//! writes its own temporary file and only renames whole files. Give each consumer its own
-//! file; a store refuses calls for a group other than the first one it served.
+//! **One writer per file.** A store holds an advisory lock on `offsets.json.lock`, beside the
+//! file, from its open until it (every clone of it) is dropped: a second store of the same file,
+//! in this process or another, fails to open with [`OffsetFileError::InUse`], instead of the
+//! two overwriting each other's progress (each write replaces the whole table), as two Java
+//! clients with one client id do (Java does not lock the file, and a Java consumer writing the
+//! same file is not kept off). Where the file system cannot lock, the store goes on without,
+//! with a warning. A store refuses calls for a group other than the first one it served.
 
 mod atomic;
 mod error;
@@ -140,8 +142,11 @@ const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 ///     .await?;
 /// consumer.consumer().wait_for_assignment(|a| a.len() == 4, std::time::Duration::from_secs(60)).await?;
 /// consumer.shutdown().await;
-/// // The shutdown persisted every queue's offset: a restart resumes from them.
-/// let reopened = FileOffsetStore::open(offsets.path())?;
+/// // The shutdown persisted every queue's offset: a restart resumes from them (the file is
+/// // one store's at a time: this one's until it and the consumer holding it are gone).
+/// let path = offsets.path().to_path_buf();
+/// drop((consumer, offsets));
+/// let reopened = FileOffsetStore::open(path)?;
 /// assert_eq!(reopened.offsets().len(), 4);
 /// # Ok(()) }
 /// ```
@@ -167,6 +172,8 @@ struct Inner {
     group: OnceLock<String>,
     /// How long a persist waits for its write.
     write_timeout: std::time::Duration,
+    /// The lock on the file, held while the store (any clone of it) lives.
+    _held: Option<std::fs::File>,
 }
 
 #[derive(Debug)]
@@ -193,6 +200,8 @@ impl FileOffsetStore {
                 source,
             }
         })?;
+        // Before reading: a table read while another store writes it would be stale at once.
+        let held = files.take()?;
         let (offsets, source) = files::load(&files)?;
         probe_writable(&files.dir)?;
         files::remove_stale_temporaries(&files);
@@ -222,8 +231,20 @@ impl FileOffsetStore {
                 writing: Arc::new(tokio::sync::Mutex::new(())),
                 group: OnceLock::new(),
                 write_timeout: WRITE_TIMEOUT,
+                _held: held,
             }),
         })
+    }
+
+    /// Reads the table in the file `path` as an open reads it (the backup only when the file is
+    /// missing), without taking the file: to look at the progress of a consumer that has it
+    /// open (a tool, a test). A table being replaced is read whole, the old one or the new.
+    pub fn peek(path: impl Into<PathBuf>) -> Result<OffsetTable, OffsetFileError> {
+        let path = path.into();
+        if files::names_no_file(&path) {
+            return Err(OffsetFileError::NotAFile { path });
+        }
+        files::load(&OffsetFiles::new(path)).map(|(offsets, _)| offsets)
     }
 
     /// Opens `{dir}/{group}/offsets.json`: a path that does not depend on the client id, so

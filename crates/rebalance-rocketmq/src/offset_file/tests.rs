@@ -24,6 +24,11 @@ fn java_table() -> OffsetTable {
     table(&[(q("T", "broker-a", 0), 42), (q("T", "broker-a", 1), 17)])
 }
 
+/// The table on disk at `main` (read as an open reads it, without taking the file).
+fn on_disk(main: impl Into<std::path::PathBuf>) -> OffsetTable {
+    load(&OffsetFiles::new(main.into())).unwrap().0
+}
+
 fn files_in(dir: &Path) -> OffsetFiles {
     OffsetFiles::new(dir.join("G").join(OFFSET_FILE_NAME))
 }
@@ -184,8 +189,12 @@ fn no_file_is_no_offsets_and_nothing_is_written_until_a_persist() {
     assert_eq!(store.path(), dir.path().join("G").join("offsets.json"));
     assert!(store.offsets().is_empty());
     assert!(!store.path().exists());
-    // The probe left nothing behind.
-    assert_eq!(std::fs::read_dir(dir.path().join("G")).unwrap().count(), 0);
+    // The probe left nothing behind: only the lock the store holds.
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("G"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["offsets.json.lock"]);
 }
 
 #[test]
@@ -318,6 +327,7 @@ fn a_java_clients_file_is_found_in_its_layout_and_read_as_is() {
     let store = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "G").unwrap();
     assert_eq!(store.path(), java_file);
     assert_eq!(store.offsets(), java_table());
+    drop(store);
     let same = FileOffsetStore::in_dir(root.path().join("10.0.0.1@DEFAULT"), "G").unwrap();
     assert_eq!(same.path(), java_file);
 }
@@ -359,6 +369,7 @@ async fn a_namespaced_java_file_is_read_and_kept_in_its_namespace() {
         (q("NS%T", "broker-a", 1), 20),
     ]);
     assert_eq!(store.offsets(), in_file, "the file's keys, namespaced");
+    drop(store);
     let reopened = FileOffsetStore::java_layout(root.path(), "10.0.0.1@DEFAULT", "NS%G").unwrap();
     assert_eq!(reopened.offsets(), in_file, "as written");
     // Without the namespace, nothing of it is found.
@@ -390,14 +401,11 @@ async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_back
     assert!(!store.inner.files.tmp.exists());
     assert_eq!(
         std::fs::read_dir(&files.dir).unwrap().count(),
-        2,
-        "the file and its backup"
+        3,
+        "the file, its backup and the lock"
     );
     assert_eq!(store.read("G", &q("T", "broker-a", 1)).await, Ok(Some(17)));
-    assert_eq!(
-        FileOffsetStore::open(&files.main).unwrap().offsets(),
-        expected
-    );
+    assert_eq!(on_disk(&files.main), expected);
 }
 
 #[tokio::test]
@@ -414,10 +422,7 @@ async fn an_unchanged_offset_is_not_written_again() {
     store.persist("G", &queue, 5).await.unwrap();
     assert!(!store.path().exists(), "nothing changed, nothing written");
     store.persist("G", &queue, 6).await.unwrap();
-    assert_eq!(
-        FileOffsetStore::open(store.path()).unwrap().offsets(),
-        table(&[(queue, 6)])
-    );
+    assert_eq!(on_disk(store.path()), table(&[(queue, 6)]));
 }
 
 #[tokio::test]
@@ -440,10 +445,7 @@ async fn a_failed_write_is_an_error_naming_the_file_and_is_written_at_the_next_p
         store.persist_many("G", &[(queue.clone(), 7)]).await,
         vec![Ok(())]
     );
-    assert_eq!(
-        FileOffsetStore::open(&files.main).unwrap().offsets(),
-        table(&[(queue, 7)])
-    );
+    assert_eq!(on_disk(&files.main), table(&[(queue, 7)]));
 }
 
 #[tokio::test]
@@ -756,7 +758,12 @@ fn an_open_removes_the_temporary_files_that_crashes_left() {
     names.sort();
     assert_eq!(
         names,
-        ["notes.tmp-1", "offsets.json", "offsets.json.tmp-4343-0"]
+        [
+            "notes.tmp-1",
+            "offsets.json",
+            "offsets.json.lock",
+            "offsets.json.tmp-4343-0"
+        ]
     );
 }
 
@@ -786,10 +793,11 @@ fn a_link_at_the_temporary_files_name_is_not_followed() {
     );
 }
 
-/// Stores of one directory opened at the same time in one process (two consumers started
-/// together with one client id) do not take each other's writability probe for a failure.
+/// Stores of one file opened at the same time in one process (two consumers started together
+/// with one client id) do not take each other's writability probe for a failure: each open
+/// either takes the file or finds it in use, nothing else.
 #[test]
-fn stores_opened_together_all_open() {
+fn stores_opened_together_take_the_file_or_find_it_in_use() {
     let dir = tempfile::tempdir().unwrap();
     let main = dir.path().join("G").join(OFFSET_FILE_NAME);
     let threads: Vec<_> = (0..8)
@@ -798,7 +806,7 @@ fn stores_opened_together_all_open() {
             std::thread::spawn(move || {
                 (0..50)
                     .map(|_| FileOffsetStore::open(&main).map(|_| ()))
-                    .find(Result::is_err)
+                    .find(|r| !matches!(r, Ok(()) | Err(OffsetFileError::InUse { .. })))
             })
         })
         .collect();
@@ -807,6 +815,38 @@ fn stores_opened_together_all_open() {
             panic!("{e}");
         }
     }
+}
+
+/// One store at a time per file: a second one, in this process (or another), is refused
+/// while the first (any clone of it) lives, instead of the two overwriting each other's
+/// progress (found by review); once it is dropped, the file opens again.
+#[tokio::test]
+async fn a_file_in_use_by_another_store_is_refused_until_it_is_let_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = FileOffsetStore::in_dir(dir.path(), "G").unwrap();
+    let clone = first.clone();
+    let queue = q("T", "broker-a", 0);
+    first.persist("G", &queue, 500).await.unwrap();
+    let err = FileOffsetStore::in_dir(dir.path(), "G").unwrap_err();
+    assert!(matches!(err, OffsetFileError::InUse { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another consumer"),
+        "{err}"
+    );
+    drop(first);
+    assert!(matches!(
+        FileOffsetStore::open(clone.path()),
+        Err(OffsetFileError::InUse { .. })
+    ));
+    let path = clone.path().to_path_buf();
+    // Looking without taking it is always possible.
+    assert_eq!(
+        FileOffsetStore::peek(&path).unwrap(),
+        table(&[(queue.clone(), 500)])
+    );
+    drop(clone);
+    let second = FileOffsetStore::open(&path).unwrap();
+    assert_eq!(second.offsets(), table(&[(queue, 500)]));
 }
 
 /// Records the directories synced; does nothing else.
@@ -900,10 +940,7 @@ async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
     release.now();
     // Once the disk answers again, the next persist writes the file.
     store.persist("G", &queue, 7).await.unwrap();
-    assert_eq!(
-        FileOffsetStore::open(store.path()).unwrap().offsets(),
-        table(&[(queue, 7)])
-    );
+    assert_eq!(on_disk(store.path()), table(&[(queue, 7)]));
 }
 
 /// The temporary file's name carries a random part drawn once per process beside the process
