@@ -827,7 +827,7 @@ impl Handler {
             return false;
         }
         let n = self.first_deliveries.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % every == 0 {
+        if n.is_multiple_of(every) {
             failed.insert(message.msg_id().to_string());
             return true;
         }
@@ -837,10 +837,10 @@ impl Handler {
     /// Consumes `messages` up to the first that fails; returns how many were consumed. Hangs
     /// for good once `--stall-after` messages were consumed.
     async fn consume_until_failure(&self, messages: &[Message]) -> usize {
-        if let Some(limit) = self.stall_after {
-            if self.consumed.load(Ordering::Relaxed) >= limit {
-                std::future::pending::<()>().await;
-            }
+        if let Some(limit) = self.stall_after
+            && self.consumed.load(Ordering::Relaxed) >= limit
+        {
+            std::future::pending::<()>().await;
         }
         for (i, message) in messages.iter().enumerate() {
             if self.fails(message) {

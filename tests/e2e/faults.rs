@@ -344,13 +344,13 @@ pub fn ordered_overlaps(log: &Log, topic: &str) -> Vec<String> {
         if m.topic != topic || !queues.contains(&m.queue) {
             continue;
         }
-        if let Some((client, offset)) = last.get(&m.queue) {
-            if m.offset > offset + 1 {
-                overlaps.push(format!(
-                    "{}: {} consumed offset {} right after {client} consumed {offset}",
-                    m.queue, line.client, m.offset
-                ));
-            }
+        if let Some((client, offset)) = last.get(&m.queue)
+            && m.offset > offset + 1
+        {
+            overlaps.push(format!(
+                "{}: {} consumed offset {} right after {client} consumed {offset}",
+                m.queue, line.client, m.offset
+            ));
         }
         last.insert(m.queue.clone(), (line.client.clone(), m.offset));
     }

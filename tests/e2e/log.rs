@@ -270,10 +270,11 @@ impl Log {
             if line.at < since {
                 continue;
             }
-            if let Event::Added(t, queues) = &line.event {
-                if t == topic && queues.contains(queue) {
-                    first.entry(line.client.clone()).or_insert(line.at);
-                }
+            if let Event::Added(t, queues) = &line.event
+                && t == topic
+                && queues.contains(queue)
+            {
+                first.entry(line.client.clone()).or_insert(line.at);
             }
         }
         first.into_iter().collect()

@@ -460,10 +460,10 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             Err(e) => member_errors.push((addr.clone(), e)),
         }
     }
-    if connections.is_empty() {
-        if let Some((_, e)) = member_errors.pop() {
-            return Err(DescribeError::Members(e));
-        }
+    if connections.is_empty()
+        && let Some((_, e)) = member_errors.pop()
+    {
+        return Err(DescribeError::Members(e));
     }
     // Another broker answered: a member connected only to these is missing (its queues show
     // unowned and not as predicted), so say which did not (found by review: dropped).

@@ -167,12 +167,12 @@ pub fn check(args: &SendArgs) -> Result<(), SendError> {
             args.count
         )));
     }
-    if let Some(rate) = args.rate {
-        if !(MIN_RATE..=MAX_RATE).contains(&rate) {
-            return Err(SendError::Arguments(format!(
-                "--rate {rate} is not a rate between {MIN_RATE} (one message a day) and {MAX_RATE} messages per second"
-            )));
-        }
+    if let Some(rate) = args.rate
+        && !(MIN_RATE..=MAX_RATE).contains(&rate)
+    {
+        return Err(SendError::Arguments(format!(
+            "--rate {rate} is not a rate between {MIN_RATE} (one message a day) and {MAX_RATE} messages per second"
+        )));
     }
     if args.retries > 100 {
         return Err(SendError::Arguments(format!(

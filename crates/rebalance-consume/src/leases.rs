@@ -330,10 +330,10 @@ impl QueueListener for Leases {
             );
         }
         for running in stopping {
-            if let Err(e) = running.task.await {
-                if e.is_panic() {
-                    tracing::error!(queue = ?running.lease.queue(), "a pull loop panicked");
-                }
+            if let Err(e) = running.task.await
+                && e.is_panic()
+            {
+                tracing::error!(queue = ?running.lease.queue(), "a pull loop panicked");
             }
         }
         Ok(())

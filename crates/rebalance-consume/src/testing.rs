@@ -298,10 +298,10 @@ impl OrderlyRecorder {
 impl OrderlyListener for OrderlyRecorder {
     async fn consume(&self, messages: &[Message], _context: &mut OrderlyContext) -> OrderlyResult {
         let lease = self.lease.lock().unwrap().clone();
-        if let Some(lease) = lease {
-            if !lease.guard_held() {
-                *self.unguarded.lock().unwrap() += 1;
-            }
+        if let Some(lease) = lease
+            && !lease.guard_held()
+        {
+            *self.unguarded.lock().unwrap() += 1;
         }
         if !self.delay.is_zero() {
             tokio::time::sleep(self.delay).await;

@@ -643,10 +643,10 @@ impl RemotingClient {
     }
 
     fn replace(&self, addr: &str, old: &Arc<Attempt>, new: Arc<Attempt>) {
-        if let Some(mut slot) = self.inner.slots.get_mut(addr) {
-            if Arc::ptr_eq(slot.value(), old) {
-                *slot = new;
-            }
+        if let Some(mut slot) = self.inner.slots.get_mut(addr)
+            && Arc::ptr_eq(slot.value(), old)
+        {
+            *slot = new;
         }
     }
 
@@ -745,10 +745,10 @@ impl RemotingClient {
 
     /// Closes the connection to `addr`, if any (the next use reconnects at once).
     pub fn close(&self, addr: &str) {
-        if let Some((_, attempt)) = self.inner.slots.remove(addr) {
-            if let Some(Ok(opened)) = attempt.outcome.get() {
-                opened.conn.close();
-            }
+        if let Some((_, attempt)) = self.inner.slots.remove(addr)
+            && let Some(Ok(opened)) = attempt.outcome.get()
+        {
+            opened.conn.close();
         }
     }
 

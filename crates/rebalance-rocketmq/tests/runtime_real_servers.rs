@@ -113,7 +113,9 @@ fn partition(members: &[&Member], all: &BTreeSet<MessageQueue>) -> bool {
     let fair = all.len() / members.len();
     for m in members {
         let held = held_of(m, all);
-        if held.len() < fair || held.len() > fair + usize::from(all.len() % members.len() > 0) {
+        if held.len() < fair
+            || held.len() > fair + usize::from(!all.len().is_multiple_of(members.len()))
+        {
             return false;
         }
         for q in held {

@@ -456,10 +456,11 @@ impl RouteSync {
             *current = Arc::new(table);
             true
         });
-        if changed && queues_changed {
-            if let Some(trigger) = &self.trigger {
-                trigger.wake(WakeReasons::ROUTE_CHANGED);
-            }
+        if changed
+            && queues_changed
+            && let Some(trigger) = &self.trigger
+        {
+            trigger.wake(WakeReasons::ROUTE_CHANGED);
         }
     }
 }

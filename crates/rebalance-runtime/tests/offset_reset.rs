@@ -35,10 +35,10 @@ impl QueueListener for InFlightCommits {
     ) -> Result<(), ListenerError> {
         let leases = self.inner.leases.lock().unwrap().clone();
         for removed in queues {
-            if removed.reason == RemovalReason::OffsetReset {
-                if let Some(lease) = leases.get(&removed.queue) {
-                    lease.commit(self.late);
-                }
+            if removed.reason == RemovalReason::OffsetReset
+                && let Some(lease) = leases.get(&removed.queue)
+            {
+                lease.commit(self.late);
             }
         }
         self.inner.queues_removed(topic, queues).await

@@ -449,7 +449,7 @@ const REGIMES: [(&str, f64); 4] = [
 fn draw(args: &CompareArgs, k: usize, rng: &mut SplitMix64) -> (usize, usize, Event) {
     let q = 8 + rng.below((args.queues - 7) as u64) as usize;
     let n = 2 + rng.below((args.consumers - 1) as u64) as usize;
-    let event = if k % 2 == 0 {
+    let event = if k.is_multiple_of(2) {
         Event::Join
     } else {
         Event::Leave(None)

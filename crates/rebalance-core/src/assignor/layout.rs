@@ -84,11 +84,11 @@ impl<'a> Layout<'a> {
         let mut class_of = Vec::with_capacity(members.len());
         let mut previous: Option<(&Arc<[Topic]>, u32)> = None;
         for m in members {
-            if let Some((topics, class)) = previous {
-                if Arc::ptr_eq(topics, &m.topics) || **topics == *m.topics {
-                    class_of.push(class);
-                    continue;
-                }
+            if let Some((topics, class)) = previous
+                && (Arc::ptr_eq(topics, &m.topics) || **topics == *m.topics)
+            {
+                class_of.push(class);
+                continue;
             }
             let mut list: Vec<u32> = m
                 .topics

@@ -129,13 +129,14 @@ impl AssignorRegistry {
         unknown: UnknownParams,
     ) -> Result<AssignorRef, AssignorConfigError> {
         let assignor = self.build(name, params)?;
-        if unknown == UnknownParams::Refuse && self.built_in.contains(name) {
-            if let Some(key) = params.keys().next() {
-                return Err(AssignorConfigError::UnknownParam {
-                    assignor: name.to_string(),
-                    key: key.clone(),
-                });
-            }
+        if unknown == UnknownParams::Refuse
+            && self.built_in.contains(name)
+            && let Some(key) = params.keys().next()
+        {
+            return Err(AssignorConfigError::UnknownParam {
+                assignor: name.to_string(),
+                key: key.clone(),
+            });
         }
         Ok(assignor)
     }

@@ -52,12 +52,11 @@ impl<K: ?Sized, V> Memo<K, V> {
     /// Moves the entry whose key is `key` (by address) to the front.
     fn touch(&self, key: &Arc<K>) {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(i) = entries.iter().position(|(k, _)| Arc::ptr_eq(k, key)) {
-            if i > 0 {
-                if let Some(entry) = entries.remove(i) {
-                    entries.push_front(entry);
-                }
-            }
+        if let Some(i) = entries.iter().position(|(k, _)| Arc::ptr_eq(k, key))
+            && i > 0
+            && let Some(entry) = entries.remove(i)
+        {
+            entries.push_front(entry);
         }
     }
 

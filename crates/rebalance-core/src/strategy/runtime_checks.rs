@@ -47,10 +47,10 @@ impl StrategyRegistry {
         unknown: UnknownParams,
     ) -> Result<StrategyRef, StrategyConfigError> {
         let strategy = self.build(name, params)?;
-        if unknown == UnknownParams::Refuse {
-            if let Some(e) = self.unknown_params(name, params).into_iter().next() {
-                return Err(e);
-            }
+        if unknown == UnknownParams::Refuse
+            && let Some(e) = self.unknown_params(name, params).into_iter().next()
+        {
+            return Err(e);
         }
         if let Some(e) = StrategyConfigError::if_allocates_nothing(&*strategy) {
             return Err(e);

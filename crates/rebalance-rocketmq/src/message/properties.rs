@@ -29,10 +29,11 @@ pub fn parse(text: &str) -> HashMap<String, String> {
         if segment.len() < 3 {
             continue;
         }
-        if let Some((name, value)) = segment.split_once(NAME_VALUE_SEPARATOR) {
-            if !name.is_empty() && !value.is_empty() {
-                properties.insert(name.to_string(), value.to_string());
-            }
+        if let Some((name, value)) = segment.split_once(NAME_VALUE_SEPARATOR)
+            && !name.is_empty()
+            && !value.is_empty()
+        {
+            properties.insert(name.to_string(), value.to_string());
         }
     }
     properties

@@ -107,10 +107,10 @@ pub(super) fn replace(
     steps: &mut impl Steps,
 ) -> std::io::Result<()> {
     if let Err(e) = write_and_rename(files, text, steps) {
-        if let Err(left) = std::fs::remove_file(&files.tmp) {
-            if left.kind() != std::io::ErrorKind::NotFound {
-                tracing::debug!(path = %files.tmp.display(), error = %left, "could not remove the temporary file of a failed write");
-            }
+        if let Err(left) = std::fs::remove_file(&files.tmp)
+            && left.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::debug!(path = %files.tmp.display(), error = %left, "could not remove the temporary file of a failed write");
         }
         return Err(e);
     }

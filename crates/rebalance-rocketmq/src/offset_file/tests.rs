@@ -596,10 +596,10 @@ struct Interleaved<F: FnMut()> {
 
 impl<F: FnMut()> Interleaved<F> {
     fn step(&mut self) {
-        if self.step == self.at {
-            if let Some(mut between) = self.between.take() {
-                between();
-            }
+        if self.step == self.at
+            && let Some(mut between) = self.between.take()
+        {
+            between();
         }
         self.step += 1;
     }

@@ -879,21 +879,21 @@ impl Drop for TestCluster {
         for (_, name_server) in &mut self.more_name_servers {
             name_server.reap(deadline);
         }
-        if std::thread::panicking() {
-            if let Some(ClusterDir::Temporary(dir)) = self.dir.take() {
-                let kept = dir.keep();
-                // Message data runs to hundreds of megabytes per broker, and a failing CI run
-                // would leave it behind on each retry: keep what a developer reads.
-                for broker in &self.brokers {
-                    disk::drop_message_data(&kept.join(&broker.name).join("store"));
-                }
-                // A failing test's output is where a developer looks first.
-                eprintln!(
-                    "testkit: the test failed; server configs, logs and the brokers' store/config \
-                     (offsets, subscriptions) kept in {}",
-                    kept.display()
-                );
+        if std::thread::panicking()
+            && let Some(ClusterDir::Temporary(dir)) = self.dir.take()
+        {
+            let kept = dir.keep();
+            // Message data runs to hundreds of megabytes per broker, and a failing CI run
+            // would leave it behind on each retry: keep what a developer reads.
+            for broker in &self.brokers {
+                disk::drop_message_data(&kept.join(&broker.name).join("store"));
             }
+            // A failing test's output is where a developer looks first.
+            eprintln!(
+                "testkit: the test failed; server configs, logs and the brokers' store/config \
+                     (offsets, subscriptions) kept in {}",
+                kept.display()
+            );
         }
     }
 }

@@ -36,10 +36,10 @@ impl ConsumerBuilder {
         }
         // A strategy given as a value is refused as one built by name is (`strategy_named`):
         // every subscribed topic would be balanced with it, and nobody would get a queue.
-        if let Some(Allocation::Strategy(strategy)) = &self.allocation {
-            if let Some(e) = StrategyConfigError::if_allocates_nothing(&**strategy) {
-                return Err(ConsumerError::Strategy(e));
-            }
+        if let Some(Allocation::Strategy(strategy)) = &self.allocation
+            && let Some(e) = StrategyConfigError::if_allocates_nothing(&**strategy)
+        {
+            return Err(ConsumerError::Strategy(e));
         }
         if let Some(Allocation::Server(server)) = &self.allocation {
             self.check_server_side(server)?;

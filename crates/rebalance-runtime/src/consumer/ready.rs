@@ -150,10 +150,10 @@ impl ConsumerHandle {
             }
             let mut expected: BTreeSet<String> =
                 self.inner.requested.borrow().keys().cloned().collect();
-            if let Some(retry) = &self.inner.ctx.retry_topic {
-                if ready.contains(retry) || why.contains_key(retry) {
-                    expected.insert(retry.clone());
-                }
+            if let Some(retry) = &self.inner.ctx.retry_topic
+                && (ready.contains(retry) || why.contains_key(retry))
+            {
+                expected.insert(retry.clone());
             }
             if expected.iter().all(|t| ready.contains(t)) {
                 return Ok(());

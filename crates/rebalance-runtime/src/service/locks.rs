@@ -88,11 +88,10 @@ impl Service {
                 // offset is not written.
                 if let (Some(release), Some(until)) =
                     (self.table.release_of(q), pq.lock_valid_until())
+                    && until > release.since
                 {
-                    if until > release.since {
-                        pq.set_lock_valid_until(release.since);
-                        releasing.push(q.clone());
-                    }
+                    pq.set_lock_valid_until(release.since);
+                    releasing.push(q.clone());
                 }
                 continue;
             }

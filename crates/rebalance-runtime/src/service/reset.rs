@@ -49,10 +49,10 @@ impl Service {
         for (queue, offset) in reset.offsets {
             // A final offset the store refused, kept without a lock for a take-back, is this
             // client's old progress: the reset replaces it (the queue resumes from the store).
-            if offset >= 0 {
-                if let Some(kept) = self.final_offsets.forget_unlocked(&queue) {
-                    tracing::info!(queue = ?queue, offset, kept, "offset reset of a released queue: dropping the final offset the store refused, kept for a take-back");
-                }
+            if offset >= 0
+                && let Some(kept) = self.final_offsets.forget_unlocked(&queue)
+            {
+                tracing::info!(queue = ?queue, offset, kept, "offset reset of a released queue: dropping the final offset the store refused, kept for a take-back");
             }
             match self.table.get(&queue) {
                 Some(pq) if pq.is_held() && offset >= 0 => {

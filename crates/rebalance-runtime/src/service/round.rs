@@ -530,10 +530,10 @@ impl Service {
         }
         let removed = leaving;
         self.table.remove_all(&removed);
-        if let (Some(locker), false) = (locks, to_unlock.is_empty()) {
-            if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &to_unlock).await {
-                tracing::warn!(topic, count = to_unlock.len(), error = %e, "unlock failed; the broker lock will expire");
-            }
+        if let (Some(locker), false) = (locks, to_unlock.is_empty())
+            && let Err(e) = locker.unlock(&group, &self.ctx.client_id, &to_unlock).await
+        {
+            tracing::warn!(topic, count = to_unlock.len(), error = %e, "unlock failed; the broker lock will expire");
         }
         busy
     }
@@ -704,10 +704,10 @@ impl Service {
                     .filter(|q| !self.final_offsets.contains(q)),
             );
         }
-        if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty()) {
-            if let Err(e) = locker.unlock(&group, &self.ctx.client_id, &unread).await {
-                tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
-            }
+        if let (Some(locker), false) = (self.ctx.locks().cloned(), unread.is_empty())
+            && let Err(e) = locker.unlock(&group, &self.ctx.client_id, &unread).await
+        {
+            tracing::warn!(topic, queues = ?unread, error = %e, "could not unlock queues that were not added; the broker locks will expire");
         }
         let new: Vec<NewQueue> = starts
             .into_iter()

@@ -80,10 +80,11 @@ impl ServerSide {
                 tracing::info!(topic, retry_topic = %retry, "the brokers answer the topic only by PULL; subscribing its POP retry topic to drain what POP left there");
                 self.pop_retry.insert(topic.to_string(), retry);
             }
-        } else if popped && !pulled {
-            if let Some(retry) = self.pop_retry.remove(topic) {
-                tracing::info!(topic, retry_topic = %retry, "the brokers answer the topic only by POP; unsubscribing its POP retry topic (the pops read it)");
-            }
+        } else if popped
+            && !pulled
+            && let Some(retry) = self.pop_retry.remove(topic)
+        {
+            tracing::info!(topic, retry_topic = %retry, "the brokers answer the topic only by POP; unsubscribing its POP retry topic (the pops read it)");
         }
     }
 }

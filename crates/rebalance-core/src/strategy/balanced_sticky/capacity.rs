@@ -33,7 +33,7 @@ pub(crate) fn capacities(rank_order: &[u32], weights: Option<&[u32]>, queues: us
             break;
         }
         let m = m as usize;
-        if (queues_wide * u128::from(weights[m])) % total != 0 {
+        if !(queues_wide * u128::from(weights[m])).is_multiple_of(total) {
             caps[m] += 1;
             left -= 1;
         }

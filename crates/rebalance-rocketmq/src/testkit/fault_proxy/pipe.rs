@@ -301,7 +301,7 @@ impl Side<'_> {
                     return Fate::default();
                 };
                 let n = counters.requests_under_rule.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % every.max(1) != 0 {
+                if !n.is_multiple_of(every.max(1)) {
                     return Fate::default();
                 }
                 tracing::debug!(request = n, ?point, "fault proxy: resetting at a request");
