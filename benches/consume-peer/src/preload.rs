@@ -114,6 +114,9 @@ async fn send_one(
             Err(SendError::Remote(RemoteError::Timeout { .. } | RemoteError::Unreachable(_))) => {
                 return Ok(());
             }
+            // Never sent (the connection refused or backing off after the broker's silence):
+            // topped up by the caller like the others.
+            Err(SendError::NotSent { .. }) => return Ok(()),
             sent => return sent.map(drop),
         }
     }

@@ -356,6 +356,16 @@ async fn send_one(
             }
             Err(failure) => {
                 let (failed, stored) = (failure.broker_failed(), failure.maybe_stored());
+                // The name server failed: no broker was asked, and the time taken is the name
+                // server's, which the latency table would hold against the broker (found by
+                // review: a 3 s lookup avoided it for 180 s).
+                let asked_broker = !matches!(
+                    failure,
+                    SendFailure::NotSent {
+                        broker_at_fault: false,
+                        ..
+                    }
+                );
                 let e = match failure {
                     // Refused before sending: no broker is at fault, and another try fails
                     // alike.
@@ -365,7 +375,9 @@ async fn send_one(
                 // Unreachable, unanswered or refused: avoided for a failure's time (the Java
                 // producer's `updateFaultItem` isolation), unless the message itself was
                 // refused, or the name server failed.
-                producer.report(&queue.broker_name, started.elapsed(), !failed);
+                if asked_broker {
+                    producer.report(&queue.broker_name, started.elapsed(), !failed);
+                }
                 // Only a send that left and was not refused may have been stored (found by
                 // review: a refused connection was reported "not confirmed").
                 if stored {

@@ -124,6 +124,13 @@ struct ReconnectHook {
     live: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
+/// A request that failed, and whether it got as far as a connection (else it never left).
+#[derive(Debug)]
+pub(crate) struct InvokeFailed {
+    pub(crate) error: TransportError,
+    pub(crate) connected: bool,
+}
+
 struct Inner {
     config: ClientConfig,
     slots: DashMap<String, Arc<Attempt>>,
@@ -707,27 +714,52 @@ impl RemotingClient {
         request: RemotingCommand,
         timeout: Duration,
     ) -> Result<RemotingCommand, TransportError> {
+        self.invoke_telling(addr, request, timeout)
+            .await
+            .map_err(|failed| failed.error)
+    }
+
+    /// [`invoke_with_timeout`](Self::invoke_with_timeout), telling a failure before the
+    /// request could leave (no connection within the time, or none at all) from one after.
+    pub(crate) async fn invoke_telling(
+        &self,
+        addr: &str,
+        request: RemotingCommand,
+        timeout: Duration,
+    ) -> Result<RemotingCommand, InvokeFailed> {
         let request = self.signed(request);
         // No deadline is computed: a timeout too long to add to the clock is only a long wait.
         let started = Instant::now();
         // A deadline shorter than the connect timeout does not cancel the attempt (see
         // `connection`): its failure is still recorded and backed off from.
         let conn = match tokio::time::timeout(timeout, self.connection(addr)).await {
-            Ok(conn) => conn?,
+            Ok(Ok(conn)) => conn,
+            Ok(Err(error)) => {
+                return Err(InvokeFailed {
+                    error,
+                    connected: false,
+                });
+            }
             Err(_) => {
-                return Err(TransportError::Timeout {
-                    addr: addr.to_string(),
-                    after: timeout,
+                return Err(InvokeFailed {
+                    error: TransportError::Timeout {
+                        addr: addr.to_string(),
+                        after: timeout,
+                    },
+                    connected: false,
                 });
             }
         };
         let left = timeout.saturating_sub(started.elapsed());
-        conn.request(request, left).await.map_err(|e| match e {
-            TransportError::Timeout { addr, .. } => TransportError::Timeout {
-                addr,
-                after: timeout,
+        conn.request(request, left).await.map_err(|e| InvokeFailed {
+            error: match e {
+                TransportError::Timeout { addr, .. } => TransportError::Timeout {
+                    addr,
+                    after: timeout,
+                },
+                other => other,
             },
-            other => other,
+            connected: true,
         })
     }
 

@@ -13,6 +13,7 @@ use rebalance_runtime::{RemoteError, RouteError};
 use tokio::time::Instant;
 
 use crate::broker::refused;
+use crate::client::InvokeFailed;
 use crate::command::{RemotingCommand, request_code, response_code};
 use crate::denial::Op;
 use crate::error::TransportError;
@@ -404,8 +405,9 @@ pub fn send_message_request(
 /// let started = std::time::Instant::now();
 /// match sender.send(&queue, &Message::new("hello").with_tags("greeting")).await {
 ///     Ok(result) => producer.report(&queue.broker_name, result.latency, true),
-///     // Refused before sending: no broker saw it, none is at fault.
-///     Err(SendError::Invalid(_)) => {}
+///     // Refused before sending, or the broker not found (the name server failed): no broker
+///     // saw it, none is at fault, and the time taken is not the broker's.
+///     Err(SendError::Invalid(_) | SendError::NotSent { broker_at_fault: false, .. }) => {}
 ///     // Unanswered, or refused by the broker (busy, out of service, ...): avoided for a
 ///     // failure's time, unless the message itself was refused as illegal.
 ///     Err(e) => producer.report(&queue.broker_name, started.elapsed(), !e.broker_failed()),
@@ -522,28 +524,36 @@ impl MessageSender {
         let started = Instant::now();
         let remoting = ns.remoting();
         let response = remoting
-            .invoke_with_timeout(&addr, request, remoting.config().request_timeout)
+            .invoke_telling(&addr, request, remoting.config().request_timeout)
             .await
-            .map_err(|e| {
-                let never_left = matches!(
-                    e,
-                    TransportError::Connect { .. }
-                        | TransportError::BackingOff { .. }
-                        | TransportError::CertificateNotTrusted { .. }
-                        | TransportError::Tls { .. }
-                        | TransportError::Encode { .. }
-                );
-                let broker_at_fault = !matches!(e, TransportError::Encode { .. });
-                if never_left {
-                    SendError::NotSent {
-                        error: e.into(),
-                        broker_at_fault,
+            .map_err(
+                |InvokeFailed {
+                     error: e,
+                     connected,
+                 }| {
+                    // No connection within the time (a host that drops connection attempts times
+                    // out before its connect timeout: found by review) is not sent either.
+                    let never_left = !connected
+                        || matches!(
+                            e,
+                            TransportError::Connect { .. }
+                                | TransportError::BackingOff { .. }
+                                | TransportError::CertificateNotTrusted { .. }
+                                | TransportError::Tls { .. }
+                                | TransportError::Encode { .. }
+                        );
+                    let broker_at_fault = !matches!(e, TransportError::Encode { .. });
+                    if never_left {
+                        SendError::NotSent {
+                            error: e.into(),
+                            broker_at_fault,
+                        }
+                    } else {
+                        // Unanswered, lost after it left, or answered unreadably: sent.
+                        SendError::Remote(e.into())
                     }
-                } else {
-                    // Unanswered, lost after it left, or answered unreadably: sent.
-                    SendError::Remote(e.into())
-                }
-            })?;
+                },
+            )?;
         remoting.check_denied(&addr, &op, &response)?;
         let latency = started.elapsed();
         let status = match response.code {
@@ -714,7 +724,13 @@ mod tests {
         assert_eq!(plain.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
         let outcome = sender.send(&queue, &plain).await;
         assert!(
-            matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+            matches!(
+                outcome,
+                Err(SendError::NotSent {
+                    error: RemoteError::Unreachable(_),
+                    broker_at_fault: false
+                })
+            ),
             "{outcome:?}"
         );
     }
@@ -791,7 +807,13 @@ mod tests {
         assert_eq!(at_limits.check(DEFAULT_MAX_BODY_SIZE), Ok(()));
         let outcome = sender.send(&queue, &at_limits).await;
         assert!(
-            matches!(outcome, Err(SendError::Remote(RemoteError::Unreachable(_)))),
+            matches!(
+                outcome,
+                Err(SendError::NotSent {
+                    error: RemoteError::Unreachable(_),
+                    broker_at_fault: false
+                })
+            ),
             "{outcome:?}"
         );
         // A sender configured for a broker with a smaller `maxMessageSize`.

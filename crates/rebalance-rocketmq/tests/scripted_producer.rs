@@ -302,6 +302,51 @@ async fn a_failed_send_says_whether_it_left_and_whose_fault_it_was() {
     );
     assert!(failure.broker_failed() && failure.maybe_stored());
 
+    // A host that drops connection attempts (a listener whose queue of connections not yet
+    // accepted is full: the kernel ignores the next ones): no connection within the send's
+    // time is not sent either, whatever the connect timeout (found by review: timed out
+    // before it, it was "maybe stored").
+    let full = tokio::net::TcpSocket::new_v4().unwrap();
+    full.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let full = full.listen(1).unwrap();
+    let full_addr = full.local_addr().unwrap();
+    let mut queued = Vec::new();
+    while let Ok(Ok(stream)) = tokio::time::timeout(
+        std::time::Duration::from_millis(100),
+        tokio::net::TcpStream::connect(full_addr),
+    )
+    .await
+    {
+        queued.push(stream);
+        assert!(queued.len() < 64, "the listener's queue never fills");
+    }
+    let blackhole = name_server(&[(0, &full_addr.to_string())]).await;
+    let patient_connect = rebalance_rocketmq::ClientConfig {
+        request_timeout: std::time::Duration::from_millis(200),
+        connect_timeout: std::time::Duration::from_secs(3),
+        ..Default::default()
+    };
+    let blackhole = NameServerClient::builder(&blackhole.addresses().join(";"))
+        .client_config(patient_connect)
+        .build()
+        .unwrap();
+    blackhole.topic_route("T").await.unwrap();
+    let failure = MessageSender::new(blackhole, "P")
+        .send(&queue, &Message::new("x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            failure,
+            SendError::NotSent {
+                broker_at_fault: true,
+                ..
+            }
+        ),
+        "{failure:?}"
+    );
+    assert!(!failure.maybe_stored());
+
     // A name server that does not answer: no broker saw anything, none is at fault.
     let unreachable = NameServerClient::builder(&closed)
         .client_config(rebalance_rocketmq::ClientConfig {

@@ -478,11 +478,13 @@ mod tests {
             .routes()
             .update("T", &route(&[("c", &[(0, "s:3")])]));
         assert!(!losses.has_changed().unwrap());
+        assert_eq!(name_server.routes().master_moved_hook_count(), 1);
         drop(brokers);
         // A broker client gone leaves no hook behind to call.
         name_server
             .routes()
             .update("T", &route(&[("c", &[(0, "m:7")])]));
+        assert_eq!(name_server.routes().master_moved_hook_count(), 0);
     }
 
     /// The runtime learns of membership changes from the brokers' pushes instead of waiting for

@@ -167,6 +167,18 @@ impl RouteCache {
             .map(|a| a.value().clone())
     }
 
+    /// How many master-moved hooks are live (dead ones pruned first).
+    #[cfg(test)]
+    pub(crate) fn master_moved_hook_count(&self) -> usize {
+        let mut hooks = self
+            .tables
+            .master_moved
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        hooks.retain(|hook| (hook.live)());
+        hooks.len()
+    }
+
     /// The master's address of `broker_name`.
     pub fn master_addr(&self, broker_name: &str) -> Option<String> {
         self.tables
