@@ -352,11 +352,19 @@ impl Service {
         self.lost_mid_round = Some(Vec::new());
         let report = self.round_inner(reasons, give_back).instrument(span).await;
         // What the locks' chores between the round's topics found lost, released now.
-        let lost = self.lost_mid_round.take().unwrap_or_default();
-        let table = &self.table;
+        // Each once, and only those still held and still not trusted: a later renewal of the
+        // same round may have been granted (found by review: released as lost all the same).
+        let mut lost = self.lost_mid_round.take().unwrap_or_default();
+        lost.sort();
+        lost.dedup();
+        let (table, now) = (&self.table, Instant::now());
         let lost: Vec<_> = lost
             .into_iter()
-            .filter(|q| table.get(q).is_some_and(|pq| pq.is_held()))
+            .filter(|q| {
+                table.get(q).is_some_and(|pq| {
+                    pq.is_held() && pq.lock_valid_until().is_none_or(|u| u <= now)
+                })
+            })
             .collect();
         if !lost.is_empty() {
             self.release_lost(lost).await;
