@@ -80,8 +80,6 @@ const FAST_REPOLL_LATER: Duration = Duration::from_secs(5);
 /// How often a topic that was never found is warned about (a misspelled subscription is
 /// otherwise silent: its rounds only say "route unknown").
 const MISSING_TOPIC_WARN_EVERY: Duration = Duration::from_secs(300);
-/// How many topics a poll looks up at once.
-const CONCURRENT_LOOKUPS: usize = 16;
 
 /// A producer's request: poll `topic` now (registering it) and answer once it was polled.
 #[derive(Debug)]
@@ -173,31 +171,28 @@ impl RouteSync {
     pub(crate) async fn poll_all(&mut self) {
         let topics = self.topics(true);
         self.records.retain(|t, _| topics.contains(t));
-        let changed = self.poll_many(topics.iter()).await;
+        let changed = self.poll_many(topics.into_iter().collect(), true).await;
+        // With the topics a fetch registered meanwhile.
+        let topics = self.topics(false);
         self.publish(&topics, changed);
     }
 
-    /// Polls `topics`, up to [`CONCURRENT_LOOKUPS`] at once (a producer's fetch waits for the
-    /// whole poll: one lookup after another, 40 topics at 100 ms each outlasted its 3 s, found
-    /// by review); returns whether any queue set changed.
-    async fn poll_many(&mut self, topics: impl Iterator<Item = &String>) -> bool {
-        use futures_util::StreamExt;
-        let name_server = self.name_server.clone();
-        let results: Vec<(String, Result<TopicRoute, RouteError>)> =
-            futures_util::stream::iter(topics.cloned())
-                .map(|topic| {
-                    let name_server = name_server.clone();
-                    async move {
-                        let result = name_server.topic_route(&topic).await;
-                        (topic, result)
-                    }
-                })
-                .buffered(CONCURRENT_LOOKUPS)
-                .collect()
-                .await;
+    /// Polls `topics` one after another (one name server's answers in order, so that an older
+    /// view of a broker never lands after a newer one), answering between two lookups the
+    /// producers' fetches that came meanwhile when `serve` (found by review: a fetch waited for
+    /// the whole poll, and 40 topics at 100 ms each outlasted its 3 s); returns whether any
+    /// queue set changed.
+    async fn poll_many(&mut self, topics: Vec<String>, serve: bool) -> bool {
         let mut changed = false;
-        for (topic, result) in results {
+        for topic in topics {
+            let result = self.name_server.topic_route(&topic).await;
             changed |= self.apply(&topic, result);
+            if serve {
+                let waiting = self.fetches.as_mut().and_then(|rx| rx.try_recv().ok());
+                if let Some(first) = waiting {
+                    Box::pin(self.fetch(first)).await;
+                }
+            }
         }
         changed
     }
@@ -219,7 +214,7 @@ impl RouteSync {
             .filter(|(_, r)| r.fast_repoll_every().is_some())
             .map(|(t, _)| t.clone())
             .collect();
-        let changed = self.poll_many(due.iter()).await;
+        let changed = self.poll_many(due, true).await;
         let topics = self.topics(false);
         self.publish(&topics, changed);
     }
@@ -288,7 +283,7 @@ impl RouteSync {
             }
         }
         let polled = !to_poll.is_empty();
-        let changed = self.poll_many(to_poll.iter()).await;
+        let changed = self.poll_many(to_poll, false).await;
         if polled || !waiting.is_empty() {
             let topics = self.topics(false);
             self.publish(&topics, changed);
