@@ -179,8 +179,11 @@ async fn a_consumer_killed_while_producing_loses_nothing_and_its_queues_are_take
 /// How soon the survivors must consume a killed member's queues again with the default
 /// settings, from the kill: the target (issue 43: 2 s from the broker dropping the member, which
 /// the Rust broker does as the killed process's connection closes), with a margin for a loaded
-/// machine. The figure is printed; BENCHMARKS.md ("Takeover") has it beside Java's and KIP-848's.
-const DEFAULTS_TAKEOVER_WITHIN: Duration = Duration::from_secs(4);
+/// machine (0.7 to 1 s measured), still well under the 20 s rebalance interval the survivors
+/// would otherwise wait for (the in-memory
+/// `a_member_dropped_without_notice_is_taken_over_within_two_seconds` holds the 2 s exactly).
+/// The figure is printed; BENCHMARKS.md ("Takeover") has it beside Java's and KIP-848's.
+const DEFAULTS_TAKEOVER_WITHIN: Duration = Duration::from_secs(8);
 
 /// The same kill as above with everything at its default: the example without interval
 /// arguments (a 20 s rebalance interval, a 30 s heartbeat) and brokers with production's 120 s

@@ -124,7 +124,9 @@ fn report(scenario: &str, sent: usize, delivery: &Delivery) {
 /// popped (its extensions keep them invisible until then). With a listener of 2 s it could
 /// die between batches: all it popped acknowledged, its queues held only by the Rust broker
 /// 1.0's invisible time of an acknowledged orderly batch, so nothing came back consumed again
-/// (the redelivery this test waits for), by a margin of about 0.3 s on an idle machine.
+/// (the redelivery this test waits for), by a margin of about 0.3 s on an idle machine. And it
+/// starts alone, and pops a message of a queue of each broker before the others start: it
+/// holds those at the kill whatever the others win later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pop_members_killed_and_leaving_lose_nothing() {
     let _one = e2e::exclusive().await;
@@ -137,17 +139,28 @@ async fn pop_members_killed_and_leaving_lose_nothing() {
     // popped in its listener or waiting for it.
     let extra = ["--pop", "--consume-time", "100ms"];
     let slow = ["--pop", "--consume-time", "60s"];
-    let mut consumers: Vec<ConsumerProcess> = labels
+    let victim_process = ConsumerProcess::spawn(&cluster, &log, &labels[2], topic, topic, &slow);
+    wait_for_pop_assignment(&log, topic, &members[2..]).await;
+    let producer = Producer::new(&cluster, topic);
+    // Not numbered like the paced messages (the invisible-time check below reads their number).
+    let mut early = Vec::new();
+    for broker in e2e::BROKERS {
+        let Some(queue) = producer.queues().iter().find(|q| &*q.broker_name == broker) else {
+            panic!("no queue of {broker} in {:?}", producer.queues());
+        };
+        let body = format!("{topic}-early{broker}");
+        producer.send_to(queue, &body).await;
+        early.push(body);
+    }
+    // Popped at once: the victim's long polls are waiting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut consumers: Vec<ConsumerProcess> = labels[..2]
         .iter()
-        .enumerate()
-        .map(|(i, l)| {
-            let extra: &[&str] = if i == 2 { &slow } else { &extra };
-            ConsumerProcess::spawn(&cluster, &log, l, topic, topic, extra)
-        })
+        .map(|l| ConsumerProcess::spawn(&cluster, &log, l, topic, topic, &extra))
         .collect();
+    consumers.push(victim_process);
     let took = wait_for_pop_assignment(&log, topic, &members).await;
     eprintln!("e2e pop: the three members pop both brokers' queues {took:?} after their start");
-    let producer = Producer::new(&cluster, topic);
     let sending_started = Instant::now();
     let sending = send_paced(&producer, topic, 600, 30);
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -175,8 +188,9 @@ async fn pop_members_killed_and_leaving_lose_nothing() {
         members[1],
         leaving.elapsed()
     );
-    let sent = sending.await.expect("the producer");
+    let mut sent = sending.await.expect("the producer");
     assert_eq!(sent.len(), 600);
+    sent.extend(early);
     let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
     report(
         "pop: SIGKILL and clean leave while producing",

@@ -248,6 +248,8 @@ async fn a_consumer_alone_in_its_group_consumes_within_100_ms_of_its_start() {
     .await;
     let took = first - started;
     eprintln!("a lone consumer consumed its first message {took:?} after start() returned");
-    assert!(took <= Duration::from_millis(500), "{took:?}");
+    // About five loopback calls, 42 to 120 ms measured; the bound guards against a settle
+    // window (1 s) coming back, with room for a loaded machine running another cluster beside.
+    assert!(took <= Duration::from_millis(900), "{took:?}");
     consumer.shutdown().await;
 }

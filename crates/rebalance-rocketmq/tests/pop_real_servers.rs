@@ -847,16 +847,33 @@ async fn an_acknowledged_orderly_batch_holds_its_queue_for_its_invisible_time() 
     // Another queue is not held.
     let message = Outgoing::new("q1").with_property(property::UNIQ_KEY, unique_id());
     s.sender.send(&s.queue(1), &message).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let other = s.brokers.pop(&request("z")).await.unwrap();
+    // Popped once the broker has dispatched it (a pop right after a send may miss it), while
+    // queue 0 is still held.
+    let mut other = PopOutcome::NoMessage;
+    for _ in 0..20 {
+        other = s.brokers.pop(&request("z")).await.unwrap();
+        if matches!(other, PopOutcome::Found(_)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         offsets(&other).iter().map(|o| o.0).collect::<Vec<_>>(),
         [1],
         "queue 1 only"
     );
-    tokio::time::sleep_until(popped_at + invisible + Duration::from_millis(300)).await;
-    let after = s.brokers.pop(&request("w")).await.unwrap();
-    let queue0: Vec<(i32, i64, i32)> = offsets(&after).into_iter().filter(|o| o.0 == 0).collect();
+    // Once the hold ends (the broker's pop time, a little after `popped_at`, plus the
+    // invisible time), queue 0's new messages, and only those.
+    tokio::time::sleep_until(popped_at + invisible).await;
+    let mut queue0 = Vec::new();
+    for _ in 0..50 {
+        let after = s.brokers.pop(&request("w")).await.unwrap();
+        queue0 = offsets(&after).into_iter().filter(|o| o.0 == 0).collect();
+        if !queue0.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(
         queue0,
         [(0, 3, 0), (0, 4, 0)],
