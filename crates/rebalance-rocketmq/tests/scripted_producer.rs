@@ -242,6 +242,33 @@ async fn a_success_answer_without_its_fields_is_a_success_with_them_unknown() {
     assert_eq!(next.load(Ordering::SeqCst), 3);
 }
 
+/// How a send to T/broker-a/0, broker-a's master at `broker` and the client's timeouts
+/// `config`, fails.
+async fn failed_send(broker: &str, config: rebalance_rocketmq::ClientConfig) -> SendError {
+    let routing = name_server(&[(0, broker)]).await;
+    let name_server = NameServerClient::builder(&routing.addresses().join(";"))
+        .client_config(config)
+        .build()
+        .unwrap();
+    name_server.topic_route("T").await.unwrap();
+    MessageSender::new(name_server, "P")
+        .send(&MessageQueue::new("T", "broker-a", 0), &Message::new("x"))
+        .await
+        .unwrap_err()
+}
+
+fn quick(connect_timeout: std::time::Duration) -> rebalance_rocketmq::ClientConfig {
+    rebalance_rocketmq::ClientConfig {
+        request_timeout: std::time::Duration::from_millis(200),
+        connect_timeout,
+        ..Default::default()
+    }
+}
+
+fn not_sent(failure: &SendError, by_broker: bool) -> bool {
+    matches!(failure, SendError::NotSent { broker_at_fault, .. } if *broker_at_fault == by_broker)
+}
+
 /// What a failed send says about its message: never sent when the broker could not be
 /// reached (a refused connection: the broker at fault, nothing stored) or found (the name
 /// server failed: no broker at fault); sent and maybe stored when it left and was not answered
@@ -249,28 +276,14 @@ async fn a_success_answer_without_its_fields_is_a_success_with_them_unknown() {
 /// isolated a healthy broker).
 #[tokio::test]
 async fn a_failed_send_says_whether_it_left_and_whose_fault_it_was() {
-    let queue = MessageQueue::new("T", "broker-a", 0);
+    let second = std::time::Duration::from_secs(1);
     // A port nothing listens on: the connection is refused.
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().to_string()
     };
-    let refusing = name_server(&[(0, &closed)]).await;
-    refusing.topic_route("T").await.unwrap();
-    let failure = MessageSender::new(refusing, "P")
-        .send(&queue, &Message::new("x"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            failure,
-            SendError::NotSent {
-                broker_at_fault: true,
-                ..
-            }
-        ),
-        "{failure:?}"
-    );
+    let failure = failed_send(&closed, quick(second)).await;
+    assert!(not_sent(&failure, true), "{failure:?}");
     assert!(failure.broker_failed() && !failure.maybe_stored());
 
     // A broker that takes the request and never answers: it may have stored it.
@@ -282,20 +295,7 @@ async fn a_failed_send_says_whether_it_left_and_whose_fault_it_was() {
             held.push(socket);
         }
     });
-    let routing = name_server(&[(0, &silent_addr)]).await;
-    let quick = rebalance_rocketmq::ClientConfig {
-        request_timeout: std::time::Duration::from_millis(200),
-        ..Default::default()
-    };
-    let quick = NameServerClient::builder(&routing.addresses().join(";"))
-        .client_config(quick)
-        .build()
-        .unwrap();
-    quick.topic_route("T").await.unwrap();
-    let failure = MessageSender::new(quick, "P")
-        .send(&queue, &Message::new("x"))
-        .await
-        .unwrap_err();
+    let failure = failed_send(&silent_addr, quick(second)).await;
     assert!(
         matches!(failure, SendError::Remote(RemoteError::Timeout { .. })),
         "{failure:?}"
@@ -320,54 +320,19 @@ async fn a_failed_send_says_whether_it_left_and_whose_fault_it_was() {
         queued.push(stream);
         assert!(queued.len() < 64, "the listener's queue never fills");
     }
-    let blackhole = name_server(&[(0, &full_addr.to_string())]).await;
-    let patient_connect = rebalance_rocketmq::ClientConfig {
-        request_timeout: std::time::Duration::from_millis(200),
-        connect_timeout: std::time::Duration::from_secs(3),
-        ..Default::default()
-    };
-    let blackhole = NameServerClient::builder(&blackhole.addresses().join(";"))
-        .client_config(patient_connect)
-        .build()
-        .unwrap();
-    blackhole.topic_route("T").await.unwrap();
-    let failure = MessageSender::new(blackhole, "P")
-        .send(&queue, &Message::new("x"))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            failure,
-            SendError::NotSent {
-                broker_at_fault: true,
-                ..
-            }
-        ),
-        "{failure:?}"
-    );
+    let failure = failed_send(&full_addr.to_string(), quick(3 * second)).await;
+    assert!(not_sent(&failure, true), "{failure:?}");
     assert!(!failure.maybe_stored());
 
     // A name server that does not answer: no broker saw anything, none is at fault.
     let unreachable = NameServerClient::builder(&closed)
-        .client_config(rebalance_rocketmq::ClientConfig {
-            request_timeout: std::time::Duration::from_millis(200),
-            ..Default::default()
-        })
+        .client_config(quick(second))
         .build()
         .unwrap();
     let failure = MessageSender::new(unreachable, "P")
-        .send(&queue, &Message::new("x"))
+        .send(&MessageQueue::new("T", "broker-a", 0), &Message::new("x"))
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            failure,
-            SendError::NotSent {
-                broker_at_fault: false,
-                ..
-            }
-        ),
-        "{failure:?}"
-    );
+    assert!(not_sent(&failure, false), "{failure:?}");
     assert!(!failure.broker_failed() && !failure.maybe_stored());
 }

@@ -112,13 +112,7 @@ impl RouteCache {
             moved.sort();
             moved.dedup();
             tracing::info!(topic, brokers = ?moved, "a broker's master moved (or is gone): the locks it granted are lost");
-            let mut hooks = self
-                .tables
-                .master_moved
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            hooks.retain(|hook| (hook.live)());
-            for hook in hooks.iter() {
+            for hook in self.live_master_moved_hooks().iter() {
                 (hook.call)(&moved);
             }
         }
@@ -134,13 +128,7 @@ impl RouteCache {
         live: impl Fn() -> bool + Send + Sync + 'static,
         hook: impl Fn(&[String]) + Send + Sync + 'static,
     ) {
-        let mut hooks = self
-            .tables
-            .master_moved
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        hooks.retain(|hook| (hook.live)());
-        hooks.push(MasterMovedHook {
+        self.live_master_moved_hooks().push(MasterMovedHook {
             live: Box::new(live),
             call: Box::new(hook),
         });
@@ -170,13 +158,18 @@ impl RouteCache {
     /// How many master-moved hooks are live (dead ones pruned first).
     #[cfg(test)]
     pub(crate) fn master_moved_hook_count(&self) -> usize {
+        self.live_master_moved_hooks().len()
+    }
+
+    /// The master-moved hooks, those no longer wanted dropped.
+    fn live_master_moved_hooks(&self) -> std::sync::RwLockWriteGuard<'_, Vec<MasterMovedHook>> {
         let mut hooks = self
             .tables
             .master_moved
             .write()
             .unwrap_or_else(|e| e.into_inner());
         hooks.retain(|hook| (hook.live)());
-        hooks.len()
+        hooks
     }
 
     /// The master's address of `broker_name`.
