@@ -167,6 +167,9 @@ pub struct GroupDescription {
     pub diverging_members: Vec<String>,
     /// What could not be filled, and why.
     pub warnings: Vec<String>,
+    /// The members that did not answer their running info: a queue no other member claims may
+    /// be theirs, so it is "owner unknown", not unowned.
+    pub silent_members: Vec<String>,
 }
 
 impl GroupDescription {
@@ -183,8 +186,20 @@ impl GroupDescription {
         self.rows.iter().filter(|r| r.shared).count()
     }
 
-    /// Queues claimed by no member.
+    /// Queues claimed by no member, every member having answered.
     pub fn unowned(&self) -> usize {
+        if !self.silent_members.is_empty() {
+            return 0;
+        }
+        self.rows.iter().filter(|r| r.owners.is_empty()).count()
+    }
+
+    /// Queues claimed by no member that answered, while some did not: they may be theirs
+    /// (found by review: they showed as UNOWNED).
+    pub fn owner_unknown(&self) -> usize {
+        if self.silent_members.is_empty() {
+            return 0;
+        }
         self.rows.iter().filter(|r| r.owners.is_empty()).count()
     }
 
@@ -197,8 +212,12 @@ impl GroupDescription {
     }
 
     /// The JSON lines: one per queue, then the summary. A popped queue's line ends with
-    /// `"shared":true`, and the summary with `"shared"`, the number of them, when there are any.
+    /// `"shared":true`, and the summary with `"shared"`, the number of them, when there are any;
+    /// with members that did not answer, a queue no other member claims ends with
+    /// `"owner_unknown":true` (it is not counted as unowned), and the summary with
+    /// `"owner_unknown"`, the number of them.
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        let unknown_owners = !self.silent_members.is_empty();
         for row in &self.rows {
             let line = json!({
                 "topic": &*row.queue.topic,
@@ -210,13 +229,16 @@ impl GroupDescription {
                 "max": row.max,
                 "lag": row.lag(),
                 "shared": row.shared,
+                "owner_unknown": true,
             });
-            let keys = if row.shared {
-                ROW_KEYS_SHARED
-            } else {
-                ROW_KEYS
-            };
-            writeln!(out, "{}", ordered(&line, keys))?;
+            let mut keys = ROW_KEYS.to_vec();
+            if row.shared {
+                keys.push("shared");
+            }
+            if unknown_owners && row.owners.is_empty() {
+                keys.push("owner_unknown");
+            }
+            writeln!(out, "{}", ordered(&line, &keys))?;
         }
         let summary = json!({
             "members": self.members.len(),
@@ -226,13 +248,16 @@ impl GroupDescription {
             "lag": self.lag(),
             "diverging_members": self.diverging_members,
             "shared": self.shared(),
+            "owner_unknown": self.owner_unknown(),
         });
-        let keys = if self.shared() > 0 {
-            SUMMARY_KEYS_SHARED
-        } else {
-            SUMMARY_KEYS
-        };
-        writeln!(out, "{}", ordered(&summary, keys))
+        let mut keys = SUMMARY_KEYS.to_vec();
+        if self.shared() > 0 {
+            keys.push("shared");
+        }
+        if self.owner_unknown() > 0 {
+            keys.push("owner_unknown");
+        }
+        writeln!(out, "{}", ordered(&summary, &keys))
     }
 
     /// A table, the flags and the summary (the warnings go to standard error: see [`run`]).
@@ -248,6 +273,7 @@ impl GroupDescription {
         let rows = self.rows.iter().map(|r| {
             let flag = match r.owners.len() {
                 _ if r.shared => "shared (pop)",
+                0 if !self.silent_members.is_empty() => "owner unknown (a member did not answer)",
                 0 => "UNOWNED",
                 1 if r.predicted.as_deref() != Some(r.owners[0].as_str()) => "not as predicted",
                 1 => "",
@@ -303,6 +329,14 @@ impl GroupDescription {
                 self.diverging_members.join(", ")
             }
         )?;
+        if self.owner_unknown() > 0 {
+            writeln!(
+                out,
+                "owner unknown: {} (members that did not answer: {})",
+                self.owner_unknown(),
+                self.silent_members.join(", ")
+            )?;
+        }
         Ok(())
     }
 }
@@ -316,26 +350,6 @@ const ROW_KEYS: &[&str] = &[
     "committed",
     "max",
     "lag",
-];
-const ROW_KEYS_SHARED: &[&str] = &[
-    "topic",
-    "broker",
-    "queue",
-    "predicted",
-    "owners",
-    "committed",
-    "max",
-    "lag",
-    "shared",
-];
-const SUMMARY_KEYS_SHARED: &[&str] = &[
-    "members",
-    "queues",
-    "double_owned",
-    "unowned",
-    "lag",
-    "diverging_members",
-    "shared",
 ];
 const SUMMARY_KEYS: &[&str] = &[
     "members",
@@ -476,6 +490,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
 
     // Each member's running info, through a broker it is connected to.
     let mut infos: BTreeMap<String, MemberRunningInfo> = BTreeMap::new();
+    let mut silent_members = Vec::new();
     for (member, addrs) in &connections {
         let mut last = None;
         for addr in addrs {
@@ -492,6 +507,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
             warnings.push(format!(
                 "owners column incomplete: member {member} did not answer its running info (GET_CONSUMER_RUNNING_INFO through the broker): {e}"
             ));
+            silent_members.push(member.clone());
         }
     }
 
@@ -620,6 +636,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
         rows,
         diverging_members: diverging(&fingerprints),
         warnings,
+        silent_members,
     })
 }
 
@@ -809,6 +826,7 @@ mod tests {
             ],
             diverging_members: vec!["b".into()],
             warnings: vec!["x".into()],
+            silent_members: Vec::new(),
         };
         let mut out = Vec::new();
         description.write_json(&mut out).unwrap();
@@ -873,6 +891,44 @@ mod tests {
         let table = String::from_utf8(table).unwrap();
         assert!(
             table.contains("shared (pop)") && !table.contains("DOUBLE"),
+            "{table}"
+        );
+    }
+
+    /// A queue no answering member claims, while a member did not answer, may be that one's:
+    /// "owner unknown", not unowned (found by review: every queue of a silent member showed
+    /// as UNOWNED, an alarm about a group that may be fine).
+    #[test]
+    fn a_queue_nobody_answering_claims_has_an_unknown_owner_while_a_member_is_silent() {
+        let description = GroupDescription {
+            group: "G".into(),
+            members: vec!["a".into(), "b".into()],
+            rows: vec![
+                row(0, "a", &["a"], Some(3), Some(10)),
+                row(1, "b", &[], Some(1), Some(1)),
+            ],
+            silent_members: vec!["b".into()],
+            ..GroupDescription::default()
+        };
+        assert_eq!((description.unowned(), description.owner_unknown()), (0, 1));
+        let mut out = Vec::new();
+        description.write_json(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(!lines[0].contains("owner_unknown"), "{}", lines[0]);
+        assert_eq!(
+            lines[1],
+            r#"{"topic":"T","broker":"broker-a","queue":1,"predicted":"b","owners":[],"committed":1,"max":1,"lag":0,"owner_unknown":true}"#
+        );
+        assert_eq!(
+            lines[2],
+            r#"{"members":2,"queues":2,"double_owned":0,"unowned":0,"lag":7,"diverging_members":[],"owner_unknown":1}"#
+        );
+        let mut table = Vec::new();
+        description.write_table(&mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(
+            table.contains("owner unknown") && !table.contains("UNOWNED"),
             "{table}"
         );
     }
