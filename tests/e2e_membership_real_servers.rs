@@ -192,7 +192,7 @@ const DEFAULTS_TAKEOVER_WITHIN: Duration = Duration::from_secs(8);
 /// listing the group's members every second (`Intervals::membership_check`), not at their next
 /// 20 s round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_consumer_killed_with_the_default_settings_is_taken_over_within_two_seconds() {
+async fn a_consumer_killed_with_the_default_settings_is_taken_over_in_seconds_not_a_round() {
     let _one = e2e::exclusive().await;
     let topic = "E2eKillDefaults";
     let options = rebalance_rocketmq::testkit::ClusterOptions {

@@ -114,9 +114,13 @@ async fn send_one(
             Err(SendError::Remote(RemoteError::Timeout { .. } | RemoteError::Unreachable(_))) => {
                 return Ok(());
             }
-            // Never sent (the connection refused or backing off after the broker's silence):
-            // topped up by the caller like the others.
-            Err(SendError::NotSent { .. }) => return Ok(()),
+            // Never sent because the broker could not be reached (the connection refused, or
+            // backing off after its silence): topped up by the caller like the others. A name
+            // server's failure is an error of the bench.
+            Err(SendError::NotSent {
+                broker_at_fault: true,
+                ..
+            }) => return Ok(()),
             sent => return sent.map(drop),
         }
     }

@@ -168,8 +168,11 @@ pub struct GroupDescription {
     /// What could not be filled, and why.
     pub warnings: Vec<String>,
     /// The members that did not answer their running info: a queue no other member claims may
-    /// be theirs, so it is "owner unknown", not unowned.
+    /// be theirs ("owner unknown").
     pub silent_members: Vec<String>,
+    /// Whether a broker did not list the group's connections while another did: members
+    /// connected only to it are missing, and a queue nobody claims may be theirs too.
+    pub members_incomplete: bool,
 }
 
 impl GroupDescription {
@@ -186,21 +189,25 @@ impl GroupDescription {
         self.rows.iter().filter(|r| r.shared).count()
     }
 
-    /// Queues claimed by no member, every member having answered.
+    /// Queues claimed by no member (among them, those whose owner is unknown:
+    /// [`owner_unknown`](Self::owner_unknown)).
     pub fn unowned(&self) -> usize {
-        if !self.silent_members.is_empty() {
-            return 0;
-        }
         self.rows.iter().filter(|r| r.owners.is_empty()).count()
     }
 
-    /// Queues claimed by no member that answered, while some did not: they may be theirs
-    /// (found by review: they showed as UNOWNED).
+    /// Whether some member's queues cannot be known: it did not answer, or no broker listed it.
+    fn owners_incomplete(&self) -> bool {
+        !self.silent_members.is_empty() || self.members_incomplete
+    }
+
+    /// The unowned queues that may be a member's this description could not hear from: all of
+    /// them while one did not answer (or a broker did not list the members) (found by review:
+    /// they showed as UNOWNED, an alarm about a group that may be fine).
     pub fn owner_unknown(&self) -> usize {
-        if self.silent_members.is_empty() {
+        if !self.owners_incomplete() {
             return 0;
         }
-        self.rows.iter().filter(|r| r.owners.is_empty()).count()
+        self.unowned()
     }
 
     /// The total lag of the queues whose lag is known (at most `i64::MAX`).
@@ -213,11 +220,11 @@ impl GroupDescription {
 
     /// The JSON lines: one per queue, then the summary. A popped queue's line ends with
     /// `"shared":true`, and the summary with `"shared"`, the number of them, when there are any;
-    /// with members that did not answer, a queue no other member claims ends with
-    /// `"owner_unknown":true` (it is not counted as unowned), and the summary with
-    /// `"owner_unknown"`, the number of them.
+    /// with members that did not answer (or were not listed), an unowned queue ends with
+    /// `"owner_unknown":true`, and the summary with `"owner_unknown"`, the number of them
+    /// (still counted as unowned).
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
-        let unknown_owners = !self.silent_members.is_empty();
+        let unknown_owners = self.owners_incomplete();
         for row in &self.rows {
             let line = json!({
                 "topic": &*row.queue.topic,
@@ -273,7 +280,7 @@ impl GroupDescription {
         let rows = self.rows.iter().map(|r| {
             let flag = match r.owners.len() {
                 _ if r.shared => "shared (pop)",
-                0 if !self.silent_members.is_empty() => "owner unknown (a member did not answer)",
+                0 if self.owners_incomplete() => "UNOWNED? (a member did not answer)",
                 0 => "UNOWNED",
                 1 if r.predicted.as_deref() != Some(r.owners[0].as_str()) => "not as predicted",
                 1 => "",
@@ -330,11 +337,15 @@ impl GroupDescription {
             }
         )?;
         if self.owner_unknown() > 0 {
+            let silent = if self.silent_members.is_empty() {
+                "members a broker did not list".to_string()
+            } else {
+                self.silent_members.join(", ")
+            };
             writeln!(
                 out,
-                "owner unknown: {} (members that did not answer: {})",
+                "of the unowned, {} may be held by members not heard from ({silent})",
                 self.owner_unknown(),
-                self.silent_members.join(", ")
             )?;
         }
         Ok(())
@@ -479,6 +490,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
     {
         return Err(DescribeError::Members(e));
     }
+    let members_incomplete = !member_errors.is_empty();
     // Another broker answered: a member connected only to these is missing (its queues show
     // unowned and not as predicted), so say which did not (found by review: dropped).
     for (addr, e) in member_errors {
@@ -637,6 +649,7 @@ pub async fn fetch(args: &DescribeArgs) -> Result<GroupDescription, DescribeErro
         diverging_members: diverging(&fingerprints),
         warnings,
         silent_members,
+        members_incomplete,
     })
 }
 
@@ -827,6 +840,7 @@ mod tests {
             diverging_members: vec!["b".into()],
             warnings: vec!["x".into()],
             silent_members: Vec::new(),
+            members_incomplete: false,
         };
         let mut out = Vec::new();
         description.write_json(&mut out).unwrap();
@@ -896,8 +910,8 @@ mod tests {
     }
 
     /// A queue no answering member claims, while a member did not answer, may be that one's:
-    /// "owner unknown", not unowned (found by review: every queue of a silent member showed
-    /// as UNOWNED, an alarm about a group that may be fine).
+    /// unowned, and said to be of unknown owner (found by review: every queue of a silent
+    /// member showed as UNOWNED, an alarm about a group that may be fine).
     #[test]
     fn a_queue_nobody_answering_claims_has_an_unknown_owner_while_a_member_is_silent() {
         let description = GroupDescription {
@@ -910,7 +924,7 @@ mod tests {
             silent_members: vec!["b".into()],
             ..GroupDescription::default()
         };
-        assert_eq!((description.unowned(), description.owner_unknown()), (0, 1));
+        assert_eq!((description.unowned(), description.owner_unknown()), (1, 1));
         let mut out = Vec::new();
         description.write_json(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -922,13 +936,14 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            r#"{"members":2,"queues":2,"double_owned":0,"unowned":0,"lag":7,"diverging_members":[],"owner_unknown":1}"#
+            r#"{"members":2,"queues":2,"double_owned":0,"unowned":1,"lag":7,"diverging_members":[],"owner_unknown":1}"#
         );
         let mut table = Vec::new();
         description.write_table(&mut table).unwrap();
         let table = String::from_utf8(table).unwrap();
         assert!(
-            table.contains("owner unknown") && !table.contains("UNOWNED"),
+            table.contains("UNOWNED? (a member did not answer)")
+                && table.contains("of the unowned, 1 may be held by members not heard from (b)"),
             "{table}"
         );
     }

@@ -218,6 +218,16 @@ async fn a_member_that_does_not_answer_is_reported_not_hidden() {
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(summary["members"], 1);
     assert_eq!(summary["unowned"], 2);
+    // Its queues may be its own: said so, on each row and in the summary.
+    assert_eq!(summary["owner_unknown"], 2);
+    let rows: Vec<Value> = stdout
+        .lines()
+        .rev()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["owner_unknown"] == true), "{stdout}");
 }
 
 /// A namespaced group, described with `--namespace`, whose member is stuck on the first message

@@ -658,10 +658,10 @@ impl NameServer for Slow {
     }
 }
 
-/// A first selection made while the periodic poll runs waits for that poll: its topics are
-/// looked up at once, not one after another (found by review: five topics at a second each
-/// outlasted the selection's 3 s, and a healthy name server's producer failed its first send
-/// of a new topic).
+/// A first selection made while the periodic poll runs is answered between two of the poll's
+/// lookups, not after the whole poll (found by review: five topics at a second each outlasted
+/// the selection's 3 s, and a healthy name server's producer failed its first send of a new
+/// topic).
 #[tokio::test(start_paused = true)]
 async fn a_first_selection_during_a_poll_of_many_topics_is_answered_in_time() {
     let cluster = InMemoryCluster::new();

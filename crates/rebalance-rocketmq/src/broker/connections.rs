@@ -111,9 +111,21 @@ struct GroupCheck {
 }
 
 /// The connection checks of a broker client. Never held across an `.await`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ConnectionChecks {
     groups: Mutex<HashMap<String, GroupCheck>>,
+    /// How often a group is checked, and how long a conflict must last to be reported
+    /// ([`CHECK_EVERY`], [`PERSISTS_FOR`] unless set).
+    timing: Mutex<(Duration, Duration)>,
+}
+
+impl Default for ConnectionChecks {
+    fn default() -> Self {
+        Self {
+            groups: Mutex::default(),
+            timing: Mutex::new((CHECK_EVERY, PERSISTS_FOR)),
+        }
+    }
 }
 
 impl ConnectionChecks {
@@ -122,16 +134,25 @@ impl ConnectionChecks {
         f(&mut groups)
     }
 
+    fn timing(&self) -> (Duration, Duration) {
+        *self.timing.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn set_timing(&self, every: Duration, persists_for: Duration) {
+        *self.timing.lock().unwrap_or_else(|e| e.into_inner()) = (every, persists_for);
+    }
+
     /// Whether `group` is due for a check now; if so, the next one is due [`CHECK_EVERY`]
     /// later.
     fn due(&self, group: &str) -> bool {
         let now = Instant::now();
+        let (every, _) = self.timing();
         self.with(|groups| {
             let check = groups.entry(group.to_string()).or_default();
             if check.unsupported || check.next.is_some_and(|next| now < next) {
                 return false;
             }
-            check.next = Some(now + CHECK_EVERY);
+            check.next = Some(now + every);
             true
         })
     }
@@ -140,6 +161,7 @@ impl ConnectionChecks {
     /// reported yet. One not seen this time is forgotten (seen again later, it starts over).
     fn newly_seen(&self, group: &str, seen: &[DuplicateClientId]) -> Vec<DuplicateClientId> {
         let now = Instant::now();
+        let (_, persists_for) = self.timing();
         self.with(|groups| {
             let check = groups.entry(group.to_string()).or_default();
             let mut since = BTreeMap::new();
@@ -147,7 +169,7 @@ impl ConnectionChecks {
             for d in seen {
                 let key = (d.client_id.clone(), d.addresses.clone());
                 let first = check.seen_since.get(&key).copied().unwrap_or(now);
-                if now.saturating_duration_since(first) >= PERSISTS_FOR
+                if now.saturating_duration_since(first) >= persists_for
                     && check.reported.insert(key.clone())
                 {
                     new.push(d.clone());
@@ -171,6 +193,14 @@ impl ConnectionChecks {
 }
 
 impl BrokerClient {
+    /// How often, after a heartbeat, a group's connections are checked for a client id used
+    /// from two addresses (60 s), and how long such a conflict must last to be reported at
+    /// ERROR (150 s: longer than a Java broker lists a connection that died without a word, its
+    /// `channelExpiredTimeout`, 120 s by default; set it above yours).
+    pub fn set_duplicate_id_checks(&self, every: Duration, persists_for: Duration) {
+        self.inner.connection_checks.set_timing(every, persists_for);
+    }
+
     /// GET_CONSUMER_CONNECTION_LIST for `group` (a plain name) at the broker at `addr`: the
     /// group's connections as that broker sees them (none when no member is connected).
     pub async fn consumer_connections_at(

@@ -71,15 +71,23 @@ impl OffsetFiles {
     /// (in this process or another: the lock is per open file). Where the file system cannot
     /// lock, the store goes on without, saying so.
     pub(super) fn take(&self) -> Result<Option<std::fs::File>, OffsetFileError> {
-        let file = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(&self.lock)
-            .map_err(|source| OffsetFileError::NotWritable {
-                dir: self.dir.clone(),
-                source,
-            })?;
+            .open(&self.lock);
+        // One left by another user, not writable here, locks as well read-only (found by
+        // review: the store, which writes through its directory, no longer opened).
+        let file = match opened {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && self.lock.exists() => {
+                std::fs::File::open(&self.lock)
+            }
+            other => other,
+        }
+        .map_err(|source| OffsetFileError::Read {
+            path: self.lock.clone(),
+            source,
+        })?;
         match file.try_lock() {
             Ok(()) => Ok(Some(file)),
             Err(std::fs::TryLockError::WouldBlock) => Err(OffsetFileError::InUse {
