@@ -64,6 +64,12 @@ pub enum PushConsumerError {
     /// The consumer under it could not start.
     #[error(transparent)]
     Consumer(#[from] ConsumerError),
+    /// POP and the allocation disagree: a consumer set to pop whose allocation was replaced
+    /// (it would pull with that allocation and ignore its POP settings), or an allocation
+    /// that accepts popped queues on a consumer with no POP source (it would hold them and
+    /// consume nothing).
+    #[error("{0}")]
+    PopAllocation(&'static str),
 }
 
 /// Who consumes the pulled messages.
@@ -137,7 +143,9 @@ impl PushConsumerBuilder {
     /// members pop each queue, and every message is acknowledged once consumed. `cluster`
     /// answers the assignments and pops (`rebalance_rocketmq::RocketMq`, or the in-memory
     /// cluster's `ClusterClient`); give it [`cluster`](Self::cluster) too. It sets the
-    /// member's allocation: do not set another one through [`configure`](Self::configure).
+    /// member's allocation: an allocation set through [`configure`](Self::configure) after it
+    /// replaces it, and `start()` refuses the consumer then
+    /// ([`PushConsumerError::PopAllocation`]); a `configure` before it is fine.
     ///
     /// Concurrent consumption only (`start()` refuses an orderly listener or broadcasting, as
     /// the Java client keeps those client-side). Every member of the group should pop: a
@@ -235,6 +243,7 @@ impl PushConsumerBuilder {
     /// Starts the consumer and its workers.
     pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
         self.options.validate()?;
+        check_pop_allocation(self.pop.is_some(), self.consumer.configured_allocation())?;
         let pop = match self.pop {
             Some((source, options)) => {
                 options.validate()?;
@@ -382,6 +391,25 @@ async fn abandon_when_due(
     tokio::select! {
         _ = workers_stopped.cancelled() => {}
         _ = tokio::time::sleep(limit) => abandon.now(),
+    }
+}
+
+/// Refuses a consumer whose POP settings and allocation disagree (found by review: a
+/// `configure` after `pop` replaced the allocation without a word, and an allocation that
+/// accepts popped queues without a POP source held them and consumed nothing).
+fn check_pop_allocation(
+    pops: bool,
+    allocation: Option<&Allocation>,
+) -> Result<(), PushConsumerError> {
+    let accepts_pop = matches!(allocation, Some(Allocation::Server(s)) if s.accepts_pop());
+    match (pops, accepts_pop) {
+        (true, false) => Err(PushConsumerError::PopAllocation(
+            "the consumer is set to pop, but its allocation was replaced after `pop` (by `configure`): it would pull with that allocation and ignore the POP settings; set the allocation through `pop` only",
+        )),
+        (false, true) => Err(PushConsumerError::PopAllocation(
+            "the allocation accepts popped queues, but the consumer has no POP source: it would hold them and consume nothing; configure POP with the push consumer's `pop`",
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -17,6 +17,7 @@ use rebalance_consume::{
     PopOptions, PopRequest, PopResult, PopSource, PullError, PushConsumer, PushConsumerHandle,
 };
 use rebalance_core::MessageQueue;
+use rebalance_runtime::allocation::{Allocation, ServerAllocation};
 use rebalance_runtime::config::Intervals;
 use rebalance_runtime::memory::{ClusterCall, ClusterClient, InMemoryCluster};
 use rebalance_runtime::{AssignmentRequest, AssignmentSource, ReadMode, RemoteError, ServerAnswer};
@@ -1150,4 +1151,61 @@ async fn messages_given_back_when_the_group_switches_to_pull_are_drained_from_th
         );
     }
     group.stop().await;
+}
+
+/// POP and the allocation must agree, or `start()` refuses (found by review): a `configure`
+/// after `pop` that sets another allocation would have pulled with it, the POP settings
+/// ignored without a word; an allocation accepting popped queues on a consumer without a POP
+/// source would have held them and consumed nothing. A consumer whose `configure` leaves the
+/// allocation alone still starts.
+#[tokio::test(start_paused = true)]
+async fn pop_settings_and_an_allocation_that_disagree_are_refused_at_start() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 2);
+    let client = cluster.client("c1");
+    let app = Arc::new(App {
+        client: "c1".into(),
+        journal: Arc::default(),
+        work: Duration::ZERO,
+        slow: None,
+        fail_suffix: None,
+    });
+    let replaced = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .cluster(client.clone())
+        .pop(client.clone(), PopOptions::default())
+        .configure(|c| c.strategy(Arc::new(rebalance_core::strategy::Averagely)))
+        .concurrently(app.clone())
+        .start()
+        .await;
+    let Err(error) = replaced else {
+        panic!("a consumer whose allocation replaced POP's started")
+    };
+    let error = error.to_string();
+    assert!(error.contains("replaced after `pop`"), "{error}");
+
+    let accepting = ServerAllocation::new(Arc::new(client.clone()), "AVG").accepting_pop(true);
+    let no_source = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .cluster(client.clone())
+        .configure(|c| c.allocation(Allocation::Server(accepting)))
+        .concurrently(app.clone())
+        .start()
+        .await;
+    let Err(error) = no_source else {
+        panic!("a consumer accepting popped queues without POP started")
+    };
+    let error = error.to_string();
+    assert!(error.contains("no POP source"), "{error}");
+
+    let fine = PushConsumer::builder(GROUP)
+        .subscribe("T")
+        .cluster(client.clone())
+        .pop(client, PopOptions::default())
+        .configure(|c| c.client_id("c1"))
+        .concurrently(app)
+        .start()
+        .await
+        .expect("a configure that keeps the allocation starts");
+    fine.shutdown().await;
 }

@@ -404,3 +404,100 @@ async fn a_denied_send_back_or_fallback_is_a_denial_naming_operation_and_resourc
         }
     }
 }
+
+/// One stored V1 record of topic `T`, queue 0, at queue offset `offset` and commit-log offset
+/// 7,777, whose body is `body` zlib-compressed (sysFlag 0x1), with `UNIQ_KEY` `BIG1`.
+fn compressed_record(offset: i64, body: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    zlib.write_all(body).unwrap();
+    let body = zlib.finish().unwrap();
+    let props = "UNIQ_KEY\u{1}BIG1\u{2}TAGS\u{1}A\u{2}";
+    let mut r = Vec::new();
+    r.extend_from_slice(&0i32.to_be_bytes()); // total size, patched below
+    r.extend_from_slice(&rebalance_rocketmq::message::decode::MAGIC_V1.to_be_bytes());
+    r.extend_from_slice(&0i32.to_be_bytes()); // body CRC
+    r.extend_from_slice(&0i32.to_be_bytes()); // queue id
+    r.extend_from_slice(&0i32.to_be_bytes()); // flag
+    r.extend_from_slice(&offset.to_be_bytes());
+    r.extend_from_slice(&7_777i64.to_be_bytes()); // commit-log offset
+    r.extend_from_slice(&1i32.to_be_bytes()); // sysFlag: compressed (zlib)
+    r.extend_from_slice(&0i64.to_be_bytes()); // born timestamp
+    r.extend_from_slice(&[127, 0, 0, 1, 0, 0, 0x27, 0x10]); // born host
+    r.extend_from_slice(&0i64.to_be_bytes()); // store timestamp
+    r.extend_from_slice(&[127, 0, 0, 1, 0, 0, 0x27, 0x11]); // store host
+    r.extend_from_slice(&0i32.to_be_bytes()); // reconsume times
+    r.extend_from_slice(&0i64.to_be_bytes()); // prepared transaction offset
+    r.extend_from_slice(&(body.len() as i32).to_be_bytes());
+    r.extend_from_slice(&body);
+    r.push(1); // topic length
+    r.extend_from_slice(b"T");
+    r.extend_from_slice(&(props.len() as i16).to_be_bytes());
+    r.extend_from_slice(props.as_bytes());
+    let total = r.len() as i32;
+    r[..4].copy_from_slice(&total.to_be_bytes());
+    r
+}
+
+/// Found by review: a message whose compressed body inflates past the decode limit (16 MiB)
+/// failed its queue's pull at the same offset every 3 s, forever. It is moved to the group's
+/// dead letters by CONSUMER_SEND_MSG_BACK (delay level -1, the broker's stored copy found by
+/// its commit-log offset, never the fallback that would send the body this client could not
+/// read), and the pull answers nothing found, the next pull after it. Refused, the pull fails
+/// (tried again later) and nothing is skipped.
+#[tokio::test]
+async fn a_message_too_large_to_decode_is_dead_lettered_and_the_queue_goes_on() {
+    let body = compressed_record(5, &vec![0u8; (16 << 20) + 1]);
+    for refuse in [false, true] {
+        let body = body.clone();
+        let (addr, log) = broker(move |req| match req.code {
+            request_code::PULL_MESSAGE => ok()
+                .with_ext("nextBeginOffset", 6)
+                .with_ext("minOffset", 0)
+                .with_ext("maxOffset", 6)
+                .with_body(body.clone()),
+            request_code::CONSUMER_SEND_MSG_BACK if refuse => {
+                RemotingCommand::response(1, 0, Some("look message by offset failed".into()))
+            }
+            _ => ok(),
+        })
+        .await;
+        let namesrv = name_server(addr, &["T", "%RETRY%G"]).await;
+        let brokers = BrokerClient::new(NameServerClient::from_addresses(&namesrv).unwrap());
+        let pull = PullRequest::new(
+            "G",
+            MessageQueue::new("T", "broker-a", 0),
+            5,
+            TagExpression::all(),
+        );
+        let result = brokers.pull(&pull).await;
+        let requests = log.lock().unwrap().clone();
+        let codes: Vec<i32> = requests.iter().map(|r| r.code).collect();
+        assert_eq!(
+            codes,
+            [11, 36],
+            "never the fallback (refused: {refuse}): {result:?}"
+        );
+        let back = &requests[1];
+        assert_eq!(back.ext("offset"), Some("7777"));
+        assert_eq!(back.ext("delayLevel"), Some("-1"));
+        assert_eq!(back.ext("originMsgId"), Some("BIG1"));
+        assert_eq!(back.ext("originTopic"), Some("T"));
+        assert_eq!(back.ext("group"), Some("G"));
+        match (refuse, result) {
+            (false, Ok(found)) => assert_eq!(
+                found,
+                rebalance_consume::PullResult::Found {
+                    messages: vec![],
+                    next_offset: 6,
+                    min_offset: 0,
+                    max_offset: 6
+                }
+            ),
+            (true, Err(PullError::Remote(e))) => {
+                assert!(e.to_string().contains("too large to decode"), "{e}")
+            }
+            (refuse, other) => panic!("refused: {refuse}: {other:?}"),
+        }
+    }
+}

@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use super::BrokerClient;
 use super::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::message::{DecodeLimits, decode_prefix};
+use crate::message::{DecodeError, DecodeLimits, Oversized, decode_prefix};
 use crate::namespace::{self, Namespace};
 
 /// Pull sysFlag: the request carries this client's offset for the broker to store.
@@ -122,10 +122,26 @@ pub fn pull_timeout(suspend: Duration, request_timeout: Duration) -> Duration {
 pub(crate) enum PullAnswer {
     /// A result.
     Done(PullResult),
+    /// The first message at the offset cannot be decoded within the limits (a compressed body
+    /// inflating past them): it is dead-lettered, then the queue goes on after it.
+    Oversized(Box<OversizedMessage>),
     /// The broker does not have this client's subscription (24, 25): heartbeat, then fail.
     Resubscribe(RemoteError),
     /// A failure.
     Failed(PullError),
+}
+
+/// A message too large to decode, first at a pull's offset (see [`PullAnswer::Oversized`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct OversizedMessage {
+    /// The message with an empty body: its queue, offset, ids and properties, enough for the
+    /// broker to find its stored copy.
+    pub(crate) message: Message,
+    /// The limit it passed.
+    pub(crate) error: DecodeError,
+    /// The answer's result once the message is dead-lettered: nothing found, the next pull
+    /// after it.
+    pub(crate) after: PullResult,
 }
 
 /// Reads the answer to `request`.
@@ -139,7 +155,7 @@ pub(crate) fn read_answer(
         | response_code::PULL_NOT_FOUND
         | response_code::PULL_RETRY_IMMEDIATELY
         | response_code::PULL_OFFSET_MOVED => match read_result(response, request, limits) {
-            Ok(result) => PullAnswer::Done(result),
+            Ok(answer) => answer,
             Err(e) => PullAnswer::Failed(PullError::Remote(e)),
         },
         response_code::SUBSCRIPTION_NOT_EXIST | response_code::SUBSCRIPTION_NOT_LATEST => {
@@ -175,13 +191,15 @@ fn read_result(
     response: &RemotingCommand,
     request: &PullRequest,
     limits: &DecodeLimits,
-) -> Result<PullResult, RemoteError> {
+) -> Result<PullAnswer, RemoteError> {
     let next_offset = required_i64(response, "nextBeginOffset")?;
     match response.code {
         response_code::PULL_NOT_FOUND | response_code::PULL_RETRY_IMMEDIATELY => {
-            return Ok(PullResult::NoNewMessage { next_offset });
+            return Ok(PullAnswer::Done(PullResult::NoNewMessage { next_offset }));
         }
-        response_code::PULL_OFFSET_MOVED => return Ok(PullResult::OffsetMoved { next_offset }),
+        response_code::PULL_OFFSET_MOVED => {
+            return Ok(PullAnswer::Done(PullResult::OffsetMoved { next_offset }));
+        }
         _ => {}
     }
     let min_offset = required_i64(response, "minOffset")?;
@@ -193,6 +211,18 @@ fn read_result(
             request.queue.topic, request.queue.broker_name, request.queue.queue_id, request.offset
         ))
     })?;
+    if let Some(oversized) = decoded.oversized {
+        let answer = oversized_answer(oversized, request, delta, min_offset, max_offset)?;
+        // A message of a tag this consumer does not want is not its to dead-letter.
+        let wanted = request
+            .expression
+            .matches(answer.message.property(property::TAGS));
+        return Ok(if wanted {
+            PullAnswer::Oversized(Box::new(answer))
+        } else {
+            PullAnswer::Done(answer.after)
+        });
+    }
     let stored = decoded.messages;
     // The messages past the decode limits were not decoded: the next pull starts at the first
     // of them (it gets the next prefix that fits), instead of where the broker said.
@@ -236,11 +266,46 @@ fn read_result(
                 .with_property(property::MAX_OFFSET, max_text.clone()),
         );
     }
-    Ok(PullResult::Found {
+    Ok(PullAnswer::Done(PullResult::Found {
         messages,
         next_offset,
         min_offset,
         max_offset,
+    }))
+}
+
+/// The oversized first message of a pull's answer, at its queue offset (`offsetDelta`
+/// applied), to be dead-lettered.
+fn oversized_answer(
+    oversized: Oversized,
+    request: &PullRequest,
+    delta: i64,
+    min_offset: i64,
+    max_offset: i64,
+) -> Result<OversizedMessage, RemoteError> {
+    let Oversized { mut header, error } = oversized;
+    header.queue_offset = header.queue_offset.saturating_add(delta);
+    if !is_message_offset(header.queue_offset) || header.queue_offset < request.offset {
+        return Err(RemoteError::BadResponse(format!(
+            "pull of {}@{}:{} from offset {}: a message too large to decode ({error}) at queue \
+             offset {}, which cannot be",
+            request.queue.topic,
+            request.queue.broker_name,
+            request.queue.queue_id,
+            request.offset,
+            header.queue_offset,
+        )));
+    }
+    let next_offset = header.queue_offset + 1;
+    Ok(OversizedMessage {
+        message: header.into_message(request.queue.clone()),
+        error,
+        after: PullResult::Found {
+            messages: Vec::new(),
+            next_offset,
+            min_offset,
+            max_offset,
+        },
     })
 }
 
@@ -319,6 +384,16 @@ impl BrokerClient {
                 tracing::trace!(broker = %addr, queue = ?request.queue, offset = request.offset, ?result, "pulled");
                 Ok(result)
             }
+            PullAnswer::Oversized(oversized) => {
+                let OversizedMessage {
+                    message,
+                    error,
+                    after,
+                } = *oversized;
+                self.dead_letter_oversized(request, &message, &error)
+                    .await?;
+                Ok(after)
+            }
             PullAnswer::Resubscribe(e) => {
                 tracing::info!(broker = %addr, group = %request.group, queue = ?request.queue, error = %e, "the broker does not have this client's subscription; heartbeating it again");
                 self.resubscribe(&addr);
@@ -327,6 +402,35 @@ impl BrokerClient {
             PullAnswer::Failed(e) => {
                 tracing::debug!(broker = %addr, queue = ?request.queue, error = %e, "pull failed");
                 Err(e)
+            }
+        }
+    }
+
+    /// Dead-letters a message no pull can deliver (its body inflates past the decode limits):
+    /// CONSUMER_SEND_MSG_BACK to the dead letters, which moves the broker's own stored copy
+    /// (found by its commit-log offset) to `%DLQ%{group}`, whole. Never the fallback, which
+    /// would send the body this client could not read. Refused or unanswered, the pull fails
+    /// and is tried again after the error delay (the message is never skipped unless
+    /// dead-lettered).
+    async fn dead_letter_oversized(
+        &self,
+        request: &PullRequest,
+        message: &Message,
+        error: &DecodeError,
+    ) -> Result<(), PullError> {
+        let send_back = rebalance_consume::SendBack::new(&request.group, message).to_dead_letters();
+        match self.send_back_only(&send_back).await {
+            Ok(addr) => {
+                tracing::error!(broker = %addr, queue = ?request.queue, offset = message.queue_offset(), msg_id = message.msg_id(), commit_log_offset = message.commit_log_offset(), %error, group = %request.group, "a message too large to decode was moved to the group's dead-letter topic; the queue goes on after it");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(queue = ?request.queue, offset = message.queue_offset(), msg_id = message.msg_id(), %error, error_dead_lettering = %e, "a message too large to decode could not be moved to the dead-letter topic; pulling it again later");
+                Err(PullError::Remote(RemoteError::Unreachable(format!(
+                    "the message at offset {} of {:?} is too large to decode ({error}), and dead-lettering it failed: {e}",
+                    message.queue_offset(),
+                    request.queue
+                ))))
             }
         }
     }
@@ -582,6 +686,61 @@ mod tests {
         let offsets: Vec<i64> = messages.iter().map(Message::queue_offset).collect();
         assert_eq!(offsets, [40, 41, 42]);
         assert_eq!(next_offset, 43);
+    }
+
+    /// Found by review: a first message whose body inflates past the decode limits alone
+    /// failed the pull at the same offset every 3 s, forever. Its header comes back to be
+    /// dead-lettered (by its commit-log offset), and the pull after it starts at the next
+    /// offset; a message of a tag not subscribed is passed over, not dead-lettered.
+    #[test]
+    fn a_first_message_too_large_to_decode_is_to_be_dead_lettered_and_passed() {
+        use crate::message::tests::{encode_compressed, sample};
+        let stored: Vec<_> = (40..42)
+            .map(|o| {
+                let mut m = sample(o, &"z".repeat(20_000));
+                m.properties.insert("TAGS".into(), "A".into());
+                m
+            })
+            .collect();
+        let response = answer(0)
+            .with_ext("nextBeginOffset", 42)
+            .with_ext("offsetDelta", 100)
+            .with_body(encode_compressed(&stored));
+        let limits = DecodeLimits {
+            max_body: 10_000,
+            ..DecodeLimits::default()
+        };
+        let PullAnswer::Oversized(oversized) = read_answer(&response, &request(), &limits) else {
+            panic!("not oversized");
+        };
+        let message = &oversized.message;
+        assert_eq!(message.queue_offset(), 140, "offsetDelta applied");
+        assert_eq!(message.commit_log_offset(), stored[0].commit_log_offset);
+        assert_eq!(message.msg_id(), "ID40");
+        assert!(message.body().is_empty());
+        assert_eq!(message.queue(), &request().queue);
+        assert_eq!(oversized.error, DecodeError::BodyTooLarge { limit: 10_000 });
+        assert_eq!(
+            oversized.after,
+            PullResult::Found {
+                messages: vec![],
+                next_offset: 141,
+                min_offset: 0,
+                max_offset: 12
+            },
+            "the next pull starts after it, not where the broker said"
+        );
+        let other_tags = PullRequest::new(
+            "G",
+            MessageQueue::new("T", "broker-a", 2),
+            7,
+            TagExpression::parse("C").unwrap(),
+        );
+        assert_eq!(
+            read_answer(&response, &other_tags, &limits),
+            PullAnswer::Done(oversized.after),
+            "not this consumer's to dead-letter"
+        );
     }
 
     /// Found by review: a message at a negative offset, or at `i64::MAX` (none after it),

@@ -215,26 +215,7 @@ impl BrokerClient {
     /// then be delivered again twice, once through each. As with the Java client
     /// (`sendMessageBackAsNormalMessage` on any exception), redelivery is at least once.
     pub(super) async fn send_message_back(&self, request: SendBack<'_>) -> Result<(), RemoteError> {
-        let queue = request.message.queue();
-        let first = async {
-            let addr = self.broker_addr(queue, true).await?;
-            let op = self.group_topic_op("send back", request.group, request.message.topic());
-            let response = self
-                .remoting()
-                .call_with_timeout(
-                    &addr,
-                    &op,
-                    namespaced_send_back_request(&request, self.name_server().namespace()),
-                    SEND_BACK_TIMEOUT,
-                )
-                .await?;
-            if response.code == response_code::SUCCESS {
-                Ok(addr)
-            } else {
-                Err(refused(&response))
-            }
-        };
-        let error = match first.await {
+        let error = match self.send_back_only(&request).await {
             Ok(addr) => {
                 tracing::debug!(broker = %addr, group = request.group, msg_id = request.message.msg_id(), "sent back");
                 return Ok(());
@@ -254,6 +235,30 @@ impl BrokerClient {
         self.send_back_as_normal_message(&request, unreached)
             .await
             .map_err(|fallback| both_failed(error, fallback))
+    }
+
+    /// CONSUMER_SEND_MSG_BACK at the message's broker's master, without the fallback; returns
+    /// the broker's address.
+    pub(super) async fn send_back_only(
+        &self,
+        request: &SendBack<'_>,
+    ) -> Result<String, RemoteError> {
+        let addr = self.broker_addr(request.message.queue(), true).await?;
+        let op = self.group_topic_op("send back", request.group, request.message.topic());
+        let response = self
+            .remoting()
+            .call_with_timeout(
+                &addr,
+                &op,
+                namespaced_send_back_request(request, self.name_server().namespace()),
+                SEND_BACK_TIMEOUT,
+            )
+            .await?;
+        if response.code == response_code::SUCCESS {
+            Ok(addr)
+        } else {
+            Err(refused(&response))
+        }
     }
 
     /// The fallback: SEND_MESSAGE to the group's retry topic, on up to

@@ -303,6 +303,20 @@ pub struct DecodedPrefix {
     /// Whether they are the whole body; `false` when decoding stopped before a record whose
     /// messages would have passed a limit (the messages from that record on were not decoded).
     pub complete: bool,
+    /// The first record, when it is a single message whose compressed body inflates past
+    /// the limits alone: its header, topic and properties, with an empty body (nothing else
+    /// is decoded then). It can never be delivered; the pull's caller dead-letters it by its
+    /// commit-log offset (the broker moves its own stored copy), so that the queue goes on.
+    pub oversized: Option<Oversized>,
+}
+
+/// A message too large to decode within the limits (see [`DecodedPrefix::oversized`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oversized {
+    /// The message as stored, with an empty body.
+    pub header: StoredMessage,
+    /// The limit it passed.
+    pub error: DecodeError,
 }
 
 /// Decodes a pull's body as [`decode_batch`] does, but stops before a record whose messages
@@ -310,14 +324,46 @@ pub struct DecodedPrefix {
 /// [`DecodeLimits::max_total`] or [`DecodeLimits::max_messages`]) once at least one message is
 /// decoded, instead of failing: the pull then delivers the messages before it, and the next
 /// pull starts at that record (a pull of many large messages would otherwise fail at the same
-/// offset forever). A first record too large alone, or a malformed one, is still an error. An
-/// inner batch is decoded whole or not at all.
+/// offset forever). A first record too large alone is returned as
+/// [`oversized`](DecodedPrefix::oversized) (its header only) when it is a single message, and
+/// is an error when it is an inner batch; a malformed record is an error. An inner batch is
+/// decoded whole or not at all.
 pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix, DecodeError> {
-    let (messages, stopped) = decode_until_limit(body, limits)?;
-    Ok(DecodedPrefix {
-        messages,
-        complete: stopped.is_none(),
-    })
+    match decode_until_limit(body, limits) {
+        Ok((messages, stopped)) => Ok(DecodedPrefix {
+            messages,
+            complete: stopped.is_none(),
+            oversized: None,
+        }),
+        Err(error @ DecodeError::BodyTooLarge { .. }) => {
+            // The first record passed the limits alone (any later one stops the prefix
+            // instead). A single message's header is still read, its body skipped, so that the
+            // caller can dead-letter it rather than fail at this offset forever; an inner
+            // batch (how many queue offsets it covers is in its body) stays an error.
+            let (record, _) = record_at(body, 0)?;
+            match decode_header(record) {
+                Ok(header) if header.sys_flag & INNER_BATCH_FLAG == 0 => Ok(DecodedPrefix {
+                    messages: Vec::new(),
+                    complete: false,
+                    oversized: Some(Oversized { header, error }),
+                }),
+                _ => Err(error),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The first record of a body as [`decode_record`] reads it, with its body skipped (neither
+/// decompressed nor copied) and no budget charged.
+fn decode_header(record: &[u8]) -> Result<StoredMessage, DecodeError> {
+    let unlimited = DecodeLimits {
+        max_body: 0,
+        max_total: usize::MAX,
+        max_messages: usize::MAX,
+    };
+    let mut budget = usize::MAX;
+    decode_fields(record, 0, &unlimited, &mut budget, false)
 }
 
 /// The records of `body` up to the first that passes a limit, and that limit's error; a limit
@@ -431,6 +477,18 @@ fn decode_record(
     limits: &DecodeLimits,
     budget: &mut usize,
 ) -> Result<StoredMessage, DecodeError> {
+    decode_fields(record, at, limits, budget, true)
+}
+
+/// A record's fields; its body decoded only `with_body` (else left empty, neither
+/// decompressed nor copied, and not charged).
+fn decode_fields(
+    record: &[u8],
+    at: usize,
+    limits: &DecodeLimits,
+    budget: &mut usize,
+    with_body: bool,
+) -> Result<StoredMessage, DecodeError> {
     let mut r = Reader {
         data: record,
         pos: 4,
@@ -456,6 +514,7 @@ fn decode_record(
     let body_len = r.length("body length", raw.into())?;
     let stored_body = r.take("body", body_len)?;
     let body = match Compression::of_sys_flag(sys_flag)? {
+        _ if !with_body => Bytes::new(),
         None => Bytes::copy_from_slice(stored_body),
         Some(kind) => {
             let max = limits.max_body.min(*budget);

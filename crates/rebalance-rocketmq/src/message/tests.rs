@@ -225,7 +225,7 @@ fn compressed_bodies_come_back_decompressed() {
 }
 
 /// A pull whose bodies together pass the budget delivers the records that fit, from the
-/// first, and says it stopped; a first record too large alone is still an error.
+/// first, and says it stopped; a first message too large alone comes back as its header.
 #[test]
 fn the_records_that_fit_the_budget_are_decoded_and_the_rest_left_for_the_next_pull() {
     let big = "x".repeat(10_000);
@@ -248,8 +248,38 @@ fn the_records_that_fit_the_budget_are_decoded_and_the_rest_left_for_the_next_pu
         max_total: 1 << 20,
         ..DecodeLimits::default()
     };
+    // Found by review: the first message too large alone failed the pull at the same offset
+    // forever. Its header is read (its body skipped) for the caller to dead-letter it.
+    let alone = decode_prefix(&bytes, &tiny).unwrap();
+    assert!(alone.messages.is_empty() && !alone.complete);
+    let oversized = alone.oversized.expect("the first message's header");
+    assert_eq!(oversized.error, DecodeError::BodyTooLarge { limit: 9_999 });
+    let header = oversized.header;
+    assert!(
+        header.body.is_empty(),
+        "the body is neither decompressed nor kept"
+    );
     assert_eq!(
-        decode_prefix(&bytes, &tiny),
+        (
+            header.queue_offset,
+            header.commit_log_offset,
+            header.topic.as_str()
+        ),
+        (5, 1500, messages[0].topic.as_str())
+    );
+    assert_eq!(header.properties, messages[0].properties);
+    assert_eq!(header.msg_id(), "ID5");
+    assert_eq!(
+        decode_batch(&bytes, &tiny),
+        Err(DecodeError::BodyTooLarge { limit: 9_999 }),
+        "a whole body is still refused"
+    );
+    // An inner batch first and too large alone stays an error: how many queue offsets it
+    // covers is in the body that could not be read.
+    let inner = inner_batch((0..2).map(|_| (big.as_str(), String::new())));
+    let batch = encode_all(&[inner_batch_record(5, "T", inner, Some(Compression::Zlib))]);
+    assert_eq!(
+        decode_prefix(&batch, &tiny),
         Err(DecodeError::BodyTooLarge { limit: 9_999 })
     );
 }

@@ -243,6 +243,13 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The allocation set so far (`None`: the default, averagely): what a consumer built
+    /// around this builder checks its own reading against (a POP consumer needs a server
+    /// allocation that accepts popped queues, and only it may have one).
+    pub fn configured_allocation(&self) -> Option<&Allocation> {
+        self.allocation.as_ref()
+    }
+
     /// The allocation: a per-topic strategy or a group assignor.
     pub fn allocation(mut self, allocation: Allocation) -> Self {
         self.allocation = Some(allocation);
