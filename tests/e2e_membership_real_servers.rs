@@ -177,7 +177,7 @@ async fn a_consumer_killed_while_producing_loses_nothing_and_its_queues_are_take
 }
 
 /// How soon the survivors must consume a killed member's queues again with the default
-/// settings, from the kill: the target (issue 43: 2 s from the broker dropping the member, which
+/// settings, from the kill: the target (2 s from the broker dropping the member, which
 /// the Rust broker does as the killed process's connection closes), with a margin for a loaded
 /// machine (0.7 to 1 s measured), still well under the 20 s rebalance interval the survivors
 /// would otherwise wait for (the in-memory

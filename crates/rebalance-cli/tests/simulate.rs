@@ -108,8 +108,8 @@ fn unowned(s: &Value) -> u64 {
 /// are never held twice.
 ///
 /// By default the first of the ten starts alone (the next one arrives 55 ms later with this
-/// seed): it takes every queue 20 ms after its start (issue 43: a lone member does not wait for
-/// a group), and gives them all back at once when the second arrives, so that nothing is ever
+/// seed): it takes every queue 20 ms after its start (a lone member does not wait for
+/// a group: BENCHMARKS.md, "A lone member's first message"), and gives them all back at once when the second arrives, so that nothing is ever
 /// held twice; that costs the queues it ends without, 180 moves, measured apart here (the same
 /// start without the joins). The joins themselves move as few queues as with the fixed window.
 #[test]
@@ -178,7 +178,7 @@ fn settling_damps_a_burst_of_joins() {
     );
 }
 
-/// Issue 43, part 3: a member alone in its group takes its queues `AdaptiveSettle::min` (20 ms)
+/// A member alone in its group takes its queues `AdaptiveSettle::min` (20 ms)
 /// after its start, not after a group's settle window: against a fixed 1 s window, each of the
 /// 2,000 queues is unowned at least 900 ms less (the member's start is the same in both runs).
 #[test]
@@ -259,7 +259,7 @@ fn bad_arguments_are_reported() {
     assert!(!ok);
 }
 
-/// Issue 43, part 8: the floor of a start-up storm's unowned time is real. Fifty members start
+/// The floor of a start-up storm's unowned time is real (BENCHMARKS.md, "Start-up storm"). Fifty members start
 /// within 500 ms on 2,000 queues; whatever the settle window, a run that moves no queue leaves
 /// every queue unowned until the last member has started (a plan made before then gives the
 /// members present more than their final shares, which they must hand over), so its unowned

@@ -167,7 +167,7 @@ async fn pulls_keep_to_the_limits_and_the_tag_filter() {
 
 /// A broker filters by the tag's hash code (Java's `String.hashCode`), not by the tag: a tag
 /// with the subscribed tag's hash ("Aa" and "BB" both hash to 2112) passes the broker, and the
-/// client re-filters it (rocketmq-consume.md §1, `PullAPIWrapper.processPullResult`). The pull
+/// client re-filters it (the Java client's `PullAPIWrapper.processPullResult`). The pull
 /// answers found, with none left, and the offset after the colliding message; it is not held.
 #[tokio::test(start_paused = true)]
 async fn a_tag_of_the_same_hash_passes_the_broker_and_is_filtered_by_the_client() {

@@ -326,8 +326,8 @@ async fn starts_filters_refusals_and_faults() {
 
 /// A broker filters a pop by the tag's hash code ("Aa" and "BB" both hash to 2112): the
 /// message of the colliding tag is popped too, and comes back as a filtered one, with its
-/// handle, for the client to acknowledge (rocketmq-pop-litepull.md §1.3: the client
-/// re-filters by tag and acks what it drops).
+/// handle, for the client to acknowledge (the Java client re-filters a pop by tag and
+/// acknowledges what it drops).
 #[tokio::test(start_paused = true)]
 async fn a_tag_of_the_same_hash_is_popped_and_returned_filtered() {
     let (cluster, client) = setup(1);

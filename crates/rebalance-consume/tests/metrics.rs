@@ -221,3 +221,54 @@ fn a_push_consumer_records_what_it_buffers_consumes_and_holds() {
         assert_eq!(recorder.gauge(names::QUEUES_OWNED, &retry), 0.0);
     });
 }
+
+/// An `OFFSET_MOVED` back (apache/rocketmq #4215: a broker that lost track of a queue answers
+/// an offset below the one pulled) is followed and counted in
+/// `rebalance_offsets_moved_back_total`; a move forward (retention deleted the messages pulled
+/// from) is followed and not counted there.
+#[test]
+fn an_offset_moved_back_is_counted_and_one_moved_forward_is_not() {
+    let recorder = TestRecorder::new();
+    with_recorder(&recorder, || async {
+        let cluster = InMemoryCluster::new();
+        cluster.create_topic("T", 1, 2);
+        for n in 0..10 {
+            cluster
+                .send("T", OutgoingMessage::new(format!("m{n}")))
+                .unwrap();
+        }
+        let q0 = rebalance_core::MessageQueue::new("T", "broker-0", 0);
+        let q1 = rebalance_core::MessageQueue::new("T", "broker-0", 1);
+        // Queue 0: the group's offset is past the queue's end (5 messages): moved back to 5.
+        // Queue 1: retention deleted what the group had not consumed: moved forward to 4.
+        cluster.set_offset("G", &q0, 9);
+        cluster.set_offset("G", &q1, 1);
+        cluster.truncate(&q1, 4);
+        let client = cluster.client("a@1");
+        let (_gate, open) = watch::channel(true);
+        let consumer = PushConsumer::builder("G")
+            .subscribe("T")
+            .configure(|c| c.cluster(client.clone()).client_id("a@1"))
+            .source(Arc::new(client))
+            .concurrently(Arc::new(Gated {
+                open,
+                fail_suffix: "never",
+            }))
+            .start()
+            .await
+            .unwrap();
+        sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            recorder.counter(consume_names::OFFSETS_MOVED_BACK, &T),
+            1,
+            "the move back only"
+        );
+        consumer.shutdown().await;
+        assert_eq!(cluster.offset("G", &q0), Some(5), "moved back to the end");
+        assert_eq!(
+            cluster.offset("G", &q1),
+            Some(5),
+            "moved forward to 4, and 4 consumed"
+        );
+    });
+}

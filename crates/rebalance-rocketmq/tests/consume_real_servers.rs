@@ -211,7 +211,7 @@ impl ConcurrentListener for FirstMessage {
     }
 }
 
-/// Issue 43, part 3: a consumer alone in its group, with the default intervals (its heartbeat
+/// A consumer alone in its group, with the default intervals (its heartbeat
 /// aside), consumes its first waiting message within 100 ms of `start()` returning (it took
 /// about 1 s while a lone start waited the whole adaptive settle window). The figure is
 /// printed; the assertion leaves a margin for a loaded machine.

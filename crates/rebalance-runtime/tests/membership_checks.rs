@@ -1,4 +1,4 @@
-//! `Intervals::membership_check` (issue 43, part 9): between steady rounds a member lists the
+//! `Intervals::membership_check`: between steady rounds a member lists the
 //! group every second, so that a member the directory drops without telling anyone (the Rust
 //! broker 1.0 never pushes departures: it drops a killed member when its connection closes) is
 //! taken over within the check's period, not at the survivors' next round, up to

@@ -206,7 +206,7 @@ fn first_added(m: &Member) -> Option<Instant> {
     m.recorder.events.lock().unwrap().first().map(|(t, _)| *t)
 }
 
-/// Issue 43, part 3: a member alone in its group does not pay a group's settle window. From
+/// A member alone in its group does not pay a group's settle window. From
 /// `start()` returning to its first `queues_added` (with the leases) takes `min` (20 ms), not
 /// `max` (1 s); the target is 100 ms.
 #[tokio::test(start_paused = true)]

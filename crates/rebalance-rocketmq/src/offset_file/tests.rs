@@ -8,7 +8,7 @@ use super::files::{OffsetFiles, Source, load};
 use super::format::{parse, render};
 use super::*;
 
-/// The spec's example of a file the Java client wrote (`rocketmq-pop-litepull.md` §4.2):
+/// A file as the Java client writes it (`OffsetSerializeWrapper`, `LocalFileOffsetStore`):
 /// fastjson's pretty format, tabs, queue objects as keys, fields in alphabetical order.
 const JAVA_FILE: &str = "{\n\t\"offsetTable\":{{\n\t\t\t\"brokerName\":\"broker-a\",\n\t\t\t\"queueId\":0,\n\t\t\t\"topic\":\"T\"\n\t\t}:42,{\n\t\t\t\"brokerName\":\"broker-a\",\n\t\t\t\"queueId\":1,\n\t\t\t\"topic\":\"T\"\n\t\t}:17\n\t}\n}";
 
