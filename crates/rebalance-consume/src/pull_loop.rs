@@ -73,7 +73,7 @@ pub(crate) struct UntrustedWait(bool);
 impl UntrustedWait {
     pub(crate) fn hold(&mut self, queue: &rebalance_core::MessageQueue) {
         if !std::mem::replace(&mut self.0, true) {
-            tracing::info!(queue = ?queue, "not pulling: this client cannot be sure it still owns the queue (its membership or lock is not vouched for)");
+            tracing::info!(queue = ?queue, "not pulling: this client cannot be sure it still owns the queue (its membership or lock is not vouched for, or the group's directory does not list it)");
         }
     }
 

@@ -49,6 +49,10 @@ pub(crate) struct LeaseState {
     /// Whether the queue was taken back after a release for an offset reset (see
     /// [`QueueLease::after_reset`]).
     pub(crate) after_reset: bool,
+    /// Set while the group's directory does not list this client for the queue's topic: the
+    /// other members have split the topic without it, so the queue is not consumed (no pull,
+    /// no batch) while it is kept in case the absence ends soon (a registration on its way).
+    unlisted: AtomicBool,
 }
 
 /// The parts of a [`LeaseState`] made on first use.
@@ -91,6 +95,7 @@ impl LeaseState {
             activity,
             read_mode: ReadMode::Pull,
             after_reset: false,
+            unlisted: AtomicBool::new(false),
         };
         if let Some(until) = lock_valid_until {
             state.set_lock_valid_until(until);
@@ -223,16 +228,25 @@ impl LeaseState {
     }
 
     /// Whether the queue may still be consumed at `now`: not taken away, this client's
-    /// membership vouched for, and its lock (when locked) still trusted.
+    /// membership vouched for and listed by the directory, and its lock (when locked) still
+    /// trusted.
     pub(crate) fn is_trusted(&self, now: Instant) -> bool {
-        !self.is_dropped() && self.activity.membership.is_trusted(now) && !self.lock_expired(now)
+        !self.is_dropped()
+            && !self.unlisted.load(Ordering::Acquire)
+            && self.activity.membership.is_trusted(now)
+            && !self.lock_expired(now)
+    }
+
+    /// Marks the queue's topic as not listing this client (`true`), or listing it again.
+    pub(crate) fn set_unlisted(&self, unlisted: bool) {
+        self.unlisted.store(unlisted, Ordering::Release);
     }
 
     /// Until when the queue may be consumed without news from the runtime: the earlier of the
-    /// membership's and the lock's validity; `None` when the queue is taken away or the
-    /// membership is not vouched for.
+    /// membership's and the lock's validity; `None` when the queue is taken away, the
+    /// membership is not vouched for, or the directory does not list this client.
     pub(crate) fn trusted_until(&self) -> Option<Instant> {
-        if self.is_dropped() {
+        if self.is_dropped() || self.unlisted.load(Ordering::Acquire) {
             return None;
         }
         let membership = self.activity.membership.trusted_until()?;
@@ -387,6 +401,13 @@ impl QueueLease {
     /// offsets, as soon as a heartbeat is accepted again, and its next round takes the share
     /// again from the stored offsets, with new leases. Meanwhile, no offset of the lease is
     /// persisted. The push consumer checks it before each pull and each batch.
+    ///
+    /// A lease is not trusted either from a round that finds the group's directory no longer
+    /// listing this client for the queue's topic (the other members have split the topic
+    /// without it) until a round finds it listed again; the queue is released after
+    /// [`lock_lifetime`](crate::config::Intervals::lock_lifetime) of absence (the Java client
+    /// releases at once; the wait keeps a member whose registration is on its way, after a
+    /// broker restart say, from handing its queues off for nothing).
     pub fn is_trusted(&self, now: Instant) -> bool {
         self.state.is_trusted(now) && !self.parent.is_cancelled()
     }
@@ -395,8 +416,9 @@ impl QueueLease {
     /// [`is_trusted`](Self::is_trusted)): the earlier of the membership's validity (the last
     /// accepted heartbeat's sending plus `member_expiry`) and the broker lock's (its last grant's
     /// request plus `lock_lifetime`), both renewed as the runtime hears from the brokers.
-    /// `None` when the queue was taken away, or the membership is not vouched for (not
-    /// confirmed yet, or lapsed). An instant in the past means it ran out.
+    /// `None` when the queue was taken away, the membership is not vouched for (not
+    /// confirmed yet, or lapsed), or the directory does not list this client. An instant in the
+    /// past means it ran out.
     pub fn trusted_until(&self) -> Option<Instant> {
         self.state.trusted_until()
     }

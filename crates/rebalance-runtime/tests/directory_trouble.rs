@@ -148,3 +148,98 @@ async fn directory_failures_between_rounds_that_miss_the_client_do_not_restart_i
     assert_eq!(a.recorder.removed_with(RemovalReason::Reassigned).len(), 2);
     assert_partition(&[&a, &b], &all);
 }
+
+/// A directory that leaves this client out of its member lists while told to (a broker that
+/// lost the client's registration while its heartbeats are still accepted elsewhere).
+struct Hiding {
+    inner: rebalance_runtime::memory::ClusterClient,
+    me: ClientId,
+    hide: AtomicBool,
+}
+
+#[async_trait]
+impl GroupDirectory for Hiding {
+    async fn register(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.register(registration).await
+    }
+
+    async fn unregister(&self, registration: &Registration) -> Result<(), RemoteError> {
+        self.inner.unregister(registration).await
+    }
+
+    async fn consumer_ids(&self, group: &str, topic: &str) -> Result<Vec<ClientId>, RemoteError> {
+        let mut ids = self.inner.consumer_ids(group, topic).await?;
+        if self.hide.load(Ordering::SeqCst) {
+            ids.retain(|id| *id != self.me);
+        }
+        Ok(ids)
+    }
+
+    fn membership_changes(&self, group: &str) -> Option<watch::Receiver<u64>> {
+        self.inner.membership_changes(group)
+    }
+}
+
+/// Found by review: a client the directory no longer listed (its membership still vouched
+/// for by accepted heartbeats) went on consuming its queues for the whole lock lifetime, at
+/// the same time as the members that had split the topic without it. From the first round
+/// that finds it missing, its leases are not trusted (the push consumer pulls and starts
+/// nothing under them); listed again, the same leases are trusted again, nothing handed off;
+/// missing for the lock lifetime, they are released.
+#[tokio::test(start_paused = true)]
+async fn a_client_missing_from_the_member_list_stops_consuming_at_once_and_resumes_when_listed() {
+    let cluster = InMemoryCluster::new();
+    cluster.create_topic("T", 1, 4);
+    let all = all_queues(&cluster, &["T"]);
+    let lifetime = Intervals::default().lock_lifetime;
+    let directory = Arc::new(Hiding {
+        inner: cluster.client(client_id(0)),
+        me: client_id(0),
+        hide: AtomicBool::new(false),
+    });
+    let observed = directory.clone();
+    // The membership checks (every second, by default) see the change between rounds.
+    let checked = Intervals {
+        adaptive_settle: None,
+        ..Intervals::default()
+    };
+    let a = start_with(&cluster, 0, &["T"], move |b| {
+        b.directory(observed).intervals(checked)
+    })
+    .await;
+    let b = start(&cluster, 1, &["T"]).await;
+    settle(2 * MIN).await;
+    assert_partition(&[&a, &b], &all);
+    let trusted = |m: &Member| {
+        let now = tokio::time::Instant::now();
+        m.recorder
+            .held_leases()
+            .iter()
+            .filter(|l| l.is_trusted(now))
+            .count()
+    };
+    assert_eq!(trusted(&a), 2);
+    directory.hide.store(true, Ordering::SeqCst);
+    settle(3 * MIN).await;
+    assert_eq!(a.handle.assignment().len(), 2, "kept");
+    assert_eq!(trusted(&a), 0, "but not consumed");
+    assert_eq!(
+        a.handle.rounds().borrow().topics[0].unbalanced,
+        Some(Unbalanced::NotInConsumerList)
+    );
+    directory.hide.store(false, Ordering::SeqCst);
+    settle(3 * MIN).await;
+    assert_eq!(trusted(&a), 2, "consumed again once listed");
+    assert!(
+        a.recorder
+            .events()
+            .iter()
+            .all(|e| matches!(e, common::Event::Added(..))),
+        "nothing handed off: {:?}",
+        a.recorder.events()
+    );
+    directory.hide.store(true, Ordering::SeqCst);
+    settle(lifetime + 3 * MIN).await;
+    assert!(a.handle.assignment().is_empty());
+    assert_eq!(a.recorder.removed_with(RemovalReason::Reassigned).len(), 2);
+}

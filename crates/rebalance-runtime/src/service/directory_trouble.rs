@@ -36,8 +36,9 @@ impl Service {
     }
 
     /// Bounds how long this client keeps a topic's queues while the directory answers without
-    /// it. The other members have split those queues among themselves already, so keeping them
-    /// means consuming them twice: after `lock_lifetime` of absence (the heartbeats asked for
+    /// it. The other members have split those queues among themselves already, so consuming
+    /// them would consume them twice: from the first round that finds the client missing, its
+    /// leases of the topic are not trusted (no pull, no batch starts); after `lock_lifetime` of absence (the heartbeats asked for
     /// meanwhile did not bring the client back) the topic's queues are released, and taken
     /// again once the directory lists the client. The clock starts at the first round that
     /// finds the client missing and stops at the first that finds it listed; rounds that learn
@@ -48,11 +49,24 @@ impl Service {
             Target::Keep(_) => return target,
             _ => {
                 if let Some(since) = self.missing_since.remove(topic) {
-                    tracing::info!(topic, missing_for = ?now.duration_since(since), "this client is listed again");
+                    tracing::info!(topic, missing_for = ?now.duration_since(since), "this client is listed again; consuming the topic's queues again");
+                    self.mark_unlisted(topic, false);
                 }
                 return target;
             }
         }
+        if !self.missing_since.contains_key(topic)
+            && self.table.entries_of(topic).any(|(_, pq)| pq.is_held())
+        {
+            tracing::warn!(
+                topic,
+                bound = ?self.ctx.intervals.lock_lifetime,
+                "this client is not in the consumer list: not consuming the topic's queues (the other members have split the topic without it) until it is listed again; released if it is not within the bound"
+            );
+        }
+        // Found by review: the queues were consumed until the bound, at the same time as the
+        // members that had taken them.
+        self.mark_unlisted(topic, true);
         let since = *self.missing_since.entry(topic.to_string()).or_insert(now);
         let missing_for = now.duration_since(since);
         let bound = self.ctx.intervals.lock_lifetime;
@@ -70,6 +84,13 @@ impl Service {
         Target::ReleaseAll {
             reason: RemovalReason::Reassigned,
             unbalanced: Some(Unbalanced::NotInConsumerList),
+        }
+    }
+
+    /// Marks the leases of `topic` as not listed by the directory (not consumed), or listed.
+    fn mark_unlisted(&self, topic: &str, unlisted: bool) {
+        for (_, pq) in self.table.entries_of(topic) {
+            pq.lease_state().set_unlisted(unlisted);
         }
     }
 }
