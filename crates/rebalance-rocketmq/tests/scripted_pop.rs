@@ -552,3 +552,87 @@ async fn the_assignment_source_maps_every_answer() {
         Err(RemoteError::Refused { code: 29, .. })
     ));
 }
+
+/// `record` with a zlib-compressed body of 16 MiB and one byte of zeros (sysFlag 0x1): past
+/// the decode limit, a message no pop can deliver.
+fn oversized_record(topic: &str, queue_id: i32, offset: i64, properties: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut zlib = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    zlib.write_all(&vec![0u8; (16 << 20) + 1]).unwrap();
+    let body = zlib.finish().unwrap();
+    let plain = record(topic, queue_id, offset, "", properties);
+    // The fixed fields up to the body length are the same; patch sysFlag, then splice the body.
+    let sys_flag_at = 4 + 4 + 4 + 4 + 4 + 8 + 8;
+    let body_len_at = sys_flag_at + 4 + 8 + 8 + 8 + 8 + 4 + 8;
+    let mut out = plain[..body_len_at].to_vec();
+    out[sys_flag_at..sys_flag_at + 4].copy_from_slice(&1i32.to_be_bytes());
+    out.extend_from_slice(&(body.len() as i32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out.extend_from_slice(&plain[body_len_at + 4..]);
+    let total = out.len() as i32;
+    out[..4].copy_from_slice(&total.to_be_bytes());
+    out
+}
+
+/// Found by review: a popped message too large to decode failed the whole pop, whose messages
+/// were then invisible until their invisible time and popped again with it, forever (or lost,
+/// where the broker does not revive them). The others are delivered; it is moved to the dead
+/// letters by its commit-log offset (level -1, never the fallback) and its handle listed to be
+/// acknowledged; refused, it stays out of both, to come back after its invisible time.
+#[tokio::test]
+async fn a_popped_message_too_large_to_decode_is_dead_lettered_and_acknowledged() {
+    let mut body = record("T", 2, 7, "fresh", &properties(&[("TAGS", "A")]));
+    body.extend(oversized_record("T", 2, 8, &properties(&[("TAGS", "A")])));
+    for refuse in [false, true] {
+        let body = body.clone();
+        let (addr, log) = broker(move |req| match req.code {
+            request_code::POP_MESSAGE => RemotingCommand::response(0, 0, Some("FOUND".into()))
+                .with_ext("popTime", 5000)
+                .with_ext("invisibleTime", 30000)
+                .with_ext("reviveQid", 3)
+                .with_ext("restNum", 0)
+                .with_ext("startOffsetInfo", "0 2 7")
+                .with_ext("msgOffsetInfo", "0 2 7,8")
+                .with_body(body.clone()),
+            request_code::CONSUMER_SEND_MSG_BACK if refuse => {
+                RemotingCommand::response(1, 0, Some("look message by offset failed".into()))
+            }
+            _ => ok(),
+        })
+        .await;
+        let brokers = client(&name_server(vec![("broker-a", addr)]).await, None);
+        let request = PopRequest::new("G", MessageQueue::new("T", "broker-a", -1))
+            .with_poll_time(Duration::from_millis(100));
+        let PopOutcome::Found(batch) = brokers.pop(&request).await.unwrap() else {
+            panic!("nothing popped");
+        };
+        let delivered: Vec<i64> = batch
+            .messages
+            .iter()
+            .map(|m| m.message.queue_offset())
+            .collect();
+        assert_eq!(
+            delivered,
+            [7],
+            "the others are delivered (refused: {refuse})"
+        );
+        let requests = log.lock().unwrap().clone();
+        let codes: Vec<i32> = requests.iter().map(|r| r.code).collect();
+        assert_eq!(codes, [request_code::POP_MESSAGE, 36], "never the fallback");
+        let back = &requests[1];
+        assert_eq!(back.ext("offset"), Some("1008"), "by its commit-log offset");
+        assert_eq!(back.ext("delayLevel"), Some("-1"));
+        assert_eq!(back.ext("originTopic"), Some("T"));
+        let handle = "7 5000 30000 3 0 broker-a 2 8";
+        if refuse {
+            assert!(batch.unmatched.is_empty());
+            assert_eq!(batch.oversized.len(), 1);
+            assert_eq!(batch.oversized[0].handle.as_str(), handle);
+            assert!(batch.oversized[0].message.body().is_empty());
+        } else {
+            let acknowledged: Vec<&str> = batch.unmatched.iter().map(|h| h.as_str()).collect();
+            assert_eq!(acknowledged, [handle]);
+            assert!(batch.oversized.is_empty());
+        }
+    }
+}

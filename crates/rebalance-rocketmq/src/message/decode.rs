@@ -310,6 +310,15 @@ pub struct DecodedPrefix {
     pub oversized: Option<Oversized>,
 }
 
+/// One record of a body as [`decode_each`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodedRecord {
+    /// A message decoded (an inner batch's messages one by one).
+    Message(StoredMessage),
+    /// A message too large to decode alone: its header.
+    Oversized(Oversized),
+}
+
 /// A message too large to decode within the limits (see [`DecodedPrefix::oversized`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Oversized {
@@ -352,6 +361,61 @@ pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix
         }
         Err(e) => Err(e),
     }
+}
+
+/// Decodes every record of a body as [`decode_batch`] does, in order, except that a single
+/// message whose compressed body alone inflates past [`DecodeLimits::max_body`] comes back as
+/// its header ([`DecodedRecord::Oversized`]) instead of failing the whole body. For a POP's answer,
+/// whose messages are all popped at once: none can be left for a later pop, and one that can
+/// never be read must be dead-lettered, not fail the others. Anything else that passes a limit
+/// (the answer's budget, an inner batch) fails the whole, as in [`decode_batch`].
+pub fn decode_each(body: &[u8], limits: &DecodeLimits) -> Result<Vec<DecodedRecord>, DecodeError> {
+    let mut messages = Vec::new();
+    // Each header with the number of messages decoded before it.
+    let mut oversized: Vec<(usize, Oversized)> = Vec::new();
+    let mut pos = 0;
+    let mut budget = limits.max_total;
+    while pos < body.len() {
+        let (record, size) = record_at(body, pos)?;
+        let room = budget;
+        let result = decode_record(record, pos, limits, &mut budget).and_then(|message| {
+            if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0
+            {
+                unwrap_inner_batch(message, pos, limits, &mut budget, &mut messages)
+            } else {
+                push_counted(&mut messages, message, limits)
+            }
+        });
+        match result {
+            Ok(()) => {}
+            // Alone past the limit, with the whole room left: not a budget spent by others.
+            Err(error @ DecodeError::BodyTooLarge { .. }) if room >= limits.max_body => {
+                let header = match decode_header(record) {
+                    Ok(header) if header.sys_flag & INNER_BATCH_FLAG == 0 => header,
+                    _ => return Err(error),
+                };
+                if messages.len() + oversized.len() >= limits.max_messages {
+                    return Err(DecodeError::TooManyMessages {
+                        limit: limits.max_messages,
+                    });
+                }
+                budget = room;
+                oversized.push((messages.len(), Oversized { header, error }));
+            }
+            Err(e) => return Err(e),
+        }
+        pos += size;
+    }
+    let mut decoded = Vec::with_capacity(messages.len() + oversized.len());
+    let mut oversized = oversized.into_iter().peekable();
+    for (i, message) in messages.into_iter().enumerate() {
+        while let Some((_, o)) = oversized.next_if(|(before, _)| *before == i) {
+            decoded.push(DecodedRecord::Oversized(o));
+        }
+        decoded.push(DecodedRecord::Message(message));
+    }
+    decoded.extend(oversized.map(|(_, o)| DecodedRecord::Oversized(o)));
+    Ok(decoded)
 }
 
 /// The first record of a body as [`decode_record`] reads it, with its body skipped (neither

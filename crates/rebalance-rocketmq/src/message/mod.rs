@@ -16,7 +16,7 @@ pub mod properties;
 pub(crate) mod tests;
 
 pub use decode::{
-    DecodeError, DecodeLimits, DecodedPrefix, Host, Oversized, StoredMessage, decode_batch,
-    decode_prefix,
+    DecodeError, DecodeLimits, DecodedPrefix, DecodedRecord, Host, Oversized, StoredMessage,
+    decode_batch, decode_each, decode_prefix,
 };
 pub use id::{offset_msg_id, unique_id};

@@ -661,6 +661,8 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(input in proptest::collection::vec(any::<u8>(), 0..600)) {
         let _ = decode_batch(&input, &DecodeLimits::default());
+        let _ = decode_each(&input, &DecodeLimits::default());
+        let _ = decode_prefix(&input, &DecodeLimits::default());
     }
 
     #[test]
@@ -696,5 +698,65 @@ proptest! {
             let total: usize = messages.iter().map(|m| m.body.len()).sum();
             prop_assert!(total <= bytes.len() + 8192);
         }
+        // Headers of messages too large alone hold no body.
+        if let Ok(decoded) = decode_each(&bytes, &limits) {
+            let total: usize = decoded.iter().map(|r| match r {
+                DecodedRecord::Message(m) => m.body.len(),
+                DecodedRecord::Oversized(o) => o.header.body.len(),
+            }).sum();
+            prop_assert!(total <= bytes.len() + 8192);
+            let headers_empty = decoded.iter().all(|r| match r {
+                DecodedRecord::Oversized(o) => o.header.body.is_empty(),
+                DecodedRecord::Message(_) => true,
+            });
+            prop_assert!(headers_empty);
+        }
+        let _ = decode_prefix(&bytes, &limits);
     }
+}
+
+/// A POP's answer is decoded record by record: a message too large alone comes back as its
+/// header in its place, the others decoded around it, and it charges nothing to the budget;
+/// an answer whose budget the others spend still fails whole.
+#[test]
+fn each_record_is_decoded_with_a_message_too_large_alone_as_its_header() {
+    let big = "x".repeat(10_000);
+    let messages = [sample(5, "a"), sample(6, &big), sample(7, "b")];
+    let bytes = encode_compressed(&messages);
+    let limits = DecodeLimits {
+        max_body: 9_999,
+        max_total: 20_000,
+        ..DecodeLimits::default()
+    };
+    let decoded = decode_each(&bytes, &limits).unwrap();
+    let shape: Vec<(i64, bool)> = decoded
+        .iter()
+        .map(|r| match r {
+            DecodedRecord::Message(m) => (m.queue_offset, true),
+            DecodedRecord::Oversized(o) => (o.header.queue_offset, false),
+        })
+        .collect();
+    assert_eq!(shape, [(5, true), (6, false), (7, true)]);
+    let DecodedRecord::Oversized(oversized) = &decoded[1] else {
+        unreachable!()
+    };
+    assert!(oversized.header.body.is_empty());
+    assert_eq!(oversized.error, DecodeError::BodyTooLarge { limit: 9_999 });
+    assert_eq!(
+        decode_each(&encode_compressed(&messages[..1]), &limits)
+            .unwrap()
+            .len(),
+        1
+    );
+    // Three bodies that fit alone but not together: the budget is the answer's, as before.
+    let spent = encode_compressed(&[sample(1, &big), sample(2, &big), sample(3, &big)]);
+    let roomy = DecodeLimits {
+        max_body: 10_000,
+        max_total: 25_000,
+        ..DecodeLimits::default()
+    };
+    assert_eq!(
+        decode_each(&spent, &roomy),
+        Err(DecodeError::BodyTooLarge { limit: 25_000 })
+    );
 }

@@ -37,7 +37,7 @@ use crate::broker::pull::is_message_offset;
 use crate::broker::pull::subscription_string;
 use crate::broker::wire::EXPRESSION_TYPE_TAG;
 use crate::command::{RemotingCommand, request_code, response_code};
-use crate::message::{DecodeLimits, StoredMessage, decode_batch};
+use crate::message::{DecodeLimits, DecodedRecord, StoredMessage, decode_each};
 use crate::namespace::{self, Namespace};
 
 /// The most messages one POP may take (the brokers refuse more).
@@ -328,6 +328,12 @@ pub struct PopBatch {
     /// The handles of the messages returned that the tag expression does not match (tag hash
     /// collisions): acknowledge them, or they come back after the invisible time.
     pub unmatched: Vec<ReceiptHandle>,
+    /// The messages too large to decode (a compressed body inflating past the decode limit),
+    /// with empty bodies: [`BrokerClient::pop`] moves each to the group's dead letters by its
+    /// commit-log offset and then lists its handle in `unmatched`, to be acknowledged; one it
+    /// could not move stays here, neither delivered nor acknowledged (it comes back after the
+    /// invisible time, and is tried again).
+    pub oversized: Vec<PoppedMessage>,
 }
 
 /// What a POP answered.
@@ -422,13 +428,24 @@ fn read_batch(
         // Quoted in an excerpt: an entry may be as long as the frame.
         RemoteError::BadResponse(format!("{}: {}", where_(), crate::error::excerpt(&e)))
     })?;
-    let stored = decode_batch(&response.body, limits)
+    let stored = decode_each(&response.body, limits)
         .map_err(|e| RemoteError::BadResponse(format!("{}: {e}", where_())))?;
-    let fallback_starts = first_offsets(&stored);
+    let fallback_starts = first_offsets(stored.iter().map(|r| match r {
+        DecodedRecord::Message(message) => message,
+        DecodedRecord::Oversized(oversized) => &oversized.header,
+    }));
     let mut seen: HashMap<(RetryFlag, i32), usize> = HashMap::new();
     let mut messages = Vec::with_capacity(stored.len());
     let mut unmatched = Vec::new();
+    let mut oversized = Vec::new();
     for record in stored {
+        let (record, too_large) = match record {
+            DecodedRecord::Message(message) => (message, false),
+            DecodedRecord::Oversized(o) => {
+                tracing::error!(queue = ?request.queue, offset = o.header.queue_offset, error = %o.error, "popped a message too large to decode; dead-lettering it");
+                (o.header, true)
+            }
+        };
         if !is_message_offset(record.queue_offset) {
             return Err(impossible_offset(&where_(), record.queue_offset));
         }
@@ -492,7 +509,11 @@ fn read_batch(
             .flatten()
             .filter(|count| *count > 0);
         let message = popped_message(record, request, &handle, pop_time, order_count);
-        messages.push(PoppedMessage { message, handle });
+        if too_large {
+            oversized.push(PoppedMessage { message, handle });
+        } else {
+            messages.push(PoppedMessage { message, handle });
+        }
     }
     Ok(PopBatch {
         pop_time,
@@ -501,6 +522,7 @@ fn read_batch(
         rest,
         messages,
         unmatched,
+        oversized,
     })
 }
 
@@ -514,7 +536,9 @@ fn impossible_offset(where_: &str, offset: i64) -> RemoteError {
 
 /// The first offset of each (retry flag, queue) in the batch: the checkpoint offset when the
 /// broker sent no `startOffsetInfo` (the Java client's fallback).
-fn first_offsets(records: &[StoredMessage]) -> HashMap<(RetryFlag, i32), i64> {
+fn first_offsets<'a>(
+    records: impl Iterator<Item = &'a StoredMessage>,
+) -> HashMap<(RetryFlag, i32), i64> {
     let mut out = HashMap::new();
     for record in records {
         out.entry((RetryFlag::of_topic(&record.topic), record.queue_id))
@@ -570,7 +594,10 @@ impl BrokerClient {
             .remoting()
             .call_with_timeout(&addr, &op, command, timeout)
             .await?;
-        let outcome = read_pop_answer(&response, request, &DecodeLimits::default())?;
+        let mut outcome = read_pop_answer(&response, request, &DecodeLimits::default())?;
+        if let PopOutcome::Found(batch) = &mut outcome {
+            self.dead_letter_popped(request, batch).await;
+        }
         let outcome = match (outcome, ns) {
             (PopOutcome::Found(batch), Some(ns)) => PopOutcome::Found(plain_names(batch, ns)),
             (outcome, _) => outcome,
@@ -584,6 +611,31 @@ impl BrokerClient {
             }
         }
         Ok(outcome)
+    }
+}
+
+impl BrokerClient {
+    /// Moves each of `batch`'s messages too large to decode to the group's dead letters
+    /// (CONSUMER_SEND_MSG_BACK at level -1: the broker moves its own stored copy, found by its
+    /// commit-log offset; never the fallback, which would need the body) and lists its handle
+    /// with the unmatched ones, to be acknowledged. One that could not be moved stays in
+    /// `oversized`: not acknowledged, it comes back after the invisible time and is tried again.
+    async fn dead_letter_popped(&self, request: &PopRequest, batch: &mut PopBatch) {
+        for popped in std::mem::take(&mut batch.oversized) {
+            let message = &popped.message;
+            let send_back =
+                rebalance_consume::SendBack::new(&request.group, message).to_dead_letters();
+            match self.send_back_only(&send_back).await {
+                Ok(addr) => {
+                    tracing::error!(broker = %addr, queue = ?message.queue(), offset = message.queue_offset(), msg_id = message.msg_id(), group = %request.group, "a popped message too large to decode was moved to the group's dead-letter topic; acknowledging it");
+                    batch.unmatched.push(popped.handle);
+                }
+                Err(e) => {
+                    tracing::error!(queue = ?message.queue(), offset = message.queue_offset(), msg_id = message.msg_id(), error = %e, "a popped message too large to decode could not be moved to the dead-letter topic; it comes back after its invisible time");
+                    batch.oversized.push(popped);
+                }
+            }
+        }
     }
 }
 
