@@ -65,7 +65,8 @@
 //! members (5 s by default, short because the Rust broker 1.0 gives an orderly-popped queue
 //! one batch per invisible time; the consumer extends it for a batch consumed longer), and
 //! `--pop-poll-time` how long the brokers may hold a pop. Every member of the group should use
-//! `--pop`. `--server-assignment` (without `--pop`) asks the brokers for the assignment in PULL
+//! `--pop`. With `--api stream`, the stream consumer pops (not with `--orderly`: an ordered
+//! stream rebalances on the client). `--server-assignment` (without `--pop`) asks the brokers for the assignment in PULL
 //! mode instead of running `--strategy` here; it mixes with members that run `averagely` (for
 //! `AVG`) on their own.
 //!
@@ -618,18 +619,27 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             first_deliveries: AtomicU64::new(0),
             failed: Mutex::new(HashSet::new()),
         });
+        let pop_options = || {
+            let mode = match args.pop_mode {
+                PopKind::Orderly => PopMode::Orderly,
+                PopKind::Ordinary => PopMode::Ordinary,
+            };
+            PopOptions::default()
+                .with_strategy(args.server_strategy.clone())
+                .with_mode(mode)
+                .with_invisible_time(args.pop_invisible_time)
+                .with_poll_time(args.pop_poll_time)
+        };
         if args.api == Api::Stream {
-            if args.pop {
-                return Err(
-                    "--pop consumes through the push consumer: leave out --api stream".into(),
-                );
-            }
-            let builder = StreamConsumer::builder(args.group.as_str())
+            let mut builder = StreamConsumer::builder(args.group.as_str())
                 .configure(member)
-                .source(Arc::new(cluster))
+                .source(Arc::new(cluster.clone()))
                 .message_model(message_model)
                 .subscribe_tags(args.topic.as_str(), &args.tags)?
                 .options(options);
+            if args.pop {
+                builder = builder.pop(cluster, pop_options());
+            }
             let (handle, task) = if args.orderly {
                 let stream = builder.start_ordered().await?;
                 let handle = stream.handle().clone();
@@ -654,16 +664,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 .subscribe_tags(args.topic.as_str(), &args.tags)?
                 .options(options);
             if args.pop {
-                let mode = match args.pop_mode {
-                    PopKind::Orderly => PopMode::Orderly,
-                    PopKind::Ordinary => PopMode::Ordinary,
-                };
-                let pop = PopOptions::default()
-                    .with_strategy(args.server_strategy.clone())
-                    .with_mode(mode)
-                    .with_invisible_time(args.pop_invisible_time)
-                    .with_poll_time(args.pop_poll_time);
-                builder = builder.pop(cluster, pop);
+                builder = builder.pop(cluster, pop_options());
             }
             let builder = if args.orderly {
                 builder.orderly(handler)

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use rebalance_core::MessageQueue;
 use rebalance_runtime::config::MessageModel;
-use rebalance_runtime::{ClusterServices, ConsumerError, MemberOptions};
+use rebalance_runtime::{AssignmentSource, ClusterServices, ConsumerError, MemberOptions};
 
 use super::assign::Assigned;
 use super::handle::StreamConsumerHandle;
 use super::messages::MessageStream;
 use super::ordered::{BatchFeed, OrderedStream};
+use crate::pop::{PopOptions, PopSource};
 use crate::push::ListenerKind;
 use crate::work::WorkQueue;
 use crate::{ConsumeOptions, MessageSource, PushConsumer, PushConsumerBuilder, PushConsumerError};
@@ -27,6 +28,7 @@ impl StreamConsumer {
             push: PushConsumer::builder(group),
             subscribed: BTreeSet::new(),
             assigned: None,
+            popping: false,
         }
     }
 }
@@ -49,6 +51,16 @@ pub enum StreamConsumerError {
         "assign mode cannot broadcast (a broadcasting consumer takes every queue of its topics); subscribe instead, or assign in clustering mode"
     )]
     AssignBroadcasting,
+    /// Assign mode with POP.
+    #[error(
+        "assign mode cannot pop (with POP the brokers assign the queues); subscribe instead, or assign without POP"
+    )]
+    AssignPop,
+    /// An ordered stream with POP.
+    #[error(
+        "an ordered stream cannot pop (ordered consumers lock their queues and rebalance on the client, as in the Java client); use start() with POP, or an ordered stream without it"
+    )]
+    OrderedPop,
     /// The consumer underneath could not start.
     #[error(transparent)]
     Push(#[from] PushConsumerError),
@@ -70,6 +82,8 @@ pub struct StreamConsumerBuilder {
     push: PushConsumerBuilder,
     subscribed: BTreeSet<String>,
     assigned: Option<Vec<MessageQueue>>,
+    /// Whether [`pop`](Self::pop) was called.
+    popping: bool,
 }
 
 impl StreamConsumerBuilder {
@@ -144,6 +158,23 @@ impl StreamConsumerBuilder {
         self
     }
 
+    /// POP consumption (RocketMQ 5; see [`PushConsumerBuilder::pop`]): the brokers assign the
+    /// queues and several members pop each; [`ack`](crate::StreamMessage::ack) acknowledges a
+    /// message at its broker, [`nack`](crate::StreamMessage::nack) sends it back through the
+    /// group's retry topic and acknowledges it, and a message dropped unacknowledged is
+    /// consumed again here later (or, once the member is gone, by another after its invisible
+    /// time). Subscribe mode and [`start`](Self::start) only: [`start`](Self::start) refuses
+    /// assign mode, and [`start_ordered`](Self::start_ordered) refuses POP (ordered consumers
+    /// rebalance on the client).
+    pub fn pop<C>(mut self, cluster: C, options: PopOptions) -> Self
+    where
+        C: PopSource + AssignmentSource + Clone,
+    {
+        self.push = self.push.pop(cluster, options);
+        self.popping = true;
+        self
+    }
+
     /// Where messages are pulled from and sent back to.
     pub fn source(mut self, source: Arc<dyn MessageSource>) -> Self {
         self.push = self.push.source(source);
@@ -168,6 +199,9 @@ impl StreamConsumerBuilder {
     /// Starts the consumer with ordered consumption (the queues are locked at the brokers):
     /// each queue's messages in order, a batch of a queue at a time, as an [`OrderedStream`].
     pub async fn start_ordered(self) -> Result<OrderedStream, StreamConsumerError> {
+        if self.popping {
+            return Err(StreamConsumerError::OrderedPop);
+        }
         let assigned = self.assigned_topics();
         let (feed, batches) = BatchFeed::new();
         let push = self
@@ -201,6 +235,9 @@ impl StreamConsumerBuilder {
         }
         if self.push.is_broadcasting() {
             return Err(StreamConsumerError::AssignBroadcasting);
+        }
+        if self.popping {
+            return Err(StreamConsumerError::AssignPop);
         }
         let topics: BTreeSet<String> = queues.iter().map(|q| q.topic.to_string()).collect();
         let mut push = self.push;

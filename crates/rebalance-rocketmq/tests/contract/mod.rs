@@ -238,6 +238,7 @@ pub async fn send_back_is_decided_with_the_stored_message(b: &dyn Backend) {
     assert_eq!(first.reconsume_times(), 0);
     // The client claims 16 redeliveries: the broker's stored count (0) decides.
     let claimed = first.clone().with_reconsume_times(16);
+    let sent_back = tokio::time::Instant::now();
     b.source()
         .send_back(
             SendBack::new(group, &claimed)
@@ -247,6 +248,13 @@ pub async fn send_back_is_decided_with_the_stored_message(b: &dyn Backend) {
         .await
         .unwrap();
     let retried = arrives_in(b, group, &retry, &first, Duration::from_secs(30)).await;
+    // Level 1 is 1 s: the retry topic gets the message only once its delay has passed.
+    let delayed = sent_back.elapsed();
+    assert!(
+        delayed >= Duration::from_millis(900),
+        "{}: in the retry topic {delayed:?} after the send-back at level 1 (1 s)",
+        b.name()
+    );
     assert_eq!(retried.reconsume_times(), 1, "{}", b.name());
     assert_eq!(&retried.body()[..], b"first");
     assert_eq!(retried.property(property::RETRY_TOPIC), Some(topic));
