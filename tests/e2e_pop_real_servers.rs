@@ -253,8 +253,18 @@ struct Measure {
     extra: usize,
 }
 
+/// How many messages the comparison's backlog holds: `E2E_CMP_BACKLOG`, 600 by default (a
+/// longer run measures the CPU per message better: the members' CPU is counted in 10 ms ticks).
+fn backlog_size() -> usize {
+    std::env::var("E2E_CMP_BACKLOG")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(600)
+}
+
 /// The comparison's scenario with `extra` arguments: three members consume a backlog of 600
-/// messages (throughput, CPU per message); then the third leaves cleanly and a slow one (2 s a
+/// messages, or `E2E_CMP_BACKLOG` (throughput, CPU per message); then the third leaves cleanly and a slow one (2 s a
 /// message, so that it holds messages when it dies) joins; 600 more are streamed at 30 a
 /// second while the slow one is killed (the time until a survivor consumes again one of its
 /// messages, or a message of its queues) and the second leaves cleanly (the duplicates).
@@ -282,7 +292,9 @@ async fn measure(cluster: &TestCluster, topic: &str, extra: &[&str], pop: bool) 
     ready(&log, &members[..3]).await;
     let producer = Producer::new(cluster, topic);
     let cpu_before = total_cpu(&consumers);
-    let backlog = producer.send(&format!("{topic}-backlog"), 600).await;
+    let backlog = producer
+        .send(&format!("{topic}-backlog"), backlog_size())
+        .await;
     let started = Instant::now();
     log.wait_for_all(topic, &backlog, CONSUMED_WITHIN).await;
     let took = started.elapsed();
@@ -360,7 +372,8 @@ async fn comparison_of_client_side_rebalance_and_pop() {
         measure(&cluster, popped, &["--pop"], true).await,
     );
     eprintln!(
-        "| way | consumed again after SIGKILL | duplicates (messages / extra consumptions) | throughput of a 600-message backlog | CPU per message |"
+        "| way | consumed again after SIGKILL | duplicates (messages / extra consumptions) | throughput of a {}-message backlog | CPU per message |",
+        backlog_size()
     );
     eprintln!("|---|---|---|---|---|");
     for (way, m) in rows {
