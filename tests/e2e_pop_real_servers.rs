@@ -387,3 +387,40 @@ async fn comparison_of_client_side_rebalance_and_pop() {
         );
     }
 }
+
+/// The stream consumer pops too (`--api stream --pop`): two members pop every queue of both
+/// brokers while messages stream in, one leaves cleanly halfway, and every message sent is
+/// consumed (each acknowledged at its broker as the stream acknowledges it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_members_pop_and_lose_nothing_across_a_clean_leave() {
+    let _one = e2e::exclusive().await;
+    let topic = "E2eStreamPop";
+    let cluster = e2e::two_broker_cluster(&[topic]).await;
+    let log = Log::default();
+    let labels = labels(topic, 2);
+    let members: Vec<&str> = labels.iter().map(String::as_str).collect();
+    let extra = ["--pop", "--api", "stream", "--consume-time", "20ms"];
+    let mut consumers: Vec<ConsumerProcess> = labels
+        .iter()
+        .map(|l| ConsumerProcess::spawn(&cluster, &log, l, topic, topic, &extra))
+        .collect();
+    wait_for_pop_assignment(&log, topic, &members).await;
+    let producer = Producer::new(&cluster, topic);
+    let sending = send_paced(&producer, topic, 300, 30);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    consumers[1].sigterm(Duration::from_secs(30)).await;
+    let sent = sending.await.expect("the producer");
+    let delivery = log.wait_for_all(topic, &sent, CONSUMED_WITHIN).await;
+    report(
+        "stream pop: a clean leave while producing",
+        sent.len(),
+        &delivery,
+    );
+    assert!(
+        log.messages(topic).iter().any(|(c, _, _)| c == members[1]),
+        "{} consumed nothing before it left",
+        members[1]
+    );
+    consumers[0].assert_running();
+    log.assert_no_garbage();
+}
