@@ -378,15 +378,7 @@ pub fn decode_each(body: &[u8], limits: &DecodeLimits) -> Result<Vec<DecodedReco
     while pos < body.len() {
         let (record, size) = record_at(body, pos)?;
         let room = budget;
-        let result = decode_record(record, pos, limits, &mut budget).and_then(|message| {
-            if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0
-            {
-                unwrap_inner_batch(message, pos, limits, &mut budget, &mut messages)
-            } else {
-                push_counted(&mut messages, message, limits)
-            }
-        });
-        match result {
+        match decode_into(record, pos, limits, &mut budget, &mut messages) {
             Ok(()) => {}
             // Alone past the limit, with the whole room left: not a budget spent by others.
             Err(error @ DecodeError::BodyTooLarge { .. }) if room >= limits.max_body => {
@@ -442,15 +434,7 @@ fn decode_until_limit(
     while pos < body.len() {
         let (record, size) = record_at(body, pos)?;
         let before = messages.len();
-        let decoded = decode_record(record, pos, limits, &mut budget).and_then(|message| {
-            if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0
-            {
-                unwrap_inner_batch(message, pos, limits, &mut budget, &mut messages)
-            } else {
-                push_counted(&mut messages, message, limits)
-            }
-        });
-        match decoded {
+        match decode_into(record, pos, limits, &mut budget, &mut messages) {
             Ok(()) => {}
             Err(e @ (DecodeError::BodyTooLarge { .. } | DecodeError::TooManyMessages { .. }))
                 if before > 0 =>
@@ -465,6 +449,23 @@ fn decode_until_limit(
         pos += size;
     }
     Ok((messages, None))
+}
+
+/// Decodes the record at `pos` into `out`: its message, or an inner batch's messages (all or,
+/// on an error, some of them: the caller truncates).
+fn decode_into(
+    record: &[u8],
+    pos: usize,
+    limits: &DecodeLimits,
+    budget: &mut usize,
+    out: &mut Vec<StoredMessage>,
+) -> Result<(), DecodeError> {
+    let message = decode_record(record, pos, limits, budget)?;
+    if message.sys_flag & NEED_UNWRAP_FLAG != 0 && message.sys_flag & INNER_BATCH_FLAG != 0 {
+        unwrap_inner_batch(message, pos, limits, budget, out)
+    } else {
+        push_counted(out, message, limits)
+    }
 }
 
 /// Adds `message` to `out` unless that passes [`DecodeLimits::max_messages`].
