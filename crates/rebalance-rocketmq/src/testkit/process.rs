@@ -83,6 +83,24 @@ pub(crate) struct ServerProcess {
     running: Option<Running>,
 }
 
+/// Spawns `command`, trying again for up to a second while the program is "text file busy"
+/// (`ETXTBSY`): a program written just before (an installed binary, a test's script) is busy
+/// while another thread of this process has forked and not yet exec'd, the child holding the
+/// file open for writing until its exec closes it (found in CI: a test's fake server script).
+fn spawn_retrying_busy(command: &mut Command) -> std::io::Result<std::process::Child> {
+    const TEXT_FILE_BUSY: i32 = 26; // ETXTBSY on Linux and the BSDs
+    let mut tries = 0;
+    loop {
+        match command.spawn() {
+            Err(e) if e.raw_os_error() == Some(TEXT_FILE_BUSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
 impl ServerProcess {
     pub(crate) fn new(
         name: impl Into<String>,
@@ -147,13 +165,14 @@ impl ServerProcess {
             .map_err(|e| io("cannot open the log", e))?;
         let _ = writeln!(log, "---- testkit: starting {} ----", self.name);
         let stderr = log.try_clone().map_err(|e| io("cannot share the log", e))?;
-        let mut child = Command::new(&self.program)
+        let mut command = Command::new(&self.program);
+        command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(stderr)
-            .spawn()
+            .stderr(stderr);
+        let mut child = spawn_retrying_busy(&mut command)
             .map_err(|e| io(&format!("cannot run {}", self.program.display()), e))?;
         let watchdog = match Watchdog::spawn(child.id()) {
             Ok(watchdog) => watchdog,
