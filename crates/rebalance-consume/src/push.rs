@@ -240,10 +240,15 @@ impl PushConsumerBuilder {
         self.message_model == MessageModel::Broadcasting
     }
 
+    /// Whether the consumer pops ([`pop`](Self::pop) was called).
+    pub(crate) fn is_popping(&self) -> bool {
+        self.pop.is_some()
+    }
+
     /// Starts the consumer and its workers.
     pub async fn start(self) -> Result<PushConsumerHandle, PushConsumerError> {
         self.options.validate()?;
-        check_pop_allocation(self.pop.is_some(), self.consumer.configured_allocation())?;
+        check_pop_allocation(self.is_popping(), self.consumer.configured_allocation())?;
         let pop = match self.pop {
             Some((source, options)) => {
                 options.validate()?;

@@ -28,7 +28,6 @@ impl StreamConsumer {
             push: PushConsumer::builder(group),
             subscribed: BTreeSet::new(),
             assigned: None,
-            popping: false,
         }
     }
 }
@@ -82,8 +81,6 @@ pub struct StreamConsumerBuilder {
     push: PushConsumerBuilder,
     subscribed: BTreeSet<String>,
     assigned: Option<Vec<MessageQueue>>,
-    /// Whether [`pop`](Self::pop) was called.
-    popping: bool,
 }
 
 impl StreamConsumerBuilder {
@@ -171,7 +168,6 @@ impl StreamConsumerBuilder {
         C: PopSource + AssignmentSource + Clone,
     {
         self.push = self.push.pop(cluster, options);
-        self.popping = true;
         self
     }
 
@@ -199,7 +195,7 @@ impl StreamConsumerBuilder {
     /// Starts the consumer with ordered consumption (the queues are locked at the brokers):
     /// each queue's messages in order, a batch of a queue at a time, as an [`OrderedStream`].
     pub async fn start_ordered(self) -> Result<OrderedStream, StreamConsumerError> {
-        if self.popping {
+        if self.push.is_popping() {
             return Err(StreamConsumerError::OrderedPop);
         }
         let assigned = self.assigned_topics();
@@ -236,7 +232,7 @@ impl StreamConsumerBuilder {
         if self.push.is_broadcasting() {
             return Err(StreamConsumerError::AssignBroadcasting);
         }
-        if self.popping {
+        if self.push.is_popping() {
             return Err(StreamConsumerError::AssignPop);
         }
         let topics: BTreeSet<String> = queues.iter().map(|q| q.topic.to_string()).collect();

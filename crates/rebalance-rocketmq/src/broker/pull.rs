@@ -406,11 +406,9 @@ impl BrokerClient {
         }
     }
 
-    /// Dead-letters a message no pull can deliver (its body inflates past the decode limits):
-    /// CONSUMER_SEND_MSG_BACK to the dead letters, which moves the broker's own stored copy
-    /// (found by its commit-log offset) to `%DLQ%{group}`, whole. Never the fallback, which
-    /// would send the body this client could not read. Refused or unanswered, the pull fails
-    /// and is tried again after the error delay (the message is never skipped unless
+    /// Dead-letters a message no pull can deliver (its body inflates past the decode limits;
+    /// see [`dead_letter_stored`](Self::dead_letter_stored)). Refused or unanswered, the pull
+    /// fails and is tried again after the error delay (the message is never skipped unless
     /// dead-lettered).
     async fn dead_letter_oversized(
         &self,
@@ -418,8 +416,7 @@ impl BrokerClient {
         message: &Message,
         error: &DecodeError,
     ) -> Result<(), PullError> {
-        let send_back = rebalance_consume::SendBack::new(&request.group, message).to_dead_letters();
-        match self.send_back_only(&send_back).await {
+        match self.dead_letter_stored(&request.group, message).await {
             Ok(addr) => {
                 tracing::error!(broker = %addr, queue = ?request.queue, offset = message.queue_offset(), msg_id = message.msg_id(), commit_log_offset = message.commit_log_offset(), %error, group = %request.group, "a message too large to decode was moved to the group's dead-letter topic; the queue goes on after it");
                 Ok(())

@@ -237,6 +237,20 @@ impl BrokerClient {
             .map_err(|fallback| both_failed(error, fallback))
     }
 
+    /// Moves the broker's stored copy of `message` (found by its commit-log offset) to
+    /// `%DLQ%{group}`, whole: CONSUMER_SEND_MSG_BACK at level -1, never the fallback, which
+    /// would send the copy this client holds. For a message this client cannot read (its body
+    /// inflates past the decode limit: the copy here has an empty body). Returns the broker's
+    /// address.
+    pub(super) async fn dead_letter_stored(
+        &self,
+        group: &str,
+        message: &rebalance_consume::Message,
+    ) -> Result<String, RemoteError> {
+        self.send_back_only(&SendBack::new(group, message).to_dead_letters())
+            .await
+    }
+
     /// CONSUMER_SEND_MSG_BACK at the message's broker's master, without the fallback; returns
     /// the broker's address.
     pub(super) async fn send_back_only(

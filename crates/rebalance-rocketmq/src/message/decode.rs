@@ -350,14 +350,11 @@ pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix
             // caller can dead-letter it rather than fail at this offset forever; an inner
             // batch (how many queue offsets it covers is in its body) stays an error.
             let (record, _) = record_at(body, 0)?;
-            match decode_header(record) {
-                Ok(header) if header.sys_flag & INNER_BATCH_FLAG == 0 => Ok(DecodedPrefix {
-                    messages: Vec::new(),
-                    complete: false,
-                    oversized: Some(Oversized { header, error }),
-                }),
-                _ => Err(error),
-            }
+            Ok(DecodedPrefix {
+                messages: Vec::new(),
+                complete: false,
+                oversized: Some(oversized(record, error)?),
+            })
         }
         Err(e) => Err(e),
     }
@@ -372,7 +369,7 @@ pub fn decode_prefix(body: &[u8], limits: &DecodeLimits) -> Result<DecodedPrefix
 pub fn decode_each(body: &[u8], limits: &DecodeLimits) -> Result<Vec<DecodedRecord>, DecodeError> {
     let mut messages = Vec::new();
     // Each header with the number of messages decoded before it.
-    let mut oversized: Vec<(usize, Oversized)> = Vec::new();
+    let mut headers: Vec<(usize, Oversized)> = Vec::new();
     let mut pos = 0;
     let mut budget = limits.max_total;
     while pos < body.len() {
@@ -382,32 +379,36 @@ pub fn decode_each(body: &[u8], limits: &DecodeLimits) -> Result<Vec<DecodedReco
             Ok(()) => {}
             // Alone past the limit, with the whole room left: not a budget spent by others.
             Err(error @ DecodeError::BodyTooLarge { .. }) if room >= limits.max_body => {
-                let header = match decode_header(record) {
-                    Ok(header) if header.sys_flag & INNER_BATCH_FLAG == 0 => header,
-                    _ => return Err(error),
-                };
-                if messages.len() + oversized.len() >= limits.max_messages {
+                let header = oversized(record, error)?;
+                if messages.len() + headers.len() >= limits.max_messages {
                     return Err(DecodeError::TooManyMessages {
                         limit: limits.max_messages,
                     });
                 }
                 budget = room;
-                oversized.push((messages.len(), Oversized { header, error }));
+                headers.push((messages.len(), header));
             }
             Err(e) => return Err(e),
         }
         pos += size;
     }
-    let mut decoded = Vec::with_capacity(messages.len() + oversized.len());
-    let mut oversized = oversized.into_iter().peekable();
-    for (i, message) in messages.into_iter().enumerate() {
-        while let Some((_, o)) = oversized.next_if(|(before, _)| *before == i) {
-            decoded.push(DecodedRecord::Oversized(o));
-        }
-        decoded.push(DecodedRecord::Message(message));
+    let mut decoded: Vec<DecodedRecord> =
+        messages.into_iter().map(DecodedRecord::Message).collect();
+    // The last first, so that each index still counts messages only (headers are rare).
+    for (before, header) in headers.into_iter().rev() {
+        decoded.insert(before, DecodedRecord::Oversized(header));
     }
-    decoded.extend(oversized.map(|(_, o)| DecodedRecord::Oversized(o)));
     Ok(decoded)
+}
+
+/// The header of `record`, a single message too large to decode (`error`), for the caller to
+/// dead-letter it; `error` itself when the record is an inner batch (how many queue offsets it
+/// covers is in the body that could not be read) or its header cannot be read.
+fn oversized(record: &[u8], error: DecodeError) -> Result<Oversized, DecodeError> {
+    match decode_header(record) {
+        Ok(header) if header.sys_flag & INNER_BATCH_FLAG == 0 => Ok(Oversized { header, error }),
+        _ => Err(error),
+    }
 }
 
 /// The first record of a body as [`decode_record`] reads it, with its body skipped (neither

@@ -442,7 +442,8 @@ fn read_batch(
         let (record, too_large) = match record {
             DecodedRecord::Message(message) => (message, false),
             DecodedRecord::Oversized(o) => {
-                tracing::error!(queue = ?request.queue, offset = o.header.queue_offset, error = %o.error, "popped a message too large to decode; dead-lettering it");
+                // Said at ERROR once dead-lettered (or not): `BrokerClient::pop`.
+                tracing::debug!(queue = ?request.queue, offset = o.header.queue_offset, error = %o.error, "popped a message too large to decode");
                 (o.header, true)
             }
         };
@@ -615,17 +616,14 @@ impl BrokerClient {
 }
 
 impl BrokerClient {
-    /// Moves each of `batch`'s messages too large to decode to the group's dead letters
-    /// (CONSUMER_SEND_MSG_BACK at level -1: the broker moves its own stored copy, found by its
-    /// commit-log offset; never the fallback, which would need the body) and lists its handle
-    /// with the unmatched ones, to be acknowledged. One that could not be moved stays in
-    /// `oversized`: not acknowledged, it comes back after the invisible time and is tried again.
+    /// Moves each of `batch`'s messages too large to decode to the group's dead letters (see
+    /// [`dead_letter_stored`](Self::dead_letter_stored)) and lists its handle with the
+    /// unmatched ones, to be acknowledged. One that could not be moved stays in `oversized`:
+    /// not acknowledged, it comes back after the invisible time and is tried again.
     async fn dead_letter_popped(&self, request: &PopRequest, batch: &mut PopBatch) {
         for popped in std::mem::take(&mut batch.oversized) {
             let message = &popped.message;
-            let send_back =
-                rebalance_consume::SendBack::new(&request.group, message).to_dead_letters();
-            match self.send_back_only(&send_back).await {
+            match self.dead_letter_stored(&request.group, message).await {
                 Ok(addr) => {
                     tracing::error!(broker = %addr, queue = ?message.queue(), offset = message.queue_offset(), msg_id = message.msg_id(), group = %request.group, "a popped message too large to decode was moved to the group's dead-letter topic; acknowledging it");
                     batch.unmatched.push(popped.handle);
