@@ -705,6 +705,24 @@ fn owners_of(
 mod tests {
     use super::*;
 
+    /// The JSON lines `description` writes.
+    fn json_lines(description: &GroupDescription) -> Vec<String> {
+        let mut out = Vec::new();
+        description.write_json(&mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The table `description` writes.
+    fn table_of(description: &GroupDescription) -> String {
+        let mut table = Vec::new();
+        description.write_table(&mut table).unwrap();
+        String::from_utf8(table).unwrap()
+    }
+
     fn row(
         id: i32,
         predicted: &str,
@@ -842,10 +860,7 @@ mod tests {
             silent_members: Vec::new(),
             members_incomplete: false,
         };
-        let mut out = Vec::new();
-        description.write_json(&mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = json_lines(&description);
         assert_eq!(lines.len(), 5);
         assert_eq!(
             lines[0],
@@ -863,9 +878,7 @@ mod tests {
             lines[4],
             r#"{"members":2,"queues":4,"double_owned":1,"unowned":1,"lag":11,"diverging_members":["b"]}"#
         );
-        let mut table = Vec::new();
-        description.write_table(&mut table).unwrap();
-        let table = String::from_utf8(table).unwrap();
+        let table = table_of(&description);
         assert!(
             table.contains("DOUBLE") && table.contains("UNOWNED"),
             "{table}"
@@ -887,10 +900,7 @@ mod tests {
             ..GroupDescription::default()
         };
         assert_eq!((description.double_owned(), description.shared()), (0, 1));
-        let mut out = Vec::new();
-        description.write_json(&mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = json_lines(&description);
         assert_eq!(
             lines[0],
             r#"{"topic":"T","broker":"broker-a","queue":0,"predicted":"a","owners":["a","b"],"committed":3,"max":10,"lag":7,"shared":true}"#
@@ -900,9 +910,7 @@ mod tests {
             lines[2],
             r#"{"members":2,"queues":2,"double_owned":0,"unowned":0,"lag":7,"diverging_members":[],"shared":1}"#
         );
-        let mut table = Vec::new();
-        description.write_table(&mut table).unwrap();
-        let table = String::from_utf8(table).unwrap();
+        let table = table_of(&description);
         assert!(
             table.contains("shared (pop)") && !table.contains("DOUBLE"),
             "{table}"
@@ -925,10 +933,7 @@ mod tests {
             ..GroupDescription::default()
         };
         assert_eq!((description.unowned(), description.owner_unknown()), (1, 1));
-        let mut out = Vec::new();
-        description.write_json(&mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let lines: Vec<&str> = text.lines().collect();
+        let lines = json_lines(&description);
         assert!(!lines[0].contains("owner_unknown"), "{}", lines[0]);
         assert_eq!(
             lines[1],
@@ -938,9 +943,7 @@ mod tests {
             lines[2],
             r#"{"members":2,"queues":2,"double_owned":0,"unowned":1,"lag":7,"diverging_members":[],"owner_unknown":1}"#
         );
-        let mut table = Vec::new();
-        description.write_table(&mut table).unwrap();
-        let table = String::from_utf8(table).unwrap();
+        let table = table_of(&description);
         assert!(
             table.contains("UNOWNED? (a member did not answer)")
                 && table.contains("of the unowned, 1 may be held by members not heard from (b)"),

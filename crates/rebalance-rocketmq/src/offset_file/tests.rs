@@ -24,11 +24,6 @@ fn java_table() -> OffsetTable {
     table(&[(q("T", "broker-a", 0), 42), (q("T", "broker-a", 1), 17)])
 }
 
-/// The table on disk at `main` (read as an open reads it, without taking the file).
-fn on_disk(main: impl Into<std::path::PathBuf>) -> OffsetTable {
-    load(&OffsetFiles::new(main.into())).unwrap().0
-}
-
 fn files_in(dir: &Path) -> OffsetFiles {
     OffsetFiles::new(dir.join("G").join(OFFSET_FILE_NAME))
 }
@@ -405,7 +400,7 @@ async fn persist_many_writes_the_whole_table_once_and_keeps_the_previous_as_back
         "the file, its backup and the lock"
     );
     assert_eq!(store.read("G", &q("T", "broker-a", 1)).await, Ok(Some(17)));
-    assert_eq!(on_disk(&files.main), expected);
+    assert_eq!(FileOffsetStore::peek(&files.main).unwrap(), expected);
 }
 
 #[tokio::test]
@@ -422,7 +417,10 @@ async fn an_unchanged_offset_is_not_written_again() {
     store.persist("G", &queue, 5).await.unwrap();
     assert!(!store.path().exists(), "nothing changed, nothing written");
     store.persist("G", &queue, 6).await.unwrap();
-    assert_eq!(on_disk(store.path()), table(&[(queue, 6)]));
+    assert_eq!(
+        FileOffsetStore::peek(store.path()).unwrap(),
+        table(&[(queue, 6)])
+    );
 }
 
 #[tokio::test]
@@ -445,7 +443,10 @@ async fn a_failed_write_is_an_error_naming_the_file_and_is_written_at_the_next_p
         store.persist_many("G", &[(queue.clone(), 7)]).await,
         vec![Ok(())]
     );
-    assert_eq!(on_disk(&files.main), table(&[(queue, 7)]));
+    assert_eq!(
+        FileOffsetStore::peek(&files.main).unwrap(),
+        table(&[(queue, 7)])
+    );
 }
 
 #[tokio::test]
@@ -940,7 +941,10 @@ async fn a_hung_write_is_an_error_in_bounded_time_and_the_next_write_works() {
     release.now();
     // Once the disk answers again, the next persist writes the file.
     store.persist("G", &queue, 7).await.unwrap();
-    assert_eq!(on_disk(store.path()), table(&[(queue, 7)]));
+    assert_eq!(
+        FileOffsetStore::peek(store.path()).unwrap(),
+        table(&[(queue, 7)])
+    );
 }
 
 /// The temporary file's name carries a random part drawn once per process beside the process
